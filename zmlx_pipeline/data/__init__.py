@@ -1,0 +1,1 @@
+"""data part of zmlx-pipeline (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""kernels part of zmlx-pipeline (see DESIGN.md)."""

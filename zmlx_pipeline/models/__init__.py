@@ -1,0 +1,1 @@
+"""models part of zmlx-pipeline (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""pipeline part of zmlx-pipeline (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""runtime part of zmlx-pipeline (see DESIGN.md)."""
