@@ -1,0 +1,117 @@
+"""Current-device detection from explicit device_info dicts (no GPU needed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from zmlx_pipeline.data import detect
+from zmlx_pipeline.data.detect import apple_gpu_core_count, cuda_sm_count, detect_backend, detect_device, slug
+
+
+def test_h200_on_cuda_is_the_catalog_row():
+    found = detect_device({"device_name": "NVIDIA H200", "architecture": "sm_90"}, backend="cuda", gpu_cores=132)
+    assert found.device_id == "nvidia-h200" and found.known and not found.core_limited
+    assert found.spec.memory_bandwidth_gbps == 4800 and found.gpu_cores == 132
+    assert found.row["id"] == "nvidia-h200" and found.row["in_catalog"] is True and found.row["flagged_unknown"] is False
+
+
+def test_mps_limited_run_is_recorded_as_its_own_device():
+    found = detect_device({"device_name": "NVIDIA H100 80GB HBM3", "architecture": "sm_90"}, backend="cuda", gpu_cores=66)
+    assert found.core_limited and found.known
+    assert found.device_id == "nvidia-h100-sxm@66sm"
+    assert found.spec.name == "NVIDIA H100 80GB HBM3 [66 SMs]"
+    assert found.row["gpu_cores"] == 66 and found.row["core_limited_from"] == "nvidia-h100-sxm"
+
+
+@pytest.mark.parametrize("cores, device_id, bandwidth", [(30, "apple-m3-max-30c", 300), (40, "apple-m3-max-40c", 400)])
+def test_m3_max_binned_variant_from_core_count(cores, device_id, bandwidth):
+    info = {"device_name": "Apple M3 Max", "architecture": "applegpu_g15s"}
+    found = detect_device(info, backend="metal", gpu_cores=cores)
+    assert found.device_id == device_id and found.spec.memory_bandwidth_gbps == bandwidth
+    assert found.architecture == "applegpu_g15s" and found.info == info and not found.core_limited
+
+
+def test_plain_m3_is_not_mistaken_for_a_bigger_chip():
+    found = detect_device({"device_name": "Apple M3", "architecture": "applegpu_g15g"}, backend="metal", gpu_cores=10)
+    assert found.device_id == "apple-m3-10c" and found.spec.memory_bandwidth_gbps == 100
+
+
+def test_impossible_apple_core_count_is_unknown_not_a_neighbour():
+    found = detect_device({"device_name": "Apple M3 Max", "architecture": "applegpu_g15s"}, backend="metal", gpu_cores=36)
+    assert not found.known and found.spec is None and found.device_id == "unknown-apple-m3-max"
+
+
+def test_kernel_tuner_style_name_on_cuda():
+    found = detect_device({"device_name": "A100-PCIE-40GB", "architecture": "sm_80"}, backend="cuda", gpu_cores=108)
+    assert found.device_id == "nvidia-a100-pcie-40gb" and not found.core_limited
+
+
+def test_unknown_gpu_is_flagged_and_not_mapped():
+    found = detect_device({"device_name": "NVIDIA Future GPU 9000", "architecture": "sm_120"}, backend="cuda", gpu_cores=200)
+    assert not found.known and found.spec is None
+    assert found.device_id == "unknown-nvidia-future-gpu-9000"
+    assert found.row == {
+        "id": "unknown-nvidia-future-gpu-9000",
+        "name": "NVIDIA Future GPU 9000",
+        "backend": "cuda",
+        "architecture": "sm_120",
+        "gpu_cores": 200,
+        "in_catalog": False,
+        "flagged_unknown": True,
+    }
+
+
+def test_cpu_backend_is_the_cpu():
+    found = detect_device({"device_name": "Intel(R) Xeon(R) Processor", "architecture": "x86_64"}, backend="cpu")
+    assert found.device_id == "cpu-intel-r-xeon-r-processor"
+    assert found.backend == "cpu" and not found.known and found.spec is None and found.gpu_cores is None
+
+
+def test_gpu_cores_default_comes_from_the_backend_probe(monkeypatch):
+    monkeypatch.setattr(detect, "cuda_sm_count", lambda: 100)
+    found = detect_device({"device_name": "NVIDIA A100-SXM4-80GB"}, backend="cuda")
+    assert found.core_limited and found.device_id == "nvidia-a100-sxm4-80gb@100sm"
+    monkeypatch.setattr(detect, "apple_gpu_core_count", lambda: 32)
+    assert detect_device({"device_name": "Apple M4 Max"}, backend="metal").device_id == "apple-m4-max-32c"
+
+
+def test_metal_without_a_core_count_picks_the_full_chip(monkeypatch):
+    monkeypatch.setattr(detect, "apple_gpu_core_count", lambda: None)
+    assert detect_device({"device_name": "Apple M4 Max"}, backend="metal").device_id == "apple-m4-max-40c"
+
+
+def test_probes_fail_softly_here():
+    if sys.platform != "darwin":
+        assert apple_gpu_core_count() is None
+    count = cuda_sm_count()
+    assert count is None or count > 0
+
+
+def test_detect_backend_and_default_info_on_this_machine():
+    backend = detect_backend()
+    assert backend in ("metal", "cuda", "cpu")
+    found = detect_device()
+    assert found.backend == backend and "device_name" in found.info
+
+
+def test_ioreg_output_is_parsed(monkeypatch):
+    monkeypatch.setattr(detect.sys, "platform", "darwin")
+    sample = '+-o AGXAcceleratorG15X  <class AGXAccelerator>\n    "gpu-core-count" = 30\n'
+    monkeypatch.setattr(detect.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, sample, ""))
+    assert apple_gpu_core_count() == 30
+    monkeypatch.setattr(detect.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, "nothing", ""))
+    assert apple_gpu_core_count() is None
+
+
+def test_slug():
+    assert slug("NVIDIA Future GPU 9000") == "nvidia-future-gpu-9000"
+    assert slug("  ") == "unnamed"
+
+
+def test_importing_detect_does_not_import_mlx(subprocess_env):
+    code = "import sys, zmlx_pipeline.data.detect; print('mlx.core' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env, check=True)
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,225 @@
+"""Parquet shards: export, idempotent ingest, refusal of bad files, queries in place."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from zmlx_pipeline.data.shards import (
+    SHARD_COLUMNS,
+    BadShard,
+    export_shard,
+    ingest_shard,
+    ingest_shards,
+    query_shards,
+    shard_filename,
+    shard_paths,
+)
+from zmlx_pipeline.data.store import Store, StoreError
+
+MAC, GPU = "apple-m3-max-40", "nvidia-h100-sxm"
+
+
+def fill(store: Store, make_measurement, device: str, configs=(64, 128, 256), shapes=(1, 2)) -> str:
+    """A device row, a finished run and one measurement per (shape, config); returns the run id."""
+    store.upsert_device({"device_id": device, "name": device.upper(), "vendor": "test",
+                         "gpu_cores": 40, "memory_bandwidth_gbps": 400.0, "in_catalog": True,
+                         "reported": {"device_name": device}})
+    run = store.start_run(device, host="host-" + device, backend="metal", mlx_version="0.29.1",
+                          pipeline_version="0.1.0", settings={"repeats": 10})
+    store.record([
+        make_measurement(run_id=run, device_id=device, shape={"rows": r, "cols": 1024},
+                         config={"threadgroup": tg}, status="ok" if tg < 256 else "launch_error",
+                         median_us=float(tg) / r if tg < 256 else None)
+        for r in shapes for tg in configs
+    ])
+    store.finish_run(run, "finished")
+    return run
+
+
+def contents(store: Store) -> tuple[list, list, list]:
+    """Everything ingest carries, comparable across stores."""
+    return store.measurements(), store.runs(), store.devices()
+
+
+def test_export_then_ingest_into_fresh_store_is_identical(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    fill(store, make_measurement, GPU, configs=(32, 512))
+    shard = tmp_path / "shards" / "all.parquet"
+    assert export_shard(store, shard) == 10
+
+    with Store(tmp_path / "central.duckdb") as central:
+        assert ingest_shard(central, shard) == {"rows": 10, "added": 10, "skipped": 0}
+        assert contents(central) == contents(store)
+        assert central.summary() == store.summary()
+        assert ingest_shard(central, shard) == {"rows": 10, "added": 0, "skipped": 10}
+        assert contents(central) == contents(store)
+
+
+def test_shard_is_one_zstd_parquet_file_with_the_documented_columns(store, make_measurement, tmp_path):
+    run = fill(store, make_measurement, MAC)
+    shard = tmp_path / "mac.parquet"
+    export_shard(store, shard)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".parquet") or ".tmp-" in p.name] == ["mac.parquet"]
+    meta = pq.ParquetFile(shard).metadata
+    assert meta.num_rows == 6
+    assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
+    assert meta.metadata[b"zmlx_pipeline_shard"] == b"1"
+    table = pq.read_table(shard)
+    assert table.column_names == list(SHARD_COLUMNS)
+    row = table.slice(0, 1).to_pylist()[0]
+    assert row["device_name"] == MAC.upper() and row["device_gpu_cores"] == 40
+    assert row["run_host"] == "host-" + MAC and row["run_status"] == "finished" and row["run_id"] == run
+
+
+def test_export_one_device_and_replace_existing_shard(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    fill(store, make_measurement, GPU, configs=(32,))
+    shard = tmp_path / "gpu.parquet"
+    assert export_shard(store, shard, device=MAC) == 6
+    assert export_shard(store, shard, device=GPU) == 2
+    assert set(pq.read_table(shard).column("device_id").to_pylist()) == {GPU}
+    assert export_shard(store, tmp_path / "none.parquet", device="nobody") == 0
+    left = sorted(p.name for p in tmp_path.iterdir() if p.is_file() and ".duckdb" not in p.name)
+    assert left == ["gpu.parquet", "none.parquet"]  # no temporary file stays behind
+
+
+def test_export_works_from_a_read_only_store(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    path = store.path
+    store.close()
+    with Store(path, read_only=True) as ro:
+        assert ro.export_shard(tmp_path / "ro.parquet") == 6
+
+
+def test_overlapping_shards_dedupe(make_measurement, tmp_path):
+    shared = [make_measurement(config={"threadgroup": tg}) for tg in (64, 128)]
+    with Store(tmp_path / "a.duckdb") as a:
+        a.record(shared + [make_measurement(config={"threadgroup": 32})])
+        a.export_shard(tmp_path / "shards" / "a.parquet")
+    with Store(tmp_path / "b.duckdb") as b:
+        b.record([make_measurement(run_id="run-b", config=m.config, median_us=1.0) for m in shared]
+                 + [make_measurement(run_id="run-b", config={"threadgroup": 512})])
+        b.export_shard(tmp_path / "shards" / "b.parquet")
+    with Store(tmp_path / "central.duckdb") as central:
+        totals = ingest_shards(central, [tmp_path / "shards"])
+        assert (totals["files"], totals["rows"], totals["added"], totals["skipped"]) == (2, 6, 4, 2)
+        assert totals["per_file"][str(tmp_path / "shards" / "b.parquet")] == {"rows": 3, "added": 1, "skipped": 2}
+        rows = central.measurements()
+        assert sorted(r["config"]["threadgroup"] for r in rows) == [32, 64, 128, 512]
+        assert {r["run_id"] for r in rows if r["config"]["threadgroup"] in (64, 128)} == {"run-1"}
+        assert {r["run_id"] for r in central.runs()} == {"run-1", "run-b"}
+        assert {r["status"] for r in central.runs()} == {"imported"}  # their runs were not in a/b's stores
+
+
+def test_ingest_keeps_local_device_facts_and_fills_gaps(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    shard = tmp_path / "mac.parquet"
+    export_shard(store, shard)
+    with Store(tmp_path / "central.duckdb") as central:
+        central.upsert_device({"device_id": MAC, "name": "catalog name", "gpu_cores": None})
+        ingest_shard(central, shard)
+        (device,) = central.devices()
+        assert device["name"] == "catalog name"
+        assert device["gpu_cores"] == 40
+
+
+def test_truncated_shard_is_refused_and_store_unchanged(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    shard = tmp_path / "mac.parquet"
+    export_shard(store, shard)
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    with Store(tmp_path / "central.duckdb") as central:
+        fill(central, make_measurement, GPU)
+        before = contents(central)
+        with pytest.raises(BadShard) as err:
+            ingest_shard(central, shard)
+        assert str(err.value).startswith(f"{shard} is not a readable Parquet shard (")
+        assert str(err.value).endswith("): re-export it")
+        assert contents(central) == before
+
+
+def test_shard_missing_columns_is_refused_listing_them(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    shard = tmp_path / "mac.parquet"
+    export_shard(store, shard)
+    table = pq.read_table(shard)
+    pq.write_table(table.drop_columns(["status", "config_key"]), shard)
+    with Store(tmp_path / "central.duckdb") as central:
+        with pytest.raises(BadShard) as err:
+            ingest_shard(central, shard)
+        assert str(err.value) == (
+            f"{shard} is missing shard columns config_key, status: re-export it with zmlx-pipeline export"
+        )
+        assert contents(central) == ([], [], [])
+
+
+def test_shard_with_invalid_rows_rolls_back_devices_and_runs_too(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    shard = tmp_path / "mac.parquet"
+    export_shard(store, shard)
+    con = duckdb.connect()
+    con.execute(
+        "COPY (SELECT * REPLACE (CASE WHEN median_us IS NULL THEN 'exploded' ELSE status END AS status) "
+        "FROM read_parquet(?)) TO 'PLACEHOLDER' (FORMAT parquet)".replace("PLACEHOLDER", str(tmp_path / "bad.parquet")),
+        [str(shard)],
+    )
+    con.close()
+    with Store(tmp_path / "central.duckdb") as central:
+        with pytest.raises(BadShard, match="could not be ingested, the store is unchanged: .*CHECK"):
+            ingest_shard(central, tmp_path / "bad.parquet")
+        assert contents(central) == ([], [], [])
+        assert ingest_shard(central, shard)["added"] == 6
+
+
+def test_missing_shard_file_and_read_only_store(store, tmp_path):
+    with pytest.raises(BadShard, match="no such shard file"):
+        ingest_shard(store, tmp_path / "nope.parquet")
+    with pytest.raises(BadShard, match="no such shard file or directory"):
+        shard_paths(tmp_path / "nope")
+    path = store.path
+    store.close()
+    with Store(path, read_only=True) as ro, pytest.raises(StoreError, match="open read-only"):
+        ro.ingest_shard(tmp_path / "nope.parquet")
+
+
+def test_query_shards_in_place_matches_ingested_summary(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    fill(store, make_measurement, GPU, configs=(32, 512), shapes=(1, 2, 3))
+    shards = tmp_path / "shards"
+    export_shard(store, shards / "mac.parquet", device=MAC)
+    export_shard(store, shards / "gpu.parquet", device=GPU)
+    (shards / "notes.txt").write_text("not a shard")
+    assert query_shards(shards) == store.summary()
+    assert query_shards(shards, device=GPU) == store.summary(device=GPU)
+    assert query_shards(shards / "mac.parquet") == store.summary(device=MAC)
+    assert query_shards(shards, kernel="softmax")[0] == {
+        "device": MAC, "kernel": "softmax", "dtype": "float16", "measurements": 6,
+        "by_status": {"ok": 4, "launch_error": 2}, "shapes": 2, "shapes_ok": 2,
+    }
+    con = duckdb.connect()
+    (n,) = con.execute("SELECT count(*) FROM read_parquet(?)", [str(shards / "*.parquet")]).fetchone()
+    con.close()
+    assert n == 12
+
+
+def test_query_shards_empty_missing_and_broken(tmp_path, store, make_measurement):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert query_shards(empty) == []
+    with pytest.raises(BadShard, match="no such shard directory or file"):
+        query_shards(tmp_path / "absent")
+    fill(store, make_measurement, MAC)
+    export_shard(store, empty / "good.parquet")
+    (empty / "broken.parquet").write_bytes(b"PAR1 definitely not parquet")
+    with pytest.raises(BadShard, match="cannot read shards"):
+        query_shards(empty)
+
+
+def test_shard_filename():
+    when = datetime(2025, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
+    assert shard_filename("Apple M3 Max (40-core)", when) == "apple-m3-max-40-core-20250304T050607Z.parquet"

@@ -1,0 +1,460 @@
+"""The DuckDB store: migrations, refusals, locking, atomic batches, reads and the summary."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from zmlx_pipeline.data import store as store_mod
+from zmlx_pipeline.data.records import STATUSES
+from zmlx_pipeline.data.store import (
+    SCHEMA_VERSION,
+    CorruptStore,
+    SchemaTooNew,
+    Store,
+    StoreError,
+    StoreLocked,
+    default_db_path,
+)
+
+DEVICE = "apple-m3-max-40"
+
+
+def table_names(path: Path) -> set[str]:
+    """Tables in a closed store file, read without going through Store."""
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        return {row[0] for row in con.execute("SHOW TABLES").fetchall()}
+    finally:
+        con.close()
+
+
+def dir_snapshot(directory: Path) -> dict[str, bytes]:
+    """Every file in a directory with its bytes."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+# -- where the store lives ---------------------------------------------------------------------
+
+
+def test_default_db_path_uses_env(tmp_path):
+    assert default_db_path() == tmp_path / "store.duckdb"
+
+
+def test_default_db_path_falls_back_to_xdg_then_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("ZMLX_PIPELINE_DB")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert default_db_path() == tmp_path / "xdg" / "zmlx-pipeline" / "store.duckdb"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert default_db_path() == Path.home() / ".local" / "share" / "zmlx-pipeline" / "store.duckdb"
+    assert str(Path.home()).startswith(str(tmp_path))
+
+
+def test_store_without_path_opens_default(tmp_path):
+    with Store() as s:
+        assert s.path == tmp_path / "store.duckdb"
+    assert (tmp_path / "store.duckdb").is_file()
+
+
+# -- migrations --------------------------------------------------------------------------------
+
+
+def test_fresh_store_records_every_migration(tmp_path):
+    path = tmp_path / "s.duckdb"
+    with Store(path) as s:
+        applied = s.migrations()
+        assert [(m["version"], m["name"]) for m in applied] == [(1, "initial"), (2, "models_and_bundles")]
+        assert all(m["applied_at"] is not None for m in applied)
+        assert s.schema_version == SCHEMA_VERSION == 2
+    assert table_names(path) == {
+        "_migrations", "devices", "runs", "measurements", "repeats", "models", "bundles",
+    }
+
+
+def test_migration_versions_and_names_are_unique_and_ordered():
+    versions = [m[0] for m in store_mod.MIGRATIONS]
+    names = [m[1] for m in store_mod.MIGRATIONS]
+    assert versions == sorted(versions) == list(range(1, len(versions) + 1))
+    assert len(set(names)) == len(names)
+
+
+def test_old_store_migrates_forward_once(tmp_path, monkeypatch):
+    path = tmp_path / "s.duckdb"
+    monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS[:1])
+    with Store(path) as s:
+        assert s.schema_version == 1
+        first = s.migrations()
+    assert "models" not in table_names(path)
+    monkeypatch.undo()
+
+    with pytest.raises(StoreError, match="open it writable once"):
+        Store(path, read_only=True)
+
+    with Store(path) as s:
+        assert s.schema_version == 2
+        applied = s.migrations()
+    assert applied[0] == first[0]
+    assert [m["version"] for m in applied] == [1, 2]
+    assert {"models", "bundles"} <= table_names(path)
+    with Store(path, read_only=True) as s:
+        assert s.schema_version == 2
+
+
+def test_failed_migration_rolls_back_with_its_bookkeeping(tmp_path, monkeypatch):
+    path = tmp_path / "s.duckdb"
+    Store(path).close()
+    broken = (3, "broken", "CREATE TABLE half_done (x INTEGER); SELECT * FROM no_such_table;")
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, broken])
+    with pytest.raises(StoreError, match=r"migration 3 \(broken\) failed .* stays at schema version 2"):
+        Store(path)
+    monkeypatch.undo()
+    assert "half_done" not in table_names(path)
+    with Store(path) as s:
+        assert [m["version"] for m in s.migrations()] == [1, 2]
+
+
+def test_store_from_newer_schema_is_refused_and_untouched(tmp_path, monkeypatch):
+    path = tmp_path / "s.duckdb"
+    future = (3, "from_the_future", "CREATE TABLE future_things (x INTEGER);")
+    monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, future])
+    with Store(path) as s:
+        assert s.schema_version == 3
+    monkeypatch.undo()
+    before = dir_snapshot(tmp_path)
+
+    for read_only in (False, True):
+        with pytest.raises(SchemaTooNew) as err:
+            Store(path, read_only=read_only)
+        assert str(err.value) == (
+            f"store {path} was written by schema version 3, newer than this zmlx-pipeline (2): "
+            "upgrade zmlx-pipeline or use another --db"
+        )
+        assert dir_snapshot(tmp_path) == before
+
+
+def test_garbage_file_is_corrupt_store_and_untouched(tmp_path):
+    path = tmp_path / "s.duckdb"
+    path.write_bytes(os.urandom(64 * 1024))
+    before = path.read_bytes()
+    for read_only in (False, True):
+        with pytest.raises(CorruptStore) as err:
+            Store(path, read_only=read_only)
+        assert str(err.value) == f"{path} is not a DuckDB database: move it aside or use another --db"
+    assert path.read_bytes() == before
+
+
+def test_foreign_duckdb_file_is_refused(tmp_path):
+    path = tmp_path / "other.duckdb"
+    con = duckdb.connect(str(path))
+    con.values([1, "x"]).create("not_ours")
+    con.close()
+    with pytest.raises(StoreError, match="is a DuckDB database but not a zmlx-pipeline store"):
+        Store(path)
+    assert table_names(path) == {"not_ours"}
+
+
+def test_read_only_open_of_missing_store_creates_nothing(tmp_path):
+    path = tmp_path / "nowhere" / "s.duckdb"
+    with pytest.raises(StoreError, match="no store at"):
+        Store(path, read_only=True)
+    assert not path.parent.exists()
+
+
+def test_writable_open_creates_parent_directories(tmp_path):
+    path = tmp_path / "a" / "b" / "s.duckdb"
+    with Store(path) as s:
+        assert s.schema_version == SCHEMA_VERSION
+    assert path.is_file()
+
+
+# -- connections and locking -------------------------------------------------------------------
+
+CHILD_OPEN = textwrap.dedent(
+    """
+    import sys
+    from zmlx_pipeline.data.store import Store, StoreError
+    try:
+        Store(sys.argv[1], read_only=sys.argv[2] == "ro").close()
+    except StoreError as err:
+        print(type(err).__name__, err)
+    else:
+        print("opened")
+    """
+)
+
+
+def test_second_process_is_refused_with_store_locked(tmp_path, subprocess_env):
+    path = tmp_path / "s.duckdb"
+    with Store(path):
+        for mode in ("rw", "ro"):
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD_OPEN, str(path), mode],
+                env=subprocess_env, capture_output=True, text=True, timeout=60,
+            )
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.startswith(f"{StoreLocked.__name__} store {path} is locked by another process (PID {os.getpid()})")
+            assert out.stdout.rstrip().endswith("wait for it to finish or use another --db")
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD_OPEN, str(path), "rw"],
+        env=subprocess_env, capture_output=True, text=True, timeout=60,
+    )
+    assert out.stdout.strip() == "opened"
+
+
+def test_read_only_store_in_same_process_shares_and_refuses_writes(store, make_measurement):
+    store.record([make_measurement()])
+    with Store(store.path, read_only=True) as ro:
+        assert len(ro.measurements()) == 1
+        with pytest.raises(StoreError, match="open read-only"):
+            ro.record([make_measurement(dtype="float32")])
+        with pytest.raises(StoreError, match="open read-only"):
+            ro.upsert_device({"device_id": "x"})
+    store.record([make_measurement(dtype="float32")])
+    assert len(store.measurements()) == 2
+
+
+def test_closed_store_raises_and_close_is_idempotent(tmp_path):
+    s = Store(tmp_path / "s.duckdb")
+    s.close()
+    s.close()
+    with pytest.raises(StoreError, match="is closed"):
+        s.summary()
+
+
+# -- devices and runs --------------------------------------------------------------------------
+
+
+def test_upsert_device_ignores_unknown_keys_and_keeps_unset_columns(store):
+    store.upsert_device({"device_id": DEVICE, "name": "Apple M3 Max", "gpu_cores": 40,
+                         "memory_bandwidth_gbps": 400.0, "in_catalog": True,
+                         "reported": {"device_name": "Apple M3 Max"}, "not_a_column": 1})
+    store.upsert_device({"device_id": DEVICE, "memory_bandwidth_gbps": 300.0})
+    (device,) = store.devices()
+    assert device["name"] == "Apple M3 Max"
+    assert device["gpu_cores"] == 40
+    assert device["memory_bandwidth_gbps"] == 300.0
+    assert device["in_catalog"] is True
+    assert device["reported"] == {"device_name": "Apple M3 Max"}
+    assert "not_a_column" not in device
+    with pytest.raises(StoreError, match="device_id"):
+        store.upsert_device({"name": "nameless"})
+
+
+def test_runs_start_and_finish(store):
+    run_id = store.start_run(DEVICE, host="mac", backend="metal", mlx_version="0.29.1",
+                             pipeline_version="0.1.0", settings={"repeats": 20, "warmup": 3})
+    assert len(run_id) == 32 and int(run_id, 16) >= 0
+    (run,) = store.runs()
+    assert run["status"] == "running" and run["finished_at"] is None
+    assert run["settings"] == {"repeats": 20, "warmup": 3}
+    store.finish_run(run_id, "interrupted")
+    (run,) = store.runs(device=DEVICE)
+    assert run["status"] == "interrupted"
+    assert run["finished_at"] >= run["started_at"]
+    assert store.runs(device="other") == []
+    with pytest.raises(StoreError, match="no run 'nope'"):
+        store.finish_run("nope", "finished")
+    with pytest.raises(StoreError, match="unknown run status 'done'"):
+        store.finish_run(run_id, "done")
+
+
+# -- measurements ------------------------------------------------------------------------------
+
+
+def test_record_is_idempotent_and_keys_ignore_parameter_order(store, make_measurement):
+    first = make_measurement(config={"threadgroup": 256, "vector": 4})
+    assert store.record([first]) == 1
+    assert store.record([first]) == 0
+    same_key = make_measurement(run_id="run-2", config={"vector": 4, "threadgroup": 256}, median_us=99.0)
+    assert store.record([same_key]) == 0
+    (row,) = store.measurements()
+    assert row["run_id"] == "run-1" and row["median_us"] == 10.0
+    assert row["config"] == {"threadgroup": 256, "vector": 4}
+    assert row["shape_key"] == first.shape_key and row["config_key"] == first.config_key
+
+
+def test_record_counts_only_new_rows_within_and_across_batches(store, make_measurement):
+    batch = [make_measurement(config={"threadgroup": tg}) for tg in (32, 64, 128)]
+    assert store.record(batch + batch[:1]) == 3
+    more = [make_measurement(config={"threadgroup": tg}) for tg in (128, 256)]
+    assert store.record(more) == 1
+    assert store.record([]) == 0
+    assert len(store.measurements()) == 4
+
+
+def test_a_bad_row_leaves_no_row_of_its_batch(store, make_measurement):
+    assert store.record([make_measurement(config={"threadgroup": 1})]) == 1
+    bad = make_measurement(config={"threadgroup": 3})
+    object.__setattr__(bad, "status", "exploded")  # past Measurement's own check, into the CHECK constraint
+    batch = [make_measurement(config={"threadgroup": 2}), bad, make_measurement(config={"threadgroup": 4})]
+    with pytest.raises(StoreError, match="none of 3 measurements were recorded"):
+        store.record(batch)
+    assert [r["config"] for r in store.measurements()] == [{"threadgroup": 1}]
+    assert store.record(batch[:1]) == 1
+
+
+def test_every_status_of_records_is_accepted_by_the_schema(store, make_measurement):
+    batch = [make_measurement(status=s, config={"threadgroup": i}, error=None if s == "ok" else "boom")
+             for i, s in enumerate(STATUSES)]
+    assert store.record(batch) == len(STATUSES)
+    assert sorted(r["status"] for r in store.measurements()) == sorted(STATUSES)
+
+
+def test_measurement_fields_round_trip(store, make_measurement):
+    m = make_measurement(status="wrong_result", error="max abs err 0.5", extra={"max_abs_err": 0.5})
+    store.record([m])
+    (row,) = store.measurements()
+    assert row == {
+        "run_id": "run-1", "device_id": DEVICE, "kernel": "softmax",
+        "kernel_version": m.kernel_version, "dtype": "float16",
+        "shape_key": m.shape_key, "shape": {"rows": 64, "cols": 4096},
+        "config_key": m.config_key, "config": {"threadgroup": 256},
+        "status": "wrong_result", "median_us": None, "p10_us": None, "p90_us": None,
+        "samples": 0, "error": "max abs err 0.5", "extra": {"max_abs_err": 0.5},
+        "measured_at": row["measured_at"],
+    }
+    assert row["measured_at"] is not None
+
+
+def test_measured_keys_for_resume(store, make_measurement):
+    a = make_measurement(config={"threadgroup": 64})
+    b = make_measurement(config={"threadgroup": 128}, dtype="float32")
+    store.record([a, b, make_measurement(kernel_version="sha256:0000000000000002")])
+    assert store.measured_keys(DEVICE, "softmax", "sha256:0000000000000001") == {
+        ("float16", a.shape_key, a.config_key),
+        ("float32", b.shape_key, b.config_key),
+    }
+    assert store.measured_keys("other", "softmax", "sha256:0000000000000001") == set()
+
+
+def test_measurement_filters_and_arrow(store, make_measurement):
+    store.record([
+        make_measurement(config={"threadgroup": 64}),
+        make_measurement(config={"threadgroup": 128}, status="launch_error"),
+        make_measurement(dtype="float32"),
+        make_measurement(kernel="rmsnorm"),
+        make_measurement(device_id="nvidia-h100"),
+    ])
+    assert len(store.measurements()) == 5
+    assert len(store.measurements(device=DEVICE)) == 4
+    assert len(store.measurements(device=DEVICE, kernel="softmax", dtype="float16")) == 2
+    assert len(store.measurements(status=["ok", "launch_error"], kernel="softmax")) == 4
+    assert store.measurements(status=[]) == []
+    with pytest.raises(TypeError, match="unknown filter 'colour'"):
+        store.measurements(colour="red")
+    table = store.measurements_arrow(device=DEVICE, kernel="softmax")
+    assert table.num_rows == 3
+    assert table.column_names == list(store_mod.MEASUREMENT_COLUMNS)
+    assert set(table.column("dtype").to_pylist()) == {"float16", "float32"}
+    assert table.column("config").to_pylist()[0].startswith("{")
+
+
+def test_repeats_are_kept_once_per_key_and_run(store, make_measurement):
+    m1 = make_measurement(run_id="r1", median_us=10.0)
+    m2 = make_measurement(run_id="r2", median_us=10.4)
+    assert store.record_repeat([m1, m2]) == 2
+    assert store.record_repeat([m1]) == 0
+    rows = store.repeats(device=DEVICE, kernel="softmax")
+    assert [(r["run_id"], r["median_us"]) for r in rows] == [("r1", 10.0), ("r2", 10.4)]
+    assert rows[0]["config_key"] == m1.config_key
+
+
+# -- summary -----------------------------------------------------------------------------------
+
+
+def test_summary_exact_rows(store, make_measurement):
+    good, bad = {"rows": 64, "cols": 4096}, {"rows": 1, "cols": 1 << 20}
+    store.record([
+        make_measurement(shape=good, config={"threadgroup": 256}),
+        make_measurement(shape=good, config={"threadgroup": 1024}, status="launch_error"),
+        make_measurement(shape=bad, config={"threadgroup": 256}, status="compile_error"),
+        make_measurement(shape=bad, config={"threadgroup": 1024}, status="timeout"),
+        make_measurement(shape=bad, config={"threadgroup": 512}, status="launch_error"),
+        make_measurement(dtype="bfloat16", shape=bad),
+        make_measurement(device_id="amd-mi300x", kernel="rmsnorm", status="wrong_result"),
+    ])
+    expected = [
+        {"device": "amd-mi300x", "kernel": "rmsnorm", "dtype": "float16", "measurements": 1,
+         "by_status": {"wrong_result": 1}, "shapes": 1, "shapes_ok": 0},
+        {"device": DEVICE, "kernel": "softmax", "dtype": "bfloat16", "measurements": 1,
+         "by_status": {"ok": 1}, "shapes": 1, "shapes_ok": 1},
+        {"device": DEVICE, "kernel": "softmax", "dtype": "float16", "measurements": 5,
+         "by_status": {"ok": 1, "launch_error": 2, "compile_error": 1, "timeout": 1},
+         "shapes": 2, "shapes_ok": 1},
+    ]
+    assert store.summary() == expected
+    assert list(expected[2]["by_status"]) == list(store.summary()[2]["by_status"])  # STATUSES order
+    assert store.summary(device=DEVICE) == expected[1:]
+    assert store.summary(kernel="rmsnorm") == expected[:1]
+    assert store.summary(device="nobody") == []
+
+
+# -- a writer killed mid-batch -----------------------------------------------------------------
+
+CHILD_WRITER = textwrap.dedent(
+    """
+    import sys
+    from zmlx_pipeline.data.records import Measurement
+    from zmlx_pipeline.data.store import Store
+
+    path, n = sys.argv[1], int(sys.argv[2])
+    with Store(path) as store:
+        b = 0
+        while True:
+            run = store.start_run("dev", host="h", backend="cpu", mlx_version=None,
+                                  pipeline_version=None, settings={})
+            batch = [Measurement(run, "dev", "k", "v1", "float32", {"batch": b, "i": i},
+                                 {"threadgroup": 32}, "ok", median_us=1.0) for i in range(n)]
+            print("begin", b, flush=True)
+            store.record(batch)
+            print("committed", b, flush=True)
+            b += 1
+    """
+)
+
+
+def test_killed_writer_leaves_only_whole_batches(tmp_path, subprocess_env):
+    path, n = tmp_path / "s.duckdb", 4000
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD_WRITER, str(path), str(n)],
+        env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    committed, began = -1, {}
+    try:
+        for line in child.stdout:
+            word, b = line.split()
+            if word == "committed":
+                committed = int(b)
+                took = time.monotonic() - began[committed]
+            elif word == "begin":
+                began[int(b)] = time.monotonic()
+                if int(b) == 3:
+                    # record() spends about its first half building rows, the rest in its transaction
+                    time.sleep(0.75 * took)
+                    break
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stdout.close()
+        child.stderr.close()
+    assert child.returncode == -signal.SIGKILL
+    assert committed == 2
+
+    with Store(path, read_only=True) as s:
+        rows = s.measurements()
+        runs = s.runs()
+    per_run: dict[str, int] = {}
+    for row in rows:
+        per_run[row["run_id"]] = per_run.get(row["run_id"], 0) + 1
+    assert len(rows) % n == 0
+    assert set(per_run.values()) == {n}
+    assert len(per_run) >= committed + 1
+    assert set(per_run) <= {r["run_id"] for r in runs}

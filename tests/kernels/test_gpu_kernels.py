@@ -1,0 +1,91 @@
+"""On a GPU: every built-in kernel's configs match the CPU reference, and the harness times them."""
+
+from __future__ import annotations
+
+import pytest
+
+from zmlx_pipeline.kernels.builtin import BUILTIN
+from zmlx_pipeline.kernels.registry import get_kernel
+from zmlx_pipeline.kernels.spec import Limits
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = ("float16", "bfloat16", "float32")
+
+
+def _sample(configs, n):
+    """n configs spread over the legal list, always with the first and the last."""
+    if len(configs) <= n:
+        return configs
+    step = (len(configs) - 1) / (n - 1)
+    return [configs[round(i * step)] for i in range(n)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", BUILTIN)
+def test_configs_match_reference_on_gpu(name, dtype, gpu_backend):
+    from zmlx_pipeline.kernels.harness import Launcher, check
+
+    spec = get_kernel(name)
+    launcher = Launcher(spec, gpu_backend)
+    limits = Limits(1024, 32, 49152 if gpu_backend == "cuda" else 32768)
+    failures = []
+    for shape in spec.shape_grid.shapes("smoke")[:3]:
+        for config in _sample(spec.legal_configs(shape, dtype, limits), 6):
+            wrong = check(launcher, config, shape, dtype, seed=11)
+            if wrong:
+                failures.append((shape, config, wrong))
+    assert not failures, failures[:3]
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_gpu_output_matches_cpu_reference_on_fixed_inputs(name, gpu_backend):
+    """Cross-backend golden check: GPU kernel on fixed inputs against the reference computed on the CPU."""
+    import mlx.core as mx
+
+    from zmlx_pipeline.kernels.harness import Launcher, compare
+
+    spec = get_kernel(name)
+    shape = spec.shape_grid.shapes("smoke")[0]
+    config = spec.legal_configs(shape, "float32", Limits())[0]
+    inputs = spec.make_inputs(shape, mx.float32, mx.random.key(1234))
+    mx.eval(inputs)
+    out = Launcher(spec, gpu_backend)(inputs, config, shape, "float32")
+    cpu_inputs = [mx.array(a, dtype=a.dtype) for a in inputs]
+    with mx.stream(mx.cpu):
+        ref = spec.reference(cpu_inputs, shape)
+        mx.eval(ref)
+    mx.eval(out)
+    assert compare(spec, out, ref, "float32") is None
+
+
+def test_harness_times_a_config(gpu_backend):
+    from zmlx_pipeline.kernels.harness import Launcher, measure
+
+    spec = get_kernel("rmsnorm")
+    shape = {"rows": 1024, "cols": 4096}
+    out = measure(Launcher(spec, gpu_backend), {"TG": 256, "VEC": 4, "ROWS": 1}, shape, "float16", samples=5)
+    assert out.status == "ok", out.error
+    assert 0 < out.timing.p10_us <= out.timing.median_us <= out.timing.p90_us
+    assert out.timing.samples == 5
+
+
+def test_illegal_threadgroup_is_a_launch_error_not_a_crash(gpu_backend):
+    from zmlx_pipeline.kernels.harness import Launcher, gpu_healthy, measure
+
+    spec = get_kernel("rmsnorm")
+    out = measure(Launcher(spec, gpu_backend), {"TG": 2048, "VEC": 1, "ROWS": 1}, {"rows": 8, "cols": 4096}, "float32")
+    assert out.status in ("launch_error", "wrong_result")
+    assert gpu_healthy()
+
+
+def test_broken_source_is_a_compile_error(gpu_backend):
+    import dataclasses
+
+    from zmlx_pipeline.kernels.harness import Launcher, measure
+
+    spec = get_kernel("rmsnorm")
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "_compiled"}
+    broken = type(spec)(**{**fields, "name": "rmsnorm_broken", "body": spec.body + "\n  this is not a statement;"})
+    out = measure(Launcher(broken, gpu_backend), {"TG": 256, "VEC": 1, "ROWS": 1}, {"rows": 8, "cols": 1024}, "float32")
+    assert out.status == "compile_error", out

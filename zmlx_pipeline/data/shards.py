@@ -1,0 +1,72 @@
+"""Parquet shards: one self-contained file per collector, merged into the central store by ingest.
+
+The SQL lives in store.py; these are the entry points the CLI calls.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+from zmlx_pipeline.data.store import (
+    SHARD_COLUMNS,
+    SHARD_REQUIRED,
+    BadShard,
+    Store,
+    query_shards,
+)
+
+__all__ = [
+    "SHARD_COLUMNS",
+    "SHARD_REQUIRED",
+    "BadShard",
+    "export_shard",
+    "ingest_shard",
+    "ingest_shards",
+    "query_shards",
+    "shard_filename",
+    "shard_paths",
+]
+
+
+def shard_filename(device_id: str, when: datetime | None = None) -> str:
+    """A file name for a device's shard: `<device slug>-<UTC timestamp>.parquet`."""
+    when = when or datetime.now(timezone.utc)
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", device_id).strip("-").lower() or "device"
+    return f"{slug}-{when.strftime('%Y%m%dT%H%M%SZ')}.parquet"
+
+
+def export_shard(store: Store, path: str | os.PathLike, device: str | None = None) -> int:
+    """Write the store's measurements (one device or all) as one zstd Parquet shard; returns rows."""
+    return store.export_shard(path, device=device)
+
+
+def ingest_shard(store: Store, path: str | os.PathLike) -> dict:
+    """Merge one shard into the store in one transaction; returns {'rows', 'added', 'skipped'}."""
+    return store.ingest_shard(path)
+
+
+def shard_paths(source: str | os.PathLike) -> list[Path]:
+    """The shards a path names: a directory's *.parquet files (sorted), or the file itself."""
+    source = Path(source)
+    if source.is_dir():
+        return sorted(p for p in source.glob("*.parquet") if p.is_file())
+    if source.is_file():
+        return [source]
+    raise BadShard(f"{source}: no such shard file or directory")
+
+
+def ingest_shards(store: Store, sources: Iterable[str | os.PathLike]) -> dict:
+    """Ingest every shard the sources name, each in its own transaction; returns totals and per-file counts."""
+    totals = {"files": 0, "rows": 0, "added": 0, "skipped": 0, "per_file": {}}
+    for source in sources:
+        for shard in shard_paths(source):
+            counts = store.ingest_shard(shard)
+            totals["files"] += 1
+            for key in ("rows", "added", "skipped"):
+                totals[key] += counts[key]
+            totals["per_file"][str(shard)] = counts
+    return totals

@@ -1,0 +1,769 @@
+"""The DuckDB store: the one module that owns the schema, its migrations and every SQL statement."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Union
+
+import duckdb
+
+from zmlx_pipeline.data.keys import canonical_json
+from zmlx_pipeline.data.records import STATUSES, Measurement
+
+RUN_STATUSES = ("running", "finished", "interrupted", "failed", "imported")
+SHARD_FORMAT = "1"
+
+
+class StoreError(Exception):
+    """The store could not be opened, read or written."""
+
+
+class SchemaTooNew(StoreError):
+    """The store was written by a newer zmlx-pipeline; it is refused and left untouched."""
+
+
+class StoreLocked(StoreError):
+    """Another process holds the store's single-writer lock."""
+
+
+class CorruptStore(StoreError):
+    """The file is not a DuckDB database."""
+
+
+class BadShard(StoreError):
+    """A Parquet shard is unreadable or lacks required columns; nothing of it was ingested."""
+
+
+# --------------------------------------------------------------------------------------------
+# Schema. Migrations are history: never edit a released one, append a new version instead.
+# The status lists are frozen here on purpose; test_store checks they still match records.py.
+
+_BOOKKEEPING = """
+CREATE TABLE IF NOT EXISTS _migrations (
+    version INTEGER PRIMARY KEY,
+    name VARCHAR NOT NULL UNIQUE,
+    applied_at TIMESTAMP NOT NULL
+)
+"""
+
+_M1_INITIAL = """
+CREATE TABLE devices (
+    device_id VARCHAR PRIMARY KEY,
+    name VARCHAR,
+    vendor VARCHAR,
+    family VARCHAR,
+    variant VARCHAR,
+    backend VARCHAR,
+    architecture VARCHAR,
+    gpu_cores INTEGER,
+    core_unit VARCHAR,
+    memory_bandwidth_gbps DOUBLE,
+    max_threads_per_threadgroup INTEGER,
+    simd_width INTEGER,
+    threadgroup_memory_bytes BIGINT,
+    l2_bytes BIGINT,
+    clock_mhz DOUBLE,
+    memory_gb DOUBLE,
+    default_threadgroup INTEGER,
+    in_catalog BOOLEAN,
+    flagged_unknown BOOLEAN,
+    core_limited_from VARCHAR,
+    reported_name VARCHAR,
+    reported VARCHAR
+);
+CREATE TABLE runs (
+    run_id VARCHAR PRIMARY KEY,
+    device_id VARCHAR NOT NULL,
+    host VARCHAR,
+    backend VARCHAR,
+    mlx_version VARCHAR,
+    pipeline_version VARCHAR,
+    settings VARCHAR,
+    started_at TIMESTAMP,
+    finished_at TIMESTAMP,
+    status VARCHAR NOT NULL
+        CHECK (status IN ('running', 'finished', 'interrupted', 'failed', 'imported'))
+);
+CREATE TABLE measurements (
+    run_id VARCHAR NOT NULL,
+    device_id VARCHAR NOT NULL,
+    kernel VARCHAR NOT NULL,
+    kernel_version VARCHAR NOT NULL,
+    dtype VARCHAR NOT NULL,
+    shape_key VARCHAR NOT NULL,
+    shape VARCHAR NOT NULL,
+    config_key VARCHAR NOT NULL,
+    config VARCHAR NOT NULL,
+    status VARCHAR NOT NULL
+        CHECK (status IN ('ok', 'wrong_result', 'launch_error', 'compile_error', 'timeout')),
+    median_us DOUBLE,
+    p10_us DOUBLE,
+    p90_us DOUBLE,
+    samples INTEGER NOT NULL DEFAULT 0,
+    error VARCHAR,
+    extra VARCHAR,
+    measured_at TIMESTAMP NOT NULL,
+    UNIQUE (device_id, kernel, kernel_version, dtype, shape_key, config_key)
+);
+CREATE TABLE repeats (
+    device_id VARCHAR NOT NULL,
+    kernel VARCHAR NOT NULL,
+    kernel_version VARCHAR NOT NULL,
+    dtype VARCHAR NOT NULL,
+    shape_key VARCHAR NOT NULL,
+    config_key VARCHAR NOT NULL,
+    run_id VARCHAR NOT NULL,
+    median_us DOUBLE,
+    measured_at TIMESTAMP NOT NULL,
+    UNIQUE (device_id, kernel, kernel_version, dtype, shape_key, config_key, run_id)
+);
+"""
+
+_M2_MODELS_BUNDLES = """
+CREATE TABLE models (
+    model_id VARCHAR PRIMARY KEY,
+    kernel_filter VARCHAR,
+    created_at TIMESTAMP,
+    data_fingerprint VARCHAR,
+    params VARCHAR,
+    versions VARCHAR,
+    scores VARCHAR,
+    path VARCHAR
+);
+CREATE TABLE bundles (
+    bundle_id VARCHAR PRIMARY KEY,
+    model_id VARCHAR,
+    created_at TIMESTAMP,
+    path VARCHAR,
+    manifest VARCHAR
+);
+"""
+
+Migration = tuple[int, str, Union[str, Callable[[duckdb.DuckDBPyConnection], None]]]
+
+MIGRATIONS: list[Migration] = [
+    (1, "initial", _M1_INITIAL),
+    (2, "models_and_bundles", _M2_MODELS_BUNDLES),
+]
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+DEVICE_COLUMNS = (
+    "device_id", "name", "vendor", "family", "variant", "backend", "architecture", "gpu_cores",
+    "core_unit", "memory_bandwidth_gbps", "max_threads_per_threadgroup", "simd_width",
+    "threadgroup_memory_bytes", "l2_bytes", "clock_mhz", "memory_gb", "default_threadgroup",
+    "in_catalog", "flagged_unknown", "core_limited_from", "reported_name", "reported",
+)
+RUN_COLUMNS = (
+    "run_id", "device_id", "host", "backend", "mlx_version", "pipeline_version", "settings",
+    "started_at", "finished_at", "status",
+)
+MEASUREMENT_COLUMNS = (
+    "run_id", "device_id", "kernel", "kernel_version", "dtype", "shape_key", "shape",
+    "config_key", "config", "status", "median_us", "p10_us", "p90_us", "samples", "error",
+    "extra", "measured_at",
+)
+_MEASUREMENT_TYPES = (
+    "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR",
+    "VARCHAR", "VARCHAR", "VARCHAR", "DOUBLE", "DOUBLE", "DOUBLE", "INTEGER", "VARCHAR",
+    "VARCHAR", "TIMESTAMP",
+)
+_KEY_COLUMNS = ("device_id", "kernel", "kernel_version", "dtype", "shape_key", "config_key")
+REPEAT_COLUMNS = _KEY_COLUMNS + ("run_id", "median_us", "measured_at")
+
+# A shard row: the measurement columns, then its device (device_*) and run (run_*) columns.
+SHARD_DEVICE_COLUMNS = tuple(f"device_{c}" for c in DEVICE_COLUMNS if c != "device_id")
+SHARD_RUN_COLUMNS = tuple(f"run_{c}" for c in RUN_COLUMNS if c not in ("run_id", "device_id"))
+SHARD_COLUMNS = MEASUREMENT_COLUMNS + SHARD_DEVICE_COLUMNS + SHARD_RUN_COLUMNS
+SHARD_REQUIRED = tuple(c for c in MEASUREMENT_COLUMNS if c != "extra")
+
+_JSON_COLUMNS = {"reported", "settings", "shape", "config", "extra"}
+_FILTERS = {
+    "device": "device_id",
+    "kernel": "kernel",
+    "kernel_version": "kernel_version",
+    "dtype": "dtype",
+    "status": "status",
+    "run_id": "run_id",
+}
+
+
+def default_db_path() -> Path:
+    """Where the store lives: $ZMLX_PIPELINE_DB, else $XDG_DATA_HOME/zmlx-pipeline/store.duckdb."""
+    explicit = os.environ.get("ZMLX_PIPELINE_DB")
+    if explicit:
+        return Path(explicit).expanduser()
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home).expanduser() / "zmlx-pipeline" / "store.duckdb"
+
+
+def _now() -> datetime:
+    """Current UTC time as a naive timestamp (the store keeps UTC throughout)."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of an error's text, for one-line messages."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def _sql_literal(text: str) -> str:
+    """A single-quoted SQL string literal (for the few places DuckDB takes no parameter)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _to_json(value: Any) -> str | None:
+    """Canonical JSON text for a mapping/list; strings pass through; None stays NULL."""
+    if value is None or isinstance(value, str):
+        return value
+    return canonical_json(value)
+
+
+def _from_json(value: str | None) -> Any:
+    """Parse stored JSON text (None stays None)."""
+    return None if value is None else json.loads(value)
+
+
+def _where(filters: dict[str, Any], prefix: str = "") -> tuple[str, list[Any]]:
+    """A WHERE clause from named filters; each value is a string or an iterable of strings."""
+    clauses, params = [], []
+    for name, value in filters.items():
+        if value is None:
+            continue
+        if name not in _FILTERS:
+            raise TypeError(f"unknown filter {name!r}; expected one of {', '.join(_FILTERS)}")
+        column = prefix + _FILTERS[name]
+        values = [value] if isinstance(value, str) else list(value)
+        if not values:
+            clauses.append("FALSE")
+            continue
+        clauses.append(f"{column} IN ({', '.join('?' for _ in values)})")
+        params.extend(values)
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def _summary_sql(source: str, where: str) -> str:
+    """The summary query over any relation with device_id, kernel, dtype, shape_key, status."""
+    return f"""
+        SELECT device_id AS device, kernel, dtype,
+               count(*) AS measurements,
+               histogram(status) AS by_status,
+               count(DISTINCT shape_key) AS shapes,
+               count(DISTINCT shape_key) FILTER (WHERE status = 'ok') AS shapes_ok
+        FROM {source}{where}
+        GROUP BY device_id, kernel, dtype
+        ORDER BY device_id, kernel, dtype
+    """
+
+
+def _summary_rows(cursor: duckdb.DuckDBPyConnection) -> list[dict]:
+    """Summary rows as dicts, by_status in STATUSES order with only the statuses present."""
+    order = {s: i for i, s in enumerate(STATUSES)}
+    rows = []
+    for device, kernel, dtype, n, by_status, shapes, shapes_ok in cursor.fetchall():
+        counts = dict(sorted(by_status.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+        rows.append({
+            "device": device, "kernel": kernel, "dtype": dtype, "measurements": int(n),
+            "by_status": {k: int(v) for k, v in counts.items()},
+            "shapes": int(shapes), "shapes_ok": int(shapes_ok),
+        })
+    return rows
+
+
+def _dicts(cursor: duckdb.DuckDBPyConnection, parse_json: bool = True) -> list[dict]:
+    """Fetch all rows of a cursor as dicts, parsing the JSON text columns."""
+    names = [d[0] for d in cursor.description]
+    out = []
+    for row in cursor.fetchall():
+        record = dict(zip(names, row))
+        if parse_json:
+            for col in _JSON_COLUMNS.intersection(record):
+                record[col] = _from_json(record[col])
+        out.append(record)
+    return out
+
+
+def _open_error(path: Path, err: duckdb.Error) -> StoreError:
+    """Translate a DuckDB error raised while opening a file into one of our errors."""
+    text = _first_line(err)
+    if "Could not set lock" in text:
+        pid = re.search(r"\(PID (\d+)\)", text)
+        holder = f" (PID {pid.group(1)})" if pid else ""
+        return StoreLocked(
+            f"store {path} is locked by another process{holder}: wait for it to finish or use another --db"
+        )
+    if "not a valid DuckDB database" in text:
+        return CorruptStore(f"{path} is not a DuckDB database: move it aside or use another --db")
+    if "different configuration" in text:
+        return StoreError(
+            f"store {path} is already open read-only in this process: close that Store before opening it writable"
+        )
+    return StoreError(f"cannot open store {path}: {text}")
+
+
+def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
+    """Open a DuckDB connection, mapping lock, corruption and missing-file errors."""
+    if read_only and not path.exists():
+        raise StoreError(f"no store at {path}: run a collect, import or ingest first, or pass another --db")
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return duckdb.connect(str(path), read_only=read_only)
+    except duckdb.Error as err:
+        if not (read_only and "different configuration" in str(err)):
+            raise _open_error(path, err) from err
+    # This process already holds the store writable: share that instance; Store still refuses writes.
+    try:
+        return duckdb.connect(str(path))
+    except duckdb.Error as err:
+        raise _open_error(path, err) from err
+
+
+def _measurement_row(m: Measurement, measured_at: datetime) -> tuple:
+    """One measurements-table row (MEASUREMENT_COLUMNS order) from a Measurement."""
+    return (
+        m.run_id, m.device_id, m.kernel, m.kernel_version, m.dtype, m.shape_key, m.shape_json,
+        m.config_key, m.config_json, m.status, m.median_us, m.p10_us, m.p90_us, int(m.samples),
+        m.error, canonical_json(m.extra) if m.extra else None, measured_at,
+    )
+
+
+class Store:
+    """One DuckDB file holding devices, runs, measurements, repeats, models and bundles."""
+
+    def __init__(self, path: str | os.PathLike | None = None, read_only: bool = False) -> None:
+        self.path = Path(path).expanduser() if path is not None else default_db_path()
+        self.read_only = read_only
+        self._con: duckdb.DuckDBPyConnection | None = _connect(self.path, read_only)
+        try:
+            self._open_schema()
+        except BaseException:
+            self.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        mode = "read-only" if self.read_only else "writable"
+        return f"Store({str(self.path)!r}, {mode}{', closed' if self._con is None else ''})"
+
+    def close(self) -> None:
+        """Close the connection (idempotent); the file lock goes with the last connection."""
+        if self._con is not None:
+            con, self._con = self._con, None
+            con.close()
+
+    @property
+    def _conn(self) -> duckdb.DuckDBPyConnection:
+        """The open connection; raises StoreError once the store is closed."""
+        if self._con is None:
+            raise StoreError(f"store {self.path} is closed")
+        return self._con
+
+    def _require_writable(self, action: str) -> None:
+        """Refuse a write on a read-only store with a message saying how to fix it."""
+        if self.read_only:
+            raise StoreError(f"cannot {action}: store {self.path} is open read-only; open it writable")
+
+    @contextmanager
+    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """BEGIN ... COMMIT, rolled back on any exception (KeyboardInterrupt included)."""
+        con = self._conn
+        con.execute("BEGIN TRANSACTION")
+        try:
+            yield con
+            con.execute("COMMIT")
+        except BaseException:
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.Error:
+                pass
+            raise
+
+    # -- schema ------------------------------------------------------------------------------
+
+    def _stored_version(self) -> int:
+        """Highest applied migration (0 for an empty file); refuses foreign DuckDB files."""
+        tables = {
+            r[0]
+            for r in self._conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = 'main' AND table_catalog = current_database()"
+            ).fetchall()
+        }
+        if "_migrations" not in tables:
+            if tables:
+                raise StoreError(
+                    f"{self.path} is a DuckDB database but not a zmlx-pipeline store "
+                    f"(tables: {', '.join(sorted(tables))}): use another --db"
+                )
+            return 0
+        (version,) = self._conn.execute("SELECT coalesce(max(version), 0) FROM _migrations").fetchone()
+        return int(version)
+
+    def _open_schema(self) -> None:
+        """Check the stored schema version and migrate forward when writable."""
+        migrations = MIGRATIONS
+        latest = migrations[-1][0]
+        current = self._stored_version()
+        if current > latest:
+            raise SchemaTooNew(
+                f"store {self.path} was written by schema version {current}, newer than this "
+                f"zmlx-pipeline ({latest}): upgrade zmlx-pipeline or use another --db"
+            )
+        if current == latest:
+            return
+        if self.read_only:
+            raise StoreError(
+                f"store {self.path} has schema version {current}, older than this zmlx-pipeline "
+                f"({latest}): open it writable once (any collect or ingest) to migrate it"
+            )
+        for version, name, step in migrations:
+            if version <= current:
+                continue
+            try:
+                with self._transaction() as con:
+                    con.execute(_BOOKKEEPING)
+                    if callable(step):
+                        step(con)
+                    else:
+                        con.execute(step)
+                    con.execute(
+                        "INSERT INTO _migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                        [version, name, _now()],
+                    )
+            except duckdb.Error as err:
+                raise StoreError(
+                    f"migration {version} ({name}) failed on {self.path}, which stays at schema "
+                    f"version {current}: {_first_line(err)}"
+                ) from err
+            current = version
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version stored in the file."""
+        return self._stored_version()
+
+    def migrations(self) -> list[dict]:
+        """Applied migrations: version, name, applied_at, oldest first."""
+        cur = self._conn.execute("SELECT version, name, applied_at FROM _migrations ORDER BY version")
+        return _dicts(cur, parse_json=False)
+
+    # -- devices -----------------------------------------------------------------------------
+
+    def upsert_device(self, row: dict) -> None:
+        """Insert or update one device; only the given known columns change, unknown keys are ignored."""
+        self._require_writable("upsert a device")
+        if not row.get("device_id"):
+            raise StoreError("a device row needs a non-empty device_id")
+        cols = [c for c in DEVICE_COLUMNS if c in row]
+        values = [_to_json(row[c]) if c in _JSON_COLUMNS else row[c] for c in cols]
+        updates = [c for c in cols if c != "device_id"]
+        conflict = (
+            "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in updates)
+            if updates else "DO NOTHING"
+        )
+        sql = (
+            f"INSERT INTO devices ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)}) "
+            f"ON CONFLICT (device_id) {conflict}"
+        )
+        try:
+            with self._transaction() as con:
+                con.execute(sql, values)
+        except duckdb.Error as err:
+            raise StoreError(f"cannot store device {row['device_id']!r}: {_first_line(err)}") from err
+
+    def devices(self) -> list[dict]:
+        """All devices, by device_id, with `reported` parsed from JSON."""
+        return _dicts(self._conn.execute(f"SELECT {', '.join(DEVICE_COLUMNS)} FROM devices ORDER BY device_id"))
+
+    # -- runs --------------------------------------------------------------------------------
+
+    def start_run(
+        self,
+        device_id: str,
+        *,
+        host: str | None,
+        backend: str | None,
+        mlx_version: str | None,
+        pipeline_version: str | None,
+        settings: dict | None,
+        status: str = "running",
+    ) -> str:
+        """Record the start of a collect or import; returns its run_id (uuid4 hex)."""
+        self._require_writable("start a run")
+        if status not in RUN_STATUSES:
+            raise StoreError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATUSES)}")
+        run_id = uuid.uuid4().hex
+        with self._transaction() as con:
+            con.execute(
+                f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in RUN_COLUMNS)})",
+                [run_id, device_id, host, backend, mlx_version, pipeline_version,
+                 _to_json(settings or {}), _now(), None, status],
+            )
+        return run_id
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        """Mark a run finished, interrupted, failed or imported, stamping finished_at."""
+        self._require_writable("finish a run")
+        if status not in RUN_STATUSES:
+            raise StoreError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATUSES)}")
+        with self._transaction() as con:
+            changed = con.execute(
+                "UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?", [status, _now(), run_id]
+            ).fetchone()[0]
+        if not changed:
+            raise StoreError(f"no run {run_id!r} in store {self.path}")
+
+    def runs(self, device: str | None = None) -> list[dict]:
+        """All runs (optionally of one device), oldest first, with `settings` parsed."""
+        where, params = _where({"device": device})
+        cur = self._conn.execute(
+            f"SELECT {', '.join(RUN_COLUMNS)} FROM runs{where} ORDER BY started_at, run_id", params
+        )
+        return _dicts(cur)
+
+    # -- measurements ------------------------------------------------------------------------
+
+    def measured_keys(self, device_id: str, kernel: str, kernel_version: str) -> set[tuple[str, str, str]]:
+        """(dtype, shape_key, config_key) already stored for a device and kernel version (for resume)."""
+        rows = self._conn.execute(
+            "SELECT dtype, shape_key, config_key FROM measurements "
+            "WHERE device_id = ? AND kernel = ? AND kernel_version = ?",
+            [device_id, kernel, kernel_version],
+        ).fetchall()
+        return {tuple(r) for r in rows}
+
+    def record(self, measurements: Iterable[Measurement]) -> int:
+        """Insert a batch in one transaction, skipping keys already stored; returns rows added."""
+        self._require_writable("record measurements")
+        now = _now()
+        rows = [_measurement_row(m, now) for m in measurements]
+        if not rows:
+            return 0
+        columns = [list(col) for col in zip(*rows)]
+        select = ", ".join(f"unnest(?::{t}[])" for t in _MEASUREMENT_TYPES)
+        sql = (
+            f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) SELECT {select} "
+            "ON CONFLICT DO NOTHING"
+        )
+        try:
+            with self._transaction() as con:
+                (added,) = con.execute(sql, columns).fetchone()
+        except duckdb.Error as err:
+            raise StoreError(
+                f"none of {len(rows)} measurements were recorded in {self.path}: {_first_line(err)}"
+            ) from err
+        return int(added)
+
+    def record_repeat(self, measurements: Iterable[Measurement]) -> int:
+        """Store repeated timings of already-measured keys (one per key and run); returns rows added."""
+        self._require_writable("record repeats")
+        now = _now()
+        rows = [
+            (m.device_id, m.kernel, m.kernel_version, m.dtype, m.shape_key, m.config_key,
+             m.run_id, m.median_us, now)
+            for m in measurements
+        ]
+        if not rows:
+            return 0
+        columns = [list(col) for col in zip(*rows)]
+        types = ("VARCHAR",) * 7 + ("DOUBLE", "TIMESTAMP")
+        select = ", ".join(f"unnest(?::{t}[])" for t in types)
+        try:
+            with self._transaction() as con:
+                (added,) = con.execute(
+                    f"INSERT INTO repeats ({', '.join(REPEAT_COLUMNS)}) SELECT {select} ON CONFLICT DO NOTHING",
+                    columns,
+                ).fetchone()
+        except duckdb.Error as err:
+            raise StoreError(f"none of {len(rows)} repeats were recorded in {self.path}: {_first_line(err)}") from err
+        return int(added)
+
+    def repeats(self, **filters: Any) -> list[dict]:
+        """Repeated timings, filtered like measurements() (device, kernel, kernel_version, dtype, run_id)."""
+        where, params = _where(filters)
+        cur = self._conn.execute(
+            f"SELECT {', '.join(REPEAT_COLUMNS)} FROM repeats{where} "
+            "ORDER BY device_id, kernel, kernel_version, dtype, shape_key, config_key, measured_at",
+            params,
+        )
+        return _dicts(cur, parse_json=False)
+
+    def _measurements_sql(self, filters: dict[str, Any]) -> tuple[str, list[Any]]:
+        """The filtered, ordered measurements query."""
+        where, params = _where(filters)
+        sql = (
+            f"SELECT {', '.join(MEASUREMENT_COLUMNS)} FROM measurements{where} "
+            "ORDER BY device_id, kernel, kernel_version, dtype, shape_key, config_key"
+        )
+        return sql, params
+
+    def measurements(self, **filters: Any) -> list[dict]:
+        """Measurements as dicts (shape, config, extra parsed); filters: device, kernel, kernel_version, dtype, status, run_id."""
+        sql, params = self._measurements_sql(filters)
+        rows = _dicts(self._conn.execute(sql, params))
+        for row in rows:
+            row["extra"] = row["extra"] or {}
+        return rows
+
+    def measurements_arrow(self, **filters: Any):
+        """Measurements as a pyarrow Table (shape, config, extra as JSON text); same filters as measurements()."""
+        sql, params = self._measurements_sql(filters)
+        return self._conn.sql(sql, params=params).to_arrow_table()
+
+    def summary(self, device: str | None = None, kernel: str | None = None) -> list[dict]:
+        """One row per (device, kernel, dtype): measurements, by_status, shapes, shapes_ok."""
+        where, params = _where({"device": device, "kernel": kernel})
+        return _summary_rows(self._conn.execute(_summary_sql("measurements", where), params))
+
+    # -- shards ------------------------------------------------------------------------------
+
+    def export_shard(self, path: str | os.PathLike, device: str | None = None) -> int:
+        """Write measurements (of one device, or all) as one zstd Parquet shard, atomically; returns rows."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+        where, params = _where({"device": device}, prefix="m.")
+        select = ", ".join(
+            [f"m.{c}" for c in MEASUREMENT_COLUMNS]
+            + [f"d.{c[len('device_'):]} AS {c}" for c in SHARD_DEVICE_COLUMNS]
+            + [f"r.{c[len('run_'):]} AS {c}" for c in SHARD_RUN_COLUMNS]
+        )
+        from zmlx_pipeline import __version__
+
+        metadata = (
+            f"KV_METADATA {{zmlx_pipeline_shard: {_sql_literal(SHARD_FORMAT)}, "
+            f"schema_version: {_sql_literal(str(SCHEMA_VERSION))}, "
+            f"pipeline_version: {_sql_literal(__version__)}}}"
+        )
+        sql = (
+            f"COPY (SELECT {select} FROM measurements m "
+            "LEFT JOIN devices d ON d.device_id = m.device_id "
+            f"LEFT JOIN runs r ON r.run_id = m.run_id{where} "
+            "ORDER BY m.device_id, m.kernel, m.kernel_version, m.dtype, m.shape_key, m.config_key) "
+            f"TO {_sql_literal(str(tmp))} (FORMAT parquet, COMPRESSION zstd, {metadata})"
+        )
+        try:
+            (rows,) = self._conn.execute(sql, params).fetchone()
+            with open(tmp, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp, target)
+        except duckdb.Error as err:
+            raise StoreError(f"cannot export a shard to {target}: {_first_line(err)}") from err
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_dir(target.parent)
+        return int(rows)
+
+    def ingest_shard(self, path: str | os.PathLike) -> dict:
+        """Merge one shard in one transaction (idempotent); returns {'rows', 'added', 'skipped'}."""
+        self._require_writable("ingest a shard")
+        shard = Path(path)
+        if not shard.is_file():
+            raise BadShard(f"{shard}: no such shard file")
+        columns = _shard_columns(self._conn, shard)
+
+        def col(name: str) -> str:
+            """The shard's column, or NULL where an optional column is absent."""
+            return name if name in columns else "NULL"
+
+        device_cols = [c for c in DEVICE_COLUMNS if c != "device_id"]
+        devices_sql = (
+            f"INSERT INTO devices (device_id, {', '.join(device_cols)}) "
+            f"SELECT device_id, {', '.join(f'any_value({col(s)})' for s in SHARD_DEVICE_COLUMNS)} "
+            "FROM _zmlx_shard GROUP BY device_id "
+            "ON CONFLICT (device_id) DO UPDATE SET "
+            + ", ".join(f"{c} = coalesce(devices.{c}, excluded.{c})" for c in device_cols)
+        )
+        run_cols = [c for c in RUN_COLUMNS if c not in ("run_id", "device_id")]
+        run_exprs = [
+            f"coalesce(any_value({col('run_status')}), 'imported')" if c == "status" else f"any_value({col('run_' + c)})"
+            for c in run_cols
+        ]
+        runs_sql = (
+            f"INSERT INTO runs (run_id, device_id, {', '.join(run_cols)}) "
+            f"SELECT run_id, any_value(device_id), {', '.join(run_exprs)} "
+            "FROM _zmlx_shard GROUP BY run_id "
+            "ON CONFLICT (run_id) DO UPDATE SET "
+            "status = CASE WHEN runs.status = 'running' THEN excluded.status ELSE runs.status END, "
+            "finished_at = coalesce(runs.finished_at, excluded.finished_at)"
+        )
+        measurements_sql = (
+            f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
+            f"SELECT {', '.join(col(c) for c in MEASUREMENT_COLUMNS)} FROM _zmlx_shard "
+            "ON CONFLICT DO NOTHING"
+        )
+        try:
+            with self._transaction() as con:
+                con.execute("CREATE OR REPLACE TEMP TABLE _zmlx_shard AS SELECT * FROM read_parquet(?)", [str(shard)])
+                (rows,) = con.execute("SELECT count(*) FROM _zmlx_shard").fetchone()
+                con.execute(devices_sql)
+                con.execute(runs_sql)
+                (added,) = con.execute(measurements_sql).fetchone()
+                con.execute("DROP TABLE _zmlx_shard")
+        except duckdb.Error as err:
+            raise BadShard(f"{shard} could not be ingested, the store is unchanged: {_first_line(err)}") from err
+        return {"rows": int(rows), "added": int(added), "skipped": int(rows) - int(added)}
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable (best effort where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> set[str]:
+    """The shard's column names; BadShard if it is not readable Parquet or lacks required columns."""
+    try:
+        described = con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(shard)]).fetchall()
+    except duckdb.Error as err:
+        raise BadShard(f"{shard} is not a readable Parquet shard ({_first_line(err)}): re-export it") from err
+    columns = {r[0] for r in described}
+    missing = [c for c in SHARD_REQUIRED if c not in columns]
+    if missing:
+        raise BadShard(f"{shard} is missing shard columns {', '.join(missing)}: re-export it with zmlx-pipeline export")
+    return columns
+
+
+def query_shards(directory: str | os.PathLike, device: str | None = None, kernel: str | None = None) -> list[dict]:
+    """Summary (same rows as Store.summary) over a directory of shards, read in place."""
+    source = Path(directory)
+    pattern = str(source / "*.parquet") if source.is_dir() else str(source)
+    if not source.is_dir() and not any(ch in pattern for ch in "*?[") and not source.exists():
+        raise BadShard(f"{source}: no such shard directory or file")
+    where, params = _where({"device": device, "kernel": kernel})
+    con = duckdb.connect()
+    try:
+        try:
+            if not con.execute("SELECT count(*) FROM glob(?)", [pattern]).fetchone()[0]:
+                return []
+            cur = con.execute(
+                _summary_sql("read_parquet(?, union_by_name = true)", where), [pattern, *params]
+            )
+            return _summary_rows(cur)
+        except duckdb.Error as err:
+            raise BadShard(f"cannot read shards {pattern}: {_first_line(err)}") from err
+    finally:
+        con.close()

@@ -1,0 +1,205 @@
+"""Launch, validate, time: one config of one kernel on one shape and dtype, with every failure a status."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from zmlx_pipeline.kernels.spec import DTYPE_BYTES, KernelSpec
+from zmlx_pipeline.kernels.timing import Timing, time_launches
+
+#: fills float outputs before a checked launch, so an element the kernel never wrote cannot pass
+POISON_FLOAT = float("nan")
+#: the fill when some output is an integer (NaN has no integer value)
+POISON_INT = -31337.0
+
+_COMPILE_MARKERS = ("compil", "nvrtc", "unable to build metal library", "error: ", "ptxas", "jit")
+
+
+class NoGpuBackend(RuntimeError):
+    """MLX has no Metal or CUDA backend here, and custom kernels need one"""
+
+
+class GpuUnhealthy(RuntimeError):
+    """The GPU no longer runs even a trivial op (a failed launch left the context broken)"""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What measuring one config gave: a status, and a timing when the status is ok."""
+
+    status: str
+    timing: Timing | None = None
+    error: str | None = None
+
+
+def mx_dtype(name: str):
+    import mlx.core as mx
+
+    return getattr(mx, name)
+
+
+def classify_error(exc: BaseException) -> str:
+    """compile_error for a source the JIT rejected, launch_error for anything else that raised."""
+    text = str(exc).lower()
+    return "compile_error" if any(m in text for m in _COMPILE_MARKERS) else "launch_error"
+
+
+def short_error(exc: BaseException, limit: int = 400) -> str:
+    """The first meaningful line(s) of an exception, bounded, for the error column."""
+    text = re.sub(r"\s+", " ", f"{type(exc).__name__}: {exc}").strip()
+    return text[:limit]
+
+
+class Launcher:
+    """A kernel compiled for one backend; calling it launches one config (compiled once per config and dtype)."""
+
+    def __init__(self, spec: KernelSpec, backend: str):
+        import mlx.core as mx
+
+        factories = {"cuda": getattr(mx.fast, "cuda_kernel", None), "metal": getattr(mx.fast, "metal_kernel", None)}
+        if factories.get(backend) is None:
+            raise NoGpuBackend(f"no {backend} kernel support in this MLX build")
+        self.spec = spec
+        self.backend = backend
+        self.name = "zp_" + re.sub(r"\W", "_", spec.name) + "_" + spec.version.split(":")[-1]
+        self.kernel = factories[backend](
+            name=self.name,
+            input_names=list(spec.inputs),
+            output_names=list(spec.outputs),
+            source=spec.source(backend),
+            header=spec.header(backend),
+            ensure_row_contiguous=True,
+        )
+
+    def __call__(self, inputs, config: Mapping[str, int], shape: Mapping[str, int], dtype: str, init_value=None):
+        launch = self.spec.launch(config, shape)
+        n_out = len(self.spec.outputs)
+        names = launch.output_dtypes or (None,) * n_out
+        out_dtypes = [mx_dtype(d or dtype) for d in names]
+        template = [("T", mx_dtype(dtype))] + [(k, int(v)) for k, v in config.items()]
+        kwargs: dict[str, Any] = {}
+        if init_value is not None:
+            kwargs["init_value"] = init_value
+        return self.kernel(
+            inputs=list(inputs),
+            template=template,
+            grid=tuple(launch.grid),
+            threadgroup=tuple(launch.threadgroup),
+            output_shapes=[tuple(s) for s in launch.output_shapes],
+            output_dtypes=out_dtypes,
+            **kwargs,
+        )
+
+
+def compare(spec: KernelSpec, outs, refs, dtype: str) -> str | None:
+    """None when every output matches its reference at the dtype's tolerance, else why not."""
+    import mlx.core as mx
+
+    rtol, atol = spec.tolerance_for(dtype)
+    if len(outs) != len(refs):
+        return f"kernel gave {len(outs)} outputs, reference {len(refs)}"
+    for name, o, r in zip(spec.outputs, outs, refs):
+        if tuple(o.shape) != tuple(r.shape):
+            return f"{name}: shape {tuple(o.shape)} != reference {tuple(r.shape)}"
+        if mx.issubdtype(r.dtype, mx.integer) or mx.issubdtype(o.dtype, mx.integer):
+            bad = int(mx.sum(o.astype(mx.int64) != r.astype(mx.int64)).item())
+            if bad:
+                return f"{name}: {bad} of {r.size} integer elements differ from the reference"
+            continue
+        of, rf = o.astype(mx.float32), r.astype(mx.float32)
+        unwritten = int(mx.sum(mx.isnan(of) & ~mx.isnan(rf)).item())
+        if unwritten:
+            return f"{name}: {unwritten} of {r.size} elements unwritten or NaN"
+        close = mx.isclose(of, rf, rtol=rtol, atol=atol)
+        bad = int(mx.sum(~close).item())
+        if bad:
+            err = float(mx.max(mx.abs(of - rf)).item())
+            return f"{name}: {bad} of {r.size} elements off the reference (max abs error {err:.3g}, rtol {rtol:g}, atol {atol:g})"
+    return None
+
+
+def poison_for(spec: KernelSpec, config, shape) -> float:
+    launch = spec.launch(config, shape)
+    if launch.output_dtypes and any(d and d.startswith(("int", "uint")) for d in launch.output_dtypes):
+        return POISON_INT
+    return POISON_FLOAT
+
+
+def check(launcher: Launcher, config, shape, dtype: str, seed: int) -> str | None:
+    """Run one config on fresh random inputs into poisoned outputs; None when it matches the reference."""
+    import mlx.core as mx
+
+    spec = launcher.spec
+    inputs = spec.make_inputs(shape, mx_dtype(dtype), mx.random.key(seed))
+    outs = launcher(inputs, config, shape, dtype, init_value=poison_for(spec, config, shape))
+    refs = spec.reference(inputs, shape)
+    mx.eval(outs, refs)
+    return compare(spec, outs, refs, dtype)
+
+
+def gpu_healthy() -> bool:
+    """Whether a trivial op still evaluates (after a failed launch a CUDA context can stay broken)."""
+    import mlx.core as mx
+
+    try:
+        mx.eval(mx.arange(8) + 1)
+        mx.synchronize()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means the device is unusable
+        return False
+
+
+def input_sets(spec: KernelSpec, shape, dtype: str, seed: int, rotate_bytes: int, max_sets: int = 4) -> list:
+    """Enough distinct input sets that rotating through them does not just time the cache."""
+    import mlx.core as mx
+
+    size = max(1.0, float(spec.bytes_moved(shape, DTYPE_BYTES[dtype])))
+    n = int(max(1, min(max_sets, math.ceil(rotate_bytes / size))))
+    sets = [spec.make_inputs(shape, mx_dtype(dtype), mx.random.key(seed + 7919 * (i + 1))) for i in range(n)]
+    mx.eval(sets)
+    return sets
+
+
+def measure(
+    launcher: Launcher,
+    config: Mapping[str, int],
+    shape: Mapping[str, int],
+    dtype: str,
+    *,
+    seed: int = 0,
+    rotate_bytes: int = 0,
+    warmup: int = 3,
+    samples: int = 10,
+    target_sample_s: float = 1e-3,
+    timeout_s: float = 2.0,
+    inputs: list | None = None,
+) -> Outcome:
+    """Check a config against the reference, then time it; a failure becomes a status, never an exception.
+
+    Raises GpuUnhealthy when a failure left the GPU unable to run anything, so the caller stops
+    instead of recording every later config as failed.
+    """
+    try:
+        wrong = check(launcher, config, shape, dtype, seed)
+    except Exception as exc:  # noqa: BLE001 - the JIT and the launch raise plain RuntimeErrors
+        if not gpu_healthy():
+            raise GpuUnhealthy(short_error(exc)) from exc
+        return Outcome(classify_error(exc), error=short_error(exc))
+    if wrong:
+        return Outcome("wrong_result", error=wrong[:400])
+    sets = inputs or input_sets(launcher.spec, shape, dtype, seed, rotate_bytes)
+    try:
+        timing = time_launches(
+            lambda i: launcher(sets[i % len(sets)], config, shape, dtype),
+            warmup=warmup, samples=samples, target_sample_s=target_sample_s, timeout_s=timeout_s,
+        )
+    except TimeoutError as exc:
+        return Outcome("timeout", error=str(exc))
+    except Exception as exc:  # noqa: BLE001
+        if not gpu_healthy():
+            raise GpuUnhealthy(short_error(exc)) from exc
+        return Outcome(classify_error(exc), error=short_error(exc))
+    return Outcome("ok", timing=timing)

@@ -1,0 +1,71 @@
+"""Where kernels come from: the built-ins, the `zmlx_pipeline.kernels` entry point group, or `module:attr`."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from zmlx_pipeline.kernels.builtin import BUILTIN
+from zmlx_pipeline.kernels.spec import KernelSpec
+
+ENTRY_POINT_GROUP = "zmlx_pipeline.kernels"
+
+
+class UnknownKernel(LookupError):
+    """No built-in, registered or importable kernel has this name"""
+
+
+def _from_path(path: str) -> KernelSpec:
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownKernel(f"cannot import {module_name!r} for kernel {path!r}: {exc}") from None
+    try:
+        obj = getattr(module, attr or "SPEC")
+    except AttributeError:
+        raise UnknownKernel(f"module {module_name!r} has no attribute {attr!r}") from None
+    if callable(obj) and not isinstance(obj, KernelSpec):
+        obj = obj()
+    if not isinstance(obj, KernelSpec):
+        raise UnknownKernel(f"{path!r} is a {type(obj).__name__}, not a KernelSpec")
+    return obj
+
+
+def _entry_points() -> dict[str, str]:
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def builtin_kernels() -> list[KernelSpec]:
+    """The built-in kernels, in listing order."""
+    return [_from_path(f"zmlx_pipeline.kernels.builtin.{name}:SPEC") for name in BUILTIN]
+
+
+def registered_names() -> list[str]:
+    """Every kernel name known without a path: built-ins, then entry points."""
+    return list(BUILTIN) + [n for n in _entry_points() if n not in BUILTIN]
+
+
+def get_kernel(name: str) -> KernelSpec:
+    """A kernel by built-in name, entry-point name, or `package.module:ATTR` path."""
+    if ":" in name:
+        return _from_path(name)
+    if name in BUILTIN:
+        return _from_path(f"zmlx_pipeline.kernels.builtin.{name}:SPEC")
+    eps = _entry_points()
+    if name in eps:
+        spec = _from_path(eps[name])
+        return spec
+    known = ", ".join(registered_names())
+    raise UnknownKernel(f"unknown kernel {name!r}; known kernels: {known} (or give a module:attr path)")
+
+
+def resolve(names: list[str] | tuple[str, ...] | None) -> list[KernelSpec]:
+    """Kernels for a CLI selection: all registered ones when `names` is empty."""
+    if not names:
+        return [get_kernel(n) for n in registered_names()]
+    specs = [get_kernel(n) for n in names]
+    seen: dict[str, KernelSpec] = {}
+    for s in specs:
+        seen.setdefault(s.name, s)
+    return list(seen.values())

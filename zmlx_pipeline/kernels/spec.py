@@ -1,0 +1,231 @@
+"""What a tunable kernel is: one body, a config space with constraints, a shape grid, inputs and a reference.
+
+Built-in kernels and kernels from other packages are both `KernelSpec` objects; every stage of
+the pipeline reads only this description, so a kernel registered from outside is treated
+exactly like a built-in one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from zmlx_pipeline.data.keys import canonical_json, digest
+from zmlx_pipeline.kernels import prelude
+
+#: names a constraint may use besides the config parameters and shape dimensions
+LIMIT_NAMES = ("max_threads", "simd_width", "tg_mem_bytes", "dtype_bytes")
+
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+#: (rtol, atol) per dtype for the check against the reference, on float32 values
+DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
+
+
+class KernelSpecError(ValueError):
+    """A kernel description is inconsistent (bad constraint, unknown name, empty space)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one config of a kernel is dispatched on one shape: grid in threads, as MLX counts it."""
+
+    grid: tuple[int, int, int]
+    threadgroup: tuple[int, int, int]
+    output_shapes: tuple[tuple[int, ...], ...]
+    output_dtypes: tuple[str | None, ...] | None = None  # None: every output has the input dtype
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The device limits constraints are checked against (the same model of legality on every backend)."""
+
+    max_threads: int = 1024
+    simd_width: int = 32
+    tg_mem_bytes: int = 32768
+
+    @classmethod
+    def from_device_row(cls, row: Mapping[str, Any] | None) -> "Limits":
+        """Limits of a catalog/store device row; conservative Apple-like defaults for unknown devices."""
+        if not row:
+            return cls()
+        return cls(
+            max_threads=int(row.get("max_threads_per_threadgroup") or 1024),
+            simd_width=int(row.get("simd_width") or 32),
+            tg_mem_bytes=int(row.get("threadgroup_memory_bytes") or 32768),
+        )
+
+
+class ShapeGrid:
+    """Named presets of shapes: each either a product of dimension lists or an explicit list."""
+
+    def __init__(self, dims: Sequence[str], presets: Mapping[str, Any]):
+        self.dims = tuple(dims)
+        self._presets = {name: self._expand(name, p) for name, p in presets.items()}
+        if not self._presets:
+            raise KernelSpecError("a shape grid needs at least one preset")
+
+    def _expand(self, name: str, preset: Any) -> tuple[dict[str, int], ...]:
+        if isinstance(preset, Mapping) and "shapes" in preset:
+            shapes = [dict(s) for s in preset["shapes"]]
+        elif isinstance(preset, Mapping):
+            missing = [d for d in self.dims if d not in preset]
+            if missing:
+                raise KernelSpecError(f"preset {name!r} lacks dimension(s) {', '.join(missing)}")
+            lists = [list(preset[d]) for d in self.dims]
+            shapes = [dict(zip(self.dims, combo)) for combo in itertools.product(*lists)]
+        else:
+            shapes = [dict(s) for s in preset]
+        for s in shapes:
+            if set(s) != set(self.dims):
+                raise KernelSpecError(f"preset {name!r} shape {s} does not have dims {self.dims}")
+            if any(int(v) != v or v < 1 for v in s.values()):
+                raise KernelSpecError(f"preset {name!r} shape {s} has a non-positive or non-integer size")
+        return tuple({d: int(s[d]) for d in self.dims} for s in shapes)
+
+    @classmethod
+    def from_toml(cls, path: str | Path, section: str) -> "ShapeGrid":
+        """Read `[section]` (with `dims` and `[section.presets.NAME]` tables) from a TOML file."""
+        with open(path, "rb") as fh:
+            table = tomllib.load(fh)[section]
+        return cls(table["dims"], table["presets"])
+
+    @property
+    def presets(self) -> tuple[str, ...]:
+        return tuple(self._presets)
+
+    def shapes(self, preset: str) -> tuple[dict[str, int], ...]:
+        """The shapes of one preset; KernelSpecError names the presets there are."""
+        try:
+            return self._presets[preset]
+        except KeyError:
+            raise KernelSpecError(
+                f"no shape preset {preset!r}; this kernel has {', '.join(self._presets)}"
+            ) from None
+
+    def as_dict(self) -> dict[str, list[dict[str, int]]]:
+        return {name: list(shapes) for name, shapes in self._presets.items()}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """A tunable kernel, written once in the shared Metal/CUDA subset (see `prelude`)."""
+
+    name: str
+    description: str
+    kernel_class: str  # groups kernels for the device profile's learned default threadgroup
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    body: str
+    params: Mapping[str, Sequence[int]]  # the config space: each parameter's candidate values
+    constraints: Sequence[str]  # Python expressions over params, shape dims and LIMIT_NAMES
+    shape_grid: ShapeGrid
+    launch: Callable[[Mapping[str, int], Mapping[str, int]], Launch]
+    make_inputs: Callable[..., list]  # (shape, dtype: mx.Dtype, key) -> list[mx.array]
+    reference: Callable[..., list]  # (inputs, shape) -> list[mx.array], from plain mx ops
+    bytes_moved: Callable[[Mapping[str, int], int], float]  # (shape, dtype_bytes) -> bytes
+    flops: Callable[[Mapping[str, int]], float] = lambda shape: 0.0
+    helpers: str = ""  # shared helper functions, written in the same vocabulary as the body
+    threadgroup_param: str = "TG"  # the parameter that is the threadgroup size
+    tolerance: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    mlx_op: Callable[..., Any] | None = None  # MLX's own op for the same function, for comparisons
+    _compiled: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.params:
+            raise KernelSpecError(f"kernel {self.name!r} has an empty config space")
+        if self.threadgroup_param not in self.params:
+            raise KernelSpecError(f"kernel {self.name!r}: threadgroup parameter {self.threadgroup_param!r} is not a parameter")
+        for name in self.params:
+            if name in self.shape_grid.dims or name in LIMIT_NAMES:
+                raise KernelSpecError(f"kernel {self.name!r}: parameter {name!r} clashes with a shape dim or limit")
+        allowed = set(self.params) | set(self.shape_grid.dims) | set(LIMIT_NAMES)
+        for text in self.constraints:
+            try:
+                code = compile(text, f"<constraint of {self.name}>", "eval")
+            except SyntaxError as exc:
+                raise KernelSpecError(f"kernel {self.name!r}: constraint {text!r} is not an expression: {exc.msg}") from None
+            unknown = set(code.co_names) - allowed - {"min", "max", "abs"}
+            if unknown:
+                raise KernelSpecError(f"kernel {self.name!r}: constraint {text!r} uses unknown name(s) {', '.join(sorted(unknown))}")
+            self._compiled[text] = code
+        leaks = prelude.foreign_tokens(self.body + self.helpers, None)
+        if leaks:
+            raise KernelSpecError(f"kernel {self.name!r}: body uses backend-specific token(s) {', '.join(leaks)}; use the prelude vocabulary")
+
+    # -- sources -------------------------------------------------------------------------------
+    def source(self, backend: str) -> str:
+        """The `source` argument for mx.fast.<backend>_kernel: index prelude + body."""
+        return prelude.index_prelude(backend) + self.body
+
+    def header(self, backend: str) -> str:
+        """The `header` argument: the backend's vocabulary + this kernel's helpers."""
+        return prelude.header(backend) + self.helpers
+
+    @property
+    def version(self) -> str:
+        """A hash of everything that decides the generated code, so changed code never mixes with old timings."""
+        text = canonical_json({
+            "name": self.name,
+            "body": self.body,
+            "helpers": self.helpers,
+            "inputs": list(self.inputs),
+            "outputs": list(self.outputs),
+            "prelude": prelude.PRELUDE_VERSION,
+            "sources": {b: self.header(b) + self.source(b) for b in prelude.BACKENDS},
+        })
+        return digest(text, 12)
+
+    # -- config space -------------------------------------------------------------------------
+    def configs(self) -> list[dict[str, int]]:
+        """Every point of the config space, constraints not applied."""
+        names = list(self.params)
+        return [dict(zip(names, combo)) for combo in itertools.product(*(self.params[n] for n in names))]
+
+    def violations(self, config: Mapping[str, int], shape: Mapping[str, int], dtype: str, limits: Limits) -> list[str]:
+        """The constraints `config` breaks on this shape, dtype and device (empty: legal)."""
+        env: dict[str, Any] = {**shape, **config}
+        env.update(max_threads=limits.max_threads, simd_width=limits.simd_width,
+                   tg_mem_bytes=limits.tg_mem_bytes, dtype_bytes=DTYPE_BYTES[dtype])
+        broken = []
+        for text, code in self._compiled.items():
+            try:
+                ok = eval(code, {"__builtins__": {}, "min": min, "max": max, "abs": abs}, env)  # noqa: S307 - author's own expressions
+            except ZeroDivisionError:
+                ok = False
+            if not ok:
+                broken.append(text)
+        return broken
+
+    def legal_configs(self, shape: Mapping[str, int], dtype: str, limits: Limits) -> list[dict[str, int]]:
+        """The configs that pass every constraint, in config-space order."""
+        return [c for c in self.configs() if not self.violations(c, shape, dtype, limits)]
+
+    def tolerance_for(self, dtype: str) -> tuple[float, float]:
+        return tuple(self.tolerance.get(dtype, DEFAULT_TOLERANCE[dtype]))  # type: ignore[return-value]
+
+    def describe(self) -> dict[str, Any]:
+        """What `zmlx-pipeline kernels --json` prints for this kernel."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "class": self.kernel_class,
+            "version": self.version,
+            "backends": list(prelude.BACKENDS),
+            "inputs": list(self.inputs),
+            "outputs": list(self.outputs),
+            "parameters": {k: list(v) for k, v in self.params.items()},
+            "threadgroup_parameter": self.threadgroup_param,
+            "constraints": list(self.constraints),
+            "configs": len(self.configs()),
+            "shape_dims": list(self.shape_grid.dims),
+            "shape_grid": self.shape_grid.as_dict(),
+        }
+
+
+def load_grid(section: str) -> ShapeGrid:
+    """A built-in kernel's shape grid, from the package's shapes.toml."""
+    return ShapeGrid.from_toml(Path(__file__).with_name("shapes.toml"), section)

@@ -1,0 +1,235 @@
+"""The `zmlx-pipeline` command: each command parses, calls one library function, and formats."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from zmlx_pipeline import __version__
+from zmlx_pipeline.data.records import DTYPES
+from zmlx_pipeline.data.store import Store, StoreError, default_db_path
+from zmlx_pipeline.pipeline.output import emit, output_options
+
+
+def _db_option(fn: Callable) -> Callable:
+    return click.option(
+        "--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        help="DuckDB store (default: $ZMLX_PIPELINE_DB or ~/.local/share/zmlx-pipeline/store.duckdb).",
+    )(fn)
+
+
+def _user_errors(fn: Callable) -> Callable:
+    """Turns the library's expected errors into one-line click errors (exit 1), never a traceback."""
+    from zmlx_pipeline.data.catalog import UnknownDevice
+    from zmlx_pipeline.kernels.registry import UnknownKernel
+    from zmlx_pipeline.kernels.spec import KernelSpecError
+    from zmlx_pipeline.pipeline.collect import CollectError
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (StoreError, UnknownKernel, UnknownDevice, KernelSpecError, CollectError) as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+def _open_store(db: Path | None, read_only: bool = False) -> Store:
+    path = db or default_db_path()
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    store = Store(path, read_only=read_only)
+    click.get_current_context().call_on_close(store.close)
+    return store
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    """Accepts repeated options and comma-separated lists alike."""
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+@click.group()
+@click.version_option(__version__, prog_name="zmlx-pipeline")
+def cli() -> None:
+    """Measure custom MLX kernels, learn their best launch configs, publish them."""
+
+
+@cli.command()
+@click.option("--vendor", type=click.Choice(["apple", "nvidia", "amd"]), default=None, help="Only this vendor's GPUs.")
+@output_options
+@_user_errors
+def devices(vendor: str | None, as_json: bool) -> None:
+    """List the device catalog, marking the device this machine runs on."""
+    from zmlx_pipeline.pipeline.listing import device_listing
+
+    rows, current = device_listing(vendor)
+    if as_json:
+        emit({"current": current, "devices": rows}, True)
+        return
+    cols = ["current", "id", "name", "gpu_cores", "memory_bandwidth_gbps", "l2_bytes", "clock_mhz",
+            "threadgroup_memory_bytes", "default_threadgroup"]
+    emit([{**r, "current": "*" if r["current"] else ""} for r in rows], False, cols)
+    state = "in the catalog" if current.get("known") else "NOT in the catalog (recorded as reported, flagged)"
+    click.echo(f"\ncurrent device: {current.get('reported_name')} [{current.get('backend')}] -> "
+               f"{current.get('device_id')}, {state}")
+
+
+@cli.command()
+@click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
+@output_options
+@_user_errors
+def kernels(kernel_names: tuple[str, ...], as_json: bool) -> None:
+    """List the kernels: backends, parameters, constraints and shape grids."""
+    from zmlx_pipeline.kernels.registry import resolve
+
+    specs = resolve(_split(kernel_names))
+    rows = [s.describe() for s in specs]
+    if as_json:
+        emit(rows, True)
+        return
+    table = [{
+        "kernel": r["name"], "class": r["class"], "backends": r["backends"],
+        "parameters": " ".join(f"{k}={'/'.join(map(str, v))}" for k, v in r["parameters"].items()),
+        "configs": r["configs"],
+        "shapes": " ".join(f"{p}:{len(s)}" for p, s in r["shape_grid"].items()),
+    } for r in rows]
+    emit(table, False)
+
+
+@cli.command()
+@_db_option
+@click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
+@click.option("--dtypes", "-t", "dtype_names", multiple=True, help=f"Dtypes (default: {','.join(DTYPES)}).")
+@click.option("--preset", default="smoke", show_default=True, help="Shape preset of each kernel's grid (smoke, full, ...).")
+@click.option("--budget", default=None, help="Stop starting new measurements after this long (90s, 10m, 1h).")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Processes that pre-compile kernels in parallel (CUDA).")
+@click.option("--samples", default=10, show_default=True, type=click.IntRange(1, 1000), help="Timed samples per config.")
+@click.option("--warmup", default=3, show_default=True, type=click.IntRange(1, 100), help="Warm-up launches per config.")
+@click.option("--max-shapes", default=None, type=click.IntRange(1), help="Only the first N shapes of each preset.")
+@output_options
+@_user_errors
+def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup, max_shapes, as_json) -> None:
+    """Check and time every legal config of the chosen kernels on this machine's GPU; resumable."""
+    from zmlx_pipeline.data.detect import detect_device
+    from zmlx_pipeline.kernels.registry import resolve
+    from zmlx_pipeline.pipeline import collect as stage
+
+    try:
+        budget_s = stage.parse_duration(budget) if budget else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--budget") from None
+    names = _split(kernel_names)
+    specs = resolve(names)
+    refs = {s.name: (n if ":" in n else s.name) for s, n in zip(specs, names or [s.name for s in specs])}
+    dtypes = _split(dtype_names) or list(DTYPES)
+    device = detect_device()
+    if device.backend not in ("cuda", "metal"):
+        raise click.ClickException(
+            f"no Metal or CUDA backend on this machine (MLX runs on the {device.backend}): custom kernels "
+            "need Apple silicon, or an NVIDIA GPU with `pip install 'mlx[cuda13]'`"
+        )
+    store = _open_store(db)
+    bar_holder: dict = {}
+
+    def on_plan(n: int, already: int) -> None:
+        click.echo(f"{device.device_id}: {n} measurements to make, {already} already in the store", err=True)
+        if n:
+            bar_holder["bar"] = click.progressbar(length=n, label="collect", show_eta=True, show_pos=True, file=sys.stderr)
+            bar_holder["bar"].__enter__()
+
+    def on_result(task, outcome) -> None:
+        bar_holder["bar"].update(1)
+
+    settings = stage.TimingSettings(warmup=warmup, samples=samples)
+    try:
+        result = stage.collect(store, device, specs, dtypes=dtypes, preset=preset, budget_s=budget_s,
+                               settings=settings, jobs=jobs, kernel_refs=refs, shapes_limit=max_shapes,
+                               on_plan=on_plan, on_result=on_result)
+    finally:
+        if "bar" in bar_holder:
+            bar_holder["bar"].__exit__(None, None, None)
+    data = result.as_dict()
+    if as_json:
+        emit(data, True)
+        return
+    rows = [{"kernel": k, **v} for k, v in result.by_kernel.items()]
+    emit(rows, False, ["kernel", "ok", "wrong_result", "launch_error", "compile_error", "timeout"])
+    click.echo(f"\n{result.done} measured ({' '.join(f'{k}={v}' for k, v in result.by_status.items()) or 'none'}), "
+               f"{result.already} already stored, {result.remaining} left; stopped: {result.stopped}; "
+               f"{result.elapsed_s:.1f} s")
+    if result.remaining:
+        click.echo("run the same command again to resume")
+
+
+@cli.command()
+@_db_option
+@click.option("--device", default=None, help="Only this device id.")
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@_user_errors
+def export(db, device, out) -> None:
+    """Write the store's measurements as one Parquet shard (zstd), for ingest elsewhere."""
+    store = _open_store(db, read_only=True)
+    n = store.export_shard(out, device=device)
+    click.echo(f"wrote {n} measurements to {out} ({out.stat().st_size / 1024:.1f} KiB)")
+
+
+@cli.command()
+@_db_option
+@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@output_options
+@_user_errors
+def ingest(db, sources, as_json) -> None:
+    """Merge Parquet shards (files or directories of them) into the store; idempotent."""
+    from zmlx_pipeline.data.shards import ingest_shards
+
+    store = _open_store(db)
+    result = ingest_shards(store, list(sources))
+    if as_json:
+        emit(result, True)
+        return
+    click.echo(f"{result['files']} shard(s), {result['rows']} rows: {result['added']} added, {result['skipped']} already present")
+
+
+@cli.command()
+@_db_option
+@click.option("--device", default=None, help="Only this device id.")
+@click.option("--kernel", default=None, help="Only this kernel.")
+@output_options
+@_user_errors
+def summary(db, device, kernel, as_json) -> None:
+    """Per device, kernel and dtype: measurements by status, shapes covered, shapes with an ok config."""
+    store = _open_store(db, read_only=True)
+    rows = store.summary(device=device, kernel=kernel)
+    emit(rows, as_json, ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok"])
+
+
+@cli.command("run")
+@_db_option
+@click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=Path("data"), show_default=True, help="Directory of committed Parquet shards.")
+@output_options
+@_user_errors
+def run_main(db, data_dir, as_json) -> None:
+    """The main job: ingest the committed shards into the store and print the summary."""
+    from zmlx_pipeline.data.shards import ingest_shards
+
+    store = _open_store(db)
+    result = ingest_shards(store, [data_dir])
+    rows = store.summary()
+    if as_json:
+        emit({"ingest": result, "summary": rows}, True)
+        return
+    click.echo(f"ingested {result['files']} shard(s) from {data_dir}: {result['added']} new rows, "
+               f"{result['skipped']} already present")
+    emit(rows, False, ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok"])
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli(prog_name="zmlx-pipeline")
