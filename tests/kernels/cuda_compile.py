@@ -18,11 +18,17 @@ def nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def translation_unit(spec, config, dtype):
+def translation_unit(spec, config, dtype, input_dtypes=None):
+    """The source MLX would JIT; `input_dtypes` maps an input name to its dtype when it is not T
+    (MLX types each input by its array's dtype, e.g. int32 indices as `const int32_t*`)."""
     src = spec.source("cuda")
+    input_dtypes = dict(input_dtypes or {})
+    unknown = set(input_dtypes) - set(spec.inputs)
+    if unknown:
+        raise ValueError(f"input_dtypes names unknown input(s) {', '.join(sorted(unknown))}")
     params = []
     for name in spec.inputs:
-        params.append(f"    const {CUDA_TYPES[dtype]}* {name}")
+        params.append(f"    const {CUDA_TYPES[input_dtypes.get(name, dtype)]}* {name}")
         if f"{name}_shape" in src:
             params.append(f"    const __grid_constant__ Shape {name}_shape")
         if f"{name}_strides" in src:
@@ -44,9 +50,20 @@ def translation_unit(spec, config, dtype):
     )
 
 
-def compile_cuda(spec, config, dtype, workdir: Path) -> subprocess.CompletedProcess:
+def input_dtypes_of(spec, dtype) -> dict[str, str]:
+    """The dtype of each input that `spec.make_inputs` does not give in `dtype` (made on a tiny shape, on the CPU)."""
+    import mlx.core as mx
+
+    shape = {d: 8 for d in spec.shape_grid.dims}
+    with mx.stream(mx.cpu):
+        arrays = spec.make_inputs(shape, getattr(mx, dtype), mx.random.key(0))
+    names = {getattr(mx, n): n for n in CUDA_TYPES if hasattr(mx, n)}
+    return {name: names[a.dtype] for name, a in zip(spec.inputs, arrays) if a.dtype != getattr(mx, dtype)}
+
+
+def compile_cuda(spec, config, dtype, workdir: Path, input_dtypes=None) -> subprocess.CompletedProcess:
     cu = workdir / f"{spec.name}_{dtype}.cu"
-    cu.write_text(translation_unit(spec, config, dtype))
+    cu.write_text(translation_unit(spec, config, dtype, input_dtypes))
     return subprocess.run(
         [nvcc(), "-std=c++17", "-arch=sm_90", "-I", str(STUB), "-c", str(cu), "-o", str(cu.with_suffix(".o"))],
         capture_output=True, text=True, timeout=300,

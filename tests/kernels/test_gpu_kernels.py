@@ -6,19 +6,15 @@ import pytest
 
 from zmlx_pipeline.kernels.builtin import BUILTIN
 from zmlx_pipeline.kernels.registry import get_kernel
-from zmlx_pipeline.kernels.spec import Limits
+from zmlx_pipeline.kernels.spec import Limits, spread
 
 pytestmark = pytest.mark.gpu
 
 DTYPES = ("float16", "bfloat16", "float32")
 
 
-def _sample(configs, n):
-    """n configs spread over the legal list, always with the first and the last."""
-    if len(configs) <= n:
-        return configs
-    step = (len(configs) - 1) / (n - 1)
-    return [configs[round(i * step)] for i in range(n)]
+#: a small spread of configs (compiling dominates: about a second each through NVRTC), so its compiled kernels are reused
+SAMPLE = 4
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -30,8 +26,8 @@ def test_configs_match_reference_on_gpu(name, dtype, gpu_backend):
     launcher = Launcher(spec, gpu_backend)
     limits = Limits(1024, 32, 49152 if gpu_backend == "cuda" else 32768)
     failures = []
-    for shape in spec.shape_grid.shapes("smoke")[:3]:
-        for config in _sample(spec.legal_configs(shape, dtype, limits), 6):
+    for shape in spec.shape_grid.shapes("smoke")[:1]:
+        for config in spread(spec.legal_configs(shape, dtype, limits), SAMPLE):
             wrong = check(launcher, config, shape, dtype, seed=11)
             if wrong:
                 failures.append((shape, config, wrong))

@@ -411,7 +411,7 @@ class Store:
                     f"(tables: {', '.join(sorted(tables))}): use another --db"
                 )
             return 0
-        (version,) = self._conn.execute("SELECT coalesce(max(version), 0) FROM _migrations").fetchone()
+        (version,) = self._conn.execute("SELECT coalesce(max(version), 0) FROM _migrations").fetchall()[0]
         return int(version)
 
     def _open_schema(self) -> None:

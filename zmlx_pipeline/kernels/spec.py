@@ -226,6 +226,17 @@ class KernelSpec:
         }
 
 
+def spread(configs: Sequence[Any], n: int | None) -> list:
+    """At most n items evenly spread over `configs`, first and last included (a deterministic sample)."""
+    configs = list(configs)
+    if n is None or len(configs) <= n:
+        return configs
+    if n == 1:
+        return configs[:1]
+    step = (len(configs) - 1) / (n - 1)
+    return [configs[round(i * step)] for i in range(n)]
+
+
 def load_grid(section: str) -> ShapeGrid:
     """A built-in kernel's shape grid, from the package's shapes.toml."""
     return ShapeGrid.from_toml(Path(__file__).with_name("shapes.toml"), section)

@@ -112,9 +112,11 @@ def kernels(kernel_names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--samples", default=10, show_default=True, type=click.IntRange(1, 1000), help="Timed samples per config.")
 @click.option("--warmup", default=3, show_default=True, type=click.IntRange(1, 100), help="Warm-up launches per config.")
 @click.option("--max-shapes", default=None, type=click.IntRange(1), help="Only the first N shapes of each preset.")
+@click.option("--max-configs", default=None, type=click.IntRange(1),
+              help="At most N legal configs per shape, evenly spread (a quick check).")
 @output_options
 @_user_errors
-def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup, max_shapes, as_json) -> None:
+def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup, max_shapes, max_configs, as_json) -> None:
     """Check and time every legal config of the chosen kernels on this machine's GPU; resumable."""
     from zmlx_pipeline.data.detect import detect_device
     from zmlx_pipeline.kernels.registry import resolve
@@ -149,7 +151,7 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     settings = stage.TimingSettings(warmup=warmup, samples=samples)
     try:
         result = stage.collect(store, device, specs, dtypes=dtypes, preset=preset, budget_s=budget_s,
-                               settings=settings, jobs=jobs, kernel_refs=refs, shapes_limit=max_shapes,
+                               settings=settings, jobs=jobs, kernel_refs=refs, shapes_limit=max_shapes, configs_limit=max_configs,
                                on_plan=on_plan, on_result=on_result)
     finally:
         if "bar" in bar_holder:
@@ -228,6 +230,24 @@ def run_main(db, data_dir, as_json) -> None:
     click.echo(f"ingested {result['files']} shard(s) from {data_dir}: {result['added']} new rows, "
                f"{result['skipped']} already present")
     emit(rows, False, ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok"])
+
+
+@cli.command("import")
+@_db_option
+@click.option("--device", default=None, help="Catalog id or name of the GPU the files were measured on (default: from each file).")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@output_options
+@_user_errors
+def import_cmd(db, device, files, as_json) -> None:
+    """Import Kernel Tuner cache or T4 JSON files (gzipped or not, or directories of them); idempotent."""
+    from zmlx_pipeline.data.importers import ImportFileError, import_files
+
+    store = _open_store(db)
+    try:
+        rows = import_files(store, list(files), device=device)
+    except ImportFileError as exc:
+        raise click.ClickException(str(exc)) from None
+    emit(rows, as_json, ["file", "device", "kernel", "rows", "added", "failed"])
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from zmlx_pipeline.data.keys import mapping_key
 from zmlx_pipeline.data.records import DTYPES, Measurement
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, NoGpuBackend, Outcome, measure
-from zmlx_pipeline.kernels.spec import KernelSpec, Limits
+from zmlx_pipeline.kernels.spec import KernelSpec, Limits, spread
 
 
 class CollectError(RuntimeError):
@@ -108,7 +108,7 @@ class GpuMeasurer:
 
 def plan(
     store: Store, device_id: str, specs: Sequence[KernelSpec], dtypes: Sequence[str], preset: str, limits: Limits,
-    shapes_limit: int | None = None,
+    shapes_limit: int | None = None, configs_limit: int | None = None,
 ) -> tuple[list[Task], int]:
     """The tasks still missing for this device, shape-major within each kernel and dtype, and how many exist."""
     for d in dtypes:
@@ -124,7 +124,7 @@ def plan(
         for dtype in dtypes:
             for shape in shapes:
                 skey = mapping_key(shape)
-                for config in spec.legal_configs(shape, dtype, limits):
+                for config in spread(spec.legal_configs(shape, dtype, limits), configs_limit):
                     if (dtype, skey, mapping_key(config)) in done:
                         already += 1
                     else:
@@ -190,6 +190,7 @@ def collect(
     jobs: int = 1,
     kernel_refs: Mapping[str, str] | None = None,
     shapes_limit: int | None = None,
+    configs_limit: int | None = None,
     measurer: Measurer | None = None,
     on_plan: Callable[[int, int], None] | None = None,
     on_result: Callable[[Task, Outcome], None] | None = None,
@@ -212,7 +213,7 @@ def collect(
             settings.rotate_bytes = 2 * int(row["l2_bytes"])
         measurer = GpuMeasurer(device.backend, settings)
     store.upsert_device(row)
-    tasks, already = plan(store, device.device_id, specs, dtypes, preset, limits, shapes_limit)
+    tasks, already = plan(store, device.device_id, specs, dtypes, preset, limits, shapes_limit, configs_limit)
     result = CollectResult(run_id=None, device_id=device.device_id, planned=len(tasks), already=already)
     if on_plan:
         on_plan(len(tasks), already)

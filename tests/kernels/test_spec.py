@@ -1,0 +1,56 @@
+"""KernelSpec: config space, constraints as expressions, shape grids."""
+
+from __future__ import annotations
+
+import pytest
+
+from zmlx_pipeline.kernels.registry import get_kernel
+from zmlx_pipeline.kernels.spec import KernelSpecError, Limits, ShapeGrid
+
+
+def test_constraints_remove_illegal_configs():
+    spec = get_kernel("rmsnorm")
+    shape = {"rows": 4096, "cols": 4096}
+    legal16 = spec.legal_configs(shape, "float16", Limits())
+    legal32 = spec.legal_configs(shape, "float32", Limits())
+    assert {"TG": 256, "VEC": 8, "ROWS": 1} in legal16
+    assert {"TG": 256, "VEC": 8, "ROWS": 1} not in legal32  # 32-byte vector access
+    assert spec.violations({"TG": 256, "VEC": 8, "ROWS": 1}, shape, "float32", Limits()) == ["VEC * dtype_bytes <= 16"]
+
+
+def test_device_limits_shape_the_legal_space():
+    spec = get_kernel("rmsnorm")
+    shape = {"rows": 4096, "cols": 4096}
+    small = spec.legal_configs(shape, "float32", Limits(max_threads=256))
+    assert small and max(c["TG"] for c in small) == 256
+    assert max(c["TG"] for c in spec.legal_configs(shape, "float32", Limits())) == 1024
+
+
+def test_constraint_with_an_unknown_name_is_refused():
+    import dataclasses
+
+    spec = get_kernel("rmsnorm")
+    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "_compiled"}
+    with pytest.raises(KernelSpecError, match="unknown name"):
+        type(spec)(**{**fields, "constraints": ("TG <= max_thread",)})
+
+
+def test_shape_grid_product_and_explicit_forms():
+    grid = ShapeGrid(["m", "n"], {"a": {"m": [1, 2], "n": [3]}, "b": {"shapes": [{"m": 5, "n": 6}]}})
+    assert grid.shapes("a") == ({"m": 1, "n": 3}, {"m": 2, "n": 3})
+    assert grid.shapes("b") == ({"m": 5, "n": 6},)
+    with pytest.raises(KernelSpecError, match="no shape preset 'c'; this kernel has a, b"):
+        grid.shapes("c")
+
+
+def test_shape_grid_rejects_bad_sizes():
+    with pytest.raises(KernelSpecError, match="non-positive"):
+        ShapeGrid(["m"], {"a": {"m": [0]}})
+
+
+def test_describe_lists_what_kernels_json_needs():
+    d = get_kernel("rmsnorm").describe()
+    assert d["backends"] == ["metal", "cuda"]
+    assert set(d["parameters"]) == {"TG", "VEC", "ROWS"}
+    assert "TG <= max_threads" in d["constraints"]
+    assert d["shape_grid"]["smoke"] and d["configs"] == 6 * 4 * 4

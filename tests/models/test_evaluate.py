@@ -1,0 +1,188 @@
+"""Regret@k, splits and baselines on hand-made tables, and the model against the baselines on real data."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+import zmlx_pipeline
+from zmlx_pipeline.data.catalog import get_device
+from zmlx_pipeline.data.importers import import_files
+from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.models.estimators import MODEL_VARIANTS, fit_kernel_model, make_pipeline
+from zmlx_pipeline.models.evaluate import (
+    EvaluationError,
+    baseline_scores,
+    case_regrets,
+    evaluate,
+    folds,
+    summarize,
+)
+from zmlx_pipeline.models.features import store_features
+
+DATASETS = Path(zmlx_pipeline.__file__).resolve().parents[2] / "shared/datasets/kernel-tuner"
+A4000, A6000, M3 = "nvidia-rtx-a4000", "nvidia-rtx-a6000", "apple-m3-max-40c"
+ROW_KEYS = ["kernel", "device", "method", "k", "regret_geomean", "regret_p95", "hit_2pct", "cases"]
+
+# time[device][rows][TG] in microseconds
+TIMES = {
+    A4000: {1: {64: 10, 256: 12, 1024: 15}, 16: {64: 20, 256: 22, 1024: 30},
+            256: {64: 50, 256: 45, 1024: 40}, 4096: {64: 500, 256: 440, 1024: 400}},
+    A6000: {1: {64: 8, 256: 9, 1024: 12}, 16: {64: 15, 256: 14, 1024: 20},
+            256: {64: 40, 256: 30, 1024: 35}, 4096: {64: 300, 256: 200, 1024: 250}},
+    M3: {1: {64: 5, 256: 9, 1024: 12}, 16: {64: 10, 256: 14, 1024: 20},
+         256: {64: 20, 256: 30, 1024: 35}, 4096: {64: 100, 256: 300, 1024: 200}},
+}
+
+
+def fill(store, make_measurement, kernel="k", param="TG") -> None:
+    for device_id in TIMES:
+        store.upsert_device({**get_device(device_id).as_row(), "device_id": device_id, "in_catalog": True})
+    store.record([
+        make_measurement(device_id=d, kernel=kernel, dtype="float32", shape={"rows": rows, "cols": 1024},
+                         config={param: tg}, median_us=float(t))
+        for d, by_rows in TIMES.items() for rows, by_tg in by_rows.items() for tg, t in by_tg.items()
+    ])
+
+
+def test_regret_of_a_pick_ten_percent_slower_is_1_10():
+    frame = pl.DataFrame({"device_id": ["d"] * 3, "kernel": ["k"] * 3, "dtype": ["float32"] * 3,
+                          "shape_key": ["s"] * 3, "config_key": ["a", "b", "c"], "median_us": [100.0, 110.0, 120.0]})
+    got = case_regrets(frame, np.array([2.0, 0.0, 1.0]), ks=(1, 2, 3))
+    assert got["r1"][0] == pytest.approx(1.10) and got["r2"][0] == pytest.approx(1.10) and got["r3"][0] == 1.0
+    # ties go by config_key; a case with no scores is not counted
+    assert case_regrets(frame, np.zeros(3), ks=(1,))["r1"][0] == 1.0
+    assert case_regrets(frame, np.full(3, np.nan), ks=(1,)).height == 0
+
+
+def test_summary_statistics():
+    got = summarize([1.0, 1.1, 1.21, 1.01])
+    assert got["regret_geomean"] == pytest.approx(math.exp(np.log([1.0, 1.1, 1.21, 1.01]).mean()))
+    assert got["regret_p95"] == pytest.approx(float(np.quantile([1.0, 1.1, 1.21, 1.01], 0.95)))
+    assert got["hit_2pct"] == 0.5 and got["cases"] == 4
+    assert summarize([]) == {"regret_geomean": None, "regret_p95": None, "hit_2pct": None, "cases": 0}
+
+
+def _baseline_regrets(f, train, test) -> dict[str, float]:
+    return {name: (case_regrets(test, s.to_numpy(), ks=(1,))["r1"].to_list() or [None])[0]
+            for name, s in baseline_scores(f, train, test).items()}
+
+
+def test_baselines_on_a_held_out_shape(store, make_measurement):
+    fill(store, make_measurement)
+    f = store_features(store)["k"]
+    held = pl.col("shape_log2_rows") == 12
+    train, test = f.frame.filter(~held), f.frame.filter(held & (pl.col("device_id") == A4000))
+    got = _baseline_regrets(f, train, test)
+    assert got["chip_default"] == pytest.approx(440 / 400)      # TG 256, the A4000's default threadgroup
+    assert got["most_common_best"] == pytest.approx(500 / 400)  # TG 64 was best at rows 1 and 16
+    assert got["nearest_shape"] == pytest.approx(1.0)           # rows 256, where TG 1024 won
+    assert got["other_device_best"] is None                     # no other device measured rows 4096 in training
+
+
+def test_baselines_on_an_unseen_device(store, make_measurement):
+    fill(store, make_measurement)
+    f = store_features(store)["k"]
+    on = pl.col("device_id") == A4000
+    train, test = f.frame.filter(~on), f.frame.filter(on & (pl.col("shape_log2_rows") == 12))
+    got = _baseline_regrets(f, train, test)
+    assert got["other_device_best"] == pytest.approx(440 / 400)  # the A6000 (not the M3) is nearest: TG 256
+    assert got["nearest_shape"] is None                          # nothing measured on the A4000
+    # most common best over the training devices: TG 64 (M3 x4, A6000 x1) beats TG 256 (A6000 x3)
+    assert got["most_common_best"] == pytest.approx(500 / 400)
+
+
+def test_common_top10_replaces_chip_default_without_a_threadgroup_param(store, make_measurement):
+    fill(store, make_measurement, kernel="k_bm", param="BM")
+    f = store_features(store)["k_bm"]
+    assert f.threadgroup_param is None
+    on = pl.col("device_id") == A4000
+    scores = baseline_scores(f, f.frame.filter(~on), f.frame.filter(on))
+    assert list(scores) == ["common_top10", "most_common_best", "nearest_shape", "other_device_best"]
+    # every config is in each case's top 10 here, so the order is the mean log(time / best): BM 64 first
+    best = f.frame.filter(on).with_columns(scores["common_top10"].alias("s")).sort("s")["cfg_BM"][0]
+    assert best == 64
+
+
+def test_splits():
+    frame = pl.DataFrame({"device_id": ["a", "a", "b", "b"], "shape_key": ["s1", "s2", "s1", "s3"]})
+    names = [n for n, _, _ in folds(frame, "lodo")]
+    assert names == ["a", "b"]
+    shape_folds = folds(frame, "shapes")
+    assert len(shape_folds) == 3
+    held = [frame.filter(t)["shape_key"].unique().to_list() for _, _, t in shape_folds]
+    assert sorted(s for h in held for s in h) == ["s1", "s2", "s3"]
+    assert folds(frame.filter(pl.col("shape_key") == "s1"), "shapes") == []
+    with pytest.raises(EvaluationError, match="unknown split 'random'"):
+        folds(frame, "random")
+
+
+def test_evaluate_returns_flat_rows(store, make_measurement):
+    fill(store, make_measurement)
+    result = evaluate(store, "shapes", ks=(1, 3), models=("ensemble", "gbr"))
+    assert result["split"] == "shapes" and result["ks"] == [1, 3]
+    rows = result["rows"]
+    assert all(list(r) == ROW_KEYS for r in rows)
+    pooled = {(r["method"], r["k"]): r for r in rows if r["device"] is None}
+    assert set(m for m, _ in pooled) == {"ensemble", "gbr", "chip_default", "most_common_best", "nearest_shape",
+                                         "other_device_best"}
+    assert pooled[("ensemble", 1)]["cases"] == 12  # 4 shapes x 3 devices, each held out once
+    assert pooled[("other_device_best", 1)]["cases"] == 0 and pooled[("other_device_best", 1)]["regret_geomean"] is None
+    per_device = [r for r in rows if r["device"] == M3 and r["method"] == "ensemble" and r["k"] == 3]
+    assert per_device[0]["cases"] == 4 and per_device[0]["regret_geomean"] >= 1.0
+    lodo = evaluate(store, "lodo", kernels=["k"], ks=(1,), models=("prior",))
+    pooled = {r["method"]: r for r in lodo["rows"] if r["device"] is None}
+    assert pooled["prior"]["cases"] == 12 and pooled["nearest_shape"]["cases"] == 0
+
+
+def test_every_variant_fits_and_scores(store, make_measurement):
+    fill(store, make_measurement)
+    f = store_features(store)["k"]
+    for name in MODEL_VARIANTS:
+        scores = fit_kernel_model(f, name).score(f.frame)
+        assert scores.shape == (f.frame.height,) and np.isfinite(scores).all(), name
+    pipeline = make_pipeline(f, MODEL_VARIANTS["gbr"](f).pipeline.steps[-1][1])
+    assert [name for name, _ in pipeline.steps] == ["features", "model"]
+
+
+@pytest.fixture(scope="module")
+def kernel_tuner_store(tmp_path_factory):
+    """All ten Kernel Tuner files imported into one store (module-wide: the import takes a while)."""
+    if not DATASETS.is_dir():
+        pytest.skip("shared Kernel Tuner datasets not present")
+    with Store(tmp_path_factory.mktemp("kt") / "kt.duckdb") as store:
+        rows = import_files(store, [DATASETS / "convolution_milo", DATASETS / "dedispersion_milo"])
+        yield store, rows
+
+
+def test_all_kernel_tuner_files_import_completely(kernel_tuner_store):
+    store, rows = kernel_tuner_store
+    assert len(rows) == 10
+    expected = {"A6000_original.json.gz": 2442}
+    for row in rows:
+        name = Path(row["file"]).name
+        entries = expected.get(name, 4362 if "convolution" in row["file"] else 11130)
+        assert (row["rows"], row["added"]) == (entries, entries), name
+        stored = store.summary(device=row["device"], kernel=row["kernel"])[0]["measurements"]
+        assert stored == entries, name
+
+
+def test_model_beats_every_baseline_leaving_one_device_out(kernel_tuner_store):
+    store, _ = kernel_tuner_store
+    result = evaluate(store, "lodo", ks=(1, 5))
+    pooled = {(r["kernel"], r["method"], r["k"]): r for r in result["rows"] if r["device"] is None}
+    for kernel in ("convolution_milo", "dedispersion_milo"):
+        for k in (1, 5):
+            model = pooled[(kernel, "ensemble", k)]
+            assert model["cases"] == 5
+            for baseline in ("common_top10", "most_common_best", "other_device_best"):
+                other = pooled[(kernel, baseline, k)]
+                assert other["cases"] == 5
+                assert model["regret_geomean"] < other["regret_geomean"], (kernel, baseline, k)
+            assert pooled[(kernel, "nearest_shape", k)]["cases"] == 0
+    assert pooled[("dedispersion_milo", "ensemble", 1)]["regret_geomean"] <= 1.10
+    assert pooled[("dedispersion_milo", "ensemble", 5)]["regret_geomean"] <= 1.05

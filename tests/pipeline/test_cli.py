@@ -1,0 +1,122 @@
+"""The CLI through click's CliRunner: exact JSON shapes, one-line errors with non-zero exits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from zmlx_pipeline.pipeline.cli import cli
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+@pytest.fixture
+def filled(store, make_measurement, tmp_path):
+    """A store with two devices' worth of measurements, one shape all failed."""
+    store.upsert_device({"device_id": "nvidia-h200", "name": "NVIDIA H200", "vendor": "nvidia"})
+    ms = [
+        make_measurement(device_id="nvidia-h200", kernel="rmsnorm", shape={"rows": 1, "cols": 512}, config={"TG": 32}),
+        make_measurement(device_id="nvidia-h200", kernel="rmsnorm", shape={"rows": 1, "cols": 512}, config={"TG": 64},
+                         status="launch_error", error="x"),
+        make_measurement(device_id="nvidia-h200", kernel="rmsnorm", shape={"rows": 8, "cols": 512}, config={"TG": 32},
+                         status="wrong_result", error="y"),
+    ]
+    store.record(ms)
+    return store
+
+
+def test_devices_json_lists_the_catalog_and_the_current_device():
+    result = invoke("devices", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    non_apple = [d for d in data["devices"] if d["vendor"] != "apple"]
+    assert len(non_apple) >= 40
+    ids = {d["id"] for d in data["devices"]}
+    assert {"apple-m3-max-30c", "apple-m3-max-40c", "apple-m4-max-32c", "apple-m1-ultra-48c"} <= ids
+    assert data["current"]["backend"] in ("cpu", "cuda", "metal")
+    assert sum(d["current"] for d in data["devices"]) <= 1
+
+
+def test_devices_table_marks_nothing_on_a_cpu_machine_and_says_so():
+    result = invoke("devices", "--vendor", "nvidia")
+    assert result.exit_code == 0
+    assert "current device:" in result.output
+    assert "apple-m1" not in result.output
+
+
+def test_summary_json_rows_have_the_documented_keys(filled):
+    filled.close()
+    result = invoke("summary", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row == {"device": "nvidia-h200", "kernel": "rmsnorm", "dtype": "float16", "measurements": 3,
+                   "by_status": {"ok": 1, "wrong_result": 1, "launch_error": 1}, "shapes": 2, "shapes_ok": 1}
+
+
+def test_export_then_ingest_into_another_store(filled, tmp_path):
+    filled.close()
+    shard = tmp_path / "h200.parquet"
+    assert invoke("export", str(shard)).exit_code == 0
+    other = tmp_path / "other.duckdb"
+    first = invoke("ingest", "--db", str(other), str(shard), "--json")
+    assert first.exit_code == 0, first.output
+    assert json.loads(first.output)["added"] == 3
+    again = invoke("ingest", "--db", str(other), str(shard), "--json")
+    assert json.loads(again.output)["added"] == 0
+
+
+def test_ingest_of_a_bad_file_is_one_line_and_changes_nothing(filled, tmp_path):
+    filled.close()
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet at all")
+    result = invoke("ingest", str(bad))
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1
+    assert "bad.parquet" in result.output
+    assert json.loads(invoke("summary", "--json").output)[0]["measurements"] == 3
+
+
+def test_corrupt_database_is_a_clear_error(tmp_path):
+    db = tmp_path / "corrupt.duckdb"
+    db.write_bytes(b"\x00garbage" * 100)
+    result = invoke("summary", "--db", str(db))
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: ") and result.output.count("\n") == 1
+    assert "Traceback" not in result.output
+
+
+def test_collect_without_a_gpu_backend_says_so_in_one_line(gpu_backend):
+    if gpu_backend != "cpu":
+        pytest.skip("this machine has a GPU backend")
+    result = invoke("collect", "-k", "rmsnorm")
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: no Metal or CUDA backend")
+    assert result.output.count("\n") == 1
+
+
+def test_collect_rejects_a_bad_budget():
+    result = invoke("collect", "--budget", "soon")
+    assert result.exit_code == 2
+    assert "use e.g. 90s, 10m or 1.5h" in result.output
+
+
+def test_unknown_kernel_is_a_one_line_error():
+    result = invoke("kernels", "-k", "nope")
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: unknown kernel 'nope'")
+
+
+def test_run_ingests_a_directory_and_prints_the_summary(filled, tmp_path):
+    filled.close()
+    data = tmp_path / "data"
+    data.mkdir()
+    assert invoke("export", str(data / "a.parquet")).exit_code == 0
+    fresh = tmp_path / "fresh.duckdb"
+    result = invoke("run", "--db", str(fresh), "--data", str(data), "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["ingest"]["added"] == 3 and out["summary"][0]["shapes_ok"] == 1

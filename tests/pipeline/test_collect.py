@@ -1,0 +1,141 @@
+"""collect: resumable, budgeted, every failure a status, and kill -9 loses nothing committed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zmlx_pipeline.data.detect import detect_device
+from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.kernels.harness import GpuUnhealthy, Outcome
+from zmlx_pipeline.kernels.registry import get_kernel
+from zmlx_pipeline.kernels.timing import Timing
+from zmlx_pipeline.pipeline.collect import CollectError, collect, parse_duration
+
+HERE = Path(__file__).parent
+H200 = {"device_name": "NVIDIA H200", "architecture": "sm_90"}
+
+
+def _device():
+    return detect_device(H200, backend="cuda", gpu_cores=132)
+
+
+def _ok(task):
+    return Outcome("ok", timing=Timing(5.0, 4.5, 6.0, 3, 1))
+
+
+def _keys(path: Path) -> list[tuple]:
+    with Store(path, read_only=True) as s:
+        rows = s.measurements()
+    return [(r["device_id"], r["kernel"], r["kernel_version"], r["dtype"], r["shape_key"], r["config_key"]) for r in rows]
+
+
+def test_second_run_measures_only_what_is_missing(store):
+    spec = get_kernel("rmsnorm")
+    calls = []
+    ticks = iter(range(1000))
+    # a clock that advances a second per reading: the budget runs out after the first measurement
+    first = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", budget_s=1.5,
+                    measurer=lambda t: calls.append(t) or _ok(t), clock=lambda: next(ticks))
+    assert first.done == 1 and first.stopped == "budget" and first.remaining == first.planned - 1
+    second = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok)
+    assert second.already == 1
+    assert second.done == first.planned - 1 and second.stopped == "finished"
+    third = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok)
+    assert third.planned == 0 and third.run_id is None
+
+
+def test_failures_are_recorded_as_statuses(store):
+    spec = get_kernel("rmsnorm")
+    statuses = iter(["compile_error", "launch_error", "wrong_result", "timeout"])
+
+    def measurer(task):
+        s = next(statuses, "ok")
+        return _ok(task) if s == "ok" else Outcome(s, error=f"fake {s}")
+
+    res = collect(store, _device(), [spec], dtypes=["float32"], preset="smoke", measurer=measurer)
+    rows = store.measurements(kernel="rmsnorm")
+    by = {}
+    for r in rows:
+        by[r["status"]] = by.get(r["status"], 0) + 1
+    assert by["compile_error"] == by["launch_error"] == by["wrong_result"] == by["timeout"] == 1
+    assert res.by_status == by
+    failed = [r for r in rows if r["status"] != "ok"]
+    assert all(r["median_us"] is None and r["error"].startswith("fake") for r in failed)
+    assert store.runs()[0]["status"] == "finished"
+
+
+def test_broken_gpu_stops_the_run_and_keeps_what_was_saved(store):
+    spec = get_kernel("rmsnorm")
+    n = {"i": 0}
+
+    def measurer(task):
+        n["i"] += 1
+        if n["i"] == 4:
+            raise GpuUnhealthy("illegal memory access")
+        return _ok(task)
+
+    with pytest.raises(CollectError, match="3 results were saved"):
+        collect(store, _device(), [spec], dtypes=["float32"], preset="smoke", measurer=measurer)
+    assert len(store.measurements()) == 3
+    assert store.runs()[0]["status"] == "failed"
+
+
+def test_cpu_only_device_is_refused_without_a_measurer(store):
+    cpu = detect_device({"device_name": "Intel Xeon", "architecture": "x86_64"}, backend="cpu")
+    with pytest.raises(CollectError, match="no Metal or CUDA backend"):
+        collect(store, cpu, [get_kernel("rmsnorm")])
+
+
+def test_unknown_dtype_is_refused(store):
+    with pytest.raises(CollectError, match="unknown dtype 'float64'"):
+        collect(store, _device(), [get_kernel("rmsnorm")], dtypes=["float64"], measurer=_ok)
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("10m", 600), ("1.5h", 5400)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "-5m", "0"])
+def test_parse_duration_rejects(text):
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_sigkill_mid_collect_then_resume_gives_the_uninterrupted_key_set(tmp_path, subprocess_env):
+    script = [sys.executable, str(HERE / "fake_collect.py")]
+    full = tmp_path / "full.duckdb"
+    subprocess.run(script + [str(full)], check=True, env=subprocess_env, capture_output=True, timeout=300)
+    expected = _keys(full)
+    assert len(expected) > 30
+
+    killed = tmp_path / "killed.duckdb"
+    proc = subprocess.Popen(script + [str(killed), "0.01"], env=subprocess_env, stdout=subprocess.PIPE, text=True)
+    seen = 0
+    for line in proc.stdout:
+        seen += line.startswith("recorded")
+        if seen == 15:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    partial = _keys(killed)
+    assert 15 <= len(partial) < len(expected)
+    with Store(killed, read_only=True) as s:
+        assert [r["status"] for r in s.runs()] == ["running"]  # the killed run never finished
+
+    subprocess.run(script + [str(killed)], check=True, env=subprocess_env, capture_output=True, timeout=300)
+    resumed = _keys(killed)
+    assert len(resumed) == len(set(resumed))  # nothing duplicated
+    assert sorted(resumed) == sorted(expected)
+    with Store(killed, read_only=True) as s:
+        rows = s.measurements()
+    # nothing half-written: every ok row carries its timings, every failed row its error
+    assert all(r["median_us"] is not None and r["samples"] > 0 for r in rows if r["status"] == "ok")
+    assert all(r["error"] for r in rows if r["status"] != "ok")

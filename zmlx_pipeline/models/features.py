@@ -1,0 +1,291 @@
+"""Model features, built with polars straight from the store's Arrow tables (no Python row loops).
+
+One frame per kernel: the kernel's `ok` measurements (its newest kernel version), joined with
+the device specs of the `devices` table, plus
+- problem dimensions: log2 of every shape key, and log2 bytes moved where known;
+- config parameters: each numeric parameter as is and, when always positive, its log2; the
+  threads of a launch (product of the threadgroup/block-size parameters) against the device's
+  SIMD width and thread limit; non-numeric parameters as categories;
+- ratios of config parameters to shape dims (log2 p - log2 d), and of shape dims to each
+  other (rows vs row length), for dims that vary.
+The column set is derived per kernel from the JSON keys of its configs and shapes, so our
+kernels (TG, VEC, ROWS, ...) and imported ones (block_size_x, tile_size_y, ...) work alike.
+Target: natural log of the median time (`log_time`); `log_rel` is the same relative to the
+fastest config of its case, a ranking target.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+import polars as pl
+
+CASE = ("device_id", "kernel", "dtype", "shape_key")
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+# Device spec columns of the `devices` table used as features (log2 where the scale is wide).
+SPEC_COLUMNS = (
+    "gpu_cores", "memory_bandwidth_gbps", "max_threads_per_threadgroup", "simd_width",
+    "threadgroup_memory_bytes", "l2_bytes", "clock_mhz", "memory_gb", "default_threadgroup",
+)
+DEVICE_CATEGORICAL = ("vendor", "backend")
+# Parameter names that size a threadgroup: their product is the threads of one launch group.
+THREAD_PARAMS = ("TG", "tg", "threadgroup", "threads", "block_size_x", "block_size_y", "block_size_z")
+# A single parameter that *is* the threadgroup size (what the catalog's default_threadgroup sets).
+THREADGROUP_PARAMS = ("TG", "tg", "threadgroup", "threads")
+# Specs of the normalised device distance (log2, z-scored over the devices compared).
+DISTANCE_SPECS = (
+    "gpu_cores", "memory_bandwidth_gbps", "l2_bytes", "clock_mhz", "simd_width",
+    "threadgroup_memory_bytes", "memory_gb", "max_threads_per_threadgroup",
+)
+_DEVICE_SCHEMA = {
+    "device_id": pl.String, "vendor": pl.String, "family": pl.String, "backend": pl.String,
+    **{c: pl.Float64 for c in SPEC_COLUMNS},
+}
+
+BytesMoved = Callable[[Mapping[str, int], int], float]
+
+
+class FeatureError(ValueError):
+    "The measurements cannot be turned into features"
+
+
+@dataclass(frozen=True)
+class KernelFeatures:
+    """One kernel's feature frame and the names of its columns."""
+
+    kernel: str
+    kernel_version: str
+    frame: pl.DataFrame          # ids, config/shape JSON, median_us, log_time, log_rel, features
+    numeric: tuple[str, ...]     # numeric feature columns
+    categorical: tuple[str, ...]  # string feature columns
+    shape_dims: tuple[str, ...]
+    params: tuple[str, ...]      # config parameter names
+    thread_params: tuple[str, ...]
+    threadgroup_param: str | None = None
+    devices: pl.DataFrame | None = None  # the devices-table rows of the devices in `frame`
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return self.numeric + self.categorical
+
+    @property
+    def device_features(self) -> tuple[str, ...]:
+        return tuple(c for c in self.features if c.startswith("dev_"))
+
+    @property
+    def config_features(self) -> tuple[str, ...]:
+        return tuple(c for c in self.features if c.startswith(("cfg_", "ratio_")))
+
+
+def devices_frame(store) -> pl.DataFrame:
+    """The store's devices as a polars frame of the spec columns (numbers as floats)."""
+    rows = store.devices()
+    cols = list(_DEVICE_SCHEMA)
+    return pl.DataFrame([{c: r.get(c) for c in cols} for r in rows], schema=_DEVICE_SCHEMA, orient="row")
+
+
+def measurements_frame(store, kernels=None, **filters) -> pl.DataFrame:
+    """The `ok` measurements (optionally of some kernels) as a polars frame, from Arrow."""
+    filters = {**filters, "status": "ok"}
+    if kernels is not None:
+        filters["kernel"] = [kernels] if isinstance(kernels, str) else list(kernels)
+    return pl.from_arrow(store.measurements_arrow(**filters))
+
+
+def _log2(expr: pl.Expr) -> pl.Expr:
+    return expr.cast(pl.Float64).log(2)
+
+
+def _newest_version(df: pl.DataFrame) -> str:
+    """The kernel version measured most recently (old versions never mix with new timings)."""
+    return df.group_by("kernel_version").agg(pl.col("measured_at").max()).sort(
+        ["measured_at", "kernel_version"], descending=True
+    )["kernel_version"][0]
+
+
+def _unnest_json(df: pl.DataFrame, column: str, prefix: str) -> tuple[pl.DataFrame, list[str]]:
+    """Decode a JSON-object column into prefixed columns; returns the frame and the keys.
+
+    Each distinct JSON text is decoded once (schema inferred over all of them), then joined back.
+    """
+    distinct = df.select(pl.col(column).unique())
+    decoded = distinct[column].str.json_decode(infer_schema_length=None)
+    if not isinstance(decoded.dtype, pl.Struct):
+        raise FeatureError(f"column {column} does not hold JSON objects")
+    keys = [f.name for f in decoded.dtype.fields]
+    wide = distinct.with_columns(decoded.alias("_j")).unnest("_j").rename({k: prefix + k for k in keys})
+    return df.join(wide, on=column, how="left", maintain_order="left"), keys
+
+
+def kernel_features(
+    measurements: pl.DataFrame,
+    devices: pl.DataFrame,
+    kernel: str,
+    bytes_moved: BytesMoved | None = None,
+) -> KernelFeatures:
+    """The feature frame of one kernel's ok measurements (its newest kernel version)."""
+    df = measurements.filter((pl.col("kernel") == kernel) & (pl.col("status") == "ok")
+                             & (pl.col("median_us") > 0))
+    if df.is_empty():
+        raise FeatureError(f"no ok measurements of kernel {kernel!r}")
+    version = _newest_version(df)
+    df = df.filter(pl.col("kernel_version") == version)
+    df = df.select("device_id", "kernel", "kernel_version", "dtype", "shape_key", "shape", "config_key",
+                   "config", "median_us", "extra")
+    df, dims = _unnest_json(df, "shape", "s_")
+    df, params = _unnest_json(df, "config", "c_")
+    missing = set(df["device_id"].unique()) - set(devices["device_id"])
+    if missing:
+        raise FeatureError(f"devices {', '.join(sorted(missing))} have no row in the devices table")
+    df = df.join(devices, on="device_id", how="left")
+
+    exprs: list[pl.Expr] = [
+        pl.col("median_us").log().alias("log_time"),
+        pl.col("dtype").replace_strict(DTYPE_BYTES, default=4, return_dtype=pl.Float64).alias("dtype_bytes"),
+    ]
+    numeric: list[str] = ["dtype_bytes"]
+    categorical: list[str] = []
+    # device specs
+    for c in SPEC_COLUMNS:
+        exprs.append(_log2(pl.col(c)).alias(f"dev_log2_{c}"))
+        numeric.append(f"dev_log2_{c}")
+    exprs.append((_log2(pl.col("memory_bandwidth_gbps")) - _log2(pl.col("gpu_cores"))).alias("dev_log2_bw_per_core"))
+    exprs.append((_log2(pl.col("gpu_cores")) + _log2(pl.col("clock_mhz"))).alias("dev_log2_core_clock"))
+    numeric += ["dev_log2_bw_per_core", "dev_log2_core_clock"]
+    for c in DEVICE_CATEGORICAL:
+        exprs.append(pl.col(c).fill_null("unknown").alias(f"dev_{c}"))
+        categorical.append(f"dev_{c}")
+    # problem dims
+    numeric_dims = [d for d in dims if df.schema["s_" + d].is_numeric()]
+    for d in numeric_dims:
+        exprs.append(_log2(pl.col("s_" + d).clip(lower_bound=1)).alias(f"shape_log2_{d}"))
+        numeric.append(f"shape_log2_{d}")
+    if numeric_dims:
+        exprs.append(pl.sum_horizontal([_log2(pl.col("s_" + d).clip(lower_bound=1)) for d in numeric_dims])
+                     .alias("shape_log2_size"))
+        numeric.append("shape_log2_size")
+    df = df.with_columns(exprs)
+    # bytes moved: from the measurement's extra, else the kernel's model when given
+    bytes_expr = pl.col("extra").str.json_path_match("$.bytes_moved").cast(pl.Float64, strict=False)
+    df = df.with_columns(bytes_expr.alias("_bytes"))
+    if bytes_moved is not None:
+        shapes = df.select("shape_key", "shape", "dtype_bytes").unique()
+        model = pl.DataFrame({
+            "shape_key": shapes["shape_key"],
+            "dtype_bytes": shapes["dtype_bytes"],
+            "_bytes_model": [float(bytes_moved(json.loads(s), int(b)))
+                             for s, b in zip(shapes["shape"], shapes["dtype_bytes"])],
+        })
+        df = df.join(model, on=["shape_key", "dtype_bytes"], how="left").with_columns(
+            pl.coalesce("_bytes", "_bytes_model").alias("_bytes")).drop("_bytes_model")
+    if df["_bytes"].null_count() < df.height:
+        df = df.with_columns(_log2(pl.col("_bytes").clip(lower_bound=1)).alias("shape_log2_bytes"))
+        numeric.append("shape_log2_bytes")
+    df = df.drop("_bytes")
+    # config params
+    cfg_exprs: list[pl.Expr] = []
+    positive: list[str] = []
+    for p in params:
+        col = "c_" + p
+        dtype = df.schema[col]
+        if dtype == pl.Boolean:
+            cfg_exprs.append(pl.col(col).cast(pl.Float64).alias(f"cfg_{p}"))
+            numeric.append(f"cfg_{p}")
+        elif dtype.is_numeric():
+            cfg_exprs.append(pl.col(col).cast(pl.Float64).alias(f"cfg_{p}"))
+            numeric.append(f"cfg_{p}")
+            if df[col].min() is not None and df[col].min() > 0 and df[col].n_unique() > 1:
+                cfg_exprs.append(_log2(pl.col(col)).alias(f"cfg_log2_{p}"))
+                numeric.append(f"cfg_log2_{p}")
+                positive.append(p)
+        else:
+            cfg_exprs.append(pl.col(col).cast(pl.String).fill_null("none").alias(f"cfg_{p}"))
+            categorical.append(f"cfg_{p}")
+    thread_params = tuple(p for p in params if p in THREAD_PARAMS and df.schema["c_" + p].is_numeric()
+                          and df["c_" + p].min() is not None and df["c_" + p].min() > 0)
+    if thread_params:
+        threads = pl.sum_horizontal([_log2(pl.col("c_" + p)) for p in thread_params])
+        cfg_exprs += [
+            threads.alias("cfg_log2_threads"),
+            (threads - _log2(pl.col("simd_width"))).alias("cfg_log2_threads_per_simd"),
+            (threads - _log2(pl.col("max_threads_per_threadgroup"))).alias("cfg_log2_threads_per_max"),
+            (threads - _log2(pl.col("default_threadgroup"))).alias("cfg_log2_threads_per_default"),
+            ((2.0 ** threads).round() % pl.col("simd_width") == 0).cast(pl.Float64).alias("cfg_simd_aligned"),
+        ]
+        numeric += ["cfg_log2_threads", "cfg_log2_threads_per_simd", "cfg_log2_threads_per_max",
+                    "cfg_log2_threads_per_default", "cfg_simd_aligned"]
+    df = df.with_columns(cfg_exprs)
+    # ratios of config params to the shape dims that vary
+    varying = [d for d in numeric_dims if df["s_" + d].n_unique() > 1]
+    ratio_exprs = []
+    for p in positive:
+        for d in varying:
+            ratio_exprs.append((_log2(pl.col("c_" + p)) - pl.col(f"shape_log2_{d}")).alias(f"ratio_{p}_{d}"))
+            numeric.append(f"ratio_{p}_{d}")
+    if thread_params:
+        for d in varying:
+            ratio_exprs.append((pl.col("cfg_log2_threads") - pl.col(f"shape_log2_{d}")).alias(f"ratio_threads_{d}"))
+            numeric.append(f"ratio_threads_{d}")
+    for i, a in enumerate(varying):  # rows vs row length, and the like
+        for b in varying[i + 1:]:
+            ratio_exprs.append((pl.col(f"shape_log2_{a}") - pl.col(f"shape_log2_{b}")).alias(f"shape_ratio_{a}_{b}"))
+            numeric.append(f"shape_ratio_{a}_{b}")
+    df = df.with_columns(ratio_exprs)
+    df = df.with_columns((pl.col("log_time") - pl.col("log_time").min().over(CASE)).alias("log_rel"))
+    keep = ["device_id", "kernel", "kernel_version", "dtype", "shape_key", "shape", "config_key", "config",
+            "median_us", "log_time", "log_rel", *numeric, *categorical]
+    return KernelFeatures(
+        kernel=kernel, kernel_version=version, frame=df.select(keep),
+        numeric=tuple(numeric), categorical=tuple(categorical),
+        shape_dims=tuple(numeric_dims), params=tuple(params), thread_params=thread_params,
+        threadgroup_param=next((p for p in THREADGROUP_PARAMS if p in thread_params), None),
+        devices=devices.filter(pl.col("device_id").is_in(df["device_id"].unique().to_list())),
+    )
+
+
+def build_features(
+    measurements: pl.DataFrame,
+    devices: pl.DataFrame,
+    kernels=None,
+    bytes_moved: Mapping[str, BytesMoved] | None = None,
+) -> dict[str, KernelFeatures]:
+    """Feature frames for every kernel (or the given ones) with ok measurements."""
+    names = sorted(measurements.filter(pl.col("status") == "ok")["kernel"].unique().to_list())
+    if kernels is not None:
+        wanted = [kernels] if isinstance(kernels, str) else list(kernels)
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            raise FeatureError(f"no ok measurements of kernel(s) {', '.join(unknown)}")
+        names = [k for k in names if k in wanted]
+    return {k: kernel_features(measurements, devices, k, (bytes_moved or {}).get(k)) for k in names}
+
+
+def store_features(
+    store, kernels=None, bytes_moved: Mapping[str, BytesMoved] | None = None
+) -> dict[str, KernelFeatures]:
+    """Feature frames of the store's ok measurements, per kernel."""
+    devices = devices_frame(store)  # also completes any pending result before the Arrow read
+    return build_features(measurements_frame(store, kernels), devices, kernels, bytes_moved)
+
+
+
+def device_distances(devices: pl.DataFrame, vendor_penalty: float = 0.0) -> tuple[list[str], np.ndarray]:
+    """Normalised spec distance between devices: RMS of z-scored log2 specs (+ a penalty across vendors).
+
+    `devices` needs device_id and the DISTANCE_SPECS columns (the devices table, or one row per
+    device of a feature frame's raw specs); returns the ids (sorted) and the distance matrix.
+    """
+    d = devices.unique("device_id").sort("device_id")
+    cols = [c for c in DISTANCE_SPECS if c in d.columns]
+    x = d.select([_log2(pl.col(c)).fill_null(0.0) for c in cols]).to_numpy().astype(float)
+    std = x.std(axis=0)
+    keep = std > 0
+    z = (x[:, keep] - x[:, keep].mean(axis=0)) / std[keep] if keep.any() else np.zeros((len(d), 1))
+    dist = np.sqrt(((z[:, None, :] - z[None, :, :]) ** 2).mean(axis=-1))
+    if vendor_penalty and "vendor" in d.columns:
+        vendor = d["vendor"].fill_null("unknown").to_numpy()
+        dist = dist + vendor_penalty * (vendor[:, None] != vendor[None, :])
+    return d["device_id"].to_list(), dist
