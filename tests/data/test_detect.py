@@ -54,6 +54,9 @@ def test_unknown_gpu_is_flagged_and_not_mapped():
     assert not found.known and found.spec is None
     assert found.device_id == "unknown-nvidia-future-gpu-9000"
     assert found.row == {
+        "device_id": "unknown-nvidia-future-gpu-9000",
+        "reported_name": "NVIDIA Future GPU 9000",
+        "reported": {"device_name": "NVIDIA Future GPU 9000", "architecture": "sm_120"},
         "id": "unknown-nvidia-future-gpu-9000",
         "name": "NVIDIA Future GPU 9000",
         "backend": "cuda",

@@ -76,12 +76,9 @@ def test_illegal_threadgroup_is_a_launch_error_not_a_crash(gpu_backend):
 
 
 def test_broken_source_is_a_compile_error(gpu_backend):
-    import dataclasses
-
     from zmlx_pipeline.kernels.harness import Launcher, measure
 
     spec = get_kernel("rmsnorm")
-    fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "_compiled"}
-    broken = type(spec)(**{**fields, "name": "rmsnorm_broken", "body": spec.body + "\n  this is not a statement;"})
+    broken = spec.replace(name="rmsnorm_broken", body=spec.body + "\n  this is not a statement;")
     out = measure(Launcher(broken, gpu_backend), {"TG": 256, "VEC": 1, "ROWS": 1}, {"rows": 8, "cols": 1024}, "float32")
     assert out.status == "compile_error", out

@@ -37,9 +37,11 @@ class DetectedDevice:
     @property
     def row(self) -> dict[str, Any]:
         """The store's `devices` row: catalog specs when known, else only what the backend reported."""
+        reported = {"device_id": self.device_id, "reported_name": self.reported_name, "reported": dict(self.info)}
         if self.spec is not None:
-            return {**self.spec.as_row(), "in_catalog": True, "flagged_unknown": False}
+            return {**self.spec.as_row(), "in_catalog": True, "flagged_unknown": False, **reported}
         return {
+            **reported,
             "id": self.device_id,
             "name": self.reported_name,
             "backend": self.backend,

@@ -156,6 +156,11 @@ class KernelSpec:
         if leaks:
             raise KernelSpecError(f"kernel {self.name!r}: body uses backend-specific token(s) {', '.join(leaks)}; use the prelude vocabulary")
 
+    def replace(self, **changes: Any) -> "KernelSpec":
+        """A copy with some fields changed, re-validated (constraints and body are checked again)."""
+        fields = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "_compiled"}
+        return KernelSpec(**{**fields, **changes})
+
     # -- sources -------------------------------------------------------------------------------
     def source(self, backend: str) -> str:
         """The `source` argument for mx.fast.<backend>_kernel: index prelude + body."""

@@ -199,9 +199,6 @@ def collect(
     """Measure what is missing for `device` within `budget_s`; returns what was done and what is left."""
     settings = settings or TimingSettings()
     row = dict(device.row)
-    row.setdefault("device_id", row.get("id") or device.device_id)
-    row.setdefault("reported_name", getattr(device, "reported_name", None))
-    row.setdefault("reported", getattr(device, "info", None))
     limits = Limits.from_device_row(row)
     if measurer is None:
         if device.backend not in ("cuda", "metal"):
