@@ -223,3 +223,20 @@ def test_query_shards_empty_missing_and_broken(tmp_path, store, make_measurement
 def test_shard_filename():
     when = datetime(2025, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
     assert shard_filename("Apple M3 Max (40-core)", when) == "apple-m3-max-40-core-20250304T050607Z.parquet"
+
+
+def test_repeated_timings_travel_with_the_shard(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    first = store.measurements(status="ok")[0]
+    run2 = store.start_run(MAC, host="h", backend="metal", mlx_version=None, pipeline_version="0.1.0",
+                           settings={"repeat": True})
+    store.record_repeat([make_measurement(run_id=run2, device_id=MAC, shape=first["shape"],
+                                          config=first["config"], median_us=first["median_us"] * 1.03)])
+    shard = tmp_path / "s.parquet"
+    export_shard(store, shard)
+    with Store(tmp_path / "central.duckdb") as central:
+        ingest_shard(central, shard)
+        pairs = central.repeat_pairs()
+        assert len(pairs) == 1 and pairs[0]["repeat_us"] == pytest.approx(first["median_us"] * 1.03)
+        ingest_shard(central, shard)  # idempotent for repeats too
+        assert len(central.repeats()) == 1

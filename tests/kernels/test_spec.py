@@ -50,4 +50,4 @@ def test_describe_lists_what_kernels_json_needs():
     assert d["backends"] == ["metal", "cuda"]
     assert set(d["parameters"]) == {"TG", "VEC", "ROWS"}
     assert "TG <= max_threads" in d["constraints"]
-    assert d["shape_grid"]["smoke"] and d["configs"] == 6 * 4 * 4
+    assert d["shape_grid"]["smoke"] and d["configs"] == 6 * 4 * 3

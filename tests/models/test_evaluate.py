@@ -20,6 +20,8 @@ from zmlx_pipeline.models.evaluate import (
     case_regrets,
     evaluate,
     folds,
+    prune_k,
+    seed_threadgroups,
     summarize,
 )
 from zmlx_pipeline.models.features import store_features
@@ -59,6 +61,47 @@ def test_regret_of_a_pick_ten_percent_slower_is_1_10():
     assert case_regrets(frame, np.full(3, np.nan), ks=(1,)).height == 0
 
 
+def test_hit_rank_and_pruning_k():
+    frame = pl.DataFrame({"device_id": ["d"] * 4, "kernel": ["k"] * 4, "dtype": ["float32"] * 4,
+                          "shape_key": ["s"] * 4, "config_key": ["a", "b", "c", "d"],
+                          "median_us": [100.0, 101.5, 130.0, 110.0]})
+    # order a-less: d (110), c (130), b (101.5, within 2%), a (100, the best)
+    got = case_regrets(frame, np.array([4.0, 3.0, 2.0, 1.0]), ks=(1, 3))
+    assert got["hit_rank"][0] == 3 and got["configs"][0] == 4
+    assert got["r3"][0] == pytest.approx(1.015)
+    # 95% of 20 cases is 19: the 19th smallest hit rank
+    assert prune_k([1] * 18 + [4, 7]) == 4
+    assert prune_k([1] * 19 + [7]) == 1
+    assert prune_k([2, 3]) == 3 and prune_k([]) is None
+
+
+def test_seed_profiles_follow_the_seed_table():
+    assert seed_threadgroups("apple-m1-7c") == (128, (64, 128, 256))
+    assert seed_threadgroups("apple-m3-max-40c") == (256, (128, 256, 512))
+    assert seed_threadgroups("apple-m2-ultra-76c") == (256, (256, 512, 1024))
+    assert seed_threadgroups("apple-m4-max-40c") == (256, (256, 512, 1024))
+    # devices outside the seed's table (every non-Apple GPU, SM-limited ones, unknown ids): its fallback
+    for other in ("nvidia-h200", "nvidia-h200@66sm", "no-such-gpu"):
+        assert seed_threadgroups(other) == (128, (64, 128, 256))
+
+
+def test_seed_candidates_time_the_three_threadgroups_first(store, make_measurement):
+    """On an M3 Max the seed times TG 256, 128, 512 (with the best other parameters) before anything else."""
+    store.upsert_device({**get_device(M3).as_row(), "device_id": M3, "in_catalog": True})
+    times = {64: 9.0, 128: 12.0, 256: 11.0, 512: 10.0, 1024: 20.0}
+    store.record([make_measurement(device_id=M3, kernel="k", dtype="float32", shape={"rows": rows, "cols": 1024},
+                                   config={"TG": tg, "VEC": vec}, median_us=t * rows * (1.0 if vec == 4 else 1.5))
+                  for rows in (1, 16, 256) for tg, t in times.items() for vec in (1, 4)])
+    f = store_features(store)["k"]
+    held = pl.col("shape_log2_rows") == 8
+    train, test = f.frame.filter(~held), f.frame.filter(held)
+    scores = baseline_scores(f, train, test)["seed_candidates"]
+    order = test.with_columns(scores.alias("s")).sort("s")
+    assert order.select("cfg_TG", "cfg_VEC").head(3).rows() == [(256.0, 4.0), (128.0, 4.0), (512.0, 4.0)]
+    got = case_regrets(test, scores.to_numpy(), ks=(1, 3))
+    assert got["r1"][0] == pytest.approx(11 / 9) and got["r3"][0] == pytest.approx(10 / 9)
+
+
 def test_summary_statistics():
     got = summarize([1.0, 1.1, 1.21, 1.01])
     assert got["regret_geomean"] == pytest.approx(math.exp(np.log([1.0, 1.1, 1.21, 1.01]).mean()))
@@ -79,6 +122,7 @@ def test_baselines_on_a_held_out_shape(store, make_measurement):
     train, test = f.frame.filter(~held), f.frame.filter(held & (pl.col("device_id") == A4000))
     got = _baseline_regrets(f, train, test)
     assert got["chip_default"] == pytest.approx(440 / 400)      # TG 256, the A4000's default threadgroup
+    assert got["seed_candidates"] == pytest.approx(500 / 400)   # the seed's 128 (unmeasured), then 64, then 256
     assert got["most_common_best"] == pytest.approx(500 / 400)  # TG 64 was best at rows 1 and 16
     assert got["nearest_shape"] == pytest.approx(1.0)           # rows 256, where TG 1024 won
     assert got["other_device_best"] is None                     # no other device measured rows 4096 in training
@@ -110,8 +154,9 @@ def test_common_top10_replaces_chip_default_without_a_threadgroup_param(store, m
 
 def test_splits():
     frame = pl.DataFrame({"device_id": ["a", "a", "b", "b"], "shape_key": ["s1", "s2", "s1", "s3"]})
-    names = [n for n, _, _ in folds(frame, "lodo")]
+    names = [n for n, _, _ in folds(frame, "devices")]
     assert names == ["a", "b"]
+    assert [n for n, _, _ in folds(frame, "lodo")] == names  # the old name still works
     shape_folds = folds(frame, "shapes")
     assert len(shape_folds) == 3
     held = [frame.filter(t)["shape_key"].unique().to_list() for _, _, t in shape_folds]
@@ -125,18 +170,20 @@ def test_evaluate_returns_flat_rows(store, make_measurement):
     fill(store, make_measurement)
     result = evaluate(store, "shapes", ks=(1, 3), models=("ensemble", "gbr"))
     assert result["split"] == "shapes" and result["ks"] == [1, 3]
-    rows = result["rows"]
+    rows = result["results"]
     assert all(list(r) == ROW_KEYS for r in rows)
     pooled = {(r["method"], r["k"]): r for r in rows if r["device"] is None}
-    assert set(m for m, _ in pooled) == {"ensemble", "gbr", "chip_default", "most_common_best", "nearest_shape",
-                                         "other_device_best"}
+    assert set(m for m, _ in pooled) == {"ensemble", "gbr", "chip_default", "seed_candidates", "most_common_best",
+                                         "nearest_shape", "other_device_best"}
     assert pooled[("ensemble", 1)]["cases"] == 12  # 4 shapes x 3 devices, each held out once
     assert pooled[("other_device_best", 1)]["cases"] == 0 and pooled[("other_device_best", 1)]["regret_geomean"] is None
     per_device = [r for r in rows if r["device"] == M3 and r["method"] == "ensemble" and r["k"] == 3]
     assert per_device[0]["cases"] == 4 and per_device[0]["regret_geomean"] >= 1.0
-    lodo = evaluate(store, "lodo", kernels=["k"], ks=(1,), models=("prior",))
-    pooled = {r["method"]: r for r in lodo["rows"] if r["device"] is None}
-    assert pooled["prior"]["cases"] == 12 and pooled["nearest_shape"]["cases"] == 0
+    lodo = evaluate(store, "lodo", kernels=["k"], ks=(1,), models=("prior",), label_model=True)
+    assert lodo["split"] == "devices"
+    pooled = {r["method"]: r for r in lodo["results"] if r["device"] is None}
+    assert pooled["model"]["cases"] == 12 and pooled["nearest_shape"]["cases"] == 0
+    assert "prior" not in pooled  # the one model is called "model" when asked to
 
 
 def test_every_variant_fits_and_scores(store, make_measurement):
@@ -173,13 +220,13 @@ def test_all_kernel_tuner_files_import_completely(kernel_tuner_store):
 
 def test_model_beats_every_baseline_leaving_one_device_out(kernel_tuner_store):
     store, _ = kernel_tuner_store
-    result = evaluate(store, "lodo", ks=(1, 5))
-    pooled = {(r["kernel"], r["method"], r["k"]): r for r in result["rows"] if r["device"] is None}
+    result = evaluate(store, "devices", ks=(1, 5))
+    pooled = {(r["kernel"], r["method"], r["k"]): r for r in result["results"] if r["device"] is None}
     for kernel in ("convolution_milo", "dedispersion_milo"):
         for k in (1, 5):
             model = pooled[(kernel, "ensemble", k)]
             assert model["cases"] == 5
-            for baseline in ("common_top10", "most_common_best", "other_device_best"):
+            for baseline in ("common_top10", "seed_candidates", "most_common_best", "other_device_best"):
                 other = pooled[(kernel, baseline, k)]
                 assert other["cases"] == 5
                 assert model["regret_geomean"] < other["regret_geomean"], (kernel, baseline, k)

@@ -176,11 +176,23 @@ _MEASUREMENT_TYPES = (
 )
 _KEY_COLUMNS = ("device_id", "kernel", "kernel_version", "dtype", "shape_key", "config_key")
 REPEAT_COLUMNS = _KEY_COLUMNS + ("run_id", "median_us", "measured_at")
+# A shard's `repeats` column (a JSON list per key) back into the repeats table.
+_INGEST_REPEATS_SQL = (
+    f"INSERT INTO repeats ({', '.join(REPEAT_COLUMNS)}) "
+    "SELECT device_id, kernel, kernel_version, dtype, shape_key, config_key, rep.run_id, rep.median_us, "
+    "rep.measured_at FROM (SELECT *, unnest(from_json(repeats, "
+    "'[{\"run_id\": \"VARCHAR\", \"median_us\": \"DOUBLE\", \"measured_at\": \"TIMESTAMP\"}]')) AS rep "
+    "FROM _zmlx_shard WHERE repeats IS NOT NULL) ON CONFLICT DO NOTHING"
+)
+# The model registry: kernel_filter holds the kernel a model ranks; params/versions/scores are JSON.
+MODEL_COLUMNS = ("model_id", "kernel_filter", "created_at", "data_fingerprint", "params", "versions", "scores",
+                 "path")
+_MODEL_JSON = ("params", "versions", "scores")
 
 # A shard row: the measurement columns, then its device (device_*) and run (run_*) columns.
 SHARD_DEVICE_COLUMNS = tuple(f"device_{c}" for c in DEVICE_COLUMNS if c != "device_id")
 SHARD_RUN_COLUMNS = tuple(f"run_{c}" for c in RUN_COLUMNS if c not in ("run_id", "device_id"))
-SHARD_COLUMNS = MEASUREMENT_COLUMNS + SHARD_DEVICE_COLUMNS + SHARD_RUN_COLUMNS
+SHARD_COLUMNS = MEASUREMENT_COLUMNS + SHARD_DEVICE_COLUMNS + SHARD_RUN_COLUMNS + ("repeats",)
 SHARD_REQUIRED = tuple(c for c in MEASUREMENT_COLUMNS if c != "extra")
 
 _JSON_COLUMNS = {"reported", "settings", "shape", "config", "extra"}
@@ -603,6 +615,18 @@ class Store:
         )
         return _dicts(cur, parse_json=False)
 
+    def repeat_pairs(self, device: str | None = None) -> list[dict]:
+        """Each repeated timing next to the first: device, kernel, dtype, shape_key, config_key, median_us, repeat_us."""
+        where, params = _where({"device": device}, prefix="m.")
+        cur = self._conn.execute(
+            "SELECT m.device_id, m.kernel, m.dtype, m.shape_key, m.config_key, m.median_us, r.median_us AS repeat_us "
+            "FROM repeats r JOIN measurements m USING (device_id, kernel, kernel_version, dtype, shape_key, config_key)"
+            f"{where}{' AND' if where else ' WHERE'} m.status = 'ok' AND m.median_us > 0 AND r.median_us > 0 "
+            "ORDER BY m.device_id, m.kernel, m.dtype, m.shape_key, m.config_key",
+            params,
+        )
+        return _dicts(cur, parse_json=False)
+
     def _measurements_sql(self, filters: dict[str, Any]) -> tuple[str, list[Any]]:
         """The filtered, ordered measurements query."""
         where, params = _where(filters)
@@ -630,6 +654,71 @@ class Store:
         where, params = _where({"device": device, "kernel": kernel})
         return _summary_rows(self._conn.execute(_summary_sql("measurements", where), params))
 
+    # -- models (registry) -------------------------------------------------------------------
+
+    def add_model(self, row: dict) -> None:
+        """Register one trained model (MODEL_COLUMNS; params, versions, scores as dicts); ids are unique."""
+        self._require_writable("register a model")
+        if not row.get("model_id"):
+            raise StoreError("a model row needs a non-empty model_id")
+        values = [_to_json(row.get(c)) if c in _MODEL_JSON else row.get(c) for c in MODEL_COLUMNS]
+        if values[MODEL_COLUMNS.index("created_at")] is None:
+            values[MODEL_COLUMNS.index("created_at")] = _now()
+        try:
+            with self._transaction() as con:
+                con.execute(f"INSERT INTO models ({', '.join(MODEL_COLUMNS)}) "
+                            f"VALUES ({', '.join('?' for _ in MODEL_COLUMNS)})", values)
+        except duckdb.Error as err:
+            raise StoreError(f"cannot register model {row['model_id']!r}: {_first_line(err)}") from err
+
+    def models(self, kernel: str | None = None, model_id: str | None = None) -> list[dict]:
+        """Registered models (of one kernel, or one id), newest first; params, versions, scores parsed."""
+        clauses, params = [], []
+        if kernel is not None:
+            clauses.append("kernel_filter = ?")
+            params.append(kernel)
+        if model_id is not None:
+            clauses.append("model_id = ?")
+            params.append(model_id)
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        cur = self._conn.execute(
+            f"SELECT {', '.join(MODEL_COLUMNS)} FROM models{where} ORDER BY created_at DESC, model_id DESC", params)
+        rows = _dicts(cur, parse_json=False)
+        for row in rows:
+            for col in _MODEL_JSON:
+                row[col] = _from_json(row[col])
+        return rows
+
+    # -- bundles -----------------------------------------------------------------------------
+
+    def record_bundle(self, bundle_id: str, model_id: str | None, path: str, manifest: dict) -> None:
+        """Record a published bundle (its manifest as JSON); publishing the same id again updates the row."""
+        self._require_writable("record a bundle")
+        created = manifest.get("created")
+        try:
+            created_at = datetime.fromisoformat(str(created).replace("Z", "+00:00")).replace(tzinfo=None)
+        except ValueError:
+            created_at = _now()
+        try:
+            with self._transaction() as con:
+                con.execute(
+                    "INSERT INTO bundles (bundle_id, model_id, created_at, path, manifest) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (bundle_id) DO UPDATE SET model_id = excluded.model_id, path = excluded.path, "
+                    "manifest = excluded.manifest",
+                    [bundle_id, model_id, created_at, path, canonical_json(manifest)],
+                )
+        except duckdb.Error as err:
+            raise StoreError(f"cannot record bundle {bundle_id!r}: {_first_line(err)}") from err
+
+    def bundles(self) -> list[dict]:
+        """Published bundles, newest first, with the manifest parsed."""
+        cur = self._conn.execute(
+            "SELECT bundle_id, model_id, created_at, path, manifest FROM bundles ORDER BY created_at DESC, bundle_id DESC")
+        rows = _dicts(cur, parse_json=False)
+        for row in rows:
+            row["manifest"] = _from_json(row["manifest"])
+        return rows
+
     # -- shards ------------------------------------------------------------------------------
 
     def export_shard(self, path: str | os.PathLike, device: str | None = None) -> int:
@@ -642,6 +731,7 @@ class Store:
             [f"m.{c}" for c in MEASUREMENT_COLUMNS]
             + [f"d.{c[len('device_'):]} AS {c}" for c in SHARD_DEVICE_COLUMNS]
             + [f"r.{c[len('run_'):]} AS {c}" for c in SHARD_RUN_COLUMNS]
+            + ["rp.repeats AS repeats"]  # SHARD_COLUMNS' last
         )
         from zmlx_pipeline import __version__
 
@@ -653,7 +743,14 @@ class Store:
         sql = (
             f"COPY (SELECT {select} FROM measurements m "
             "LEFT JOIN devices d ON d.device_id = m.device_id "
-            f"LEFT JOIN runs r ON r.run_id = m.run_id{where} "
+            f"LEFT JOIN runs r ON r.run_id = m.run_id "
+            # repeated timings of the key, as a JSON list, so a shard carries its noise data along
+            "LEFT JOIN (SELECT device_id, kernel, kernel_version, dtype, shape_key, config_key, "
+            "to_json(list({'run_id': run_id, 'median_us': median_us, 'measured_at': measured_at} "
+            "ORDER BY measured_at))::VARCHAR AS repeats FROM repeats GROUP BY ALL) rp "
+            "ON rp.device_id = m.device_id AND rp.kernel = m.kernel AND rp.kernel_version = m.kernel_version "
+            "AND rp.dtype = m.dtype AND rp.shape_key = m.shape_key AND rp.config_key = m.config_key"
+            f"{where} "
             "ORDER BY m.device_id, m.kernel, m.kernel_version, m.dtype, m.shape_key, m.config_key) "
             f"TO {_sql_literal(str(tmp))} (FORMAT parquet, COMPRESSION zstd, {metadata})"
         )
@@ -714,6 +811,8 @@ class Store:
                 con.execute(devices_sql)
                 con.execute(runs_sql)
                 (added,) = con.execute(measurements_sql).fetchone()
+                if "repeats" in columns:
+                    con.execute(_INGEST_REPEATS_SQL)
                 con.execute("DROP TABLE _zmlx_shard")
         except duckdb.Error as err:
             raise BadShard(f"{shard} could not be ingested, the store is unchanged: {_first_line(err)}") from err

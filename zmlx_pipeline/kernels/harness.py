@@ -128,14 +128,38 @@ def poison_for(spec: KernelSpec, config, shape) -> float:
     return POISON_FLOAT
 
 
-def check(launcher: Launcher, config, shape, dtype: str, seed: int) -> str | None:
-    """Run one config on fresh random inputs into poisoned outputs; None when it matches the reference."""
+@dataclass
+class Prepared:
+    """Inputs shared by every config of one (kernel, shape, dtype): random check inputs with their
+    reference outputs, and the input sets timing rotates through. Building them once per shape
+    instead of once per config keeps a collect's time on the kernels, not on random numbers."""
+
+    check_inputs: list
+    refs: list
+    sets: list
+
+
+def prepare(spec: KernelSpec, shape, dtype: str, seed: int, rotate_bytes: int) -> Prepared:
+    """Draw check inputs (seeded per shape and dtype, never zeros), their reference, and timing sets."""
+    import mlx.core as mx
+
+    inputs = spec.make_inputs(shape, mx_dtype(dtype), mx.random.key(seed))
+    refs = spec.reference(inputs, shape)
+    mx.eval(inputs, refs)
+    return Prepared(inputs, refs, input_sets(spec, shape, dtype, seed, rotate_bytes))
+
+
+def check(launcher: Launcher, config, shape, dtype: str, seed: int, prepared: Prepared | None = None) -> str | None:
+    """Run one config on random inputs into poisoned outputs; None when it matches the reference."""
     import mlx.core as mx
 
     spec = launcher.spec
-    inputs = spec.make_inputs(shape, mx_dtype(dtype), mx.random.key(seed))
+    if prepared is None:
+        inputs = spec.make_inputs(shape, mx_dtype(dtype), mx.random.key(seed))
+        refs = spec.reference(inputs, shape)
+    else:
+        inputs, refs = prepared.check_inputs, prepared.refs
     outs = launcher(inputs, config, shape, dtype, init_value=poison_for(spec, config, shape))
-    refs = spec.reference(inputs, shape)
     mx.eval(outs, refs)
     return compare(spec, outs, refs, dtype)
 
@@ -176,6 +200,7 @@ def measure(
     target_sample_s: float = 1e-3,
     timeout_s: float = 2.0,
     inputs: list | None = None,
+    prepared: Prepared | None = None,
 ) -> Outcome:
     """Check a config against the reference, then time it; a failure becomes a status, never an exception.
 
@@ -183,14 +208,14 @@ def measure(
     instead of recording every later config as failed.
     """
     try:
-        wrong = check(launcher, config, shape, dtype, seed)
+        wrong = check(launcher, config, shape, dtype, seed, prepared)
     except Exception as exc:  # noqa: BLE001 - the JIT and the launch raise plain RuntimeErrors
         if not gpu_healthy():
             raise GpuUnhealthy(short_error(exc)) from exc
         return Outcome(classify_error(exc), error=short_error(exc))
     if wrong:
         return Outcome("wrong_result", error=wrong[:400])
-    sets = inputs or input_sets(launcher.spec, shape, dtype, seed, rotate_bytes)
+    sets = inputs or (prepared.sets if prepared else None) or input_sets(launcher.spec, shape, dtype, seed, rotate_bytes)
     try:
         timing = time_launches(
             lambda i: launcher(sets[i % len(sets)], config, shape, dtype),

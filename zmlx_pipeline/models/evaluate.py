@@ -10,43 +10,82 @@ Splits:
 - `shapes`: held-out shapes on seen devices: each kernel's shapes in up to 5 folds; a fold's
   shapes are unseen on every device while training, its cases scored on devices seen in
   training (a kernel measured at one shape has no such case);
-- `lodo`: leave one device out: every case of the device is scored by methods trained on
-  the other devices.
+- `devices` (alias `lodo`): leave one device out: every case of the device is scored by
+  methods trained on the other devices.
 
 Baselines, built from the same training rows only:
 - `chip_default`: the config whose threadgroup is closest to the device's catalog default
   threadgroup (ties broken by `common_top10`); kernels with no threadgroup parameter get
   `common_top10` instead: configs by how often they are in a training case's top 10;
+- `seed_candidates`: the seed autotuner (Hmbown/ZMLX's device profiles): its three
+  threadgroup candidates of the device (SEED_PROFILES: Apple base chips 64/128/256, Pro and
+  Max 128/256/512, Ultra and M4 Max 256/512/1024, any other device the seed's fallback
+  64/128/256), its default threadgroup first; the kernel's other parameters at the values of
+  the `common_top10` leader. Its top 3 is what the seed times; kernels without thread
+  parameters have no such baseline. The threadgroup of a config is the product of its thread
+  parameters (TG, or block_size_x * block_size_y ... for imported kernels);
 - `most_common_best`: the config most often best on that device in training (over all
-  training devices when the device has none, as under `lodo`);
+  training devices when the device has none, as under `devices`);
 - `nearest_shape`: the measured ranking of the nearest training shape on that device (log2
-  dims); none under `lodo`;
+  dims); none under `devices`;
 - `other_device_best`: the measured ranking of the most similar other device (normalised
   spec distance) on the same shape and dtype in training; none under `shapes`.
 A method with nothing to say about a case does not score it (its `cases` count says so).
+
+Pruning: per kernel, the smallest k whose top k holds a config within 2% of the case's
+best in at least 95% of held-out cases (`prune_k`, from each case's `hit_rank`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Iterable, Sequence
 
 import numpy as np
 import polars as pl
 
-from zmlx_pipeline.models.estimators import DEFAULT_MODEL, make_ranker
-from zmlx_pipeline.models.features import CASE, KernelFeatures, device_distances, store_features
+from zmlx_pipeline.data.catalog import UnknownDevice, get_device
+from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, make_ranker
+from zmlx_pipeline.models.features import (
+    CASE,
+    KernelFeatures,
+    build_features,
+    device_distances,
+    devices_frame,
+    measurements_frame,
+)
 
-SPLITS = ("shapes", "lodo")
-BASELINES = ("chip_default", "common_top10", "most_common_best", "nearest_shape", "other_device_best")
+SPLITS = ("shapes", "devices")
+SPLIT_ALIASES = {"lodo": "devices"}
+BASELINES = ("chip_default", "common_top10", "seed_candidates", "most_common_best", "nearest_shape",
+             "other_device_best")
+PRUNE_SHARE = 0.95
+# The seed's device profiles: (family, variant) or variant -> (default threadgroup, candidates);
+# a device outside its table (every non-Apple GPU) gets its fallback profile.
+SEED_PROFILES: dict = {
+    "base": (128, (64, 128, 256)), "pro": (256, (128, 256, 512)), "max": (256, (128, 256, 512)),
+    "ultra": (256, (256, 512, 1024)), ("m4", "max"): (256, (256, 512, 1024)),
+}
+SEED_FALLBACK = (128, (64, 128, 256))
 HIT_WITHIN = 1.02
 SHAPE_FOLDS = 5
+SERIAL_ROWS = 20_000  # kernels with fewer rows fit on one OpenMP thread (threads only cost time there)
 _TOP = 10
 _LAST = 1e9  # score of a config a baseline knows nothing about: after every config it knows
 
 
 class EvaluationError(ValueError):
     "The evaluation cannot be run as asked"
+
+
+def fit_threads(rows: int):
+    """A context limiting scikit-learn's OpenMP threads to one for a small kernel's fits (else no limit)."""
+    if rows >= SERIAL_ROWS:
+        return contextlib.nullcontext()
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="openmp")
 
 
 # ------------------------------------------------------------------------------------------
@@ -56,18 +95,31 @@ class EvaluationError(ValueError):
 def case_regrets(frame: pl.DataFrame, scores: np.ndarray, ks: Sequence[int]) -> pl.DataFrame:
     """Per case: regret@k for each k (columns r1, r3, ...), from scores of the case's rows.
 
-    Ranks by score, ties by config_key; cases whose scores are all NaN/null are dropped.
+    Also `hit_rank`: the rank of the method's first config within 2% of the case's best, and
+    `configs`, the case's configs. Ranks by score, ties by config_key; cases whose scores are
+    all NaN/null are dropped.
     """
     df = frame.select(*CASE, "config_key", "median_us").with_columns(
         pl.Series("_score", np.asarray(scores, dtype=float)).fill_nan(None))
     df = df.with_columns(pl.col("_score").is_not_null().any().over(CASE).alias("_scored")).filter("_scored")
     if df.is_empty():
-        return pl.DataFrame(schema={**{c: pl.String for c in CASE}, **{f"r{k}": pl.Float64 for k in ks}})
+        return pl.DataFrame(schema={**{c: pl.String for c in CASE}, **{f"r{k}": pl.Float64 for k in ks},
+                                    "hit_rank": pl.Int64, "configs": pl.Int64})
     df = df.sort([*CASE, "_score", "config_key"], nulls_last=True).with_columns(
-        pl.int_range(1, pl.len() + 1).over(CASE).alias("_rank"))
+        pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(CASE).alias("_rank"))
+    best = pl.col("median_us").min()
     return df.group_by(CASE, maintain_order=True).agg(
-        [(pl.col("median_us").filter(pl.col("_rank") <= k).min() / pl.col("median_us").min()).alias(f"r{k}")
-         for k in ks]).sort(CASE)
+        [(pl.col("median_us").filter(pl.col("_rank") <= k).min() / best).alias(f"r{k}") for k in ks]
+        + [pl.col("_rank").filter(pl.col("median_us") <= best * (HIT_WITHIN + 1e-12)).min().alias("hit_rank"),
+           pl.len().cast(pl.Int64).alias("configs")]).sort(CASE)
+
+
+def prune_k(hit_ranks: Sequence[int], share: float = PRUNE_SHARE) -> int | None:
+    """The smallest k whose top k is within 2% of the best in at least `share` of the cases (None: no case)."""
+    ranks = np.sort(np.asarray([r for r in hit_ranks if r is not None], dtype=np.int64))
+    if ranks.size == 0:
+        return None
+    return int(ranks[math.ceil(share * ranks.size - 1e-9) - 1])
 
 
 def summarize(regrets: Sequence[float]) -> dict:
@@ -87,9 +139,18 @@ def summarize(regrets: Sequence[float]) -> dict:
 # splits
 
 
+def canonical_split(split: str) -> str:
+    """The split's name (`lodo` is `devices`); EvaluationError for an unknown one."""
+    split = SPLIT_ALIASES.get(split, split)
+    if split not in SPLITS:
+        raise EvaluationError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    return split
+
+
 def folds(frame: pl.DataFrame, split: str) -> list[tuple[str, pl.Expr, pl.Expr]]:
     """(name, training-row filter, test-row filter) per fold of one kernel's frame."""
-    if split == "lodo":
+    split = canonical_split(split)
+    if split == "devices":
         devices = sorted(frame["device_id"].unique().to_list())
         if len(devices) < 2:
             return []
@@ -105,22 +166,71 @@ def folds(frame: pl.DataFrame, split: str) -> list[tuple[str, pl.Expr, pl.Expr]]
             test = pl.col("shape_key").is_in(held)
             out.append((f"shapes-{i}", ~test, test))
         return out
-    raise EvaluationError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
 
 
 # ------------------------------------------------------------------------------------------
 # baselines: each returns one score per test row (lower is better, null = no opinion)
 
 
-def _common_top10(train: pl.DataFrame, test: pl.DataFrame) -> pl.Series:
-    """Configs by how often they are in a training case's top 10 (then by mean log_rel)."""
+def _common_order(train: pl.DataFrame) -> pl.DataFrame:
+    """config_key -> _pos: configs by how often they are in a training case's top 10 (then by mean log_rel)."""
     top = train.with_columns(pl.col("log_time").rank("ordinal").over(CASE).alias("_r"))
     stats = top.group_by("config_key").agg((pl.col("_r") <= _TOP).sum().alias("_n"),
                                            pl.col("log_rel").mean().alias("_m"))
-    order = stats.sort(["_n", "_m", "config_key"], descending=[True, False, False]).with_columns(
-        pl.int_range(0, pl.len()).cast(pl.Float64).alias("_pos"))
-    return test.select("config_key").join(order.select("config_key", "_pos"), on="config_key", how="left",
+    return stats.sort(["_n", "_m", "config_key"], descending=[True, False, False]).with_columns(
+        pl.int_range(0, pl.len()).cast(pl.Float64).alias("_pos")).select("config_key", "_pos")
+
+
+def _common_top10(train: pl.DataFrame, test: pl.DataFrame) -> pl.Series:
+    """Configs by how often they are in a training case's top 10 (then by mean log_rel)."""
+    return test.select("config_key").join(_common_order(train), on="config_key", how="left",
                                           maintain_order="left")["_pos"].fill_null(_LAST)
+
+
+def seed_threadgroups(device_id: str) -> tuple[int, tuple[int, ...]]:
+    """The seed autotuner's (default threadgroup, three candidates) for a device (see SEED_PROFILES)."""
+    try:
+        spec = get_device(device_id.split("@")[0])  # a core-limited device keeps its chip's profile
+    except (UnknownDevice, ValueError):
+        return SEED_FALLBACK
+    if spec.vendor != "apple":
+        return SEED_FALLBACK
+    return SEED_PROFILES.get((spec.family, spec.variant)) or SEED_PROFILES.get(spec.variant, SEED_FALLBACK)
+
+
+def _seed_candidates(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame) -> pl.Series:
+    """The seed's candidate threadgroups of the device (default first), other params as common_top10's leader.
+
+    Order: candidate configs before all others; among them by the common_top10 position of
+    their other parameters' values, then default, smaller, larger; other configs by log2
+    distance to the nearest candidate.
+    """
+    thread_cols = [f"cfg_{p}" for p in features.thread_params]
+    rest = [f"cfg_{p}" for p in features.params if p not in features.thread_params]
+    rest_key = (pl.concat_str([pl.col(c).cast(pl.String).fill_null("none") for c in rest], separator="|")
+                if rest else pl.lit(""))
+    configs = pl.concat([train.select("config_key", *rest, *thread_cols).unique("config_key"),
+                         test.select("config_key", *rest, *thread_cols).unique("config_key")]).unique("config_key")
+    threads = pl.reduce(lambda a, b: a * b, [pl.col(c).round().cast(pl.Int64) for c in thread_cols])
+    configs = configs.select("config_key", rest_key.alias("_rest"), threads.alias("_threads"))
+    rest_pos = configs.join(_common_order(train), on="config_key").group_by("_rest").agg(
+        pl.col("_pos").min().alias("_rest_pos"))
+    devices = test["device_id"].unique().to_list()
+    profiles = pl.DataFrame(
+        {"device_id": devices,
+         "_cands": [[seed_threadgroups(d)[0]] + sorted(set(seed_threadgroups(d)[1]) - {seed_threadgroups(d)[0]})
+                    for d in devices]},
+        schema={"device_id": pl.String, "_cands": pl.List(pl.Int64)})
+    out = test.select("device_id", "config_key").join(configs, on="config_key", how="left", maintain_order="left").join(
+        profiles, on="device_id", how="left", maintain_order="left").join(
+        rest_pos, on="_rest", how="left", maintain_order="left")
+    cand = [pl.col("_cands").list.get(i, null_on_oob=True) for i in range(3)]
+    cand_pos = pl.coalesce([pl.when(c == pl.col("_threads")).then(pl.lit(float(i))) for i, c in enumerate(cand)])
+    log_t = pl.col("_threads").cast(pl.Float64).log(2)
+    gap = pl.min_horizontal([(log_t - c.cast(pl.Float64).log(2)).abs() for c in cand])
+    rest_score = pl.col("_rest_pos").fill_null(_LAST / 1e3)
+    score = pl.when(cand_pos.is_not_null()).then(rest_score * 10 + cand_pos).otherwise(_LAST + gap * 1e6 + rest_score)
+    return out.select(score.cast(pl.Float64).alias("_s"))["_s"]
 
 
 def _chip_default(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame) -> pl.Series:
@@ -196,16 +306,25 @@ def _other_device_best(features: KernelFeatures, train: pl.DataFrame, test: pl.D
     return _from_source_case(train, test, mapping)
 
 
+def baseline_names(features: KernelFeatures) -> list[str]:
+    """The baselines that apply to a kernel, in report order."""
+    names = ["chip_default" if features.threadgroup_param else "common_top10"]
+    if features.thread_params:
+        names.append("seed_candidates")
+    return names + ["most_common_best", "nearest_shape", "other_device_best"]
+
+
 def baseline_scores(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame) -> dict[str, pl.Series]:
     """Every baseline's scores for the test rows, trained on `train` (method name -> scores)."""
-    first = ("chip_default", _chip_default(features, train, test)) if features.threadgroup_param \
-        else ("common_top10", _common_top10(train, test))
-    return {
-        first[0]: first[1],
-        "most_common_best": _most_common_best(train, test),
-        "nearest_shape": _nearest_shape(features, train, test),
-        "other_device_best": _other_device_best(features, train, test),
+    make = {
+        "chip_default": lambda: _chip_default(features, train, test),
+        "common_top10": lambda: _common_top10(train, test),
+        "seed_candidates": lambda: _seed_candidates(features, train, test),
+        "most_common_best": lambda: _most_common_best(train, test),
+        "nearest_shape": lambda: _nearest_shape(features, train, test),
+        "other_device_best": lambda: _other_device_best(features, train, test),
     }
+    return {name: make[name]() for name in baseline_names(features)}
 
 
 # ------------------------------------------------------------------------------------------
@@ -219,7 +338,14 @@ def evaluate_kernel(
     models: Sequence[str] = (DEFAULT_MODEL,),
     baselines: bool = True,
 ) -> pl.DataFrame:
-    """Per-case regrets of each model and baseline on one kernel: columns CASE, method, fold, r{k}."""
+    """Per-case regrets of each model and baseline on one kernel: columns CASE, r{k}, hit_rank, configs, method, fold."""
+    split = canonical_split(split)
+    with fit_threads(features.frame.height):
+        return _evaluate_kernel(features, split, ks, models, baselines)
+
+
+def _evaluate_kernel(features: KernelFeatures, split: str, ks: Sequence[int], models: Sequence[str],
+                     baselines: bool) -> pl.DataFrame:
     frame = features.frame
     parts = []
     for name, train_filter, test_filter in folds(frame, split):
@@ -239,22 +365,29 @@ def evaluate_kernel(
                                                                 pl.lit(name).alias("fold")))
     if not parts:
         return pl.DataFrame(schema={**{c: pl.String for c in CASE}, **{f"r{k}": pl.Float64 for k in ks},
-                                    "method": pl.String, "fold": pl.String})
+                                    "hit_rank": pl.Int64, "configs": pl.Int64, "method": pl.String,
+                                    "fold": pl.String})
     return pl.concat(parts)
 
 
-def regret_rows(per_case: pl.DataFrame, kernel: str, ks: Sequence[int], methods: Iterable[str]) -> list[dict]:
-    """Flat rows {kernel, device (None = pooled), method, k, regret_geomean, regret_p95, hit_2pct, cases}."""
+def regret_rows(per_case: pl.DataFrame, kernel: str, ks: Sequence[int], methods: Iterable[str],
+                labels: dict[str, str] | None = None) -> list[dict]:
+    """Flat rows {kernel, device (None = pooled), method, k, regret_geomean, regret_p95, hit_2pct, cases}.
+
+    `labels` renames methods in the rows (the CLI calls its one model "model").
+    """
+    labels = labels or {}
     rows = []
     for method in methods:
         mine = per_case.filter(pl.col("method") == method)
         devices = sorted(mine["device_id"].unique().to_list())
+        label = labels.get(method, method)
         for k in ks:
             col = f"r{k}"
-            rows.append({"kernel": kernel, "device": None, "method": method, "k": int(k),
+            rows.append({"kernel": kernel, "device": None, "method": label, "k": int(k),
                          **summarize(mine[col].to_list())})
             for d in devices:
-                rows.append({"kernel": kernel, "device": d, "method": method, "k": int(k),
+                rows.append({"kernel": kernel, "device": d, "method": label, "k": int(k),
                              **summarize(mine.filter(pl.col("device_id") == d)[col].to_list())})
     return rows
 
@@ -265,31 +398,56 @@ def evaluate_features(
     ks: Sequence[int] = (1, 3, 5),
     models: Sequence[str] = (DEFAULT_MODEL,),
     baselines: bool = True,
+    label_model: bool = False,
 ) -> dict:
     """evaluate() on prepared feature frames (one per kernel)."""
-    if split not in SPLITS:
-        raise EvaluationError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    split = canonical_split(split)
     ks = tuple(int(k) for k in ks)
     if not ks or min(ks) < 1:
         raise EvaluationError("k must be at least 1")
+    models = tuple(models)
+    unknown = [m for m in models if m not in MODEL_VARIANTS]
+    if unknown:
+        raise EvaluationError(f"unknown model {unknown[0]!r}; expected one of {', '.join(MODEL_VARIANTS)}")
+    if not models and not baselines:
+        raise EvaluationError("nothing to evaluate: name a model or keep the baselines")
+    labels = {models[0]: "model"} if label_model and len(models) == 1 else {}
     rows = []
     for kernel, f in features.items():
         per_case = evaluate_kernel(f, split, ks, models, baselines)
-        methods = list(models)
-        if baselines:
-            methods += ["chip_default" if f.threadgroup_param else "common_top10",
-                        "most_common_best", "nearest_shape", "other_device_best"]
-        rows += regret_rows(per_case, kernel, ks, methods)
-    return {"split": split, "ks": list(ks), "models": list(models), "rows": rows}
+        methods = list(models) + (baseline_names(f) if baselines else [])
+        rows += regret_rows(per_case, kernel, ks, methods, labels)
+    return {"split": split, "ks": list(ks), "models": list(models), "results": rows}
 
 
 def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
-             models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True) -> dict:
-    """Regret@k of the model(s) and the baselines on a split of the store's ok measurements.
+             models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True, label_model: bool = False) -> dict:
+    """Regret@k of the model(s) and the baselines on a split (`shapes` or `devices`) of the store's ok measurements.
 
-    Returns {"split", "ks", "models", "rows"}: rows are flat dicts {kernel, device (None when
-    pooled), method, k, regret_geomean, regret_p95, hit_2pct, cases}.
+    Returns {"split", "ks", "models", "results"}: results are flat dicts {kernel, device (None
+    when pooled), method, k, regret_geomean, regret_p95, hit_2pct, cases}; a model's method is
+    its variant name, or "model" with `label_model` and one model (the CLI's contract).
     """
-    if split not in SPLITS:
-        raise EvaluationError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
-    return evaluate_features(store_features(store, kernels), split, ks, models, baselines)
+    split = canonical_split(split)
+    return evaluate_features(kernel_features_of(store, kernels), split, ks, models, baselines, label_model)
+
+
+def kernel_features_of(store, kernels=None, devices=None) -> dict[str, KernelFeatures]:
+    """The store's feature frames (of some kernels, measured on some devices), with one-line errors for
+    an empty store or a kernel it has no ok measurement of."""
+    wanted = None if kernels is None else ([kernels] if isinstance(kernels, str) else list(kernels))
+    devices = None if devices is None else ([devices] if isinstance(devices, str) else list(devices))
+    specs = devices_frame(store)  # first: completes any pending result before the Arrow read
+    measurements = measurements_frame(store, wanted, device=devices)
+    known = set(measurements["kernel"].unique().to_list())
+    missing = sorted(set(wanted or ()) - known)
+    if not known or missing:
+        have = sorted({r["kernel"] for r in store.summary() if r["by_status"].get("ok")
+                       and (not devices or r["device"] in devices)})
+        where = f" on device(s) {', '.join(devices)}" if devices else ""
+        if not have:
+            raise EvaluationError(f"the store has no ok measurements{where}: run `zmlx-pipeline run`, `import` or "
+                                  "`collect` first, or pass another --db")
+        raise EvaluationError(f"no ok measurements of kernel(s) {', '.join(missing)}{where}; "
+                              f"the store has {', '.join(have)}")
+    return build_features(measurements, specs, wanted)

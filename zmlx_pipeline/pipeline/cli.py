@@ -108,7 +108,7 @@ def kernels(kernel_names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--preset", default="smoke", show_default=True, help="Shape preset of each kernel's grid (smoke, full, ...).")
 @click.option("--budget", default=None, help="Stop starting new measurements after this long (90s, 10m, 1h).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Processes that pre-compile kernels in parallel (CUDA).")
+              help="Processes that compile in parallel and measure in turn (CUDA).")
 @click.option("--samples", default=10, show_default=True, type=click.IntRange(1, 1000), help="Timed samples per config.")
 @click.option("--warmup", default=3, show_default=True, type=click.IntRange(1, 100), help="Warm-up launches per config.")
 @click.option("--max-shapes", default=None, type=click.IntRange(1), help="Only the first N shapes of each preset.")
@@ -167,6 +167,61 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
                f"{result.elapsed_s:.1f} s")
     if result.remaining:
         click.echo("run the same command again to resume")
+
+
+@cli.command()
+@_db_option
+@click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
+@click.option("--fraction", default=0.05, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+              help="Share of this device's ok measurements to time again (chosen by key hash).")
+@click.option("--budget", default=None, help="Stop starting new measurements after this long (90s, 10m, 1h).")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Processes that compile in parallel and measure in turn (CUDA).")
+@output_options
+@_user_errors
+def repeat(db, kernel_names, fraction, budget, jobs, as_json) -> None:
+    """Time a sample of measured configs again in a new process, to show how large noise is."""
+    from zmlx_pipeline.data.detect import detect_device
+    from zmlx_pipeline.kernels.registry import resolve
+    from zmlx_pipeline.pipeline import collect as stage
+
+    try:
+        budget_s = stage.parse_duration(budget) if budget else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--budget") from None
+    names = _split(kernel_names)
+    specs = resolve(names)
+    refs = {s.name: (n if ":" in n else s.name) for s, n in zip(specs, names or [s.name for s in specs])}
+    device = detect_device()
+    if device.backend not in ("cuda", "metal"):
+        raise click.ClickException(f"no Metal or CUDA backend on this machine (MLX runs on the {device.backend}): "
+                                   "repeat on the GPU the measurements came from")
+    result = stage.repeat(_open_store(db), device, specs, fraction=fraction, budget_s=budget_s,
+                          settings=stage.TimingSettings(), jobs=jobs, kernel_refs=refs)
+    if as_json:
+        emit(result.as_dict(), True)
+        return
+    click.echo(f"{device.device_id}: {result.done} of {result.planned} repeated ({result.by_status}); "
+               f"stopped: {result.stopped}; {result.elapsed_s:.1f} s")
+
+
+@cli.command()
+@_db_option
+@click.option("--device", default=None, help="Only this device id.")
+@output_options
+@_user_errors
+def noise(db, device, as_json) -> None:
+    """How far repeated timings of one config differ, by kernel time (from `repeat`)."""
+    from zmlx_pipeline.pipeline.collect import noise_summary
+
+    rows = noise_summary(_open_store(db, read_only=True), device=device)
+    if not rows and not as_json:
+        raise click.ClickException("no repeated timings in the store: run `zmlx-pipeline repeat` on the GPU first")
+    if as_json:
+        emit(rows, True)
+        return
+    emit([{**r, **{k: f"{100 * r[k]:.1f}%" for k in ("median_diff", "p95_diff", "max_diff", "within_5pct")}} for r in rows],
+         False, ["bucket", "pairs", "median_diff", "p95_diff", "max_diff", "within_5pct"])
 
 
 @cli.command()
@@ -248,6 +303,19 @@ def import_cmd(db, device, files, as_json) -> None:
     except ImportFileError as exc:
         raise click.ClickException(str(exc)) from None
     emit(rows, as_json, ["file", "device", "kernel", "rows", "added", "failed"])
+
+
+from zmlx_pipeline.pipeline.cli_report import report  # noqa: E402  (its own module: plots are a world of their own)
+
+cli.add_command(report)
+
+from zmlx_pipeline.pipeline.cli_publish import register as _register_publish  # noqa: E402  (publish, lookup, profiles)
+
+_register_publish(cli)
+
+from zmlx_pipeline.pipeline.cli_models import register as _register_models  # noqa: E402  (train, evaluate, models)
+
+_register_models(cli)
 
 
 def main() -> None:

@@ -1,1 +1,40 @@
-"""runtime part of zmlx-pipeline (see DESIGN.md)."""
+"""What a kernel wrapper imports: verified profile bundles, microsecond lookups, and the pruned autotuner.
+
+Standard library only (MLX is imported when something is timed or the device is detected);
+importing this package loads neither duckdb, polars nor scikit-learn, and each part below is
+imported on first use.
+
+    from zmlx_pipeline.runtime import predicted_config, candidates, autotune, load_bundle
+    p = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h200")
+    p.config, p.evidence, p.expected_regret
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "AutotuneError": "autotune", "TuneResult": "autotune", "autotune": "autotune", "tune": "autotune",
+    "Bundle": "bundle", "BundleError": "bundle", "BundleWarning": "bundle", "FetchError": "bundle",
+    "active_bundle": "bundle", "load_bundle": "bundle", "read_bundle": "bundle",
+    "BadLookup": "lookup", "Prediction": "lookup", "bucket_of": "lookup", "candidates": "lookup",
+    "predicted_config": "lookup",
+    "DeviceTuningProfile": "profiles", "get_current_device_profile": "profiles", "get_device_profile": "profiles",
+    "get_threadgroup_candidates_for_shape": "profiles",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -34,7 +34,7 @@ BODY = r"""
   k_store<VEC>(y + ((size_t)tok * (size_t)hidden + col), acc);
 """
 
-PARAMS = {"TG": (32, 64, 128, 256, 512, 1024), "VEC": (1, 2, 4, 8), "ROWS": (1, 2, 4, 8)}
+PARAMS = {"TG": (32, 64, 128, 256, 512, 1024), "VEC": (1, 2, 4, 8), "ROWS": (1, 2, 4)}
 
 CONSTRAINTS = (
     "TG <= max_threads",

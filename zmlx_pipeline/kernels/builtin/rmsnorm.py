@@ -54,7 +54,7 @@ ROW_CONSTRAINTS = (
     "ROWS <= rows",
 )
 
-ROW_PARAMS = {"TG": (32, 64, 128, 256, 512, 1024), "VEC": (1, 2, 4, 8), "ROWS": (1, 2, 4, 8)}
+ROW_PARAMS = {"TG": (32, 64, 128, 256, 512, 1024), "VEC": (1, 2, 4, 8), "ROWS": (1, 2, 4)}
 
 
 def row_launch(config, shape, n_outputs=1):

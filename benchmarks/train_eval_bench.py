@@ -1,0 +1,189 @@
+"""Training and evaluation time and peak memory, on the committed data and on a 1M-row store.
+
+    python benchmarks/train_eval_bench.py [--rows 1000000] [--kernel-tuner DIR] [--work DIR]
+
+Two stores are measured:
+- `committed`: the shards in data/ plus the Kernel Tuner files (../shared/datasets/kernel-tuner,
+  or --kernel-tuner), imported as `zmlx-pipeline run` and `zmlx-pipeline import` would;
+- `resampled`: about --rows rows made from the committed store's real rows: every
+  (device, kernel, dtype, shape) case is copied R times under a new, synthetic shape (its first
+  dimension times 2..R+1) and each copy's times are the real times of that case's configs times
+  a random factor exp(N(0, 0.05)); failed configs stay failed. The data are NOT measurements:
+  they exist only to time the code at this size.
+
+On each store three stages run, each in a fresh Python process so that its peak memory is its
+own: `train` (train_models: fit, held-out pruning k, save, register, every kernel),
+`evaluate-shapes` and `evaluate-devices` (evaluate with the model and every baseline). Printed
+per stage: wall seconds, the process's CPU seconds (user + system; on a busy shared machine the
+wall time grows, the CPU time much less) and the peak resident memory (ru_maxrss), plus the
+load average while it ran, since the machine may be shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STAGES = ("train", "evaluate-shapes", "evaluate-devices")
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def build_committed(path: Path, data: Path, kernel_tuner: Path | None) -> int:
+    """The committed shards plus the Kernel Tuner files in one store; returns its measurement count."""
+    from zmlx_pipeline.data.importers import import_files
+    from zmlx_pipeline.data.shards import ingest_shards
+    from zmlx_pipeline.data.store import Store
+
+    with Store(path) as store:
+        ingest_shards(store, [data])
+        if kernel_tuner is not None:
+            folders = sorted(p for p in kernel_tuner.iterdir() if p.is_dir() and p.name != "search-spaces")
+            import_files(store, folders)
+        return sum(r["measurements"] for r in store.summary())
+
+
+def build_resampled(source: Path, path: Path, rows: int, seed: int = 0) -> int:
+    """A store of about `rows` rows resampled from `source`'s real rows (see the module docstring)."""
+    import numpy as np
+    import polars as pl
+
+    from zmlx_pipeline.data.keys import canonical_json, mapping_key
+    from zmlx_pipeline.data.store import Store
+
+    with tempfile.TemporaryDirectory() as tmp:
+        shard = Path(tmp) / "real.parquet"
+        with Store(source, read_only=True) as store:
+            store.export_shard(shard)
+        real = pl.read_parquet(shard)
+        copies = max(1, math.ceil(rows / real.height))
+        shapes = real.select("shape").unique()["shape"].to_list()
+        rng = np.random.default_rng(seed)
+        parts = []
+        for r in range(copies):
+            factor = r + 2
+            new = {}
+            for text in shapes:
+                shape = json.loads(text)
+                first = sorted(k for k, v in shape.items() if isinstance(v, int) and not isinstance(v, bool))
+                if first:
+                    shape[first[0]] = shape[first[0]] * factor
+                else:
+                    shape["replica"] = factor
+                new[text] = (canonical_json(shape), mapping_key(shape))
+            mapping = pl.DataFrame({"shape": list(new), "_shape": [v[0] for v in new.values()],
+                                    "_shape_key": [v[1] for v in new.values()]})
+            noise = pl.Series("_noise", np.exp(rng.normal(0.0, 0.05, real.height)))
+            part = real.join(mapping, on="shape", how="left", maintain_order="left").with_columns(noise)
+            part = part.with_columns(
+                pl.col("_shape").alias("shape"), pl.col("_shape_key").alias("shape_key"),
+                *[(pl.col(c) * pl.col("_noise")).alias(c) for c in ("median_us", "p10_us", "p90_us")],
+            ).drop("_shape", "_shape_key", "_noise")
+            parts.append(part)
+        big = pl.concat(parts)
+        out = Path(tmp) / "resampled.parquet"
+        big.write_parquet(out, compression="zstd")
+        with Store(path) as store:
+            store.ingest_shard(out)
+            return sum(r["measurements"] for r in store.summary())
+
+
+def run_stage(db: Path, stage: str) -> dict:
+    """One stage in this process: its wall and CPU seconds, peak RSS and what it produced."""
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.models.evaluate import evaluate
+    from zmlx_pipeline.models.train import train_models
+
+    load_before = os.getloadavg()[0]
+    cpu0 = time.process_time()
+    t0 = time.perf_counter()
+    if stage == "train":
+        with Store(db) as store:
+            rows = train_models(store, models_dir=db.parent / f"{db.stem}-models")
+        detail = {r["kernel_filter"]: {"prune_k": r["scores"].get("prune_k"), "rows": r["params"]["rows"],
+                                       "train_s": r["scores"].get("train_s")} for r in rows}
+    else:
+        split = stage.split("-", 1)[1]
+        with Store(db, read_only=True) as store:
+            result = evaluate(store, split)
+        detail = {"result_rows": len(result["results"])}
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {"stage": stage, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_mib": round(peak_kib / 1024, 1),
+            "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2), "detail": detail}
+
+
+def measure(db: Path, label: str, rows: int) -> list[dict]:
+    """Every stage on one store, each in its own process."""
+    out = []
+    for stage in STAGES:
+        proc = subprocess.run([sys.executable, __file__, "--stage", stage, "--db", str(db)],
+                              capture_output=True, text=True, cwd=ROOT)
+        if proc.returncode != 0:
+            raise SystemExit(f"{label} {stage} failed:\n{proc.stderr[-4000:]}")
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        result.update(store=label, rows=rows)
+        _log(f"  {label:9s} {stage:16s} wall {result['wall_s']:8.2f} s  cpu {result['cpu_s']:8.2f} s  "
+             f"peak {result['peak_rss_mib']:8.1f} MiB  load {result['load_before']:.1f}->{result['load_after']:.1f}")
+        out.append(result)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the resampled store (about)")
+    parser.add_argument("--data", type=Path, default=ROOT / "data", help="committed shards")
+    parser.add_argument("--kernel-tuner", type=Path, default=ROOT.parent / "shared" / "datasets" / "kernel-tuner")
+    parser.add_argument("--work", type=Path, default=None, help="where the stores go (default: a temporary folder)")
+    parser.add_argument("--skip-resampled", action="store_true", help="only the committed data")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
+    parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.stage:
+        print(json.dumps(run_stage(args.db, args.stage)))
+        return
+    kt = args.kernel_tuner if args.kernel_tuner.is_dir() else None
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        committed = work / "committed.duckdb"
+        for p in work.glob("*.duckdb*"):
+            p.unlink()
+        _log(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, OMP_NUM_THREADS="
+             f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}")
+        t = time.perf_counter()
+        n = build_committed(committed, args.data, kt)
+        _log(f"committed store: {n} measurements from {args.data}"
+             + (f" and the Kernel Tuner files in {kt}" if kt else " (no Kernel Tuner files found)")
+             + f" ({time.perf_counter() - t:.1f} s to build)")
+        results = measure(committed, "committed", n)
+        if not args.skip_resampled:
+            big = work / "resampled.duckdb"
+            t = time.perf_counter()
+            m = build_resampled(committed, big, args.rows)
+            _log(f"resampled store: {m} rows generated by resampling the committed store's real rows "
+                 f"(synthetic shapes, real times x exp(N(0, 0.05))) ({time.perf_counter() - t:.1f} s to build)")
+            results += measure(big, "resampled", m)
+            total = sum(r["wall_s"] for r in results if r["store"] == "resampled")
+            cpu = sum(r["cpu_s"] for r in results if r["store"] == "resampled")
+            _log(f"resampled total (train + evaluate both splits): wall {total:.1f} s, cpu {cpu:.1f} s "
+                 f"(target: within 120 s)")
+        if args.json:
+            args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""train, evaluate and models through click's CliRunner: the JSON contract, tables, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zmlx_pipeline.data.catalog import get_device
+from zmlx_pipeline.pipeline.cli import cli
+
+REPO = Path(__file__).resolve().parents[2]
+HOTSPOT = REPO / "tests" / "data" / "fixtures" / "hotspot"
+DEVICES = ("nvidia-rtx-a4000", "nvidia-rtx-a6000")
+ROW_KEYS = ["kernel", "device", "method", "k", "regret_geomean", "regret_p95", "hit_2pct", "cases"]
+BASELINES = {"chip_default", "seed_candidates", "most_common_best", "nearest_shape", "other_device_best"}
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture
+def filled(store, make_measurement):
+    """Two devices, one kernel (TG x VEC) at four row counts; closed so the CLI can open the store."""
+    for device_id in DEVICES:
+        store.upsert_device({**get_device(device_id).as_row(), "device_id": device_id, "in_catalog": True})
+    store.record([
+        make_measurement(device_id=d, kernel="rms", dtype="float32", shape={"rows": rows, "cols": 1024},
+                         config={"TG": tg, "VEC": vec}, median_us=rows * (1 + i) / vec + abs(tg - 64 * rows ** 0.5) / 16 + 1)
+        for i, d in enumerate(DEVICES) for rows in (1, 16, 256, 4096) for tg in (64, 256, 1024) for vec in (1, 4)
+    ])
+    path = store.path
+    store.close()
+    return path
+
+
+def test_evaluate_json_has_the_flat_result_rows(filled):
+    result = invoke("evaluate", "--split", "shapes", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["split"] == "shapes" and data["models"] == ["ensemble"]
+    rows = data["results"]
+    assert rows and all(list(r) == ROW_KEYS for r in rows)
+    assert {r["method"] for r in rows} == {"model"} | BASELINES
+    assert {r["k"] for r in rows} == {1, 3, 5}
+    pooled = {(r["method"], r["k"]): r for r in rows if r["device"] is None}
+    assert pooled[("model", 1)]["cases"] == 8  # every shape held out once, on both devices
+    assert pooled[("model", 1)]["regret_geomean"] >= 1.0 and 0.0 <= pooled[("model", 1)]["hit_2pct"] <= 1.0
+    assert pooled[("other_device_best", 1)]["cases"] == 0 and pooled[("other_device_best", 1)]["regret_geomean"] is None
+    assert {r["device"] for r in rows if r["method"] == "model"} == {None, *DEVICES}
+
+
+def test_evaluate_devices_split_and_its_old_name(filled):
+    result = invoke("evaluate", "--split", "lodo", "--kernel", "rms", "--k", "1", "--model", "prior", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["split"] == "devices"
+    pooled = {r["method"]: r for r in data["results"] if r["device"] is None}
+    assert set(pooled) == {"model"} | BASELINES and pooled["model"]["cases"] == 8
+    assert pooled["nearest_shape"]["cases"] == 0  # nothing of the left-out device is measured
+
+
+def test_evaluate_table(filled):
+    result = invoke("evaluate", "--split", "devices", "--model", "prior")
+    assert result.exit_code == 0, result.output
+    header = result.output.splitlines()[0].split()
+    assert header[:6] == ["kernel", "device", "method", "regret@1", "p95@1", "hit@1"] and header[-1] == "cases"
+    assert any(line.split()[:3] == ["rms", "(all)", "model"] for line in result.output.splitlines())
+    assert "split devices" in result.output
+
+
+def test_train_then_list_and_verify(filled):
+    result = invoke("train", "--json")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["kernel_filter"] == "rms" and row["params"]["model"] == "ensemble"
+    assert isinstance(row["scores"]["prune_k"], int) and row["data_fingerprint"].startswith("sha256:")
+    table = invoke("train", "--model", "prior")
+    assert table.exit_code == 0, table.output
+    header = next(line for line in table.output.splitlines() if line.startswith("kernel"))  # progress goes to stderr
+    assert "prune_k" in header.split() and "rms" in table.output
+    listed = invoke("models", "--verify", "--json")
+    assert listed.exit_code == 0, listed.output
+    rows = json.loads(listed.output)
+    assert [r["params"]["model"] for r in rows] == ["prior", "ensemble"]  # newest first
+    assert rows[1]["model_id"] == row["model_id"]
+
+
+def test_a_tampered_model_file_fails_verification_in_one_line(filled):
+    assert invoke("train", "--model", "gbr_shared").exit_code == 0
+    (model_file,) = (Path(filled).parent / "models").glob("*.zmodel")
+    model_file.write_bytes(b"PK" + model_file.read_bytes()[2:-4] + b"evil")
+    result = invoke("models", "--verify")
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: model file ") and "changed since it was registered" in result.output
+    assert result.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (("evaluate", "--split", "random"), "Error: unknown split 'random'; expected one of shapes, devices\n"),
+    (("evaluate", "--split", "shapes", "-k", "nope"), "Error: no ok measurements of kernel(s) nope; the store has rms\n"),
+    (("evaluate", "--split", "shapes", "--model", "nope"), "Error: unknown model 'nope'"),
+    (("train", "--kernel", "nope"), "Error: no ok measurements of kernel(s) nope; the store has rms\n"),
+    (("train", "--model", "nope"), "Error: unknown model 'nope'"),
+    (("models",), "Error: no trained model in store "),
+    (("models", "--kernel", "rms"), "Error: no trained model for kernel 'rms' in store "),
+])
+def test_errors_are_one_line(filled, args, message):
+    result = invoke(*args)
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(message) and result.output.count("\n") == 1
+
+
+def test_an_empty_store_says_what_to_do(store):
+    store.close()
+    for args in (("evaluate", "--split", "shapes"), ("train",)):
+        result = invoke(*args)
+        assert result.exit_code == 1
+        assert result.output.startswith("Error: the store has no ok measurements: run `zmlx-pipeline run`")
+
+
+def test_a_kernel_tuner_file_of_another_kernel_imports_and_evaluates(tmp_path):
+    """Hotspot (calculate_temp, 11 parameters of its own) on an A100 and an A4000: no kernel-specific code."""
+    db = tmp_path / "hotspot.duckdb"
+    imported = invoke("import", "--db", db, HOTSPOT, "--json")
+    assert imported.exit_code == 0, imported.output
+    assert sorted((r["device"], r["kernel"], r["added"]) for r in json.loads(imported.output)) == [
+        ("nvidia-a100-pcie-40gb", "calculate_temp", 13), ("nvidia-rtx-a4000", "calculate_temp", 13)]
+    result = invoke("evaluate", "--db", db, "--split", "devices", "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)["results"]
+    pooled = {(r["method"], r["k"]): r for r in rows if r["device"] is None}
+    assert pooled[("model", 1)]["cases"] == 2 and pooled[("model", 1)]["regret_geomean"] >= 1.0
+    # block_size_x * block_size_y is its threadgroup: the seed's candidates apply, the catalog default does not
+    assert {m for m, _ in pooled} == {"model", "common_top10", "seed_candidates", "most_common_best",
+                                      "nearest_shape", "other_device_best"}
+    trained = invoke("train", "--db", db, "--json")
+    assert trained.exit_code == 0, trained.output
+    (row,) = json.loads(trained.output)
+    assert row["kernel_filter"] == "calculate_temp" and row["scores"]["prune_split"] == "devices"
+    assert 1 <= row["scores"]["prune_k"] <= 13

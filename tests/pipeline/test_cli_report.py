@@ -1,0 +1,82 @@
+"""`zmlx-pipeline report` through click: the committed H200 smoke shard, and one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zmlx_pipeline.data.shards import ingest_shards
+from zmlx_pipeline.data.store import Store, default_db_path
+from zmlx_pipeline.pipeline.cli import cli
+
+# a small real shard: the H200 at 32 SMs, thin grid (8 rmsnorm shapes), up to 12 configs a shape
+SMOKE = Path(__file__).resolve().parents[2] / "data" / "nvidia-h200-32sm.parquet"
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny fits run faster on one OpenMP thread, and a busy machine does not oversubscribe."""
+    from threadpoolctl import threadpool_limits
+
+    import zmlx_pipeline.models.estimators  # noqa: F401  (loads OpenMP, so the limit has a library to hold)
+
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture
+def smoke_db(tmp_path) -> Path:
+    """A real H200 shard ingested into the default store."""
+    if not SMOKE.exists():
+        pytest.skip(f"{SMOKE} not present")
+    with Store(default_db_path()) as store:
+        ingest_shards(store, [SMOKE])
+    return default_db_path()
+
+
+def test_report_on_the_smoke_shard(smoke_db, tmp_path):
+    out = tmp_path / "report"
+    result = CliRunner().invoke(cli, ["report", "--out", str(out), "--kernel", "rmsnorm", "--heatmaps", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.output)
+    assert summary["split"] == "shapes" and summary["kernels"] == ["rmsnorm"]
+    assert summary["cases"] == 24  # eight shapes x three dtypes on one device, each held out once
+    assert sorted(summary["figures"]) == ["heatmap_rmsnorm_1.png", "predicted_vs_measured.png", "regret_curves.png"]
+    assert sorted(p.name for p in out.glob("*.png")) == sorted(summary["figures"])
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert all(f"src='{name}'" in page for name in summary["figures"])
+    scores = json.loads((out / "scores.json").read_text())
+    assert {r["method"] for r in scores["results"]} >= {"ensemble", "chip_default"}
+    plain = CliRunner().invoke(cli, ["report", "--out", str(out), "-k", "rmsnorm", "--heatmaps", "0"])
+    assert plain.exit_code == 0 and plain.output.startswith(f"wrote {out / 'index.html'}: 2 figures")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--split", "devices"], "Error: no held-out cases under --split devices: it needs two devices"),
+    (["--kernel", "nope"], "Error: no ok measurements of kernel(s) nope"),
+    (["--model", "nope"], "Error: unknown model 'nope'"),
+])
+def test_bad_requests_are_one_line_errors(smoke_db, tmp_path, args, message):
+    result = CliRunner().invoke(cli, ["report", "--out", str(tmp_path / "r"), *args])
+    assert result.exit_code == 1
+    assert result.output.startswith(message) and result.output.count("\n") == 1, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_empty_store_missing_store_and_unwritable_out(store, tmp_path):
+    runner = CliRunner()
+    empty = runner.invoke(cli, ["report", "--out", str(tmp_path / "r")])
+    assert empty.exit_code == 1 and empty.output.startswith("Error: the store has no ok measurements")
+    missing = runner.invoke(cli, ["report", "--db", str(tmp_path / "nowhere.duckdb"), "--out", str(tmp_path / "r")])
+    assert missing.exit_code == 1 and missing.output.startswith("Error: ") and missing.output.count("\n") == 1
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    unwritable = runner.invoke(cli, ["report", "--out", str(blocker / "sub")])
+    assert unwritable.exit_code == 1
+    assert unwritable.output.startswith(f"Error: cannot write the report to {blocker / 'sub'}")
+    assert unwritable.output.count("\n") == 1
+    bad_split = runner.invoke(cli, ["report", "--out", str(tmp_path / "r"), "--split", "random"])
+    assert bad_split.exit_code == 2 and "'random' is not one of 'shapes', 'devices'" in bad_split.output

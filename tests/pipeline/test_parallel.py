@@ -1,0 +1,70 @@
+"""Parallel measuring: the split over workers, the protocol, the budget stop and a broken GPU."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from zmlx_pipeline.kernels.harness import GpuUnhealthy
+from zmlx_pipeline.kernels.registry import get_kernel
+from zmlx_pipeline.pipeline.collect import Task, TimingSettings
+from zmlx_pipeline.pipeline.parallel import measure_in_workers, partition
+
+FAKE = (str(Path(__file__).with_name("fake_worker.py")),)
+
+
+def _tasks(n_configs=6, shapes=(64, 256), dtypes=("float16", "float32")):
+    spec = get_kernel("rmsnorm")
+    configs = [{"TG": tg, "VEC": 1, "ROWS": 1} for tg in (32, 64, 128, 256, 512, 1024)[:n_configs]]
+    return [Task(spec, d, {"rows": r, "cols": 4096}, c) for d in dtypes for r in shapes for c in configs]
+
+
+def test_partition_covers_every_task_once_and_keeps_a_config_in_one_worker():
+    tasks = _tasks()
+    shares = partition(tasks, 3)
+    flat = sorted(i for s in shares for i in s)
+    assert flat == list(range(len(tasks)))
+    owner = {}
+    for w, share in enumerate(shares):
+        for i in share:
+            key = (tasks[i].dtype, tuple(sorted(tasks[i].config.items())))
+            assert owner.setdefault(key, w) == w  # compiled once: one worker per (dtype, config)
+    # 12 (dtype, config) compiles over 3 workers: balanced
+    loads = [len({(tasks[i].dtype, tasks[i].config["TG"]) for i in s}) for s in shares]
+    assert max(loads) - min(loads) <= 1
+
+
+def test_partition_keeps_shape_major_order_within_a_worker():
+    tasks = _tasks()
+    for share in partition(tasks, 2):
+        assert share == sorted(share)
+
+
+def test_workers_return_every_result_once_one_worker_at_a_time():
+    tasks = _tasks()
+    got = list(measure_in_workers(tasks, {"rmsnorm": "rmsnorm"}, "cuda", TimingSettings(), 3, worker=FAKE))
+    assert len(got) == len(tasks)
+    assert sorted(id(t) for t, _ in got) == sorted(id(t) for t in tasks)
+    for task, outcome in got:
+        assert outcome.status == "ok"
+        assert outcome.timing.median_us == 10.0 + tasks.index(task)
+
+
+def test_deadline_stops_early_and_leaves_the_rest():
+    tasks = _tasks()
+    ticks = iter(range(1000))
+    got = list(measure_in_workers(tasks, {"rmsnorm": "rmsnorm"}, "cuda", TimingSettings(), 2,
+                                  deadline=5, clock=lambda: next(ticks), worker=FAKE))
+    assert 0 < len(got) < len(tasks)
+
+
+def test_a_broken_gpu_in_a_worker_raises_after_the_results_before_it(monkeypatch):
+    tasks = _tasks()
+    monkeypatch.setenv("FAKE_FATAL", "3")
+    got = []
+    with pytest.raises(GpuUnhealthy):
+        for item in measure_in_workers(tasks, {"rmsnorm": "rmsnorm"}, "cuda", TimingSettings(), 1, worker=FAKE):
+            got.append(item)
+    assert [tasks.index(t) for t, _ in got] == [0, 1, 2]

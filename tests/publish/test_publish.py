@@ -1,0 +1,122 @@
+"""publish(): a verified, versioned, JSON-only bundle with profiles for every catalog chip and the v3 cache."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from bundle_fixtures import TOY_DEVICES, TOY_SHAPES, build_toy, fill_toy, latest_dir, toy_best
+from zmlx_pipeline.data.catalog import load_catalog
+from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.publish import ModelSourceError, publish
+from zmlx_pipeline.runtime import cache as cache_file
+
+
+def test_layout_manifest_and_hashes(toy_bundle):
+    db, publish_dir = toy_bundle
+    root = latest_dir(publish_dir)
+    manifest = json.loads((root / "manifest.json").read_text())
+    assert manifest["schema"] == "zmlx-pipeline-bundle" and manifest["schema_version"] == 1
+    for field in ("created", "pipeline_version", "model_id", "data_fingerprint", "bundle_id", "models"):
+        assert manifest[field], field
+    assert manifest["data_fingerprint"].startswith("sha256:")
+    on_disk = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} - {"manifest.json"}
+    assert on_disk == set(manifest["files"])
+    for name, entry in manifest["files"].items():
+        blob = (root / name).read_bytes()
+        assert hashlib.sha256(blob).hexdigest() == entry["sha256"] and len(blob) == entry["bytes"]
+        json.loads(blob)  # JSON only: every file parses, nothing is a pickle
+    with Store(db, read_only=True) as store:
+        (recorded,) = store.bundles()
+    assert recorded["bundle_id"] == manifest["bundle_id"] and recorded["manifest"]["files"] == manifest["files"]
+    assert Path(recorded["path"]) == root.resolve()
+
+
+def test_profiles_cover_every_catalog_chip_with_evidence(toy_bundle):
+    profiles = json.loads((latest_dir(toy_bundle[1]) / "profiles.json").read_text())["devices"]
+    assert {s.id for s in load_catalog()} <= set(profiles)
+    evidence = {d: p["evidence"] for d, p in profiles.items()}
+    assert {evidence[d] for d in TOY_DEVICES} == {"measured"}
+    assert evidence["apple-m3-max-40c"] == "predicted"
+    for p in profiles.values():
+        assert p["seed"]["default_tg"] == p["default_threadgroup"] and p["seed"]["candidates"]
+        assert p["catalog_default_threadgroup"] == 256
+    seed = json.loads((latest_dir(toy_bundle[1]) / "profiles.json").read_text())["seed_table"]
+    assert seed["M3_Max"]["device_id"] == "apple-m3-max-40c" and seed["M3_Max"]["gpu_cores"] == 40
+    assert seed["M1"]["device_id"] == "apple-m1-8c" and seed["nvidia-h200"]["evidence"] == "measured"
+    assert set(seed["M4_Pro"]) >= {"gpu_cores", "memory_bandwidth", "default_tg", "candidates"}
+
+
+def test_entries_carry_config_candidates_time_regret_and_evidence(toy_bundle):
+    root = latest_dir(toy_bundle[1])
+    kernels = json.loads((root / "kernels.json").read_text())["kernels"]
+    meta = kernels["toy_scale"]
+    tables = json.loads((root / "tables.json").read_text())["devices"]
+    h100 = json.loads((root / tables["nvidia-h100-sxm"]).read_text())["kernels"]["toy_scale"]["float16"]
+    for shape in TOY_SHAPES:
+        key = ",".join(str(shape[d]) for d in meta["dims"])
+        best, cands, best_us, regret, evidence, n = h100["measured"][key]
+        assert meta["configs"][best] == toy_best("nvidia-h100-sxm", shape)
+        assert (regret, evidence, n) == (1.0, "measured", 12) and cands[0] == best and best_us > 0
+    for bucket, (best, cands, pred_us, regret, evidence, n) in h100["buckets"].items():
+        assert evidence == "predicted" and len(cands) == max(8, meta["prune_k"]) and pred_us > 0
+    assert meta["prune_k"] >= 1
+    regret = meta["expected_regret"]
+    assert regret["unseen_device"] >= 1.0  # two devices: each left out once
+    seen = regret["seen_device"] if regret["seen_device"] is not None else regret["unseen_device"]
+    assert {e[3] for e in h100["buckets"].values()} == {seen}
+    m4 = json.loads((root / tables["apple-m4-max-40c"]).read_text())["kernels"]["toy_scale"]["float16"]
+    assert {e[3] for e in m4["buckets"].values()} == {regret["unseen_device"]} and not m4["measured"]
+    assert len(tables) == len([s for s in load_catalog()])  # a no-spec kernel: every catalog chip
+
+
+def test_the_v3_cache_layout_holds_the_winners_for_existing_loaders(toy_bundle):
+    data = json.loads((latest_dir(toy_bundle[1]) / "autotune_v3.json").read_text())
+    assert data["schema_version"] == "3.0"
+    assert set(data["devices"]) == {f"{d}_0.30.0" for d in TOY_DEVICES}
+    section = data["devices"]["nvidia-h200_0.30.0"]
+    assert section["metadata"]["family"] == "hopper" and section["metadata"]["gpu_cores"] == 132
+    found = 0
+    for key, value in section["entries"].items():
+        parsed = json.loads(key)  # what ZMLX's loader does with a key ...
+        tuple(value["tg"]), [tuple(t) for t in value["template"]]  # ... and with a value
+        assert set(parsed) >= {"name", "shapes", "dtypes", "grid"}
+        if value["source"] == "measured":
+            found += 1
+            assert value["config"] == toy_best("nvidia-h200", parsed["shape"])
+    assert found == len(TOY_SHAPES)
+    assert cache_file.read_cache(latest_dir(toy_bundle[1]) / "autotune_v3.json")["devices"].keys() == data["devices"].keys()
+
+
+def test_registered_models_are_used_and_named_ones_chosen(tmp_path):
+    from threadpoolctl import threadpool_limits
+
+    from zmlx_pipeline.models.train import train_models
+
+    with Store(tmp_path / "s.duckdb") as store:
+        fill_toy(store)
+        with threadpool_limits(limits=1):
+            (row,) = train_models(store, models_dir=tmp_path / "models")
+        result = publish(store, tmp_path / "out", evaluate=False)
+        assert result["model_id"] == row["model_id"] and result["model_source"] == "registry"
+        manifest = json.loads((Path(result["path"]) / "manifest.json").read_text())
+        assert manifest["models"]["toy_scale"]["source"] == "registry"
+        assert manifest["data_fingerprint"] == row["data_fingerprint"]
+        assert publish(store, tmp_path / "out", row["model_id"], evaluate=False)["model_id"] == row["model_id"]
+        with pytest.raises(ModelSourceError, match="no registered model 'nope'"):
+            publish(store, tmp_path / "out", "nope")
+
+
+def test_an_empty_store_is_a_clear_error(tmp_path):
+    with Store(tmp_path / "empty.duckdb") as store, pytest.raises(ModelSourceError, match="no ok measurements"):
+        publish(store, tmp_path / "out")
+    assert not (tmp_path / "out" / "latest").exists()
+
+
+def test_publishing_is_deterministic_in_content(tmp_path):
+    _, a = build_toy(tmp_path / "a")
+    _, b = build_toy(tmp_path / "b")
+    ma = json.loads((latest_dir(a) / "manifest.json").read_text())
+    mb = json.loads((latest_dir(b) / "manifest.json").read_text())
+    assert ma["files"] == mb["files"] and ma["content_sha256"] == mb["content_sha256"]

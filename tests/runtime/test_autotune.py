@@ -1,0 +1,130 @@
+"""The autotuner times only the pruned candidates, keeps the winner in the v3 cache, and never times twice.
+
+Timing needs a GPU; here the measurer is a test double (a formula), passed the way the harness's is.
+"""
+
+import json
+import math
+
+import pytest
+
+from zmlx_pipeline.kernels.registry import get_kernel
+from zmlx_pipeline.kernels.spec import Limits
+from zmlx_pipeline.runtime import autotune, load_bundle, predicted_config, tune
+
+SHAPE = {"rows": 3000, "cols": 2048}  # not a measured shape
+H200 = "nvidia-h200"
+
+
+class FakeMeasure:
+    """Times from a formula (best: TG 256, VEC 4, ROWS 1); one config 'fails its reference check'."""
+
+    def __init__(self, wrong=None):
+        self.calls = []
+        self.wrong = wrong
+
+    def __call__(self, spec, config, shape, dtype):
+        self.calls.append(dict(config))
+        if self.wrong is not None and dict(config) == self.wrong:
+            return "wrong_result", None
+        t = 10 * (1 + abs(math.log2(config["TG"]) - 8) + 0.3 * abs(math.log2(config["VEC"]) - 2) + 0.1 * config["ROWS"])
+        return "ok", t
+
+
+def _legal(shape=SHAPE, dtype="float16"):
+    return get_kernel("rmsnorm").legal_configs(shape, dtype, Limits(max_threads=1024, simd_width=32, tg_mem_bytes=49152))
+
+
+@pytest.fixture
+def real(real_bundle):
+    return load_bundle(real_bundle[1], strict=True)
+
+
+def test_a_miss_times_only_the_pruned_candidates_and_caches_the_winner(real, tmp_path):
+    measure = FakeMeasure()
+    path = tmp_path / "autotune_v3.json"
+    result = tune("rmsnorm", SHAPE, "float16", device=H200, measure=measure, cache_path=str(path))
+    legal = _legal()
+    pred = predicted_config("rmsnorm", SHAPE, "float16", device=H200)
+    assert result.source == "timed" and result.legal == len(legal)
+    assert 1 <= len(measure.calls) <= max(1, len(legal) // 5)
+    assert len(measure.calls) <= pred.prune_k
+    assert measure.calls == [c for c in pred.candidates if c in legal][: len(measure.calls)]  # in the model's order
+    assert result.config == min(measure.calls, key=lambda c: FakeMeasure()(None, c, SHAPE, "float16")[1])
+    data = json.loads(path.read_text())
+    (dkey,) = data["devices"]
+    assert dkey.startswith(f"{H200}_") and data["schema_version"] == "3.0"
+    assert data["devices"][dkey]["metadata"]["device_id"] == H200
+    (key,) = data["devices"][dkey]["entries"]
+    parsed = json.loads(key)
+    assert parsed["name"] == "rmsnorm" and parsed["version"] == get_kernel("rmsnorm").version
+    assert parsed["shape"] == SHAPE and parsed["dtypes"] == ["float16"]
+    entry = data["devices"][dkey]["entries"][key]
+    assert entry["config"] == result.config and entry["tg"][0] == result.config["TG"]
+    assert entry["candidates_timed"] == len(measure.calls)
+    # a second tuner (another process, say) reads the winner instead of timing again
+    again = FakeMeasure()
+    hit = tune("rmsnorm", SHAPE, "float16", device=H200, measure=again, cache_path=str(path))
+    assert (hit.source, hit.config, again.calls) == ("cache", result.config, [])
+
+
+def test_device_aware_false_times_every_legal_config(real, tmp_path):
+    measure = FakeMeasure()
+    result = tune("rmsnorm", SHAPE, "float16", device=H200, device_aware=False, measure=measure,
+                  cache_path=str(tmp_path / "c.json"))
+    assert len(measure.calls) == len(_legal()) == result.legal
+    assert result.config == {"ROWS": 1, "TG": 256, "VEC": 4}
+
+
+def test_a_candidate_that_fails_its_check_never_wins(real, tmp_path):
+    first = predicted_config("rmsnorm", SHAPE, "float16", device=H200).candidates[0]
+    measure = FakeMeasure(wrong=first)
+    result = tune("rmsnorm", SHAPE, "float16", device=H200, k=2, measure=measure, cache_path=str(tmp_path / "c.json"))
+    assert first in measure.calls and result.config != first
+    assert {t["status"] for t in result.timed} == {"ok", "wrong_result"}
+
+
+def test_the_decorator_fills_the_config_keyword(real, tmp_path):
+    measure = FakeMeasure()
+    seen = []
+
+    @autotune("rmsnorm", warmup=1, iters=2, device=H200, measure=measure, cache_path=str(tmp_path / "c.json"),
+              shape=lambda x, config=None: {"rows": x[0], "cols": x[1]}, dtype=lambda x, config=None: "float16")
+    def rmsnorm(x, config=None):
+        seen.append(config)
+        return config
+
+    got = rmsnorm((3000, 2048))
+    assert got == rmsnorm.last.config and rmsnorm.last.source == "timed"
+    n = len(measure.calls)
+    assert rmsnorm((3000, 2048)) == got and len(measure.calls) == n  # remembered in-process
+    assert rmsnorm((3000, 2048), config={"TG": 32, "VEC": 1, "ROWS": 1}) == {"TG": 32, "VEC": 1, "ROWS": 1}
+    assert rmsnorm.__name__ == "rmsnorm"
+
+
+def test_without_a_gpu_nothing_is_timed_and_the_bundle_answers(real, tmp_path, gpu_backend):
+    if gpu_backend != "cpu":
+        pytest.skip("this machine has a GPU backend: it would time")
+    path = tmp_path / "c.json"
+    with pytest.warns(UserWarning, match="nothing timed"):
+        result = tune("rmsnorm", SHAPE, "float16", device=H200, cache_path=str(path))
+    assert result.source == "predicted"
+    assert result.config == predicted_config("rmsnorm", SHAPE, "float16", device=H200).config
+    assert not path.exists()
+
+
+def test_bare_autotune_passes_the_learned_threadgroup(monkeypatch):
+    monkeypatch.setenv("ZMLX_PIPELINE_DEVICE", H200)
+    from zmlx_pipeline.runtime import get_current_device_profile, get_threadgroup_candidates_for_shape
+
+    class Arr:
+        shape = (16, 4096)
+        dtype = "float16"
+
+    @autotune(warmup=3, iters=10, device_aware=True)
+    def op(x, threadgroup=(128, 1, 1)):
+        return threadgroup
+
+    tg = op(Arr())
+    expected = get_threadgroup_candidates_for_shape(get_current_device_profile(), 4096, "general")[0]
+    assert tg == (expected, 1, 1)

@@ -1,0 +1,98 @@
+"""The autotune cache: ZMLX's v3 layout, v2/v1 files migrated with nothing lost, safe concurrent writes."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from zmlx_pipeline.runtime import cache
+
+V2 = {
+    "M3_Max_0.30.0": {
+        json.dumps({"name": "kernel_a", "shapes": [[4, 8]], "dtypes": ["float16"], "grid": [8, 1, 1]}):
+            {"tg": [128, 1, 1], "template": [["T", "float16"]]},
+        json.dumps({"name": "kernel_b", "shapes": [[1, 2]], "dtypes": ["float32"], "grid": [2, 1, 1]}):
+            "[64, 1, 1]",  # a v1-style value
+    },
+    "M1_0.29.0": {
+        json.dumps({"name": "kernel_c", "shapes": [[9]], "dtypes": ["float32"], "grid": [9, 1, 1]}):
+            {"tg": [256, 1, 1], "template": []},
+    },
+}
+
+
+def test_cache_lives_in_home_dot_cache_zmlx(isolated_home, monkeypatch):
+    monkeypatch.delenv("ZMLX_CACHE_DIR", raising=False)
+    assert cache.cache_path() == isolated_home / ".cache" / "zmlx" / "autotune_v3.json"
+
+
+def test_a_v2_file_is_migrated_without_losing_entries(tmp_path):
+    (tmp_path / "autotune_v2.json").write_text(json.dumps(V2))
+    path = tmp_path / "autotune_v3.json"
+    read = cache.read_cache(path)
+    assert read["schema_version"] == "3.0"
+    assert set(read["devices"]) == set(V2)
+    assert len(read["devices"]["M3_Max_0.30.0"]["entries"]) == 2
+    assert read["devices"]["M3_Max_0.30.0"]["entries"][list(V2["M3_Max_0.30.0"])[1]] == {"tg": [64, 1, 1], "template": []}
+    # a write for another device keeps every migrated section and entry
+    cache.save_entries("nvidia-h200_0.32.4", {"k": {"tg": [512, 1, 1], "template": [], "config": {"TG": 512}}},
+                       {"device_id": "nvidia-h200"}, path)
+    on_disk = json.loads(path.read_text())
+    assert on_disk["schema_version"] == "3.0"
+    assert set(on_disk["devices"]) == set(V2) | {"nvidia-h200_0.32.4"}
+    for dkey, entries in V2.items():
+        assert set(on_disk["devices"][dkey]["entries"]) == set(entries)
+        assert on_disk["devices"][dkey]["metadata"]["migrated_from"] == "autotune_v2.json"
+    assert on_disk["devices"]["nvidia-h200_0.32.4"]["metadata"] == {"device_id": "nvidia-h200"}
+    assert json.loads((tmp_path / "autotune_v2.json").read_text()) == V2  # the old file is left as it was
+    assert cache.migrate(path) == 4
+
+
+def test_migrate_writes_v3_from_v2(tmp_path):
+    (tmp_path / "autotune_v2.json").write_text(json.dumps(V2))
+    assert cache.migrate(tmp_path / "autotune_v3.json") == 3
+    assert set(json.loads((tmp_path / "autotune_v3.json").read_text())["devices"]) == set(V2)
+
+
+def test_an_unreadable_v3_file_is_moved_aside_not_lost(tmp_path):
+    import pytest
+
+    path = tmp_path / "autotune_v3.json"
+    path.write_text("{half a file")
+    with pytest.warns(UserWarning, match="moved aside"):
+        cache.save_entries("d_1", {"k": {"tg": [1, 1, 1]}}, None, path)
+    assert list(json.loads(path.read_text())["devices"]) == ["d_1"]
+    assert [p.read_text() for p in tmp_path.glob("autotune_v3.json.corrupt-*")] == ["{half a file"]
+
+
+def test_two_processes_writing_at_once_leave_a_valid_file_with_both(tmp_path, subprocess_env):
+    path = tmp_path / "autotune_v3.json"
+    (tmp_path / "autotune_v2.json").write_text(json.dumps(V2))
+    script = textwrap.dedent("""
+        import sys
+        from zmlx_pipeline.runtime import cache
+        who, path = sys.argv[1], sys.argv[2]
+        for i in range(40):
+            cache.save_entries(f"dev-{who}_0.30.0", {f"{who}-{i}": {"tg": [i, 1, 1], "template": []}},
+                               {"writer": who}, path)
+            cache.save_entries("shared_0.30.0", {f"{who}-{i}": {"tg": [i, 1, 1], "template": []}}, None, path)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", script, who, str(path)], env=subprocess_env) for who in "ab"]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    data = json.loads(path.read_text())
+    assert set(data["devices"]) == set(V2) | {"dev-a_0.30.0", "dev-b_0.30.0", "shared_0.30.0"}
+    for who in "ab":
+        assert set(data["devices"][f"dev-{who}_0.30.0"]["entries"]) == {f"{who}-{i}" for i in range(40)}
+    assert len(data["devices"]["shared_0.30.0"]["entries"]) == 80
+    assert not list(tmp_path.glob(".autotune_v3.json.*"))  # no temp file left
+
+
+def test_keys_are_canonical_and_never_object_ids():
+    a = cache.entry_key("rmsnorm", "sha256:1", {"cols": 8, "rows": 2}, ("rows", "cols"), "float16", ["VEC", "TG"])
+    b = cache.entry_key("rmsnorm", "sha256:1", {"rows": 2, "cols": 8}, ["rows", "cols"], "float16", ("TG", "VEC"))
+    assert a == b
+    key = json.loads(a)
+    assert key["name"] == "rmsnorm" and key["shapes"] == [[2, 8]] and key["dtypes"] == ["float16"]
+    assert key["t_params"] == [["T", "float16"], ["TG", "tuned"], ["VEC", "tuned"]]
+    value = cache.entry_value({"TG": 256, "VEC": 4}, "float16", (256, 1, 1))
+    assert value["tg"] == [256, 1, 1] and ["TG", 256] in value["template"]

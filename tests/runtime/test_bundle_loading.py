@@ -1,0 +1,141 @@
+"""load_bundle: every sha256 is checked; a bad bundle is refused and the one in use keeps serving."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from bundle_fixtures import copy_bundle, latest_dir
+from zmlx_pipeline.runtime import BundleError, BundleWarning, active_bundle, load_bundle, predicted_config
+from zmlx_pipeline.runtime.bundle import default_bundle, read_dir
+
+SHAPE = {"rows": 64, "cols": 4096}
+
+
+def _lookup():
+    return predicted_config("toy_scale", SHAPE, "float16", device="nvidia-h100-sxm")
+
+
+def _rewrite_manifest(bundle: Path, **changes) -> None:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest.update(changes)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_good_bundle_loads_and_answers(toy_bundle):
+    _, publish_dir = toy_bundle
+    bundle = load_bundle(publish_dir, strict=True)
+    assert bundle is active_bundle()
+    assert bundle.root == latest_dir(publish_dir)
+    assert _lookup().bundle_id == bundle.bundle_id
+    assert _lookup().evidence == "measured"
+
+
+@pytest.mark.parametrize("damage", ["tampered", "truncated", "wrong_schema", "newer_schema", "missing_file",
+                                    "unsafe_name", "not_json", "malformed_contents"])
+def test_a_bad_bundle_is_refused_and_the_previous_one_keeps_serving(toy_bundle, tmp_path, damage):
+    _, publish_dir = toy_bundle
+    good = load_bundle(publish_dir, strict=True)
+    before = _lookup()
+    bad = copy_bundle(publish_dir, tmp_path / "bad")
+    kernels = bad / "kernels.json"
+    if damage == "tampered":
+        text = kernels.read_text()
+        kernels.write_text(text.replace('"TG":512', '"TG":511', 1))
+        assert kernels.read_text() != text
+        expect = "sha256"
+    elif damage == "truncated":
+        kernels.write_bytes(kernels.read_bytes()[:100])
+        expect = "truncated"
+    elif damage == "wrong_schema":
+        _rewrite_manifest(bad, schema="something-else")
+        expect = "not a zmlx-pipeline bundle"
+    elif damage == "newer_schema":
+        _rewrite_manifest(bad, schema_version=99)
+        expect = "newer"
+    elif damage == "missing_file":
+        kernels.unlink()
+        expect = "cannot read kernels.json"
+    elif damage == "unsafe_name":
+        manifest = json.loads((bad / "manifest.json").read_text())
+        manifest["files"]["../../etc/passwd"] = {"sha256": "0" * 64, "bytes": 1}
+        (bad / "manifest.json").write_text(json.dumps(manifest))
+        expect = "unsafe path"
+    elif damage == "malformed_contents":  # hashes re-signed, but not the layout this runtime reads
+        import hashlib
+
+        kernels.write_text(json.dumps({"kernel_list": []}))
+        manifest = json.loads((bad / "manifest.json").read_text())
+        blob = kernels.read_bytes()
+        manifest["files"]["kernels.json"] = {"sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
+        (bad / "manifest.json").write_text(json.dumps(manifest))
+        expect = "malformed index files"
+    else:
+        (bad / "manifest.json").write_text("{not json")
+        expect = "not valid JSON"
+    with pytest.warns(BundleWarning, match=expect) as caught:
+        kept = load_bundle(bad)
+    assert f"still using bundle {good.bundle_id}" in str(caught[0].message)
+    assert kept is good and active_bundle() is good
+    after = _lookup()
+    assert after is before  # the same remembered answer: nothing was dropped
+    with pytest.raises(BundleError, match=expect):
+        load_bundle(bad, strict=True)
+
+
+def test_a_refused_first_bundle_leaves_the_default_in_use(tmp_path):
+    with pytest.warns(BundleWarning, match="no such bundle directory"):
+        kept = load_bundle(tmp_path / "nowhere")
+    assert kept is not None and kept.source == "default bundle"
+
+
+def test_the_latest_pointer_names_the_newest_version(toy_bundle, tmp_path):
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.publish import publish
+
+    db, _ = toy_bundle
+    out = tmp_path / "pub"
+    with Store(db, read_only=True) as store:
+        first = publish(store, out, evaluate=False, devices=["nvidia-h200"])
+        second = publish(store, out, evaluate=False, devices=["nvidia-h200", "apple-m4-max-40c"])
+    assert first["bundle_id"] != second["bundle_id"]
+    assert (out / "latest").read_text().strip() == Path(second["path"]).name
+    assert load_bundle(out, strict=True).bundle_id == second["bundle_id"]
+    assert read_dir(first["path"]).bundle_id == first["bundle_id"]  # the old version is intact
+    assert not [p for p in os.listdir(out) if p.startswith(".")]  # no temp dir or pointer left behind
+
+
+def test_the_default_bundle_verifies():
+    bundle = default_bundle()
+    assert set(bundle.manifest["files"]) >= {"kernels.json", "profiles.json", "tables.json", "autotune_v3.json"}
+    assert "nvidia-h200" in bundle.manifest["measured_devices"]
+
+
+def test_an_unreachable_server_falls_back_to_the_cached_copy(toy_bundle, tmp_path, isolated_home):
+    import functools
+    import shutil
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from zmlx_pipeline.runtime.bundle import cache_root
+
+    www = tmp_path / "www"
+    shutil.copytree(toy_bundle[1], www)
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(www))
+    handler.log_message = lambda *a, **k: None
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    try:
+        fetched = load_bundle(url, strict=True)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert str(cache_root()).startswith(str(isolated_home)) and (cache_root()).is_dir()
+    assert fetched.root.parent.parent == cache_root()
+    load_bundle(latest_dir(toy_bundle[1]), strict=True)  # something else in use meanwhile
+    with pytest.warns(BundleWarning, match="cannot fetch.*using the cached copy"):
+        again = load_bundle(url, strict=True)  # even strict: unreachable is not invalid
+    assert again.bundle_id == fetched.bundle_id and again is active_bundle()
+    assert _lookup().evidence == "measured"

@@ -1,0 +1,58 @@
+"""The ZMLX device-profile API, answered from the bundle's learned profile table."""
+
+import pytest
+
+from zmlx_pipeline.runtime import (
+    get_current_device_profile,
+    get_device_profile,
+    get_threadgroup_candidates_for_shape,
+    load_bundle,
+)
+
+
+def test_seed_style_lookup_by_family_and_variant():
+    p = get_device_profile("M3", "Max")
+    assert (p.family, p.variant, p.gpu_cores, p.device_id) == ("M3", "Max", 40, "apple-m3-max-40c")
+    assert p.memory_bandwidth_gbps == 400 and p.full_name.startswith("Apple M3 Max")
+    assert p.evidence in ("predicted", "default") and p.is_high_end()
+    base = get_device_profile("M2")
+    assert (base.variant, base.device_id, base.gpu_cores) == ("", "apple-m2-10c", 10)
+    assert get_device_profile("hopper", "h200-sxm").device_id == "nvidia-h200"
+
+
+def test_a_measured_chip_has_measured_evidence_and_learned_threadgroups():
+    p = get_device_profile("nvidia-h200")
+    assert p.evidence == "measured"
+    assert p.default_threadgroup == p.learned["general"]["threadgroup"]
+    assert p.threadgroup_candidates and all(c <= 1024 for c in p.threadgroup_candidates)
+    assert p.learned["classes"]["row_reduction"]["evidence"] == "measured"
+
+
+def test_unknown_chips_get_a_generic_default_profile():
+    p = get_device_profile("Z9", "Mega")
+    assert (p.evidence, p.default_threadgroup, p.device_id) == ("default", 256, None)
+
+
+def test_candidates_depend_on_the_size_and_kernel_type(toy_bundle):
+    load_bundle(toy_bundle[1], strict=True)
+    p = get_device_profile("nvidia-h200")
+    by_dim = p.learned["classes"]["toy_scale"]["by_dim"]
+    assert set(by_dim) == {"10", "12"}  # cols 1024 and 4096 were measured
+    assert get_threadgroup_candidates_for_shape(p, 1024, "toy_scale") == tuple(by_dim["10"])
+    assert get_threadgroup_candidates_for_shape(p, 5000, "toy_scale") == tuple(by_dim["12"])
+    assert get_threadgroup_candidates_for_shape(p, 4096, "general")[0] in (64, 128, 256, 512)
+    simd = get_threadgroup_candidates_for_shape(p, 4096, "simd")
+    assert all(c % p.simd_width == 0 for c in simd)
+
+
+def test_the_current_device_profile(monkeypatch):
+    monkeypatch.setenv("ZMLX_PIPELINE_DEVICE", "nvidia-h200")
+    p = get_current_device_profile()
+    assert p.device_id == "nvidia-h200" and p.gpu_cores == 132 and p.full_name
+
+
+@pytest.mark.parametrize("device", ["apple-m1-7c", "amd-mi300x", "nvidia-t4"])
+def test_every_catalog_chip_has_a_profile_with_evidence(device):
+    p = get_device_profile(device)
+    assert p.device_id == device and p.evidence in ("measured", "predicted", "default")
+    assert p.default_threadgroup in (32, 64, 128, 256, 512, 1024)

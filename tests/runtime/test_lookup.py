@@ -1,0 +1,108 @@
+"""predicted_config / candidates: evidence, fallbacks that say so, legality for the exact shape, fast repeats."""
+
+import json
+import time
+
+import pytest
+
+from bundle_fixtures import TOY_CONFIGS, toy_best
+from zmlx_pipeline.runtime import BadLookup, bucket_of, candidates, load_bundle, predicted_config
+
+
+@pytest.fixture
+def toy(toy_bundle):
+    return load_bundle(toy_bundle[1], strict=True)
+
+
+def test_buckets_round_each_dimension_to_the_nearest_power_of_two():
+    assert bucket_of([1, 4096]) == (0, 12)
+    assert bucket_of([1408, 3000]) == (10, 12)
+    assert bucket_of([5, 6]) == (2, 3)
+
+
+@pytest.mark.parametrize("device", ["nvidia-h100-sxm", "nvidia-h200"])
+def test_a_measured_shape_answers_with_its_measured_best(toy, device):
+    for shape in ({"rows": 1, "cols": 1024}, {"rows": 4096, "cols": 4096}):
+        p = predicted_config("toy_scale", shape, "float16", device=device)
+        assert p.evidence == "measured"
+        assert p.config == toy_best(device, shape)
+        assert p.expected_regret == 1.0
+        assert p.candidates[0] == p.config and len(p.candidates) == p.prune_k
+
+
+def test_an_unmeasured_shape_is_predicted_from_its_bucket(toy):
+    p = predicted_config("toy_scale", {"rows": 3000, "cols": 4000}, "float16", device="nvidia-h200")
+    assert p.evidence == "predicted"
+    assert p.bucket == {"rows": 4096, "cols": 4096}
+    assert p.config in TOY_CONFIGS
+    assert p.predicted_us is not None and p.predicted_us > 0
+    assert "never measured" not in p.note
+
+
+def test_an_unmeasured_device_is_predicted_from_its_specs_and_says_so(toy):
+    p = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="apple-m4-max-40c")
+    assert p.evidence == "predicted"
+    assert "apple-m4-max-40c was never measured: predicted from its specs" in p.note
+    assert p.config in TOY_CONFIGS
+
+
+def test_unknown_kernel_and_device_fall_back_to_the_catalog_default_and_say_so(toy):
+    k = predicted_config("no_such_kernel", {"rows": 1, "cols": 1}, "float16", device="nvidia-h200")
+    assert (k.evidence, k.config, k.expected_regret) == ("default", {"threadgroup": 256}, None)
+    assert "kernel 'no_such_kernel' is not in bundle" in k.note
+    d = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="my-own-gpu")
+    assert d.evidence == "default" and d.config["TG"] == 256
+    assert "device 'my-own-gpu' is not in the catalog" in d.note
+    t = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float32", device="nvidia-h200")
+    assert t.evidence == "default" and "no float32 table" in t.note
+
+
+def test_a_core_limited_device_answers_for_its_chip(toy):
+    p = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h100-sxm@66sm")
+    assert p.device == "nvidia-h100-sxm" and p.evidence == "measured"
+    assert "answering for nvidia-h100-sxm" in p.note
+
+
+def test_shapes_as_mappings_or_dim_order_agree_and_bad_shapes_are_refused(toy):
+    dims = toy.kernels["toy_scale"]["dims"]  # no registered spec: the measured keys, sorted
+    assert dims == ["cols", "rows"]
+    a = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h200")
+    b = predicted_config("toy_scale", [4096, 64], "float16", device="nvidia-h200")
+    assert a.config == b.config and a.evidence == b.evidence == "measured"
+    with pytest.raises(BadLookup, match="positive integer"):
+        predicted_config("toy_scale", {"rows": 0, "cols": 4096}, "float16", device="nvidia-h200")
+    with pytest.raises(BadLookup, match="has dims cols, rows"):
+        predicted_config("toy_scale", {"rows": 4}, "float16", device="nvidia-h200")
+
+
+def test_candidates_are_ranked_and_k_is_honoured(toy):
+    shape = {"rows": 64, "cols": 4096}
+    three = candidates("toy_scale", shape, "float16", k=3, device="nvidia-h200")
+    assert len(three) == 3 and three[0] == predicted_config("toy_scale", shape, "float16", "nvidia-h200").config
+    assert len({json.dumps(c, sort_keys=True) for c in three}) == 3
+    assert candidates("toy_scale", shape, "float16", k=1, device="nvidia-h200") == three[:1]
+
+
+def test_answers_are_remembered_and_returned_configs_are_copies(toy):
+    shape = {"rows": 64, "cols": 4096}
+    p = predicted_config("toy_scale", shape, "float16", device="nvidia-h200")
+    p.config["TG"] = 1  # the caller's copy
+    q = predicted_config("toy_scale", shape, "float16", device="nvidia-h200")
+    assert q is p and q.config["TG"] != 1
+    start = time.perf_counter()
+    for _ in range(10_000):
+        predicted_config("toy_scale", shape, "float16", device="nvidia-h200")
+    assert (time.perf_counter() - start) / 10_000 < 50e-6  # generous: the benchmark measures the real figure
+
+
+def test_the_config_is_legal_for_the_exact_shape(real_bundle):
+    from zmlx_pipeline.kernels.registry import get_kernel
+    from zmlx_pipeline.kernels.spec import Limits
+
+    load_bundle(real_bundle[1], strict=True)
+    spec = get_kernel("rmsnorm")
+    for shape in ({"rows": 3, "cols": 1000}, {"rows": 7, "cols": 1030}, {"rows": 5000, "cols": 3000}):
+        p = predicted_config("rmsnorm", shape, "float16", device="nvidia-h200")
+        legal = spec.legal_configs(shape, "float16", Limits(max_threads=1024, simd_width=32, tg_mem_bytes=49152))
+        assert p.config in legal, (shape, p.config, p.note)
+        assert all(c in legal for c in p.candidates)

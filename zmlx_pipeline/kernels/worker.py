@@ -1,0 +1,83 @@
+"""A measuring worker process: compile a share of the configs, then measure them when told to.
+
+MLX's CUDA backend compiles each (kernel, config, dtype) with NVRTC in the launching process (about
+1.5 s each, and MLX 0.32 keeps no disk cache for custom kernels), so a collect spreads compiling over
+worker processes, which then take turns on the GPU: the parent (pipeline/parallel.py) starts them,
+waits until every one has compiled, and lets one at a time measure, so timings never overlap.
+
+Protocol, one JSON object per line: the worker reads its job file (argv[1]), compiles, prints
+{"ready": n_compiled}, waits for "go" on stdin, prints {"i": index, "status", "timing", "error"}
+per item, then {"done": true}. A launch that leaves the GPU unusable prints {"fatal": message}.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main(path: str) -> int:
+    import mlx.core as mx
+
+    from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, mx_dtype
+    from zmlx_pipeline.kernels.registry import get_kernel
+    from zmlx_pipeline.pipeline.collect import GpuMeasurer, Task, TimingSettings
+
+    with open(path) as fh:
+        job = json.load(fh)
+    specs = {ref: get_kernel(ref) for ref in {item["ref"] for item in job["items"]}}
+    tasks = [Task(specs[it["ref"]], it["dtype"], it["shape"], it["config"]) for it in job["items"]]
+
+    # Compile: launch each distinct (kernel, dtype, config) once on the smallest shape it is planned
+    # for; a config that fails here fails again when measured, which records why.
+    smallest: dict[tuple, Task] = {}
+    for t in tasks:
+        key = (t.spec.name, t.dtype, tuple(sorted(t.config.items())))
+        if key not in smallest or _size(t.shape) < _size(smallest[key].shape):
+            smallest[key] = t
+    launchers = {ref: Launcher(spec, job["backend"]) for ref, spec in specs.items()}
+    by_name = {spec.name: launchers[ref] for ref, spec in specs.items()}
+    compiled = 0
+    for t in smallest.values():
+        try:
+            inputs = t.spec.make_inputs(t.shape, mx_dtype(t.dtype), mx.random.key(0))
+            mx.eval(by_name[t.spec.name](inputs, t.config, t.shape, t.dtype))
+            compiled += 1
+        except Exception:  # noqa: BLE001 - recorded when measured
+            pass
+    mx.synchronize()
+    mx.clear_cache()
+    _emit({"ready": compiled})
+
+    if sys.stdin.readline().strip() != "go":
+        return 0
+    measurer = GpuMeasurer(job["backend"], TimingSettings(**job["settings"]))
+    measurer._launchers.update(by_name)  # reuse the compiled kernels
+    for index, task in zip((it["i"] for it in job["items"]), tasks):
+        try:
+            outcome = measurer(task)
+        except GpuUnhealthy as exc:
+            _emit({"fatal": str(exc)})
+            return 3
+        t = outcome.timing
+        _emit({"i": index, "status": outcome.status, "error": outcome.error,
+               "timing": None if t is None else [t.median_us, t.p10_us, t.p90_us, t.samples, t.chain]})
+    _emit({"done": True})
+    return 0
+
+
+def _size(shape) -> int:
+    n = 1
+    for v in shape.values():
+        n *= int(v)
+    return n
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

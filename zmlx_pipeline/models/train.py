@@ -1,0 +1,250 @@
+"""Train one model per kernel on the store's data, save it, and register it with its scores.
+
+`train_models` fits the chosen model variant on every (filtered) ok measurement of a kernel,
+scores the same variant on held-out data to find the pruning k, saves the fitted ranker as a
+model file (models/persist.py) and adds a row to the store's `models` registry:
+
+- model_id: "<kernel>-<UTC time>-<6 hex>", kernel_filter: the kernel;
+- data_fingerprint: "sha256:<16 hex>" over the training rows' keys and median times;
+- params: the variant, kernel version, device filter, trained devices, rows, cases, shapes,
+  the file's sha256 (checked before every load);
+- versions: Python and the packages that made it (scikit-learn, numpy, polars, skops, zmlx_pipeline);
+- scores (held-out, see evaluate.py): `prune_k` (the smallest k whose top k is within 2% of
+  the best in >= 95% of held-out cases: the configs the runtime autotuner times; None when no
+  held-out case exists, then time every legal config), `prune_split` ("shapes", else
+  "devices" when every kernel shape was measured once), `prune_cases`, `prune_hit` (the
+  share reached at prune_k), `configs_max`, `regret1_geomean`/`regret3_geomean`/
+  `regret5_geomean`/`regret1_p95`/`hit_2pct` of the model on that split, `fit_s` (the final
+  fit) and `train_s` (fit plus held-out scoring).
+Read a kernel's pruning k with `prune_k(store, kernel)` or `load_model(store, kernel).prune_k`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Sequence
+
+import polars as pl
+
+from zmlx_pipeline.data.store import StoreError
+from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, ModelError, Ranker, fit_kernel_model
+from zmlx_pipeline.models.evaluate import (
+    PRUNE_SHARE,
+    evaluate_kernel,
+    fit_threads,
+    kernel_features_of,
+    prune_k as prune_k_of,
+    summarize,
+)
+from zmlx_pipeline.models.features import CASE, KernelFeatures
+from zmlx_pipeline.models.persist import SUFFIX, load_model_file, save_model
+
+FINGERPRINT_KEYS = ("device_id", "kernel", "kernel_version", "dtype", "shape_key", "config_key")
+PACKAGES = ("scikit-learn", "numpy", "polars", "skops", "duckdb", "zmlx-pipeline")
+
+
+class NoTrainedModel(LookupError):
+    "The registry holds no model for this kernel (or id)"
+
+
+@dataclass
+class TrainedModel:
+    """A registered model, loaded: its registry row and the fitted ranker."""
+
+    row: dict
+    ranker: Ranker
+
+    @property
+    def model_id(self) -> str:
+        return self.row["model_id"]
+
+    @property
+    def kernel(self) -> str:
+        return self.row["kernel_filter"]
+
+    @property
+    def features(self) -> KernelFeatures:
+        """The kernel's feature description (columns, devices; no training rows)."""
+        return self.ranker.features
+
+    @property
+    def prune_k(self) -> int | None:
+        """The registry's scores["prune_k"]: configs the runtime should time (None: all of them)."""
+        return (self.row.get("scores") or {}).get("prune_k")
+
+
+def default_models_dir(store) -> Path:
+    """Where model files go unless told: `models/` next to the store file."""
+    return Path(store.path).parent / "models"
+
+
+def data_fingerprint(frame: pl.DataFrame) -> str:
+    """"sha256:<16 hex>" over training rows' keys and median times, independent of row order."""
+    df = frame.select(*FINGERPRINT_KEYS, "median_us").sort(list(FINGERPRINT_KEYS))
+    h = hashlib.sha256()
+    for col in FINGERPRINT_KEYS:
+        h.update("\x1f".join(df[col].to_list()).encode())
+        h.update(b"\x1e")
+    h.update(df["median_us"].cast(pl.Float64).to_numpy().astype("<f8").tobytes())
+    return "sha256:" + h.hexdigest()[:16]
+
+
+def package_versions() -> dict[str, str | None]:
+    """Python and the versions of the packages a model file depends on."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    if out.get("zmlx-pipeline") is None:
+        from zmlx_pipeline import __version__
+
+        out["zmlx-pipeline"] = __version__
+    return out
+
+
+def heldout_scores(features: KernelFeatures, model: str = DEFAULT_MODEL) -> dict:
+    """The model's held-out scores and pruning k (held-out shapes, else left-out devices)."""
+    for split in ("shapes", "devices"):
+        per_case = evaluate_kernel(features, split, ks=(1, 3, 5), models=(model,), baselines=False)
+        if not per_case.is_empty():
+            break
+    else:
+        return {"prune_k": None, "prune_split": None, "prune_cases": 0, "prune_hit": None,
+                "configs_max": _configs_max(features.frame)}
+    k = prune_k_of(per_case["hit_rank"].to_list(), PRUNE_SHARE)
+    hit = float((per_case["hit_rank"].fill_null(10 ** 9) <= k).mean()) if k is not None else None
+    r1, r3, r5 = (summarize(per_case[c].to_list()) for c in ("r1", "r3", "r5"))
+    return {
+        "prune_k": k, "prune_split": split, "prune_cases": per_case.height, "prune_hit": hit,
+        "configs_max": int(per_case["configs"].max()),
+        "regret1_geomean": r1["regret_geomean"], "regret3_geomean": r3["regret_geomean"],
+        "regret5_geomean": r5["regret_geomean"], "regret1_p95": r1["regret_p95"], "hit_2pct": r1["hit_2pct"],
+    }
+
+
+def _configs_max(frame: pl.DataFrame) -> int:
+    return int(frame.group_by(CASE).len()["len"].max())
+
+
+def _model_id(kernel: str, now: datetime) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", kernel).strip("._") or "kernel"
+    return f"{safe}-{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+
+
+def _stored_path(store, path: Path) -> str:
+    """The path the registry keeps: relative to the store's folder when inside it, else absolute."""
+    base = Path(store.path).parent.resolve()
+    path = path.resolve()
+    try:
+        return str(path.relative_to(base))
+    except ValueError:
+        return str(path)
+
+
+def model_path(store, row: dict) -> Path:
+    """The model file of a registry row (a relative path is relative to the store's folder)."""
+    path = Path(row["path"])
+    return path if path.is_absolute() else Path(store.path).parent / path
+
+
+def train_models(store, kernels: Sequence[str] | str | None = None, devices: Sequence[str] | str | None = None,
+                 model: str = DEFAULT_MODEL, models_dir: str | Path | None = None, heldout: bool = True,
+                 on_kernel=None) -> list[dict]:
+    """Fit, save and register one model per kernel on the store's (filtered) ok measurements.
+
+    Returns the registry rows (see the module docstring), one per kernel. `heldout=False`
+    skips the held-out scores (and so the pruning k). `on_kernel(kernel)` is called as each starts.
+    """
+    if model not in MODEL_VARIANTS:
+        raise ModelError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}")
+    if getattr(store, "read_only", False):
+        raise StoreError(f"cannot register models: store {store.path} is open read-only; open it writable")
+    features = kernel_features_of(store, kernels, devices)
+    folder = Path(models_dir) if models_dir is not None else default_models_dir(store)
+    versions = package_versions()
+    rows = []
+    for kernel, f in features.items():
+        if on_kernel:
+            on_kernel(kernel)
+        start = time.perf_counter()
+        with fit_threads(f.frame.height):
+            ranker = fit_kernel_model(f, model)
+        fit_s = time.perf_counter() - start
+        scores = heldout_scores(f, model) if heldout else {"prune_k": None, "prune_split": None}
+        now = datetime.now(timezone.utc).replace(tzinfo=None)
+        model_id = _model_id(kernel, now)
+        fingerprint = data_fingerprint(f.frame)
+        frame = f.frame
+        params = {
+            "model": model, "kernel": kernel, "kernel_version": f.kernel_version,
+            "device_filter": None if devices is None else sorted([devices] if isinstance(devices, str) else devices),
+            "devices": sorted(frame["device_id"].unique().to_list()),
+            "rows": frame.height, "cases": frame.select(CASE).n_unique(),
+            "shapes": frame["shape_key"].n_unique(), "dtypes": sorted(frame["dtype"].unique().to_list()),
+        }
+        path = folder / f"{model_id}{SUFFIX}"
+        params["file_sha256"] = save_model(ranker, path, meta={"model_id": model_id, "kernel": kernel,
+                                                               "data_fingerprint": fingerprint, "model": model})
+        scores.update(fit_s=round(fit_s, 3), train_s=round(time.perf_counter() - start, 3))
+        row = {"model_id": model_id, "kernel_filter": kernel, "created_at": now, "data_fingerprint": fingerprint,
+               "params": params, "versions": versions, "scores": scores, "path": _stored_path(store, path)}
+        try:
+            store.add_model(row)
+        except Exception:
+            path.unlink(missing_ok=True)  # an unregistered file would only confuse
+            raise
+        rows.append(row)
+    return rows
+
+
+def list_models(store, kernel: str | None = None) -> list[dict]:
+    """Registry rows (of one kernel), newest first; NoTrainedModel when there is none."""
+    rows = store.models(kernel=kernel)
+    if not rows:
+        what = f" for kernel {kernel!r}" if kernel is not None else ""
+        raise NoTrainedModel(f"no trained model{what} in store {store.path}: run `zmlx-pipeline train"
+                             f"{f' --kernel {kernel}' if kernel is not None else ''}` first")
+    return rows
+
+
+def registry_row(store, kernel: str | None = None, model_id: str | None = None) -> dict:
+    """The newest registry row of a kernel (or the row of a model id); NoTrainedModel when there is none."""
+    if kernel is None and model_id is None:
+        raise ValueError("name a kernel or a model id")
+    rows = store.models(kernel=kernel, model_id=model_id)
+    if not rows:
+        what = f"model {model_id!r}" if model_id is not None else f"trained model for kernel {kernel!r}"
+        fix = "see `zmlx-pipeline models`" if model_id is not None else \
+            f"run `zmlx-pipeline train --kernel {kernel}` first"
+        raise NoTrainedModel(f"no {what} in store {store.path}: {fix}")
+    return rows[0]
+
+
+def load_model(store, kernel: str | None = None, model_id: str | None = None) -> TrainedModel:
+    """The newest registered model of a kernel (or a model id), loaded safely (see persist.py)."""
+    row = registry_row(store, kernel, model_id)
+    ranker = load_model_file(model_path(store, row), sha256=(row.get("params") or {}).get("file_sha256"))
+    return TrainedModel(row, ranker)
+
+
+def verify_models(store, kernel: str | None = None) -> list[dict]:
+    """Load every registered model (of a kernel) as load_model would; the first bad file raises ModelFileError."""
+    rows = list_models(store, kernel)
+    for row in rows:
+        load_model_file(model_path(store, row), sha256=(row.get("params") or {}).get("file_sha256"))
+    return rows
+
+
+def prune_k(store, kernel: str) -> int | None:
+    """The pruning k of a kernel's newest registered model: scores["prune_k"] (None: time every config)."""
+    return (registry_row(store, kernel).get("scores") or {}).get("prune_k")

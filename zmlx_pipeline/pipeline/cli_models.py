@@ -1,0 +1,145 @@
+"""The learning commands: `train` (fit, save, register a model per kernel), `evaluate` (regret@k of
+the model and the baselines on held-out shapes or devices) and `models` (the registry)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from zmlx_pipeline.pipeline.cli import _db_option, _open_store, _split, _user_errors
+from zmlx_pipeline.pipeline.output import emit, output_options
+
+
+def _model_errors(fn: Callable) -> Callable:
+    """The learning stage's expected errors as one-line click errors (on top of the store's)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from zmlx_pipeline.models.estimators import ModelError
+        from zmlx_pipeline.models.evaluate import EvaluationError
+        from zmlx_pipeline.models.features import FeatureError
+        from zmlx_pipeline.models.persist import ModelFileError
+        from zmlx_pipeline.models.train import NoTrainedModel
+
+        try:
+            return fn(*args, **kwargs)
+        except (EvaluationError, FeatureError, ModelError, ModelFileError, NoTrainedModel) as exc:
+            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+
+    return _user_errors(wrapper)
+
+
+def _fmt(value) -> str | None:
+    return None if value is None else f"{value:.4f}"
+
+
+@click.command()
+@_db_option
+@click.option("--split", required=True, metavar="shapes|devices",
+              help="shapes: held-out shapes of measured devices; devices: leave one device out (alias lodo).")
+@click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (repeat or comma-separate).")
+@click.option("--model", "model_names", multiple=True,
+              help="Model variant(s) to score (default: the default model, reported as method \"model\").")
+@click.option("--k", "ks", multiple=True, type=click.IntRange(1), help="k of regret@k (default: 1, 3, 5).")
+@output_options
+@_model_errors
+def evaluate(db, split, kernel_names, model_names, ks, as_json) -> None:
+    """Regret@k of the model and of every baseline on data the model did not train on."""
+    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.evaluate import evaluate as run_evaluation
+
+    models = _split(model_names) or [DEFAULT_MODEL]
+    store = _open_store(db, read_only=True)
+    ks = tuple(sorted(set(ks))) or (1, 3, 5)
+    result = run_evaluation(store, split, kernels=_split(kernel_names) or None, ks=ks, models=models,
+                            label_model=len(models) == 1)
+    if as_json:
+        emit({"split": result["split"], "models": result["models"], "results": result["results"]}, True)
+        return
+    table: dict[tuple, dict] = {}
+    devices = {}
+    for r in result["results"]:
+        devices.setdefault(r["kernel"], set()).add(r["device"])
+    for r in result["results"]:
+        if r["device"] is not None and len(devices[r["kernel"]]) <= 2:
+            continue  # one device: its rows repeat the pooled ones
+        key = (r["kernel"], r["device"] or "", r["method"])
+        row = table.setdefault(key, {"kernel": r["kernel"], "device": r["device"] or "(all)", "method": r["method"]})
+        row[f"regret@{r['k']}"] = _fmt(r["regret_geomean"])
+        row[f"p95@{r['k']}"] = _fmt(r["regret_p95"])
+        row[f"hit@{r['k']}"] = None if r["hit_2pct"] is None else f"{r['hit_2pct']:.2f}"
+        row["cases"] = r["cases"]
+    columns = ["kernel", "device", "method"] + [f"{m}@{k}" for k in ks for m in ("regret", "p95", "hit")] + ["cases"]
+    emit(list(table.values()), False, columns)
+    click.echo(f"\nsplit {result['split']}: regret@k = time of the best of the top k / measured best, geometric mean "
+               "(and p95) over held-out cases; hit = share within 2% of the best; (all) = every device pooled; "
+               "per-device rows with --json or where a kernel has several devices")
+
+
+@click.command()
+@_db_option
+@click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (default: every kernel).")
+@click.option("--device", "device_ids", multiple=True, help="Train only on these devices' measurements.")
+@click.option("--model", "model_name", default=None, help="Model variant (default: the default model).")
+@click.option("--models-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Where model files go (default: models/ next to the store).")
+@output_options
+@_model_errors
+def train(db, kernel_names, device_ids, model_name, models_dir, as_json) -> None:
+    """Fit a model per kernel on the store's data, save it and register it with its held-out scores."""
+    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.train import train_models
+
+    store = _open_store(db)
+    rows = train_models(store, kernels=_split(kernel_names) or None, devices=_split(device_ids) or None,
+                        model=model_name or DEFAULT_MODEL,
+                        models_dir=models_dir,
+                        on_kernel=None if as_json else lambda k: click.echo(f"training {k} ...", err=True))
+    if as_json:
+        emit(rows, True)
+        return
+    emit([_registry_line(r) for r in rows], False, _REGISTRY_COLUMNS)
+    if rows:
+        click.echo(f"\n{len(rows)} model(s) registered in {store.path}; prune_k = configs the runtime times "
+                   "(held-out top k within 2% of the best in 95% of cases); regret@1 on held-out data")
+
+
+_REGISTRY_COLUMNS = ["kernel", "model_id", "model", "rows", "devices", "prune_k", "split", "regret@1", "p95@1",
+                     "seconds", "path"]
+
+
+def _registry_line(row: dict) -> dict:
+    params, scores = row.get("params") or {}, row.get("scores") or {}
+    return {
+        "kernel": row["kernel_filter"], "model_id": row["model_id"], "model": params.get("model"),
+        "rows": params.get("rows"), "devices": len(params.get("devices") or ()), "prune_k": scores.get("prune_k"),
+        "split": scores.get("prune_split"), "regret@1": _fmt(scores.get("regret1_geomean")),
+        "p95@1": _fmt(scores.get("regret1_p95")), "seconds": scores.get("train_s"), "path": row.get("path"),
+    }
+
+
+@click.command("models")
+@_db_option
+@click.option("--kernel", "-k", "kernel_name", default=None, help="Only this kernel's models.")
+@click.option("--verify", is_flag=True, help="Also load every model file safely (checksum and trusted types).")
+@output_options
+@_model_errors
+def models_cmd(db, kernel_name, verify, as_json) -> None:
+    """The model registry: every trained model, newest first, with its data fingerprint and scores."""
+    from zmlx_pipeline.models.train import list_models, verify_models
+
+    store = _open_store(db, read_only=True)
+    rows = (verify_models if verify else list_models)(store, kernel=kernel_name)
+    if as_json:
+        emit(rows, True)
+        return
+    emit([_registry_line(r) for r in rows], False, _REGISTRY_COLUMNS)
+
+
+def register(group: click.Group) -> None:
+    """Add train, evaluate and models to the `zmlx-pipeline` group."""
+    for command in (train, evaluate, models_cmd):
+        group.add_command(command)

@@ -1,0 +1,150 @@
+"""`publish`, `lookup` and `profiles`: bundles out of the store, and what the runtime answers from them."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from zmlx_pipeline.pipeline.output import emit, output_options
+
+
+def _errors(fn: Callable) -> Callable:
+    """The library's expected errors as one-line click errors (exit 1), never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from zmlx_pipeline.data.catalog import UnknownDevice
+        from zmlx_pipeline.data.store import StoreError
+        from zmlx_pipeline.models.estimators import ModelError
+        from zmlx_pipeline.runtime import BadLookup, BundleError
+
+        errors: tuple[type[BaseException], ...] = (StoreError, UnknownDevice, BundleError, BadLookup, ModelError)
+        try:
+            from zmlx_pipeline.publish import ModelSourceError, PublishError
+
+            errors += (ModelSourceError, PublishError)
+        except ImportError:  # pragma: no cover
+            pass
+        try:
+            return fn(*args, **kwargs)
+        except errors as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def parse_shape(text: str) -> dict[str, int] | list[int]:
+    """`rows=4096,cols=4096` as a dict, or `4096,4096` (the kernel's dims in order) as a list."""
+    items = [p.strip() for p in text.replace("x", ",").split(",") if p.strip()] if "=" not in text \
+        else [p.strip() for p in text.split(",") if p.strip()]
+    if not items:
+        raise click.BadParameter("give the shape as DIM=N,DIM=N (e.g. rows=4096,cols=4096)", param_hint="--shape")
+    try:
+        if all("=" in p for p in items):
+            out = {}
+            for p in items:
+                k, v = p.split("=", 1)
+                out[k.strip()] = int(v)
+            return out
+        if not any("=" in p for p in items):
+            return [int(p) for p in items]
+    except ValueError:
+        pass
+    raise click.BadParameter(f"{text!r}: give the shape as DIM=N,DIM=N with whole numbers (e.g. rows=4096,cols=4096)",
+                             param_hint="--shape")
+
+
+@click.command("publish")
+@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="DuckDB store (default: $ZMLX_PIPELINE_DB or ~/.local/share/zmlx-pipeline/store.duckdb).")
+@click.option("--to", "to_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory to publish into: each bundle is a new version there, `latest` names the newest.")
+@click.option("--model", "model_ids", multiple=True,
+              help="Registered model id(s) to publish instead of the newest of their kernels.")
+@click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (default: every kernel with data).")
+@click.option("--device", "device_ids", multiple=True,
+              help="Lookup tables only for these devices, plus every measured one (default: every catalog chip).")
+@output_options
+@_errors
+def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> None:
+    """Publish a profile bundle (device profiles, per-shape configs, manifest with hashes) from the newest models."""
+    from zmlx_pipeline.data.store import Store, default_db_path
+    from zmlx_pipeline.publish import publish
+
+    path = db or default_db_path()
+    if not path.exists():
+        raise click.ClickException(f"no store at {path}: run `zmlx-pipeline run`, import or collect first, or pass --db")
+    store = Store(path)
+    click.get_current_context().call_on_close(store.close)
+    progress = None if as_json else (lambda msg: click.echo(msg, err=True))
+    result = publish(store, to_dir, _split(model_ids) or None, kernels=_split(kernel_names) or None,
+                     devices=_split(device_ids) or None, progress=progress)
+    if as_json:
+        emit(result, True)
+        return
+    emit({k: result[k] for k in ("bundle_id", "path", "latest", "model_id", "model_source", "data_fingerprint",
+                                 "kernels", "devices_with_tables", "profiles", "entries", "files", "bytes")}, False)
+
+
+@click.command("lookup")
+@click.argument("kernel")
+@click.option("--shape", "shape_text", required=True, help="DIM=N,... (e.g. rows=4096,cols=4096), or the dims' values in order.")
+@click.option("--dtype", default="float16", show_default=True, help="float16, bfloat16 or float32.")
+@click.option("--device", default=None, help="Catalog device id (default: this machine's GPU).")
+@click.option("--bundle", "bundle_path", default=None,
+              help="Bundle directory, publish directory (its latest) or http(s) URL (default: $ZMLX_PIPELINE_BUNDLE, "
+                   "else the bundle shipped with the package).")
+@click.option("-k", "k", type=click.IntRange(1), default=None, help="Candidates to list (default: the kernel's pruning k).")
+@output_options
+@_errors
+def lookup_cmd(kernel, shape_text, dtype, device, bundle_path, k, as_json) -> None:
+    """The config the runtime would launch KERNEL with: evidence, expected regret and candidates."""
+    from zmlx_pipeline.runtime.lookup import lookup
+
+    shape = parse_shape(shape_text)
+    result = lookup(kernel, shape, dtype, device=device, bundle=bundle_path, k=k)
+    if as_json:
+        emit(result, True)
+        return
+    rows = [{"key": key, "value": result[key]} for key in
+            ("kernel", "device", "dtype", "shape", "config", "evidence", "expected_regret", "predicted_us", "bucket",
+             "bundle", "note")]
+    emit(rows, False, ["key", "value"])
+    click.echo("\ncandidates (best first):")
+    emit([{"rank": i + 1, **c} for i, c in enumerate(result["candidates"])], False)
+
+
+@click.command("profiles")
+@click.option("--device", "device_ids", multiple=True, help="Only these device ids (default: every device in the bundle).")
+@click.option("--bundle", "bundle_path", default=None, help="Bundle directory, publish directory or http(s) URL.")
+@output_options
+@_errors
+def profiles_cmd(device_ids, bundle_path, as_json) -> None:
+    """The device profile table: learned default threadgroup per kernel class, ZMLX-style candidates, evidence."""
+    from zmlx_pipeline.runtime.profiles import profile_table
+
+    rows = profile_table(_split(device_ids) or None, bundle=bundle_path)
+    if as_json:
+        emit(rows, True)
+        return
+    table = [{
+        "device": r["device_id"], "name": r.get("name"), "cores": r.get("gpu_cores"),
+        "gb/s": r.get("memory_bandwidth_gbps"), "catalog_tg": r.get("catalog_default_threadgroup"),
+        "learned_tg": r.get("default_threadgroup"), "candidates": r.get("threadgroup_candidates"),
+        "by_class": " ".join(f"{c}={v['threadgroup']}" for c, v in sorted((r.get("classes") or {}).items())),
+        "evidence": r.get("evidence"),
+    } for r in rows]
+    emit(table, False)
+
+
+def register(group: click.Group) -> None:
+    """Add publish, lookup and profiles to the CLI group."""
+    for command in (publish_cmd, lookup_cmd, profiles_cmd):
+        group.add_command(command)

@@ -1,0 +1,132 @@
+"""Measure tasks with worker processes that compile in parallel and time one at a time.
+
+Compiling dominates a CUDA collect (NVRTC, about 1.5 s per kernel, config and dtype, single-threaded
+in the launching process); timing must not overlap. So the tasks are split into shares of whole
+(kernel, dtype) groups, balanced by how many kernels each must compile; every worker compiles its
+share at once, and when all are ready, the parent lets them measure in turn. Results stream back as
+they are made, so the caller records each one at once and a stop loses nothing measured.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Iterator, Mapping, Sequence
+
+from zmlx_pipeline.kernels.harness import GpuUnhealthy, Outcome
+from zmlx_pipeline.kernels.timing import Timing
+
+
+def _compile_key(task) -> tuple:
+    return (task.spec.name, task.dtype, tuple(sorted(task.config.items())))
+
+
+def partition(tasks: Sequence, jobs: int) -> list[list[int]]:
+    """Indices of `tasks` per worker: (kernel, dtype) groups, split by config when larger than a fair
+    share of the compiles, placed largest first on the worker with the fewest compiles so far.
+    Within a worker, the original (shape-major) order is kept for each group."""
+    groups: dict[tuple, dict[tuple, list[int]]] = {}
+    for i, t in enumerate(tasks):
+        groups.setdefault((t.spec.name, t.dtype), {}).setdefault(_compile_key(t), []).append(i)
+    total = sum(len(g) for g in groups.values())
+    share = max(1, math.ceil(total / max(1, jobs)))
+    units: list[list[list[int]]] = []  # each unit: a list of per-config index lists
+    for by_config in groups.values():
+        configs = list(by_config.values())
+        for start in range(0, len(configs), share):
+            units.append(configs[start:start + share])
+    units.sort(key=len, reverse=True)
+    loads = [0] * max(1, min(jobs, len(units)))
+    shares: list[list[int]] = [[] for _ in loads]
+    for unit in units:
+        w = loads.index(min(loads))
+        loads[w] += len(unit)
+        shares[w].extend(sorted(i for per_config in unit for i in per_config))
+    return [s for s in shares if s]
+
+
+def measure_in_workers(
+    tasks: Sequence,
+    kernel_refs: Mapping[str, str],
+    backend: str,
+    settings,
+    jobs: int,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    worker: Sequence[str] = ("-m", "zmlx_pipeline.kernels.worker"),
+) -> Iterator[tuple[object, Outcome]]:
+    """Yield (task, outcome) as workers measure; stops at `deadline` (clock time), leaving the rest.
+
+    Raises GpuUnhealthy when a worker reports a launch that broke the GPU.
+    """
+    shares = partition(tasks, jobs)
+    with tempfile.TemporaryDirectory(prefix="zmlx-collect-") as tmp:
+        procs = []
+        try:
+            for w, share in enumerate(shares):
+                job = {
+                    "backend": backend,
+                    "settings": dataclasses.asdict(settings),
+                    "items": [{"i": i, "ref": kernel_refs[tasks[i].spec.name], "dtype": tasks[i].dtype,
+                               "shape": dict(tasks[i].shape), "config": dict(tasks[i].config)} for i in share],
+                }
+                path = os.path.join(tmp, f"job{w}.json")
+                with open(path, "w") as fh:
+                    json.dump(job, fh)
+                log = open(os.path.join(tmp, f"worker{w}.log"), "w")
+                procs.append(subprocess.Popen(
+                    [sys.executable, *worker, path],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
+                ))
+            ready = []
+            for p in procs:  # every worker compiles at once; wait for all before any timing
+                line = _read_line(p)
+                ready.append(line is not None and "ready" in line)
+            for p, ok in zip(procs, ready):
+                if not ok:
+                    continue
+                if deadline is not None and clock() > deadline:
+                    break
+                p.stdin.write("go\n")
+                p.stdin.flush()
+                while True:
+                    line = _read_line(p)
+                    if line is None or line.get("done"):
+                        break
+                    if "fatal" in line:
+                        raise GpuUnhealthy(line["fatal"])
+                    t = line["timing"]
+                    timing = Timing(*t[:3], samples=int(t[3]), chain=int(t[4])) if t else None
+                    yield tasks[line["i"]], Outcome(line["status"], timing=timing, error=line["error"])
+                    if deadline is not None and clock() > deadline:
+                        break
+                p.kill()
+                if deadline is not None and clock() > deadline:
+                    break
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                p.wait()
+                for stream in (p.stdin, p.stdout):
+                    try:
+                        stream.close()
+                    except OSError:
+                        pass
+
+
+def _read_line(proc) -> dict | None:
+    """The worker's next JSON line, or None at EOF (the worker died or finished)."""
+    line = proc.stdout.readline()
+    if not line:
+        return None
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return None

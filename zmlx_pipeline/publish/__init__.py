@@ -1,0 +1,69 @@
+"""Publishing: profile bundles built from the latest (or a named) model, written atomically and versioned.
+
+    from zmlx_pipeline.publish import publish
+    result = publish(store, "models/", model_id=None)   # -> {"bundle_id", "path", ...}
+
+The runtime (`zmlx_pipeline.runtime.load_bundle`) reads what this writes.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from zmlx_pipeline.publish.models import DEFAULT_PRUNE_K, ModelSourceError, load_models
+from zmlx_pipeline.publish.writer import PublishError, write_bundle
+
+__all__ = ["DEFAULT_PRUNE_K", "ModelSourceError", "PublishError", "publish"]
+
+
+def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | None = None, *,
+            devices: Sequence[str] | None = None, kernels: Sequence[str] | None = None,
+            evaluate: bool = True, record: bool = True, versioned: bool = True,
+            extra_manifest: dict[str, Any] | None = None,
+            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Build a bundle from the store's newest model per kernel (or the named ones) and publish it under `to_dir`.
+
+    `devices` limits the lookup tables to these devices (plus every measured one; profiles always
+    cover the whole catalog); `kernels` limits the kernels. Records the bundle in the store's
+    `bundles` table when `record` and the store is writable. Returns what was published.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from zmlx_pipeline.publish.build import build_contents
+
+    if progress:
+        progress("loading models")
+    # Many small fits and predictions: one thread each is several times faster than contending OpenMP pools.
+    with threadpool_limits(limits=1):
+        models = load_models(store, model_id, kernels, evaluate=evaluate)
+        files, summary = build_contents(store, models, devices=devices, progress=progress)
+    created = datetime.now(timezone.utc).replace(microsecond=0)
+    fields = {
+        "model_id": models.model_id,
+        "model_source": models.source,
+        "models": models.describe(),
+        "data_fingerprint": models.data_fingerprint,
+        "kernels": summary["kernels"],
+        "measured_devices": summary["measured_devices"],
+        **(extra_manifest or {}),
+    }
+    manifest, path = write_bundle(to_dir, files, fields, created=created, versioned=versioned)
+    recorded = False
+    if record and not getattr(store, "read_only", True) and hasattr(store, "record_bundle"):
+        store.record_bundle(manifest["bundle_id"], models.model_id, str(Path(path).resolve()), manifest)
+        recorded = True
+    return {
+        "bundle_id": manifest["bundle_id"],
+        "path": str(path),
+        "latest": str(Path(to_dir) / "latest") if versioned else None,
+        "model_id": models.model_id,
+        "model_source": models.source,
+        "data_fingerprint": models.data_fingerprint,
+        "files": len(manifest["files"]),
+        "bytes": sum(e["bytes"] for e in manifest["files"].values()),
+        "recorded": recorded,
+        **summary,
+    }

@@ -1,0 +1,480 @@
+"""What goes into a bundle: per-device lookup tables, the kernels' config lists, the device profiles.
+
+For each kernel with a model, every published device (each catalog chip and each device in the
+store) gets, per dtype and shape bucket, the model's ranked configs (the best STORE_K, so the
+runtime can still drop ones illegal for an exact shape), the predicted time of the pick and the
+expected regret; every shape measured on a device also gets its measured ranking. Buckets are
+the shapes of the kernel's grids and the measured shapes, each dimension rounded to a power of
+two (one representative shape per bucket, the one closest to the bucket's centre). Built-in
+kernels (and any kernel whose registered spec matches the measured parameters) rank only the
+configs legal on that device and shape; imported kernels rank the configs that were measured.
+
+The profile table (every device) holds the learned default threadgroup per kernel class and a
+ZMLX-style row (default threadgroup, three candidates), with evidence: `measured` (from this
+device's measurements), `predicted` (from the model, for a device never measured, from its
+specs) or `default` (the catalog's default threadgroup: no model covers that class).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import polars as pl
+
+from zmlx_pipeline.data.records import DTYPES
+from zmlx_pipeline.publish.models import KernelModel, ModelSet
+from zmlx_pipeline.models.features import CASE
+from zmlx_pipeline.publish.predict import (
+    all_devices_frame,
+    candidate_rows,
+    featurize,
+    predict_log_time,
+    score_rows,
+    top_per_case,
+)
+from zmlx_pipeline.runtime.cache import device_key, entry_key, entry_value
+from zmlx_pipeline.runtime.lookup import bucket_of
+
+#: ranked configs kept per entry (at least the pruning k)
+STORE_K = 8
+#: candidate rows scored at once (bounds memory on large config spaces)
+CHUNK_ROWS = 200_000
+#: the dimension a kernel's threadgroup spans, for the per-row-length threadgroup tables
+ROW_DIMS = ("cols", "hidden", "experts", "N", "K")
+#: backends MLX custom kernels run on
+MLX_BACKENDS = ("metal", "cuda")
+PROFILE_FIELDS = ("name", "vendor", "family", "variant", "backend", "architecture", "gpu_cores", "core_unit",
+                  "memory_bandwidth_gbps", "max_threads_per_threadgroup", "simd_width", "threadgroup_memory_bytes",
+                  "l2_bytes", "clock_mhz", "memory_gb", "in_catalog", "core_limited_from")
+
+Progress = Callable[[str], None]
+
+
+def _round(x: float | None, digits: int = 4) -> float | None:
+    if x is None or (isinstance(x, float) and (math.isnan(x) or math.isinf(x))):
+        return None
+    return float(f"{x:.{digits}g}")
+
+
+def matching_spec(features):
+    """The registered KernelSpec of a modelled kernel when its dims and parameters match the data; else None."""
+    try:
+        from zmlx_pipeline.kernels.registry import UnknownKernel, get_kernel
+
+        spec = get_kernel(features.kernel)
+    except (UnknownKernel, ImportError, ValueError):
+        return None
+    if set(spec.shape_grid.dims) != set(features.shape_dims) or set(spec.params) != set(features.params):
+        return None
+    return spec
+
+
+def device_records(store) -> dict[str, dict]:
+    """Every publishable device (catalog and store) with its catalog/store facts."""
+    from zmlx_pipeline.data.catalog import load_catalog
+
+    out: dict[str, dict] = {}
+    for spec in load_catalog():
+        row = spec.as_row()
+        row["device_id"] = row.pop("id")
+        row["in_catalog"] = True
+        out[row["device_id"]] = row
+    for row in store.devices():
+        merged = {**out.get(row["device_id"], {}), **{k: v for k, v in row.items() if v is not None}}
+        merged.setdefault("in_catalog", False)
+        out[row["device_id"]] = merged
+    return out
+
+
+def _limits_key(row: Mapping[str, Any]) -> tuple[int, int, int]:
+    return (int(row.get("max_threads_per_threadgroup") or 1024), int(row.get("simd_width") or 32),
+            int(row.get("threadgroup_memory_bytes") or 32768))
+
+
+def _bucket_shapes(dims: Sequence[str], shapes: Iterable[Mapping[str, int]]) -> dict[tuple[int, ...], dict]:
+    """One representative shape per bucket: the shape closest (log2) to the bucket's power-of-two centre."""
+    best: dict[tuple[int, ...], tuple[float, dict]] = {}
+    for s in shapes:
+        values = [int(s[d]) for d in dims]
+        b = bucket_of(values)
+        dist = sum((math.log2(v) - e) ** 2 for v, e in zip(values, b))
+        if b not in best or dist < best[b][0] - 1e-12:
+            best[b] = (dist, {d: int(s[d]) for d in dims})
+    return {b: v[1] for b, v in sorted(best.items())}
+
+
+class KernelTables:
+    """The published tables of one kernel: its config list, and per device/dtype the measured and bucket entries."""
+
+    def __init__(self, kernel: str, dims: Sequence[str]) -> None:
+        self.kernel = kernel
+        self.dims = list(dims)
+        self.config_index: dict[str, int] = {}
+        self.configs: list[dict] = []
+        self.weight: dict[int, float] = defaultdict(float)
+        # device -> dtype -> {"buckets": {...}, "measured": {...}}
+        self.entries: dict[str, dict[str, dict[str, dict]]] = defaultdict(lambda: defaultdict(
+            lambda: {"buckets": {}, "measured": {}}))
+        self.bucket_shapes: dict[str, dict] = {}
+
+    def index(self, config_key: str, config: dict) -> int:
+        i = self.config_index.get(config_key)
+        if i is None:
+            i = self.config_index[config_key] = len(self.configs)
+            self.configs.append(config)
+        return i
+
+    def key(self, shape: Mapping[str, int]) -> str:
+        return ",".join(str(int(shape[d])) for d in self.dims)
+
+    def bucket_key(self, shape: Mapping[str, int]) -> str:
+        return ",".join(str(e) for e in bucket_of(int(shape[d]) for d in self.dims))
+
+
+def _measured(km: KernelModel, tables: KernelTables, store_k: int) -> set[str]:
+    """Measured rankings of every (device, dtype, shape) of the training data; returns the measured devices."""
+    import json
+
+    frame = km.features.frame.sort(["device_id", "dtype", "shape_key", "median_us", "config_key"])
+    cases = frame.group_by(["device_id", "dtype", "shape_key"], maintain_order=True).agg(
+        pl.col("shape").first(), pl.col("config_key"), pl.col("config"), pl.col("median_us"))
+    for row in cases.iter_rows(named=True):
+        idx = [tables.index(k, json.loads(c)) for k, c in zip(row["config_key"][:store_k], row["config"][:store_k])]
+        shape = json.loads(row["shape"])
+        tables.entries[row["device_id"]][row["dtype"]]["measured"][tables.key(shape)] = [
+            idx[0], idx, _round(row["median_us"][0]), 1.0, "measured", len(row["config_key"])]
+    return set(frame["device_id"].unique().to_list())
+
+
+def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.DataFrame,
+                 only_devices: Sequence[str] | None, progress: Progress | None = None) -> tuple[KernelTables, dict]:
+    """Tables and kernels.json metadata of one kernel."""
+    import json
+
+    f = km.features
+    spec = matching_spec(f)
+    dims = list(spec.shape_grid.dims) if spec is not None else list(f.shape_dims)
+    tables = KernelTables(f.kernel, dims)
+    store_k = max(STORE_K, int(km.prune_k))
+    measured_devices = _measured(km, tables, store_k)
+    measured_shapes = [json.loads(s) for s in f.frame.unique("shape_key", maintain_order=True)["shape"].to_list()]
+    grid_shapes: list[dict] = []
+    if spec is not None:
+        for preset in spec.shape_grid.presets:
+            grid_shapes.extend(spec.shape_grid.shapes(preset))
+        dtypes = list(DTYPES)
+    else:
+        dtypes = sorted(f.frame["dtype"].unique().to_list())
+    buckets = _bucket_shapes(dims, measured_shapes + grid_shapes)
+    tables.bucket_shapes = {tables.bucket_key(s): s for s in buckets.values()}
+    if spec is None:
+        measured_configs = [json.loads(c) for c in f.frame.unique("config_key", maintain_order=True)["config"].to_list()]
+    targets = [d for d in devices if (only_devices is None or d in only_devices or d in measured_devices)]
+    if spec is not None:
+        targets = [d for d in targets if devices[d].get("backend") in MLX_BACKENDS or d in measured_devices]
+    legal_cache: dict[tuple, list[dict]] = {}
+
+    def configs_for(device: str, dtype: str, shape: dict) -> list[dict]:
+        if spec is None:
+            return measured_configs
+        from zmlx_pipeline.kernels.spec import Limits
+
+        lk = _limits_key(devices[device])
+        key = (lk, dtype, tuple(shape[d] for d in dims))
+        if key not in legal_cache:
+            limits = Limits(max_threads=lk[0], simd_width=lk[1], tg_mem_bytes=lk[2])
+            legal_cache[key] = spec.legal_configs(shape, dtype, limits)
+        return legal_cache[key]
+
+    regret = km.regret or {}
+    needed = [c for m in (km.ranker, km.time_model) if m is not None
+              for c in getattr(getattr(m, "features", None), "features", ())]
+
+    def expected(device: str) -> float | None:
+        """Held-out regret@1: unseen shapes for a measured device (left-out devices if that is all there is),
+        left-out devices for a device never measured (unknown, None, when no device was left out)."""
+        order = ("seen_device", "unseen_device") if device in measured_devices else ("unseen_device",)
+        for label in order:
+            if regret.get(label) is not None:
+                return _round(regret[label])
+        return None
+
+    def flush(pending: list) -> None:
+        rows = candidate_rows(f, pending)
+        if rows.is_empty():
+            return
+        feats = featurize(f, rows, device_frame, needed)
+        top = top_per_case(score_rows(km.ranker, feats), store_k)
+        best = feats.join(top.filter(pl.col("rank") == 1).select(*CASE, "config_key"), on=[*CASE, "config_key"],
+                          how="semi")
+        times = best.select(*CASE).with_columns(pl.Series("_log_time", predict_log_time(km.time_model, best)))
+        grouped = top.group_by(list(CASE), maintain_order=True).agg(
+            pl.col("shape").first(), pl.col("config_key"), pl.col("config"), pl.col("n_legal").first()
+        ).join(times, on=list(CASE), how="left")
+        for row in grouped.iter_rows(named=True):
+            idx = [tables.index(k, json.loads(c)) for k, c in zip(row["config_key"], row["config"])]
+            for r, i in enumerate(idx):
+                tables.weight[i] += 1.0 / (r + 1)
+            shape = json.loads(row["shape"])
+            t = row["_log_time"]
+            pred_us = _round(math.exp(t)) if t is not None and not math.isnan(t) else None
+            tables.entries[row["device_id"]][row["dtype"]]["buckets"][tables.bucket_key(shape)] = [
+                idx[0], idx, pred_us, expected(row["device_id"]), "predicted", int(row["n_legal"])]
+
+    pending: list = []
+    n_rows = done = 0
+    for device in targets:
+        for dt in dtypes:
+            for shape in buckets.values():
+                cfgs = configs_for(device, dt, shape)
+                if cfgs:
+                    pending.append((device, dt, shape, cfgs))
+                    n_rows += len(cfgs)
+        done += 1
+        if n_rows >= CHUNK_ROWS or done == len(targets):
+            if progress:
+                progress(f"{f.kernel}: scored {done} of {len(targets)} devices")
+            flush(pending)
+            pending, n_rows = [], 0
+    order = sorted(range(len(tables.configs)), key=lambda i: (-tables.weight.get(i, 0.0), i))
+    row_dim = next((d for d in ROW_DIMS if d in dims), dims[-1] if dims else None)
+    meta = {
+        "version": f.kernel_version,
+        "class": spec.kernel_class if spec is not None else f.kernel,
+        "dims": dims,
+        "params": list(spec.params) if spec is not None else list(f.params),
+        "threadgroup_param": spec.threadgroup_param if spec is not None else f.threadgroup_param,
+        "row_dim": row_dim,
+        "configs": tables.configs,
+        "constraints": list(spec.constraints) if spec is not None else [],
+        "order": order,
+        "prune_k": int(km.prune_k),
+        "stored_k": store_k,
+        "expected_regret": {k: _round(v) if isinstance(v, float) else v for k, v in regret.items()},
+        "model": km.variant,
+        "model_id": km.model_id,
+        "model_source": km.source,
+        "dtypes": dtypes,
+        "buckets": tables.bucket_shapes,
+        "trained_devices": sorted(measured_devices),
+        "trained_dtypes": sorted(f.frame["dtype"].unique().to_list()),
+        "spec": "registered" if spec is not None else "measured configs only",
+    }
+    return tables, meta
+
+
+# ------------------------------------------------------------------------------------------
+# profiles
+
+
+def _tg_weights(entries: Iterable[list], configs: list[dict], tg_param: str) -> dict[int, float]:
+    weights: dict[int, float] = defaultdict(float)
+    for entry in entries:
+        for r, i in enumerate(entry[1][:STORE_K]):  # the first STORE_K of every entry, whatever its k
+            tg = configs[i].get(tg_param)
+            if isinstance(tg, (int, float)) and tg > 0:
+                weights[int(tg)] += 1.0 / (r + 1)
+    return weights
+
+
+def _ranked(weights: Mapping[int, float], n: int = 3) -> list[int]:
+    return [tg for tg, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
+def build_profiles(devices: dict[str, dict], kernel_tables: dict[str, tuple[KernelTables, dict]]) -> dict[str, dict]:
+    """The profile table: every device's specs, learned threadgroups per kernel class, a ZMLX-style row, evidence."""
+    profiles: dict[str, dict] = {}
+    for device_id, row in devices.items():
+        catalog_tg = int(row.get("default_threadgroup") or 256)
+        classes: dict[str, dict] = {}
+        pooled: dict[str, dict[int, float]] = {"measured": defaultdict(float), "predicted": defaultdict(float)}
+        pooled_dim: dict[str, dict[int, dict[int, float]]] = {"measured": defaultdict(lambda: defaultdict(float)),
+                                                              "predicted": defaultdict(lambda: defaultdict(float))}
+        by_class: dict[str, dict[str, Any]] = defaultdict(lambda: {
+            "measured": defaultdict(float), "predicted": defaultdict(float),
+            "dim": {"measured": defaultdict(lambda: defaultdict(float)),
+                    "predicted": defaultdict(lambda: defaultdict(float))}})
+        for kernel, (tables, meta) in kernel_tables.items():
+            tg_param = meta.get("threadgroup_param")
+            if not tg_param or device_id not in tables.entries:
+                continue
+            cls = by_class[meta["class"]]
+            row_dim = meta.get("row_dim")
+            dim_pos = tables.dims.index(row_dim) if row_dim in tables.dims else None
+            for dtype, t in tables.entries[device_id].items():
+                for kind, source in (("measured", t["measured"]), ("predicted", t["buckets"])):
+                    for key, entry in source.items():
+                        w = _tg_weights([entry], tables.configs, tg_param)
+                        if dim_pos is not None:
+                            value = int(key.split(",")[dim_pos])
+                            b = value if kind == "predicted" else int(round(math.log2(value)))
+                        else:
+                            b = None
+                        for tg, weight in w.items():
+                            cls[kind][tg] += weight
+                            pooled[kind][tg] += weight
+                            if b is not None:
+                                cls["dim"][kind][b][tg] += weight
+                                pooled_dim[kind][b][tg] += weight
+        for name, cls in sorted(by_class.items()):
+            kind = "measured" if cls["measured"] else "predicted" if cls["predicted"] else None
+            if kind is None:
+                continue
+            classes[name] = {"threadgroup": _ranked(cls[kind], 1)[0], "candidates": _ranked(cls[kind]),
+                             "evidence": kind, "by_dim": {str(b): _ranked(w) for b, w in sorted(cls["dim"][kind].items())}}
+        kind = "measured" if pooled["measured"] else "predicted" if pooled["predicted"] else None
+        if kind is not None:
+            general = {"threadgroup": _ranked(pooled[kind], 1)[0], "candidates": _ranked(pooled[kind]), "evidence": kind,
+                       "by_dim": {str(b): _ranked(w) for b, w in sorted(pooled_dim[kind].items())}}
+        else:
+            general = {"threadgroup": catalog_tg, "candidates": [], "evidence": "default", "by_dim": {}}
+        learned_tg = general["threadgroup"]
+        cands = general["candidates"] or _default_triple(catalog_tg, int(row.get("max_threads_per_threadgroup") or 1024))
+        rec = {"device_id": device_id, **{k: row.get(k) for k in PROFILE_FIELDS}}
+        rec.update({
+            "catalog_default_threadgroup": catalog_tg,
+            "evidence": general["evidence"],
+            "default_threadgroup": learned_tg,
+            "threadgroup_candidates": cands,
+            "classes": classes,
+            "general": general,
+            "seed": {"gpu_cores": row.get("gpu_cores"), "memory_bandwidth": row.get("memory_bandwidth_gbps"),
+                     "default_tg": learned_tg, "candidates": cands},
+        })
+        profiles[device_id] = rec
+    return profiles
+
+
+def seed_table(profiles: Mapping[str, dict]) -> dict[str, dict]:
+    """ZMLX's _DEVICE_SPECS layout ("M3_Max": {gpu_cores, memory_bandwidth, default_tg, candidates}), learned.
+
+    Apple chips are keyed as ZMLX keys them (the full, unbinned chip answers); others by device id.
+    """
+    from zmlx_pipeline.runtime.profiles import _seed_case
+
+    out: dict[str, dict] = {}
+    for device_id, rec in sorted(profiles.items(), key=lambda kv: (kv[1].get("gpu_cores") or 0, kv[0])):
+        if rec.get("vendor") == "apple" and rec.get("in_catalog"):
+            family, variant = _seed_case(str(rec.get("family") or ""), str(rec.get("variant") or ""), "apple")
+            key = f"{family}_{variant}" if variant else family
+        else:
+            key = device_id
+        out[key] = {**rec["seed"], "device_id": device_id, "evidence": rec["evidence"]}
+    return dict(sorted(out.items()))
+
+
+def _default_triple(tg: int, limit: int) -> list[int]:
+    return [c for c in (tg // 2, tg, tg * 2) if 1 <= c <= limit] or [tg]
+
+
+# ------------------------------------------------------------------------------------------
+# the ZMLX v3 cache layout
+
+
+def build_autotune_v3(kernel_tables: dict[str, tuple[KernelTables, dict]], devices: dict[str, dict],
+                      mlx_versions: Mapping[str, str], measured_devices: set[str]) -> dict:
+    """Winners of measured devices in ZMLX's autotune_v3.json layout (measured shapes and predicted buckets)."""
+    from zmlx_pipeline.runtime.profiles import _seed_case
+
+    specs = {}
+    for kernel in kernel_tables:
+        try:
+            from zmlx_pipeline.kernels.registry import get_kernel
+
+            specs[kernel] = get_kernel(kernel) if kernel_tables[kernel][1]["spec"] == "registered" else None
+        except Exception:  # noqa: BLE001 - an imported kernel has no spec: no grid in its key
+            specs[kernel] = None
+    out: dict[str, Any] = {"schema_version": "3.0", "devices": {}}
+    for device_id in sorted(measured_devices):
+        row = devices.get(device_id, {})
+        family, variant = _seed_case(str(row.get("family") or ""), str(row.get("variant") or ""), row.get("vendor"))
+        entries: dict[str, Any] = {}
+        for kernel, (tables, meta) in kernel_tables.items():
+            spec = specs.get(kernel)
+            for dtype, t in tables.entries.get(device_id, {}).items():
+                for kind, source in (("measured", t["measured"]), ("predicted", t["buckets"])):
+                    for key, entry in source.items():
+                        shape = (dict(zip(tables.dims, (int(v) for v in key.split(",")))) if kind == "measured"
+                                 else tables.bucket_shapes.get(key))
+                        if shape is None:
+                            continue
+                        config = tables.configs[entry[0]]
+                        tg = grid = None
+                        if spec is not None:
+                            launch = spec.launch(config, shape)
+                            tg, grid = launch.threadgroup, launch.grid
+                        ek = entry_key(kernel, meta["version"], shape, tables.dims, dtype, meta["params"], grid)
+                        if ek in entries and kind == "predicted":
+                            continue
+                        tg_param = meta.get("threadgroup_param")
+                        entries[ek] = entry_value(config, dtype, tg if tg is not None else
+                                                  [int(config.get(tg_param, 1) or 1) if tg_param else 1, 1, 1],
+                                                  median_us=entry[2] if kind == "measured" else None,
+                                                  predicted_us=entry[2] if kind == "predicted" else None,
+                                                  source=kind)
+        dkey = device_key(device_id, mlx_versions.get(device_id))
+        out["devices"][dkey] = {
+            "metadata": {"device_id": device_id, "family": family, "variant": variant,
+                         "gpu_cores": row.get("gpu_cores"), "memory_bandwidth_gbps": row.get("memory_bandwidth_gbps"),
+                         "default_threadgroup": row.get("default_threadgroup"),
+                         "mlx_version": mlx_versions.get(device_id), "source": "zmlx-pipeline bundle"},
+            "entries": entries,
+            "saved_at": None,
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# the whole bundle
+
+
+def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None,
+                   progress: Progress | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(files: name -> JSON-able object, summary) of a bundle built from `models` on the store's devices."""
+    import hashlib
+    import json
+
+    records = device_records(store)
+    if devices is not None:
+        unknown = [d for d in devices if d not in records]
+        if unknown:
+            from zmlx_pipeline.data.catalog import UnknownDevice
+
+            raise UnknownDevice(f"no catalog or store device {', '.join(map(repr, unknown))}: see zmlx-pipeline devices")
+    frame = all_devices_frame(store)
+    kernel_tables: dict[str, tuple[KernelTables, dict]] = {}
+    for name, km in sorted(models.kernels.items()):
+        kernel_tables[name] = build_kernel(km, records, frame, devices, progress)
+    measured_devices = set()
+    for tables, meta in kernel_tables.values():
+        measured_devices.update(meta["trained_devices"])
+    profiles = build_profiles(records, kernel_tables)
+    files: dict[str, Any] = {}
+    device_files: dict[str, str] = {}
+    for device_id in sorted({d for t, _ in kernel_tables.values() for d in t.entries}):
+        content = {"kernels": {k: {dt: t.entries[device_id][dt] for dt in sorted(t.entries[device_id])}
+                               for k, (t, _) in sorted(kernel_tables.items()) if device_id in t.entries}}
+        text = json.dumps(content, sort_keys=True, separators=(",", ":"))
+        name = f"devices/{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+        files[name] = content
+        device_files[device_id] = name
+    mlx_versions = {}
+    for run in store.runs():
+        if run.get("mlx_version"):
+            mlx_versions[run["device_id"]] = run["mlx_version"]
+    files["kernels.json"] = {"kernels": {k: meta for k, (_, meta) in sorted(kernel_tables.items())}}
+    files["profiles.json"] = {"devices": profiles, "seed_table": seed_table(profiles)}
+    files["tables.json"] = {"devices": device_files}
+    files["autotune_v3.json"] = build_autotune_v3(kernel_tables, records, mlx_versions, measured_devices)
+    summary = {
+        "kernels": sorted(kernel_tables),
+        "devices_with_tables": len(device_files),
+        "table_files": len(set(device_files.values())),
+        "profiles": len(profiles),
+        "measured_devices": sorted(measured_devices),
+        "entries": sum(len(t["buckets"]) + len(t["measured"]) for tb, _ in kernel_tables.values()
+                       for per in tb.entries.values() for t in per.values()),
+    }
+    return files, summary

@@ -1,0 +1,192 @@
+"""The models a bundle is built from: the registry's latest per kernel (or named ones), else fitted here.
+
+Each kernel needs a ranker (orders configs), a time model (the predicted time of the pick),
+its pruning k and its expected regret. Registered models (`zmlx-pipeline train`) are loaded
+from their files (models/persist.py: no code runs from a file) with the held-out scores the
+registry recorded. A kernel with no registered model, or whose model was trained on another
+kernel version than the store now holds, is fitted here with the default variant and scored
+on held-out data the same way (models/train.py `heldout_scores`). The time model is a plain
+gradient-boosting regressor on log time, fitted here on the store's data.
+
+Expected regret (regret@1 geometric mean on held-out data) is recorded per kernel as
+`seen_device` when the held-out split was unseen shapes of measured devices, `unseen_device`
+when it was left-out devices; the other stays null (unknown). The pruning k is the registry's
+scores["prune_k"] when present, else DEFAULT_PRUNE_K.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from zmlx_pipeline.models.estimators import DEFAULT_MODEL, Ranker, fit_kernel_model, make_ranker
+from zmlx_pipeline.models.features import KernelFeatures
+
+#: the pruning k when the model records none (no held-out case): the candidates the runtime autotuner times
+DEFAULT_PRUNE_K = 5
+
+
+class ModelSourceError(ValueError):
+    "No model can be found or fitted for publishing"
+
+
+@dataclass
+class KernelModel:
+    """What publishing needs of one kernel's model."""
+
+    kernel: str
+    features: KernelFeatures          # the store's feature frame (training rows: anchors and measured tables)
+    ranker: Ranker
+    time_model: Ranker | None
+    prune_k: int
+    regret: dict[str, Any]
+    variant: str
+    model_id: str
+    source: str                       # "registry" or "fitted"
+    data_fingerprint: str
+    note: str = ""
+
+
+@dataclass
+class ModelSet:
+    """The models of one publish, one per kernel, and the ids that name them together."""
+
+    kernels: dict[str, KernelModel]
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def model_id(self) -> str:
+        """The model's id when there is one kernel; else an id over every kernel's model id."""
+        ids = sorted(km.model_id for km in self.kernels.values())
+        if len(ids) == 1:
+            return ids[0]
+        return "models-" + hashlib.sha256("\n".join(ids).encode()).hexdigest()[:12]
+
+    @property
+    def data_fingerprint(self) -> str:
+        """One fingerprint over every kernel's training-data fingerprint."""
+        parts = sorted(f"{k}={km.data_fingerprint}" for k, km in self.kernels.items())
+        if len(parts) == 1:
+            return self.kernels[next(iter(self.kernels))].data_fingerprint
+        return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+    @property
+    def source(self) -> str:
+        kinds = {km.source for km in self.kernels.values()}
+        return kinds.pop() if len(kinds) == 1 else "mixed"
+
+    def describe(self) -> dict[str, dict]:
+        return {k: {"model_id": km.model_id, "source": km.source, "variant": km.variant,
+                    "data_fingerprint": km.data_fingerprint, "prune_k": km.prune_k,
+                    "kernel_version": km.features.kernel_version, **({"note": km.note} if km.note else {})}
+                for k, km in sorted(self.kernels.items())}
+
+
+def regret_from_scores(scores: dict | None) -> dict[str, Any]:
+    """The registry's held-out scores as expected regret: seen_device / unseen_device by the split scored."""
+    scores = scores or {}
+    split = scores.get("prune_split")
+    r1 = scores.get("regret1_geomean")
+    return {
+        "split": split,
+        "seen_device": r1 if split == "shapes" else None,
+        "unseen_device": r1 if split == "devices" else None,
+        "regret3": scores.get("regret3_geomean"),
+        "regret5": scores.get("regret5_geomean"),
+        "cases": scores.get("prune_cases"),
+    }
+
+
+def _time_model(features: KernelFeatures) -> Ranker | None:
+    try:
+        return make_ranker(features, "gbr").fit(features.frame)
+    except ValueError:
+        return None
+
+
+def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: bool = True,
+               note: str = "") -> KernelModel:
+    """Fit the variant on all of a kernel's rows and score it on held-out data (no registry involved)."""
+    from zmlx_pipeline.models.train import data_fingerprint, heldout_scores
+
+    ranker = fit_kernel_model(features, variant)
+    scores = heldout_scores(features, variant) if heldout else {}
+    fingerprint = data_fingerprint(features.frame)
+    return KernelModel(
+        kernel=features.kernel, features=features, ranker=ranker, time_model=_time_model(features),
+        prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores), variant=variant,
+        model_id=f"fitted-{features.kernel}-{variant}-{fingerprint.split(':')[-1][:8]}", source="fitted",
+        data_fingerprint=fingerprint, note=note,
+    )
+
+
+def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Sequence[str] | None = None,
+                evaluate: bool = True) -> ModelSet:
+    """The newest registered model of each kernel (named ids replace their kernel's); others fitted here."""
+    from zmlx_pipeline.models.evaluate import EvaluationError, kernel_features_of
+    from zmlx_pipeline.models.train import NoTrainedModel, load_model
+
+    named = [model_ids] if isinstance(model_ids, str) else list(model_ids or [])
+    chosen: dict[str, dict] = {}
+    for mid in named:
+        rows = store.models(model_id=mid)
+        if not rows:
+            raise ModelSourceError(f"no registered model {mid!r} in store {store.path}: see `zmlx-pipeline models`, "
+                                   "or publish without --model to use the newest")
+        chosen[rows[0]["kernel_filter"]] = rows[0]
+    wanted = list(kernels) if kernels is not None else (sorted(chosen) if named else None)
+    try:
+        feats = kernel_features_of(store, wanted)
+    except EvaluationError as exc:
+        raise ModelSourceError(str(exc)) from None
+    out: dict[str, KernelModel] = {}
+    for name, f in feats.items():
+        row = chosen.get(name)
+        if row is None:
+            rows = store.models(kernel=name)
+            row = rows[0] if rows else None
+        if row is None:
+            out[name] = fit_kernel(f, heldout=evaluate, note="no registered model: fitted at publish")
+            continue
+        version = (row.get("params") or {}).get("kernel_version")
+        if version and version != f.kernel_version:
+            if row["model_id"] in named:
+                raise ModelSourceError(f"model {row['model_id']} ranks {name} version {version}, but the store's data "
+                                       f"is version {f.kernel_version}: retrain with zmlx-pipeline train")
+            out[name] = fit_kernel(f, heldout=evaluate,
+                                   note=f"registered model {row['model_id']} is for kernel version {version}: "
+                                        "fitted at publish")
+            continue
+        try:
+            trained = load_model(store, model_id=row["model_id"])
+        except NoTrainedModel as exc:
+            raise ModelSourceError(str(exc)) from None
+        except (OSError, ValueError) as exc:
+            raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
+        scores = row.get("scores") or {}
+        out[name] = KernelModel(
+            kernel=name, features=f, ranker=trained.ranker, time_model=_time_model(f),
+            prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores),
+            variant=(row.get("params") or {}).get("model", "?"), model_id=row["model_id"], source="registry",
+            data_fingerprint=row.get("data_fingerprint") or "", note="" if scores.get("prune_k") else
+            f"no pruning k recorded: default {DEFAULT_PRUNE_K}",
+        )
+    if not out:
+        raise ModelSourceError("no kernel to publish: the store holds no ok measurements (collect, import or ingest first)")
+    if evaluate:
+        for km in out.values():
+            if km.regret.get("unseen_device") is None:
+                km.regret["unseen_device"] = unseen_device_regret(km.features, km.variant)
+    return ModelSet(out, {"evaluated": evaluate})
+
+
+def unseen_device_regret(features: KernelFeatures, variant: str) -> float | None:
+    """Regret@1 geometric mean of the variant on devices left out of training (None with one device)."""
+    from zmlx_pipeline.models.evaluate import evaluate_kernel, summarize
+    from zmlx_pipeline.models.estimators import MODEL_VARIANTS
+
+    if features.frame["device_id"].n_unique() < 2 or variant not in MODEL_VARIANTS:
+        return None
+    per_case = evaluate_kernel(features, "devices", ks=(1,), models=(variant,), baselines=False)
+    return summarize(per_case["r1"].to_list())["regret_geomean"] if not per_case.is_empty() else None

@@ -1,0 +1,414 @@
+"""Profile bundles: load one from a directory or an http(s) URL, verify every file's sha256, keep it active.
+
+A bundle is a directory (or the same files behind a URL): `manifest.json` names every other file
+with its sha256 and size. Nothing is used before every hash matches. A bundle that fails (bad
+hash, truncated file, unknown schema, unreachable server) is refused with one warning line and
+the bundle already in use keeps serving; with no bundle loaded yet, the one shipped inside the
+package (`default_bundle/`) is used. Remote bundles are cached under
+`$XDG_CACHE_HOME/zmlx-pipeline/bundles` (default `~/.cache/zmlx-pipeline/bundles`), so a later
+fetch that fails falls back to the last verified copy.
+
+Standard library only; `urllib` is imported only when a URL is fetched.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Callable
+
+BUNDLE_SCHEMA = "zmlx-pipeline-bundle"
+BUNDLE_SCHEMA_VERSION = 1
+MANIFEST = "manifest.json"
+LATEST = "latest"
+#: files every bundle has besides the manifest (the per-device tables are listed in tables.json)
+REQUIRED_FILES = ("kernels.json", "profiles.json", "tables.json")
+DEFAULT_BUNDLE_DIR = Path(__file__).with_name("default_bundle")
+FETCH_TIMEOUT_S = 20.0
+
+
+class BundleError(Exception):
+    "A bundle is missing, unreadable, fails verification, or has a schema this runtime does not know"
+
+
+class FetchError(BundleError):
+    "A remote bundle could not be downloaded (the server is unreachable or answered with an error)"
+
+
+class BundleWarning(UserWarning):
+    "A bundle was refused (or a remote one could not be fetched) and another one stays in use"
+
+
+class Bundle:
+    """A verified bundle: its manifest, the parsed index files, and the verified bytes of its tables."""
+
+    __slots__ = ("source", "root", "manifest", "kernels", "profiles", "tables", "_raw", "_parsed")
+
+    def __init__(self, source: str, root: Path, manifest: dict, files: dict[str, bytes]) -> None:
+        self.source = source
+        self.root = root
+        self.manifest = manifest
+        self._raw = files
+        self._parsed: dict[str, Any] = {}
+        self.kernels: dict[str, dict] = self.json("kernels.json")["kernels"]
+        self.profiles: dict[str, dict] = self.json("profiles.json")["devices"]
+        self.tables: dict[str, str] = self.json("tables.json")["devices"]
+
+    @property
+    def bundle_id(self) -> str:
+        return self.manifest.get("bundle_id", "?")
+
+    def json(self, name: str) -> Any:
+        """A file of the bundle, parsed (once) from its verified bytes."""
+        try:
+            return self._parsed[name]
+        except KeyError:
+            pass
+        raw = self._raw.get(name)
+        if raw is None:
+            raise BundleError(f"bundle {self.source}: no file {name!r} in its manifest")
+        import json
+
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise BundleError(f"bundle {self.source}: {name} is not valid JSON ({exc})") from None
+        self._parsed[name] = value
+        return value
+
+    def __repr__(self) -> str:
+        return f"Bundle({self.bundle_id!r} from {self.source!r})"
+
+
+# ------------------------------------------------------------------------------------------
+# verification
+
+
+def sha256_hex(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
+    """The manifest's file table after schema checks; BundleError names what is wrong."""
+    if not isinstance(manifest, dict) or manifest.get("schema") != BUNDLE_SCHEMA:
+        schema = manifest.get("schema") if isinstance(manifest, dict) else None
+        raise BundleError(f"{source}: not a zmlx-pipeline bundle manifest (schema {schema!r})")
+    version = manifest.get("schema_version")
+    if not isinstance(version, int):
+        raise BundleError(f"{source}: manifest has no integer schema_version")
+    if version > BUNDLE_SCHEMA_VERSION:
+        raise BundleError(f"{source}: bundle schema {version} is newer than this runtime reads "
+                          f"({BUNDLE_SCHEMA_VERSION}); upgrade zmlx-pipeline")
+    if version < BUNDLE_SCHEMA_VERSION:
+        raise BundleError(f"{source}: bundle schema {version} is older than this runtime reads "
+                          f"({BUNDLE_SCHEMA_VERSION}); publish it again")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise BundleError(f"{source}: manifest lists no files")
+    for name, entry in files.items():
+        if not _safe_name(name):
+            raise BundleError(f"{source}: manifest names an unsafe path {name!r}")
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            raise BundleError(f"{source}: manifest entry for {name!r} has no sha256")
+    missing = [f for f in REQUIRED_FILES if f not in files]
+    if missing:
+        raise BundleError(f"{source}: manifest lacks {', '.join(missing)}")
+    return files
+
+
+def _safe_name(name: Any) -> bool:
+    """A relative path inside the bundle: no absolute path, no '..', no backslash."""
+    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name:
+        return False
+    return all(part not in ("", ".", "..") for part in name.split("/"))
+
+
+def _verify(name: str, data: bytes, entry: dict, source: str) -> None:
+    size = entry.get("bytes")
+    if isinstance(size, int) and len(data) != size:
+        raise BundleError(f"{source}: {name} is {len(data)} bytes, the manifest says {size} (truncated or altered)")
+    if sha256_hex(data) != entry["sha256"]:
+        raise BundleError(f"{source}: sha256 of {name} does not match the manifest (altered or corrupt)")
+
+
+def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str], bytes]) -> Bundle:
+    """Parse and check the manifest, read and verify every file, and parse the index files."""
+    import json
+
+    try:
+        manifest = json.loads(manifest_bytes)
+    except ValueError as exc:
+        raise BundleError(f"{source}: manifest.json is not valid JSON ({exc})") from None
+    files = _check_manifest(manifest, source)
+    data: dict[str, bytes] = {}
+    for name, entry in files.items():
+        blob = read(name)
+        _verify(name, blob, entry, source)
+        data[name] = blob
+    try:
+        bundle = Bundle(source, root, manifest, data)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BundleError(f"{source}: malformed index files (missing {exc})") from None
+    _check_contents(bundle)
+    return bundle
+
+
+def _check_contents(bundle: Bundle) -> None:
+    """Structure checks beyond the hashes: every table file a device points at is in the manifest."""
+    try:
+        for device, name in bundle.tables.items():
+            if name not in bundle._raw:
+                raise BundleError(f"{bundle.source}: device {device!r} points at {name!r}, which the manifest does not list")
+        for kernel, meta in bundle.kernels.items():
+            if not isinstance(meta.get("dims"), list) or not isinstance(meta.get("configs"), list):
+                raise BundleError(f"{bundle.source}: kernel {kernel!r} lacks dims or configs")
+    except (AttributeError, TypeError) as exc:
+        raise BundleError(f"{bundle.source}: malformed index files ({exc})") from None
+
+
+# ------------------------------------------------------------------------------------------
+# local directories
+
+
+def resolve_dir(path: Path) -> Path:
+    """The bundle directory a path names: the bundle itself, or a publish root with a `latest` pointer."""
+    if path.is_file() and path.name == MANIFEST:
+        return path.parent
+    if (path / MANIFEST).is_file():
+        return path
+    pointer = path / LATEST
+    if pointer.is_file():
+        name = pointer.read_text(encoding="utf-8").strip()
+        if not _safe_name(name) or "/" in name:
+            raise BundleError(f"{pointer}: the latest pointer holds an unsafe name {name!r}")
+        target = path / name
+        if (target / MANIFEST).is_file():
+            return target
+        raise BundleError(f"{pointer} points at {name!r}, which holds no manifest.json")
+    raise BundleError(f"{path}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
+
+
+def read_dir(path: str | os.PathLike, source: str | None = None) -> Bundle:
+    """A verified bundle from a local directory (or publish root); raises BundleError."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise BundleError(f"{p}: no such bundle directory")
+    root = resolve_dir(p)
+
+    def read(name: str) -> bytes:
+        try:
+            return (root / name).read_bytes()
+        except OSError as exc:
+            raise BundleError(f"{source or root}: cannot read {name} ({exc.strerror or exc})") from None
+
+    try:
+        manifest_bytes = (root / MANIFEST).read_bytes()
+    except OSError as exc:
+        raise BundleError(f"{root}: cannot read manifest.json ({exc.strerror or exc})") from None
+    return _build(source or str(root), root, manifest_bytes, read)
+
+
+# ------------------------------------------------------------------------------------------
+# remote bundles
+
+
+def cache_root() -> Path:
+    """Where fetched bundles are kept: $ZMLX_PIPELINE_CACHE, else $XDG_CACHE_HOME or ~/.cache, /zmlx-pipeline/bundles."""
+    explicit = os.environ.get("ZMLX_PIPELINE_CACHE")
+    if explicit:
+        return Path(explicit).expanduser() / "bundles"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / "zmlx-pipeline" / "bundles"
+
+
+def _url_dir(url: str) -> Path:
+    return cache_root() / sha256_hex(url.rstrip("/").encode())[:16]
+
+
+def _fetch(url: str) -> bytes:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as resp:  # noqa: S310 - http(s) only, checked by caller
+            return resp.read()
+    except urllib.error.HTTPError as exc:
+        raise FetchError(f"{url}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise FetchError(f"{url}: cannot fetch ({reason})") from None
+
+
+def _remote_base(url: str) -> tuple[str, bytes]:
+    """(base URL of the bundle, manifest bytes): the URL itself, or the version its `latest` names."""
+    base = url.rstrip("/")
+    if base.endswith("/" + MANIFEST):
+        base = base[: -len(MANIFEST) - 1]
+    try:
+        return base, _fetch(base + "/" + MANIFEST)
+    except BundleError as first:
+        try:
+            name = _fetch(base + "/" + LATEST).decode("utf-8", "replace").strip()
+        except BundleError:
+            raise first from None
+        if not _safe_name(name) or "/" in name:
+            raise BundleError(f"{base}/{LATEST} holds an unsafe name {name!r}") from None
+        return base + "/" + name, _fetch(base + "/" + name + "/" + MANIFEST)
+
+
+def fetch_url(url: str) -> Bundle:
+    """Download a bundle, verify it, and keep it in the local cache (atomically); raises BundleError."""
+    base, manifest_bytes = _remote_base(url)
+    fetched: dict[str, bytes] = {}
+
+    def read(name: str) -> bytes:
+        fetched[name] = _fetch(base + "/" + name)
+        return fetched[name]
+
+    bundle = _build(url, _url_dir(url), manifest_bytes, read)
+    bundle.root = _store_cached(url, bundle, manifest_bytes, fetched)
+    return bundle
+
+
+def _store_cached(url: str, bundle: Bundle, manifest_bytes: bytes, files: dict[str, bytes]) -> Path:
+    """Write a verified remote bundle into the cache: a temp dir renamed into place, then `latest` swapped."""
+    import tempfile
+
+    top = _url_dir(url)
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in bundle.bundle_id) or "bundle"
+    final = top / name
+    try:
+        top.mkdir(parents=True, exist_ok=True)
+        if not (final / MANIFEST).is_file() or (final / MANIFEST).read_bytes() != manifest_bytes:
+            tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=top))
+            for rel, blob in files.items():
+                target = tmp / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(blob)
+            (tmp / MANIFEST).write_bytes(manifest_bytes)
+            (tmp / "source_url").write_text(url + "\n", encoding="utf-8")
+            if final.exists():
+                import shutil
+
+                shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+        pointer_tmp = top / f".{LATEST}.{os.getpid()}"
+        pointer_tmp.write_text(name + "\n", encoding="utf-8")
+        os.replace(pointer_tmp, top / LATEST)
+    except OSError as exc:
+        warnings.warn(f"zmlx-pipeline: bundle {url} verified but not cached ({exc})", BundleWarning, stacklevel=3)
+    return final
+
+
+def cached_copy(url: str) -> Bundle:
+    """The last verified copy of a remote bundle from the local cache (verified again); raises BundleError."""
+    top = _url_dir(url)
+    if not (top / LATEST).is_file():
+        raise BundleError(f"no cached copy of {url}")
+    return read_dir(top, source=f"{url} (cached copy)")
+
+
+def is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+# ------------------------------------------------------------------------------------------
+# the active bundle
+
+_ACTIVE: Bundle | None = None
+_DEFAULT_FAILED: list[str] = []
+_LISTENERS: list[Callable[[Bundle | None], None]] = []
+
+
+def on_change(listener: Callable[[Bundle | None], None]) -> None:
+    """Call `listener` whenever the active bundle changes (lookup tables drop their caches)."""
+    _LISTENERS.append(listener)
+
+
+def _activate(bundle: Bundle | None) -> None:
+    global _ACTIVE
+    _ACTIVE = bundle
+    for listener in _LISTENERS:
+        listener(bundle)
+
+
+def read_bundle(path_or_url: str | os.PathLike, cached_if_invalid: bool = True) -> Bundle:
+    """A verified bundle, not activated: a directory, a publish root (its `latest`), or an http(s) URL.
+
+    A URL that cannot be fetched falls back to its last verified cached copy with a warning; so
+    does one that fails verification, unless `cached_if_invalid` is False. Raises BundleError
+    when there is nothing verified to use.
+    """
+    text = os.fspath(path_or_url)
+    if not is_url(text):
+        return read_dir(text)
+    try:
+        return fetch_url(text)
+    except BundleError as exc:
+        if not cached_if_invalid and not isinstance(exc, FetchError):
+            raise
+        try:
+            cached = cached_copy(text)
+        except BundleError:
+            raise exc from None
+        warnings.warn(f"zmlx-pipeline: {exc}; using the cached copy {cached.bundle_id}", BundleWarning, stacklevel=3)
+        return cached
+
+
+def load_bundle(path_or_url: str | os.PathLike, *, strict: bool = False) -> Bundle | None:
+    """Verify a bundle and make it the one lookups use; returns the bundle now in use.
+
+    On failure (bad hash, truncated file, wrong schema, unreachable URL with no cached copy) the
+    bundle is refused with one warning line and the previous one stays in use (returned); a URL
+    that fails falls back to its last verified cached copy, with a warning. `strict` raises
+    BundleError instead (an unreachable URL still falls back to its cached copy).
+    """
+    try:
+        bundle = read_bundle(path_or_url, cached_if_invalid=not strict)
+    except BundleError as exc:
+        if strict:
+            raise
+        current = active_bundle(load_default=True)
+        keep = f"still using bundle {current.bundle_id}" if current is not None else "no bundle in use"
+        warnings.warn(f"zmlx-pipeline: bundle refused: {exc}; {keep}", BundleWarning, stacklevel=2)
+        return current
+    _activate(bundle)
+    return bundle
+
+
+def default_bundle() -> Bundle:
+    """The bundle shipped inside the package; raises BundleError if it is missing or fails verification."""
+    return read_dir(DEFAULT_BUNDLE_DIR, source="default bundle")
+
+
+def active_bundle(load_default: bool = True) -> Bundle | None:
+    """The bundle lookups use: the last one loaded, else $ZMLX_PIPELINE_BUNDLE, else the shipped default."""
+    if _ACTIVE is None and load_default:
+        env = os.environ.get("ZMLX_PIPELINE_BUNDLE")
+        chosen: Bundle | None = None
+        if env:
+            try:
+                chosen = read_bundle(env)
+            except BundleError as exc:
+                warnings.warn(f"zmlx-pipeline: bundle refused: {exc} ($ZMLX_PIPELINE_BUNDLE); using the default bundle",
+                              BundleWarning, stacklevel=2)
+        if chosen is None:
+            if _DEFAULT_FAILED:
+                return None
+            try:
+                chosen = default_bundle()
+            except BundleError as exc:
+                _DEFAULT_FAILED.append(str(exc))  # warn once, not on every new lookup
+                warnings.warn(f"zmlx-pipeline: {exc}; lookups answer with catalog defaults", BundleWarning, stacklevel=2)
+                return None
+        _activate(chosen)
+    return _ACTIVE
+
+
+def reset() -> None:
+    """Forget the active bundle (the next lookup loads the default again); for tests and long-lived tools."""
+    _DEFAULT_FAILED.clear()
+    _activate(None)

@@ -1,0 +1,228 @@
+"""The autotune cache file, in ZMLX's v3 layout: `~/.cache/zmlx/autotune_v3.json`.
+
+    {"schema_version": "3.0",
+     "devices": {"<chip>_<mlx version>": {"metadata": {...}, "entries": {"<key json>": {...}}, "saved_at": "..."}}}
+
+An entry's key is the JSON of what decides the launch (kernel, kernel version, shapes, dtypes,
+template parameters, grid), never an object id; its value keeps ZMLX's fields (`tg`, `template`)
+next to ours (`config`, `median_us`, ...), so existing loaders read the winners. A v2 file
+(`autotune_v2.json`: device sections of entries at the top level) or a v1 one is read and
+migrated with every entry and every device kept. Writes hold a lock file, re-read the file and
+merge into it, then replace it atomically, so two processes writing at once both keep their
+entries and a reader never sees half a file. $ZMLX_CACHE_DIR moves the directory (as in ZMLX).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+SCHEMA_VERSION = "3.0"
+V3_NAME = "autotune_v3.json"
+OLDER_NAMES = ("autotune_v2.json", "autotune_v1.json")
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("ZMLX_CACHE_DIR")
+    return Path(explicit).expanduser() if explicit else Path.home() / ".cache" / "zmlx"
+
+
+def cache_path() -> Path:
+    return cache_dir() / V3_NAME
+
+
+def device_key(chip: str, mlx_version: str | None) -> str:
+    """A device section's key: the chip (catalog id) and the MLX version, as ZMLX joins them."""
+    return f"{chip}_{mlx_version or 'unknown'}"
+
+
+def entry_key(kernel: str, version: str | None, shape: Mapping[str, int], dims: list[str] | tuple[str, ...],
+              dtype: str, params: list[str] | tuple[str, ...], grid: Any = None) -> str:
+    """The key of one tuned launch: canonical JSON (sorted keys) of what determines it."""
+    return json.dumps({
+        "name": kernel,
+        "version": version,
+        "shape": {d: int(shape[d]) for d in dims},
+        "shapes": [[int(shape[d]) for d in dims]],
+        "dtypes": [dtype],
+        "t_params": [["T", dtype]] + [[p, "tuned"] for p in sorted(params)],
+        "grid": list(grid) if grid is not None else None,
+    }, sort_keys=True, separators=(",", ":"))
+
+
+def entry_value(config: Mapping[str, Any], dtype: str, threadgroup: Any = None, **extra: Any) -> dict:
+    """An entry's value: ZMLX's `tg` and `template` plus our `config` and whatever else is given."""
+    tg = list(threadgroup) if threadgroup is not None else [int(config.get("TG", 1) or 1), 1, 1]
+    template = [["T", dtype]] + [[k, v] for k, v in sorted(config.items())]
+    return {"tg": tg, "template": template, "config": dict(config), **extra}
+
+
+# ------------------------------------------------------------------------------------------
+# reading and migrating
+
+
+def _empty() -> dict:
+    return {"schema_version": SCHEMA_VERSION, "devices": {}}
+
+
+def _migrate_entry(value: Any) -> Any:
+    """A v1 entry (a JSON string of the threadgroup) as a v2/v3 dict; anything else is kept as is."""
+    if isinstance(value, str):
+        try:
+            tg = json.loads(value)
+        except ValueError:
+            return value
+        if isinstance(tg, list):
+            return {"tg": tg, "template": []}
+    return value
+
+
+def from_older(data: Any, origin: str) -> dict:
+    """A v2 (or v1) layout {device_key: {entry_key: value}} as v3, keeping every device and entry."""
+    out = _empty()
+    if not isinstance(data, dict):
+        return out
+    for dkey, entries in data.items():
+        if not isinstance(entries, dict):
+            continue
+        out["devices"][str(dkey)] = {
+            "metadata": {"migrated_from": origin},
+            "entries": {str(k): _migrate_entry(v) for k, v in entries.items()},
+            "saved_at": None,
+        }
+    return out
+
+
+def _normalise(data: Any, origin: str) -> dict:
+    """Any cache layout read from `origin` as v3."""
+    if isinstance(data, dict) and "schema_version" in data:
+        devices = data.get("devices")
+        out = dict(data)
+        out["schema_version"] = SCHEMA_VERSION
+        out["devices"] = devices if isinstance(devices, dict) else {}
+        return out
+    return from_older(data, origin)
+
+
+def _read_json(path: Path) -> Any:
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def read_cache(path: str | os.PathLike | None = None) -> dict:
+    """The cache as v3: the v3 file, else a v2/v1 file beside it migrated in memory, else empty."""
+    p = Path(path) if path is not None else cache_path()
+    if p.is_file():
+        try:
+            return _normalise(_read_json(p), p.name)
+        except (OSError, ValueError):
+            return _empty()
+    for name in OLDER_NAMES:
+        older = p.with_name(name)
+        if older.is_file():
+            try:
+                return from_older(_read_json(older), name)
+            except (OSError, ValueError):
+                continue
+    return _empty()
+
+
+def load_entries(dkey: str, path: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The entries of one device section."""
+    section = read_cache(path)["devices"].get(dkey) or {}
+    entries = section.get("entries")
+    return dict(entries) if isinstance(entries, dict) else {}
+
+
+# ------------------------------------------------------------------------------------------
+# writing
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock on `<path>.lock` (no-op where fcntl does not exist)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on macOS or Linux
+        yield
+        return
+    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to a temp file in the same directory, fsync it, then os.replace it over `path`."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _current_for_write(p: Path) -> dict:
+    """What is on disk now (as v3); an unreadable v3 file is moved aside, never silently dropped."""
+    if p.is_file():
+        try:
+            return _normalise(_read_json(p), p.name)
+        except (OSError, ValueError) as exc:
+            aside = p.with_name(f"{p.name}.corrupt-{int(time.time())}")
+            try:
+                os.replace(p, aside)
+            except OSError:
+                pass
+            warnings.warn(f"zmlx-pipeline: {p} was unreadable ({exc}); moved aside to {aside.name}", stacklevel=3)
+            return _empty()
+    return read_cache(p)
+
+
+def save_entries(dkey: str, entries: Mapping[str, Any], metadata: Mapping[str, Any] | None = None,
+                 path: str | os.PathLike | None = None) -> Path:
+    """Merge entries into one device section under the lock; other devices and entries are kept."""
+    p = Path(path) if path is not None else cache_path()
+    with _locked(p):
+        data = _current_for_write(p)
+        section = data["devices"].get(dkey)
+        if not isinstance(section, dict):
+            section = {"metadata": {}, "entries": {}}
+        section.setdefault("entries", {})
+        if not isinstance(section["entries"], dict):
+            section["entries"] = {}
+        section["entries"].update(entries)
+        section["metadata"] = {**(section.get("metadata") or {}), **(metadata or {})}
+        section["saved_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+        data["devices"][dkey] = section
+        write_json_atomic(p, data)
+    return p
+
+
+def migrate(path: str | os.PathLike | None = None) -> int:
+    """Write the v3 file from a v2/v1 one when there is no v3 file yet; returns the entries it holds."""
+    p = Path(path) if path is not None else cache_path()
+    with _locked(p):
+        data = _current_for_write(p)
+        if not p.is_file() and data["devices"]:
+            write_json_atomic(p, data)
+    return sum(len(s.get("entries") or {}) for s in data["devices"].values() if isinstance(s, dict))

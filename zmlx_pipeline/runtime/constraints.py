@@ -1,0 +1,120 @@
+"""A kernel's config constraints from a bundle, evaluated without eval(): a whitelist of arithmetic.
+
+A bundle carries each kernel's constraints as text (`"TG % ROWS == 0"`), so the runtime can drop
+a bucket's candidates that are illegal for the exact shape asked. Bundle text is data, never
+code: it is parsed with `ast` and only numbers, names, arithmetic, comparisons, boolean logic and
+min/max/abs are accepted; anything else makes the constraint unusable (and it is ignored).
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, Callable, Mapping, Sequence
+
+Env = Mapping[str, Any]
+Check = Callable[[Env], Any]
+
+
+class UnsafeConstraint(ValueError):
+    "A constraint uses something other than arithmetic, comparisons, boolean logic and min/max/abs"
+
+
+_FUNCS = {"min": min, "max": max, "abs": abs}
+
+
+def _compile(node) -> Check:  # noqa: C901 - one branch per accepted node type
+    import ast
+
+    if isinstance(node, ast.Expression):
+        return _compile(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
+        value = node.value
+        return lambda env: value
+    if isinstance(node, ast.Name):
+        name = node.id
+        return lambda env: env[name]
+    if isinstance(node, ast.BinOp):
+        ops = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+               ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Div: operator.truediv}
+        op = ops.get(type(node.op))
+        if op is None:
+            raise UnsafeConstraint(f"operator {type(node.op).__name__} is not allowed")
+        left, right = _compile(node.left), _compile(node.right)
+        return lambda env: op(left(env), right(env))
+    if isinstance(node, ast.UnaryOp):
+        ops = {ast.Not: operator.not_, ast.USub: operator.neg, ast.UAdd: operator.pos}
+        op = ops.get(type(node.op))
+        if op is None:
+            raise UnsafeConstraint(f"operator {type(node.op).__name__} is not allowed")
+        operand = _compile(node.operand)
+        return lambda env: op(operand(env))
+    if isinstance(node, ast.BoolOp):
+        parts = [_compile(v) for v in node.values]
+        if isinstance(node.op, ast.And):
+            return lambda env: all(p(env) for p in parts)
+        return lambda env: any(p(env) for p in parts)
+    if isinstance(node, ast.Compare):
+        cmp = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+               ast.Gt: operator.gt, ast.GtE: operator.ge}
+        ops = []
+        for op in node.ops:
+            if type(op) not in cmp:
+                raise UnsafeConstraint(f"comparison {type(op).__name__} is not allowed")
+            ops.append(cmp[type(op)])
+        terms = [_compile(node.left)] + [_compile(c) for c in node.comparators]
+
+        def compare(env: Env) -> bool:
+            values = [t(env) for t in terms]
+            return all(op(a, b) for op, a, b in zip(ops, values, values[1:]))
+
+        return compare
+    if isinstance(node, ast.IfExp):
+        test, body, orelse = _compile(node.test), _compile(node.body), _compile(node.orelse)
+        return lambda env: body(env) if test(env) else orelse(env)
+    if isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
+            raise UnsafeConstraint("only min(), max() and abs() may be called")
+        fn = _FUNCS[node.func.id]
+        args = [_compile(a) for a in node.args]
+        return lambda env: fn(*(a(env) for a in args))
+    raise UnsafeConstraint(f"{type(node).__name__} is not allowed in a constraint")
+
+
+def compile_constraint(text: str) -> Check:
+    """A function env -> truthy for one constraint; UnsafeConstraint if the text is not plain arithmetic."""
+    import ast
+
+    if len(text) > 500:
+        raise UnsafeConstraint("constraint text too long")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise UnsafeConstraint(f"not an expression: {exc.msg}") from None
+    return _compile(tree)
+
+
+class ConstraintSet:
+    """A kernel's constraints, compiled once; `legal(config, shape, limits)` says whether a config may run."""
+
+    __slots__ = ("checks", "skipped")
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self.checks: list[Check] = []
+        self.skipped: list[str] = []
+        for text in texts:
+            try:
+                self.checks.append(compile_constraint(text))
+            except UnsafeConstraint:
+                self.skipped.append(text)
+
+    def legal(self, config: Mapping[str, Any], shape: Mapping[str, int], limits: Mapping[str, int]) -> bool:
+        env = {**limits, **shape, **config}
+        for check in self.checks:
+            try:
+                if not check(env):
+                    return False
+            except ZeroDivisionError:
+                return False
+            except (KeyError, TypeError, ValueError, OverflowError):
+                continue  # a name the bundle did not give: this constraint cannot be judged here
+        return True

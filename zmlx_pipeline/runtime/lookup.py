@@ -1,0 +1,416 @@
+"""`predicted_config` and `candidates`: a bundle's answer for (kernel, shape, dtype, device) in microseconds.
+
+A shape maps to its bucket (each dimension rounded to the nearest power of two, in log2), a
+bucket to the model's ranked configs for that device and dtype; a shape measured on that device
+answers from the measurement itself. The first call for a given (kernel, shape, dtype, device)
+resolves it (nearest bucket when the exact one was not published, candidates illegal for the
+exact shape dropped); the answer is kept, so every later call is one dict lookup.
+
+Evidence says where an answer comes from: `measured` (this shape was timed on this device),
+`predicted` (the model, from this device's measurements or, for a device never measured, from
+its specs), `default` (the catalog's default threadgroup: kernel, device or dtype not in the
+bundle; `note` says which).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping, Sequence
+
+from zmlx_pipeline.runtime.bundle import Bundle, BundleError, BundleWarning, active_bundle, on_change
+from zmlx_pipeline.runtime.constraints import ConstraintSet
+from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
+
+EVIDENCE = ("measured", "predicted", "default")
+DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
+#: candidates returned when the bundle gives no pruning k for a kernel
+DEFAULT_PRUNE_K = 5
+_MEMO_LIMIT = 200_000
+
+Items = tuple[tuple[str, Any], ...]
+
+
+class BadLookup(ValueError):
+    "A lookup was asked with a shape or dtype it cannot use"
+
+
+class Prediction:
+    """One answer: the config to launch, its ranked candidates, evidence, expected regret and a note."""
+
+    __slots__ = ("kernel", "device", "dtype", "shape", "bucket", "_config", "_ranked", "predicted_us",
+                 "expected_regret", "evidence", "note", "threadgroup", "prune_k", "bundle_id", "kernel_version")
+
+    def __init__(self, kernel: str, device: str | None, dtype: str, shape: dict, bucket: dict | None,
+                 ranked: Sequence[Items], predicted_us: float | None, expected_regret: float | None,
+                 evidence: str, note: str, threadgroup: int | None, prune_k: int, bundle_id: str | None,
+                 kernel_version: str | None = None) -> None:
+        self.kernel = kernel
+        self.device = device
+        self.dtype = dtype
+        self.shape = shape
+        self.bucket = bucket
+        self._ranked = tuple(ranked)
+        self._config = self._ranked[0]
+        self.predicted_us = predicted_us
+        self.expected_regret = expected_regret
+        self.evidence = evidence
+        self.note = note
+        self.threadgroup = threadgroup
+        self.prune_k = prune_k
+        self.bundle_id = bundle_id
+        self.kernel_version = kernel_version
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The config to launch (a fresh dict: change it freely)."""
+        return dict(self._config)
+
+    def top(self, k: int | None = None) -> list[dict[str, Any]]:
+        """The first k ranked candidates (k = the kernel's pruning k when None)."""
+        n = self.prune_k if k is None else max(1, int(k))
+        return [dict(items) for items in self._ranked[:n]]
+
+    @property
+    def candidates(self) -> list[dict[str, Any]]:
+        """The pruned candidates: the configs an autotuner times."""
+        return self.top(None)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kernel": self.kernel, "device": self.device, "dtype": self.dtype, "shape": dict(self.shape),
+            "config": self.config, "threadgroup": self.threadgroup, "evidence": self.evidence,
+            "expected_regret": self.expected_regret, "predicted_us": self.predicted_us,
+            "candidates": self.candidates, "bucket": dict(self.bucket) if self.bucket else None,
+            "note": self.note, "bundle": self.bundle_id, "kernel_version": self.kernel_version,
+        }
+
+    def __repr__(self) -> str:
+        return (f"Prediction({self.kernel} {self.dtype} {self.shape} on {self.device}: {self.config}, "
+                f"{self.evidence}, expected regret {self.expected_regret})")
+
+
+# ------------------------------------------------------------------------------------------
+# per-device tables, built from a bundle file the first time a device is asked for
+
+
+class _Table:
+    """One (device, kernel, dtype): measured shapes and model buckets, as ready answers."""
+
+    __slots__ = ("measured", "buckets", "bucket_keys")
+
+    def __init__(self, measured: dict, buckets: dict) -> None:
+        self.measured = measured
+        self.buckets = buckets
+        self.bucket_keys = sorted(buckets)
+
+    def nearest(self, bucket: tuple[int, ...]) -> tuple[int, ...] | None:
+        best, best_d = None, None
+        for key in self.bucket_keys:
+            d = sum((a - b) * (a - b) for a, b in zip(key, bucket))
+            if best_d is None or d < best_d:
+                best, best_d = key, d
+        return best
+
+
+class _Kernel:
+    """A kernel's metadata from kernels.json, with its configs as item tuples and constraints compiled."""
+
+    __slots__ = ("name", "dims", "configs", "tg_param", "order", "prune_k", "constraints", "regret", "version",
+                 "trained", "_constraints_text")
+
+    def __init__(self, name: str, meta: dict) -> None:
+        self.name = name
+        self.dims = tuple(meta["dims"])
+        self.configs = [tuple(sorted(c.items())) for c in meta["configs"]]
+        self.tg_param = meta.get("threadgroup_param")
+        self.order = list(meta.get("order") or range(len(self.configs)))
+        self.prune_k = int(meta.get("prune_k") or DEFAULT_PRUNE_K)
+        self.regret = meta.get("expected_regret") or {}
+        self.version = meta.get("version")
+        self.trained = frozenset(meta.get("trained_devices") or ())
+        self._constraints_text = list(meta.get("constraints") or ())
+        self.constraints: ConstraintSet | None = None
+
+    def legal(self, items: Items, shape: dict, limits: dict) -> bool:
+        if not self._constraints_text:
+            return True
+        if self.constraints is None:
+            self.constraints = ConstraintSet(self._constraints_text)
+        return self.constraints.legal(dict(items), shape, limits)
+
+
+_KERNELS: dict[str, _Kernel] = {}
+_TABLES: dict[str, dict[tuple[str, str], _Table] | None] = {}
+_MEMO: dict[tuple, dict[tuple, Prediction]] = {}
+_REMEMBERED = 0
+
+
+def _reset(_bundle: Bundle | None = None) -> None:
+    global _REMEMBERED
+    _KERNELS.clear()
+    _TABLES.clear()
+    _MEMO.clear()
+    _REMEMBERED = 0
+
+
+on_change(_reset)
+
+
+def _kernel(bundle: Bundle, name: str) -> _Kernel | None:
+    k = _KERNELS.get(name)
+    if k is None and name in bundle.kernels:
+        k = _KERNELS[name] = _Kernel(name, bundle.kernels[name])
+    return k
+
+
+def _parse_key(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(","))
+
+
+def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table] | None:
+    """(kernel, dtype) -> table for one device, parsed from its (verified) file on first use."""
+    if device in _TABLES:
+        return _TABLES[device]
+    name = bundle.tables.get(device)
+    if name is None:
+        _TABLES[device] = None
+        return None
+    out: dict[tuple[str, str], _Table] = {}
+    try:
+        data = bundle.json(name)
+        for kernel, by_dtype in data["kernels"].items():
+            for dtype, t in by_dtype.items():
+                out[(kernel, dtype)] = _Table(
+                    {_parse_key(k): v for k, v in t.get("measured", {}).items()},
+                    {_parse_key(k): v for k, v in t.get("buckets", {}).items()},
+                )
+    except (BundleError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        import warnings
+
+        warnings.warn(f"zmlx-pipeline: bundle {bundle.bundle_id}: the table of {device} is unusable ({exc}); "
+                      "answering with catalog defaults", BundleWarning, stacklevel=4)
+        _TABLES[device] = None
+        return None
+    _TABLES[device] = out
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# resolving one lookup
+
+
+def bucket_of(values: Iterable[int]) -> tuple[int, ...]:
+    """Each dimension rounded to the nearest power of two, as its log2 (1 -> 0, 4096 -> 12, 1408 -> 10)."""
+    return tuple(int(round(math.log2(v))) for v in values)
+
+
+def _dtype_name(dtype: Any) -> str:
+    text = str(dtype)
+    return text.rsplit(".", 1)[-1] if text.startswith("mlx.") else text
+
+
+def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
+    if isinstance(shape, Mapping):
+        out = {str(k): v for k, v in shape.items()}
+    else:
+        values = list(shape)
+        if kernel is None:
+            out = {f"d{i}": v for i, v in enumerate(values)}
+        elif len(values) != len(kernel.dims):
+            raise BadLookup(f"kernel {kernel.name!r} has dims {', '.join(kernel.dims)}; got {len(values)} values")
+        else:
+            out = dict(zip(kernel.dims, values))
+    for k, v in out.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            try:
+                iv = int(v)
+            except (TypeError, ValueError):
+                iv = 0
+            if iv != v or iv < 1 or isinstance(v, bool):
+                raise BadLookup(f"shape dimension {k}={v!r} must be a positive integer")
+            out[k] = iv
+    if kernel is not None:
+        missing = [d for d in kernel.dims if d not in out]
+        extra = [d for d in out if d not in kernel.dims]
+        if missing or extra:
+            raise BadLookup(f"kernel {kernel.name!r} has dims {', '.join(kernel.dims)}; got {', '.join(out) or 'none'}")
+    return out
+
+
+def _limits(bundle: Bundle | None, device: str | None, dtype: str) -> dict[str, int]:
+    prof = (bundle.profiles.get(device) if bundle is not None and device else None) or {}
+    return {
+        "max_threads": int(prof.get("max_threads_per_threadgroup") or 1024),
+        "simd_width": int(prof.get("simd_width") or 32),
+        "tg_mem_bytes": int(prof.get("threadgroup_memory_bytes") or 32768),
+        "dtype_bytes": DTYPE_BYTES.get(dtype, 4),
+    }
+
+
+def _default_tg(bundle: Bundle | None, device: str | None) -> tuple[int, str]:
+    """The catalog's default threadgroup for a device, and where it came from."""
+    if device:
+        prof = bundle.profiles.get(device) if bundle is not None else None
+        if prof and prof.get("catalog_default_threadgroup"):
+            return int(prof["catalog_default_threadgroup"]), f"the catalog default threadgroup of {device}"
+        row = catalog_row(device)
+        if row and row.get("default_threadgroup"):
+            return int(row["default_threadgroup"]), f"the catalog default threadgroup of {row['id']}"
+    return FALLBACK_THREADGROUP, "the catalog's default threadgroup"
+
+
+def _default(bundle: Bundle | None, kernel: str, k: _Kernel | None, device: str | None, dtype: str,
+             shape: dict, why: str) -> Prediction:
+    tg, source = _default_tg(bundle, device)
+    bundle_id = bundle.bundle_id if bundle is not None else None
+    if k is None:
+        ranked: list[Items] = [(("threadgroup", tg),)]
+        return Prediction(kernel, device, dtype, shape, None, ranked, None, None, "default",
+                          f"{why}: {source} ({tg})", tg, 1, bundle_id)
+    limits = _limits(bundle, device, dtype)
+    legal = [k.configs[i] for i in k.order if k.legal(k.configs[i], shape, limits)] or [k.configs[i] for i in k.order]
+    if k.tg_param:
+        legal.sort(key=lambda items: abs(math.log2(max(1, dict(items).get(k.tg_param, tg))) - math.log2(tg)))
+    cfg = dict(legal[0])
+    return Prediction(kernel, device, dtype, shape, None, legal[: max(k.prune_k, 1)], None, None, "default",
+                      f"{why}: the config nearest {source} ({tg})", cfg.get(k.tg_param) if k.tg_param else None,
+                      k.prune_k, bundle_id, k.version)
+
+
+def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Prediction:
+    bundle = active_bundle()
+    dtype_name = _dtype_name(dtype)
+    k = _kernel(bundle, kernel) if bundle is not None else None
+    shape_map = _shape_dict(k, shape)
+    if device is None:
+        device_id, why_not = current_device_id()
+    else:
+        device_id, why_not = device, ""
+    if bundle is None:
+        return _default(None, kernel, None, device_id, dtype_name, shape_map, "no bundle loaded")
+    if k is None:
+        return _default(bundle, kernel, None, device_id, dtype_name, shape_map,
+                        f"kernel {kernel!r} is not in bundle {bundle.bundle_id}")
+    if device_id is None:
+        return _default(bundle, kernel, k, None, dtype_name, shape_map, why_not)
+    tables = _device_tables(bundle, device_id)
+    note = ""
+    if tables is None:
+        row = catalog_row(device_id)
+        base = row["id"] if row else None
+        if base and base != device_id and bundle.tables.get(base):
+            note = f"device {device_id!r} is not in the bundle; answering for {base}. "
+            device_id, tables = base, _device_tables(bundle, base)
+        else:
+            known = "in the catalog but not" if row else "not in the catalog, nor"
+            return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+                            f"device {device_id!r} is {known} in bundle {bundle.bundle_id}")
+    table = tables.get((kernel, dtype_name))
+    if table is None:
+        return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+                        f"bundle {bundle.bundle_id} has no {dtype_name} table of {kernel!r} for {device_id}")
+    values = tuple(shape_map[d] for d in k.dims)
+    entry = table.measured.get(values)
+    bucket_key = bucket_of(values)
+    if entry is None:
+        entry = table.buckets.get(bucket_key)
+        if entry is None:
+            near = table.nearest(bucket_key)
+            if near is None:
+                return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+                                f"bundle {bundle.bundle_id} has no buckets of {kernel!r} for {device_id}")
+            note += "nearest published bucket " + ", ".join(f"{d}~2^{e}" for d, e in zip(k.dims, near)) + ". "
+            bucket_key = near
+            entry = table.buckets[near]
+    best, cands, time_us, regret, evidence = entry[0], entry[1], entry[2], entry[3], entry[4]
+    order = [best] + [c for c in cands if c != best]
+    limits = _limits(bundle, device_id, dtype_name)
+    ranked = [k.configs[i] for i in order if k.legal(k.configs[i], shape_map, limits)]
+    if len(ranked) < len(order):
+        dropped = len(order) - len(ranked)
+        note += f"{dropped} candidate(s) illegal for this exact shape dropped. "
+        if not ranked:
+            fallback = [k.configs[i] for i in k.order if k.legal(k.configs[i], shape_map, limits)]
+            if not fallback:
+                return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+                                f"no config of {kernel!r} in the bundle is legal for this shape")
+            ranked = fallback[: len(order)]
+            note += "answered from the kernel's overall ranking. "
+            evidence = "predicted" if evidence == "measured" else evidence
+            time_us = None
+        elif ranked[0] != k.configs[best]:
+            time_us = None
+    if evidence == "predicted" and device_id not in k.trained:
+        note += f"{device_id} was never measured: predicted from its specs. "
+    cfg = dict(ranked[0])
+    return Prediction(
+        kernel, device_id, dtype_name, shape_map, dict(zip(k.dims, (1 << e if e >= 0 else 1 for e in bucket_key))),
+        ranked, time_us, regret, evidence, note.strip(), cfg.get(k.tg_param) if k.tg_param else None,
+        k.prune_k, bundle.bundle_id, k.version,
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# public API
+
+
+def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "float32",
+                     device: str | None = None, *, _get=_MEMO.get) -> Prediction:
+    """The config to launch `kernel` with on this shape and dtype (and device: None = this process's GPU).
+
+    `shape` is a mapping of the kernel's dims ({"rows": 4096, "cols": 4096}) or their values in
+    dim order. The answer carries `.config`, `.evidence` (measured / predicted / default),
+    `.expected_regret`, `.candidates` and a `.note` saying what fallback applied, if any.
+    """
+    # Remembered answers: one small dict per (kernel, dtype, device, dim names), keyed by the dims' values.
+    try:
+        values = tuple(shape.values())  # type: ignore[union-attr]
+        names = tuple(shape)
+    except AttributeError:
+        values = tuple(shape)
+        names = None
+    inner = _get((kernel, dtype, device, names))
+    if inner is not None:
+        hit = inner.get(values)
+        if hit is not None:
+            return hit
+    return _remember(kernel, shape, dtype, device, names, values)
+
+
+def _remember(kernel: str, shape: Any, dtype: Any, device: str | None, names, values) -> Prediction:
+    global _REMEMBERED
+    hit = _resolve(kernel, shape, dtype, device)
+    if _REMEMBERED >= _MEMO_LIMIT:
+        _MEMO.clear()
+        _REMEMBERED = 0
+    _MEMO.setdefault((kernel, dtype, device, names), {})[values] = hit
+    _REMEMBERED += 1
+    return hit
+
+
+def candidates(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "float32",
+               k: int | None = None, device: str | None = None) -> list[dict[str, Any]]:
+    """The model's top-k configs for this case, best first (k = the kernel's pruning k when None)."""
+    return predicted_config(kernel, shape, dtype, device).top(k)
+
+
+def clear_cache() -> None:
+    """Drop every remembered answer and parsed table (the bundle stays loaded)."""
+    _reset()
+
+
+def lookup(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "float32",
+           device: str | None = None, bundle: str | None = None, k: int | None = None) -> dict[str, Any]:
+    """predicted_config as a JSON-able dict (from `bundle` when given, verified strictly; else the active one).
+
+    `candidates` holds the top k (default: the kernel's pruning k); raises BundleError for a bad bundle.
+    """
+    from zmlx_pipeline.runtime.bundle import load_bundle
+
+    if bundle is not None:
+        load_bundle(bundle, strict=True)
+    pred = predicted_config(kernel, shape, dtype, device)
+    out = pred.as_dict()
+    out["candidates"] = pred.top(k)
+    out["prune_k"] = pred.prune_k
+    return out

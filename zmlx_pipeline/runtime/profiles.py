@@ -1,0 +1,223 @@
+"""The device-profile API kernel authors know from ZMLX, answered from the bundle's learned tables.
+
+`get_device_profile(family, variant)`, `get_current_device_profile()` and
+`get_threadgroup_candidates_for_shape(profile, dim_size, kernel_type)` keep their names and
+fields (`gpu_cores`, `memory_bandwidth_gbps`, `default_threadgroup`, `threadgroup_candidates`,
+`full_name`, ...), but the threadgroups come from what was measured on the chip (evidence
+`measured`), what the model predicts from its specs (`predicted`), or, with neither, the
+catalog's default (`default`); candidates depend on the size asked, not one fixed triple.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from zmlx_pipeline.runtime.bundle import active_bundle, on_change
+from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
+
+#: the seed's kernel types, and which learned kernel class answers each ("general": all classes pooled)
+KERNEL_TYPES = {"general": "general", "reduction": "row_reduction", "simd": "general"}
+
+
+_PROFILE_FIELDS = ("family", "variant", "gpu_cores", "memory_bandwidth_gbps", "default_threadgroup",
+                   "threadgroup_candidates", "simd_width", "has_ray_tracing", "autotune_warmup",
+                   "autotune_iterations", "device_id", "name", "evidence", "max_threads_per_threadgroup", "learned")
+
+
+class DeviceTuningProfile:
+    """A chip's tuning profile (ZMLX's fields): catalog specs plus learned threadgroups and their evidence."""
+
+    __slots__ = _PROFILE_FIELDS
+
+    def __init__(self, family: str, variant: str, gpu_cores: int, memory_bandwidth_gbps: float,
+                 default_threadgroup: int, threadgroup_candidates: tuple[int, ...] = (128, 256, 512),
+                 simd_width: int = 32, has_ray_tracing: bool = False, autotune_warmup: int = 3,
+                 autotune_iterations: int = 10, device_id: str | None = None, name: str | None = None,
+                 evidence: str = "default", max_threads_per_threadgroup: int = 1024,
+                 learned: Mapping[str, Any] | None = None) -> None:
+        values = (family, variant, gpu_cores, memory_bandwidth_gbps, default_threadgroup,
+                  tuple(threadgroup_candidates), simd_width, has_ray_tracing, autotune_warmup,
+                  autotune_iterations, device_id, name, evidence, max_threads_per_threadgroup, learned or {})
+        for fname, value in zip(_PROFILE_FIELDS, values):
+            object.__setattr__(self, fname, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("DeviceTuningProfile is read-only")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DeviceTuningProfile):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in _PROFILE_FIELDS[:-1])
+
+    def __hash__(self) -> int:
+        return hash(tuple(getattr(self, f) for f in _PROFILE_FIELDS[:-1]))
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in _PROFILE_FIELDS[:-1])
+        return f"DeviceTuningProfile({shown})"
+
+    @property
+    def chip_id(self) -> str:
+        return f"{self.family}_{self.variant}" if self.variant else self.family
+
+    @property
+    def full_name(self) -> str:
+        if self.name:
+            return self.name
+        return f"{self.family} {self.variant}".strip()
+
+    def is_high_end(self) -> bool:
+        return self.variant.lower() in ("pro", "max", "ultra")
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {f: getattr(self, f) for f in _PROFILE_FIELDS}
+        out["threadgroup_candidates"] = list(self.threadgroup_candidates)
+        out["full_name"] = self.full_name
+        out["learned"] = dict(self.learned)
+        return out
+
+
+def _seed_case(family: str, variant: str, vendor: str | None) -> tuple[str, str]:
+    """ZMLX's spelling for Apple chips ("M3", "Max"; base chips have variant ""); others as catalogued."""
+    if vendor == "apple":
+        return family.upper(), "" if variant in ("", "base") else variant.capitalize()
+    return family, variant
+
+
+def _from_record(rec: Mapping[str, Any]) -> DeviceTuningProfile:
+    family, variant = _seed_case(str(rec.get("family") or ""), str(rec.get("variant") or ""), rec.get("vendor"))
+    cands = tuple(int(c) for c in rec.get("threadgroup_candidates") or ()) or (128, 256, 512)
+    return DeviceTuningProfile(
+        family=family, variant=variant, gpu_cores=int(rec.get("gpu_cores") or 0),
+        memory_bandwidth_gbps=rec.get("memory_bandwidth_gbps") or 0,
+        default_threadgroup=int(rec.get("default_threadgroup") or rec.get("catalog_default_threadgroup")
+                                or FALLBACK_THREADGROUP),
+        threadgroup_candidates=cands, simd_width=int(rec.get("simd_width") or 32),
+        has_ray_tracing=rec.get("vendor") == "apple" and str(rec.get("family", "")).lower() not in ("m1", "m2"),
+        device_id=rec.get("device_id"), name=rec.get("name"), evidence=str(rec.get("evidence") or "default"),
+        max_threads_per_threadgroup=int(rec.get("max_threads_per_threadgroup") or 1024),
+        learned={"classes": rec.get("classes") or {}, "general": rec.get("general") or {}},
+    )
+
+
+def _generic(family: str = "Unknown", variant: str = "") -> DeviceTuningProfile:
+    return DeviceTuningProfile(family=family, variant=variant, gpu_cores=0, memory_bandwidth_gbps=0,
+                               default_threadgroup=FALLBACK_THREADGROUP,
+                               threadgroup_candidates=(128, 256, 512), evidence="default")
+
+
+def profile_records() -> dict[str, dict]:
+    """Every device's profile record in the active bundle, by device id."""
+    bundle = active_bundle()
+    return dict(bundle.profiles) if bundle is not None else {}
+
+
+def profile_for_device(device_id: str) -> DeviceTuningProfile:
+    """The profile of a catalog id (or reported name); catalog specs with default threadgroups if not in the bundle."""
+    records = profile_records()
+    rec = records.get(device_id)
+    if rec is None:
+        row = catalog_row(device_id)
+        if row is not None:
+            rec = records.get(row["id"]) or {**row, "device_id": row["id"], "evidence": "default",
+                                              "catalog_default_threadgroup": row.get("default_threadgroup")}
+    return _from_record(rec) if rec is not None else _generic(device_id)
+
+
+def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
+    """The profile of a chip by family and variant ("M3", "Max"; "hopper", "h200-sxm"), or by catalog id.
+
+    Binned variants (a 30- and a 40-core M3 Max) answer with the full chip; an unknown chip gets a
+    generic profile with the catalog's default threadgroup (evidence "default").
+    """
+    records = profile_records()
+    if family in records and not variant:
+        return _from_record(records[family])
+    fam = family.strip().lower()
+    var = (variant or "").strip().lower() or "base"
+    matches = [r for r in records.values()
+               if str(r.get("family", "")).lower() == fam and str(r.get("variant", "")).lower() == var]
+    if not matches:
+        row = catalog_row(family) if not variant else None
+        if row is not None:
+            return profile_for_device(row["id"])
+        return _generic(family, variant)
+    return _from_record(max(matches, key=lambda r: (r.get("gpu_cores") or 0, r.get("device_id") or "")))
+
+
+_CURRENT_PROFILE: list[DeviceTuningProfile] = []
+
+
+def get_current_device_profile() -> DeviceTuningProfile:
+    """The profile of this process's GPU (detected once); a generic default profile when it cannot be told."""
+    if not _CURRENT_PROFILE:
+        device_id, _ = current_device_id()
+        _CURRENT_PROFILE.append(profile_for_device(device_id) if device_id else _generic())
+    return _CURRENT_PROFILE[0]
+
+
+def get_threadgroup_candidates_for_shape(profile: DeviceTuningProfile, dim_size: int,
+                                         kernel_type: str = "general") -> tuple[int, ...]:
+    """The learned threadgroup candidates for a row of `dim_size` elements, best first.
+
+    `kernel_type` is a learned kernel class (row_reduction, elementwise, row_topk, moe_combine,
+    matmul) or one of ZMLX's types: "reduction" (row reductions), "general" (all classes pooled),
+    "simd" (pooled, multiples of the SIMD width only). The nearest learned row length answers;
+    without learned data, the profile's candidates (a default triple) are returned.
+    """
+    learned = profile.learned or {}
+    name = KERNEL_TYPES.get(kernel_type, kernel_type)
+    table = learned.get("general") if name == "general" else (learned.get("classes") or {}).get(name)
+    if not table and name != "general":
+        table = learned.get("general")
+    cands: tuple[int, ...] = ()
+    if table:
+        by_dim = table.get("by_dim") or {}
+        if by_dim and dim_size and dim_size > 0:
+            target = math.log2(dim_size)
+            key = min(by_dim, key=lambda b: (abs(int(b) - target), int(b)))
+            cands = tuple(int(c) for c in by_dim[key])
+        if not cands:
+            cands = tuple(int(c) for c in table.get("candidates") or ())
+    if not cands:
+        cands = tuple(profile.threadgroup_candidates)
+    if kernel_type == "simd":
+        cands = tuple(c for c in cands if c % max(1, profile.simd_width) == 0) or cands
+    limit = profile.max_threads_per_threadgroup or 1024
+    return tuple(c for c in cands if c <= limit) or cands
+
+
+def forget_current_profile(_bundle: object = None) -> None:
+    """Work the current device's profile out again on the next call (after a new bundle is loaded)."""
+    _CURRENT_PROFILE.clear()
+
+
+on_change(forget_current_profile)
+
+
+def profile_table(devices: list[str] | None = None, bundle: str | None = None) -> list[dict]:
+    """Profile records of the bundle (`bundle`, verified strictly, else the active one), all or some devices.
+
+    An id that is not in the bundle is answered from the catalog with default threadgroups
+    (evidence "default"); an id in neither raises UnknownDevice.
+    """
+    from zmlx_pipeline.runtime.bundle import load_bundle
+
+    if bundle is not None:
+        load_bundle(bundle, strict=True)
+    records = profile_records()
+    if devices is None:
+        return [records[d] for d in sorted(records)]
+    out = []
+    for device_id in devices:
+        if device_id in records:
+            out.append(records[device_id])
+            continue
+        row = catalog_row(device_id)
+        if row is None:
+            from zmlx_pipeline.data.catalog import UnknownDevice
+
+            raise UnknownDevice(f"no device {device_id!r} in the bundle or the catalog: see zmlx-pipeline devices")
+        out.append(profile_for_device(row["id"]).as_dict() | {"device_id": row["id"], "note": "not in the bundle"})
+    return out
