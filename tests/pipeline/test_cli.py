@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -110,13 +112,53 @@ def test_unknown_kernel_is_a_one_line_error():
     assert result.output.startswith("Error: unknown kernel 'nope'")
 
 
-def test_run_ingests_a_directory_and_prints_the_summary(filled, tmp_path):
-    filled.close()
+REPO_DATA = Path(__file__).resolve().parents[2] / "data"
+
+
+def test_run_is_the_whole_loop_on_real_shards(tmp_path):
+    """Two committed shards (the H200 at 66 and 32 SMs), rmsnorm only: ingest, train, both splits, publish, look up."""
     data = tmp_path / "data"
     data.mkdir()
-    assert invoke("export", str(data / "a.parquet")).exit_code == 0
-    fresh = tmp_path / "fresh.duckdb"
-    result = invoke("run", "--db", str(fresh), "--data", str(data), "--json")
+    for name in ("nvidia-h200-66sm.parquet", "nvidia-h200-32sm.parquet"):
+        if not (REPO_DATA / name).exists():
+            pytest.skip(f"data/{name} not present")
+        shutil.copy(REPO_DATA / name, data / name)
+    bundles = tmp_path / "bundles"
+    result = invoke("run", "--db", str(tmp_path / "fresh.duckdb"), "--data", str(data), "--bundle-dir", str(bundles),
+                    "-k", "rmsnorm", "--json")
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
-    assert out["ingest"]["added"] == 3 and out["summary"][0]["shapes_ok"] == 1
+    assert out["ingest"]["files"] == 2 and out["ingest"]["added"] > 500
+    assert [t["kernel"] for t in out["train"]] == ["rmsnorm"] and out["train"][0]["prune_k"] >= 1
+    splits = {(s["split"], s["kernel"]) for s in out["scores"]}
+    assert splits == {("shapes", "rmsnorm"), ("devices", "rmsnorm")}
+    for s in out["scores"]:
+        assert s["model@1"] >= s["model@3"] >= s["model@5"] >= 1.0 and s["cases"] > 0
+    assert (Path(out["bundle"]["path"]) / "manifest.json").is_file()
+    by_kernel = {(r["kernel"], r["device"]): r for r in out["lookups"]}
+    assert by_kernel[("rmsnorm", "nvidia-h100-sxm")]["evidence"] in ("predicted", "default")
+    assert by_kernel[("softmax", "nvidia-h200")]["evidence"] == "default"  # not trained here: says so
+    assert all(r["config"] for r in out["lookups"])
+
+
+def test_run_on_an_empty_data_directory_is_a_one_line_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = invoke("run", "--db", str(tmp_path / "s.duckdb"), "--data", str(tmp_path / "empty"),
+                    "--bundle-dir", str(tmp_path / "b"))
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if not line.startswith("... ")]  # progress on stderr
+    assert len(errors) == 1 and errors[0].startswith("Error: the store has no ok measurements"), result.output
+
+
+
+def test_noise_without_repeats_is_a_one_line_error(store):
+    store.close()
+    result = invoke("noise")
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: no repeated timings in the store") and result.output.count("\n") == 1
+
+
+def test_repeat_without_a_gpu_is_a_one_line_error():
+    result = invoke("repeat", "-k", "rmsnorm")
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: no Metal or CUDA backend") and result.output.count("\n") == 1

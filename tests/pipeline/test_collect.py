@@ -139,3 +139,30 @@ def test_sigkill_mid_collect_then_resume_gives_the_uninterrupted_key_set(tmp_pat
     # nothing half-written: every ok row carries its timings, every failed row its error
     assert all(r["median_us"] is not None and r["samples"] > 0 for r in rows if r["status"] == "ok")
     assert all(r["error"] for r in rows if r["status"] != "ok")
+
+
+def test_repeat_times_a_stable_sample_once_into_the_repeats_table(store):
+    from zmlx_pipeline.pipeline.collect import noise_summary, plan_repeats, repeat
+
+    spec = get_kernel("rmsnorm")
+    collect(store, _device(), [spec], preset="smoke", measurer=_ok)
+    ok = store.measurements(status="ok")
+    sample = plan_repeats(store, "nvidia-h200", [spec], 0.3)
+    assert 0 < len(sample) < len(ok)
+    assert sample == plan_repeats(store, "nvidia-h200", [spec], 0.3)  # chosen by key hash, not by chance
+    slower = lambda t: Outcome("ok", timing=Timing(5.5, 5.0, 6.0, 3, 1))  # noqa: E731 - 10% slower than _ok
+    result = repeat(store, _device(), [spec], fraction=0.3, measurer=slower)
+    assert result.done == len(sample) and result.stopped == "finished"
+    assert len(store.repeats()) == len(sample)
+    again = repeat(store, _device(), [spec], fraction=0.3, measurer=slower)
+    assert again.planned == 0  # a key is repeated once
+    rows = {r["bucket"]: r for r in noise_summary(store)}
+    assert rows["0-10 us"]["pairs"] == len(sample) and rows["0-10 us"]["median_diff"] == pytest.approx(0.1)
+    assert rows["0-10 us"]["within_5pct"] == 0.0 and "> 50 us" not in rows
+
+
+def test_repeat_rejects_a_fraction_out_of_range(store):
+    from zmlx_pipeline.pipeline.collect import repeat
+
+    with pytest.raises(CollectError, match="fraction"):
+        repeat(store, _device(), [get_kernel("rmsnorm")], fraction=1.5, measurer=_ok)

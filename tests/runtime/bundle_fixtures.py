@@ -19,8 +19,9 @@ from zmlx_pipeline.data.records import Measurement
 from zmlx_pipeline.data.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
-#: the committed H200 shard (the smallest one when there are several)
-SMOKE_SHARD = min((REPO / "data").glob("nvidia-h200*.parquet"), key=lambda p: p.stat().st_size)
+#: the committed shard of the full H200 (device `nvidia-h200`; the `-32sm`/`-66sm` shards are SM-limited
+#: devices `nvidia-h200@32sm`/`@66sm`, so a bundle built from them has no `nvidia-h200` tables at all)
+SMOKE_SHARD = REPO / "data" / "nvidia-h200.parquet"
 TOY_DEVICES = ("nvidia-h100-sxm", "nvidia-h200")
 TOY_SHAPES = [{"rows": r, "cols": c} for r in (1, 64, 4096) for c in (1024, 4096)]
 TOY_CONFIGS = [{"TG": tg, "VEC": v} for tg in (64, 128, 256, 512) for v in (1, 2, 4)]
@@ -71,7 +72,7 @@ def build_toy(root: Path) -> tuple[Path, Path]:
 
 
 def build_real(root: Path) -> tuple[Path, Path]:
-    """(store path, publish dir) of rmsnorm from the committed H200 smoke shard."""
+    """(store path, publish dir) of rmsnorm from the committed H200 shard."""
     from zmlx_pipeline.data.shards import ingest_shards
     from zmlx_pipeline.publish import publish
 

@@ -84,6 +84,17 @@ def test_a_candidate_that_fails_its_check_never_wins(real, tmp_path):
     assert {t["status"] for t in result.timed} == {"ok", "wrong_result"}
 
 
+def test_a_device_the_bundle_lacks_times_the_lookups_default_ranking(real, tmp_path):
+    other = "nvidia-a100-sxm4-80gb"  # in the catalog, not in the real bundle (H200 and H100 only)
+    pred = predicted_config("rmsnorm", SHAPE, "float16", device=other)
+    assert pred.evidence == "default"
+    measure = FakeMeasure()
+    result = tune("rmsnorm", SHAPE, "float16", device=other, k=3, measure=measure, cache_path=str(tmp_path / "c.json"))
+    assert len(measure.calls) == 3 and "no model ranking" in result.note
+    assert measure.calls[0] == pred.config  # the tuner starts where predicted_config points
+    assert measure.calls == pred.candidates[:3]  # and follows the lookup's default ranking
+
+
 def test_the_decorator_fills_the_config_keyword(real, tmp_path):
     measure = FakeMeasure()
     seen = []

@@ -201,6 +201,7 @@ def measure(
     timeout_s: float = 2.0,
     inputs: list | None = None,
     prepared: Prepared | None = None,
+    warmup_s: float = 0.0,
 ) -> Outcome:
     """Check a config against the reference, then time it; a failure becomes a status, never an exception.
 
@@ -220,6 +221,7 @@ def measure(
         timing = time_launches(
             lambda i: launcher(sets[i % len(sets)], config, shape, dtype),
             warmup=warmup, samples=samples, target_sample_s=target_sample_s, timeout_s=timeout_s,
+            warmup_s=warmup_s, period=len(sets),
         )
     except TimeoutError as exc:
         return Outcome("timeout", error=str(exc))

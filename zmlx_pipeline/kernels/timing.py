@@ -54,10 +54,15 @@ def time_launches(
     target_sample_s: float = 1e-3,
     max_chain: int = 256,
     timeout_s: float | None = None,
+    warmup_s: float = 0.0,
+    period: int = 1,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Timing:
     """Time `launch(i)` (which returns lazy arrays for the i-th launch of a chain).
 
+    Warm-up runs at least `warmup` launches and, with `warmup_s`, until that long has passed, so an
+    idle GPU's clocks are up before the first sample. With `period` input sets rotated by i, every
+    chain is a whole number of rotations, so each sample sees the same cache state.
     Raises TimeoutError when one warmed launch alone exceeds `timeout_s`.
     """
     import mlx.core as mx
@@ -69,13 +74,20 @@ def time_launches(
         mx.synchronize()
         return clock() - t0
 
-    for i in range(max(1, warmup)):
-        single = run_chain(1, i)
-    if timeout_s is not None and single > timeout_s:
-        raise TimeoutError(f"one launch took {single:.3f} s, over the {timeout_s:g} s limit")
+    began = clock()
+    done = 0
+    while True:
+        single = run_chain(1, done)
+        done += 1
+        if timeout_s is not None and single > timeout_s:
+            raise TimeoutError(f"one launch took {single:.3f} s, over the {timeout_s:g} s limit")
+        if done >= max(1, warmup) and (clock() - began >= warmup_s or done >= 10_000):
+            break
     # Calibrate on a short chain: a single launch's time is dominated by dispatch overhead.
-    probe = min(max_chain, 8)
+    period = max(1, int(period))
+    probe = min(max_chain, max(8, period))
     per_launch = max(run_chain(probe) / probe, 1e-7)
     chain = int(min(max_chain, max(1, math.ceil(target_sample_s / per_launch))))
+    chain = max(period, -(-chain // period) * period) if chain > 1 or period > 1 else chain
     per_launch_s = [run_chain(chain, s * chain) / chain for s in range(samples)]
     return summarize(per_launch_s, chain)

@@ -15,12 +15,26 @@ prediction cannot drift apart. Variants (MODEL_VARIANTS):
   nearest training cases, weighted by how close each case's device (normalised spec
   distance, plus a penalty across vendors), shape and dtype are; `prior_uniform` weighs the
   training cases alike;
-- `ensemble` (the default): mean of `prior` (which device is like which) and `gbr_shared`
-  (how configs and shapes interact), each made relative to its best in the case.
+- `prior_shared`: mean of `prior` and `gbr_shared` (the first default);
+- `transfer`, `transfer_et`: kNN over devices: one config model per training device
+  (boosting with rows near each case's best weighted up / extra trees), their predictions
+  averaged with weights by spec similarity to the test device;
+- `simd_aligned`: a rule, no fitting: launch groups that fill whole SIMD groups first;
+- `ensemble` (the default): `prior`, `transfer`, `gbr_shared` and `simd_aligned` weighted,
+  and its top k hedged with `prior`, `transfer` and `prior_uniform`, as cross-validation on
+  the training rows alone decides: leaving training devices out for devices never measured,
+  holding out training shapes for seen devices (CVEnsembleRanker).
+
+The default was chosen by the scores of evaluate.py (leave-one-device-out on the Kernel Tuner
+files, both splits on our H100/H200 data); its weights are never fitted on the rows it is
+scored on (in evaluate.py the inner folds lie inside the outer training rows). Rankers keep
+only data (numbers, strings, frames, arrays, sklearn objects and other rankers) so
+models/persist.py can store them without pickles.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from abc import ABC, abstractmethod
 from dataclasses import replace
@@ -33,12 +47,13 @@ from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor,
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder
 
-from zmlx_pipeline.models.features import CASE, KernelFeatures, device_distances
+from zmlx_pipeline.models.features import CASE, DISTANCE_SPECS, KernelFeatures, device_distances
 
 CLIP_LOG_REL = math.log(4.0)  # configs 4x slower than the case's best are all just "bad"
 VENDOR_PENALTY = 2.0          # in units of the normalised spec distance
 PRIOR_TAU = 0.5               # similarity kernel width: weight = exp(-distance / tau)
 PRIOR_NEIGHBOURS = 8          # training cases that vote for each test case
+TRANSFER_DEVICE_ROWS = 20_000  # rows each per-device model of DeviceTransferRanker sees at most
 _SHAPE_WEIGHT = 1.0           # distance per unit of log2 shape dimension
 _DTYPE_PENALTY = 1.0
 
@@ -236,6 +251,260 @@ class EnsembleRanker(Ranker):
         return total / sum(self.weights)
 
 
+def spec_distances(test_specs: np.ndarray, train_specs: np.ndarray, test_vendor: Sequence[str],
+                   train_vendor: Sequence[str], vendor_penalty: float = VENDOR_PENALTY) -> np.ndarray:
+    """Device distance (test x train): RMS of log2 specs z-scored over the training devices, plus a
+    penalty across vendors. Specs all training devices share carry no distance (nothing to learn
+    from them); only the training devices set the scale, so any new device can be placed."""
+    mean, std = train_specs.mean(axis=0), train_specs.std(axis=0)
+    keep = std > 0
+    if keep.any():
+        a = (test_specs[:, keep] - mean[keep]) / std[keep]
+        b = (train_specs[:, keep] - mean[keep]) / std[keep]
+        dist = np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).mean(axis=-1))
+    else:
+        dist = np.zeros((len(test_specs), len(train_specs)))
+    vendor = np.asarray(test_vendor, dtype=object)[:, None] != np.asarray(train_vendor, dtype=object)[None, :]
+    return dist + vendor_penalty * vendor
+
+
+def _device_table(frame: pl.DataFrame) -> pl.DataFrame:
+    """One row per device of a feature frame: its log2 distance specs and vendor."""
+    cols = [f"dev_log2_{c}" for c in DISTANCE_SPECS if f"dev_log2_{c}" in frame.columns]
+    vendor = pl.col("dev_vendor").first() if "dev_vendor" in frame.columns else pl.lit("unknown")
+    return frame.group_by("device_id").agg(*[pl.col(c).first().fill_null(0.0) for c in cols],
+                                           vendor.alias("_vendor")).sort("device_id")
+
+
+def transfer_features(features: KernelFeatures) -> KernelFeatures:
+    """The features of one device's config model: config, shape and ratio columns (no device columns)."""
+    shared = shared_features(features)
+    return replace(shared, categorical=tuple(c for c in shared.categorical if not c.startswith("dev_")))
+
+
+class DeviceTransferRanker(Ranker):
+    """kNN over devices: one config model per training device, averaged by spec similarity.
+
+    Each training device gets its own Pipeline on config, shape and ratio features, fit on the
+    clipped log(time / case best) with rows near the case's best weighted up (a ranking-loss
+    surrogate: the order at the top is what a pick needs). A test row's score is the mean of
+    the device models' predictions (each relative to its best in the case), weighted
+    exp(-distance / tau) by how close each training device's specs are to the row's device, so
+    a seen device mostly follows its own model and a new one its nearest neighbours.
+    """
+
+    def __init__(self, features: KernelFeatures, estimator: str = "gbr", tau: float = PRIOR_TAU,
+                 vendor_penalty: float = VENDOR_PENALTY, top_weight: float = 4.0, top_scale: float = 0.1,
+                 device_rows: int = TRANSFER_DEVICE_ROWS, name: str = "transfer") -> None:
+        super().__init__(features)
+        if estimator not in _ESTIMATORS:
+            raise ModelError(f"unknown estimator {estimator!r}; expected one of {', '.join(_ESTIMATORS)}")
+        self.estimator = estimator
+        self.tau = tau
+        self.vendor_penalty = vendor_penalty
+        self.top_weight = top_weight
+        self.top_scale = top_scale
+        self.device_rows = device_rows
+        self.name = name
+
+    def fit(self, train: pl.DataFrame) -> "DeviceTransferRanker":
+        if train.is_empty():
+            raise ModelError(f"{self.features.kernel}: no training rows")
+        own = transfer_features(self.features)
+        devices = _device_table(train)
+        self.device_ids = devices["device_id"].to_list()
+        self.device_specs = devices.drop("device_id", "_vendor").to_numpy().astype(float)
+        self.device_vendors = devices["_vendor"].to_list()
+        self.spec_columns = [c for c in devices.columns if c not in ("device_id", "_vendor")]
+        self.pipelines = []
+        for device_id in self.device_ids:
+            rows = fit_sample(train.filter(pl.col("device_id") == device_id), max_rows=self.device_rows)
+            log_rel = rows["log_rel"].to_numpy()
+            pipeline = make_pipeline(own, _ESTIMATORS[self.estimator]())
+            pipeline.fit(rows.select(own.features), np.minimum(log_rel, CLIP_LOG_REL),
+                         model__sample_weight=1.0 + self.top_weight * np.exp(-log_rel / self.top_scale))
+            self.pipelines.append(pipeline)
+        return self
+
+    def device_weights(self, test: pl.DataFrame) -> tuple[list[str], np.ndarray]:
+        """The test frame's devices and their weights over the training devices (rows sum to 1)."""
+        devices = _device_table(test)
+        specs = devices.select(self.spec_columns).to_numpy().astype(float)
+        dist = spec_distances(specs, self.device_specs, devices["_vendor"].to_list(), self.device_vendors,
+                              self.vendor_penalty)
+        w = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / self.tau)
+        return devices["device_id"].to_list(), w / w.sum(axis=1, keepdims=True)
+
+    def score(self, test: pl.DataFrame) -> np.ndarray:
+        own = transfer_features(self.features)
+        ids, weights = self.device_weights(test)
+        row_weights = test.select("device_id").join(
+            pl.DataFrame({"device_id": ids, "_i": list(range(len(ids)))}, schema={"device_id": pl.String, "_i": pl.Int64}),
+            on="device_id", how="left", maintain_order="left")["_i"].to_numpy()
+        X = test.select(own.features)
+        total = np.zeros(test.height)
+        for j, pipeline in enumerate(self.pipelines):
+            total += weights[row_weights, j] * relative_to_case(test, predict_distinct(pipeline, X))
+        return total
+
+
+class AlignmentRanker(Ranker):
+    """Device-aware rule, no fitting: launch groups that fill whole SIMD groups (threads a multiple
+    of the device's SIMD width) before those that leave lanes idle; one order for kernels without
+    thread parameters. An ensemble member whose weight the inner cross-validation decides."""
+
+    def __init__(self, features: KernelFeatures, name: str = "simd_aligned") -> None:
+        super().__init__(features)
+        self.name = name
+
+    def fit(self, train: pl.DataFrame) -> "AlignmentRanker":
+        return self
+
+    def score(self, test: pl.DataFrame) -> np.ndarray:
+        if "cfg_simd_aligned" not in test.columns:
+            return np.zeros(test.height)
+        return 1.0 - test["cfg_simd_aligned"].fill_null(1.0).to_numpy().astype(float)
+
+
+def _regret_logs(frame: pl.DataFrame, scores: np.ndarray, ks: Sequence[int]) -> np.ndarray:
+    """Per case of `frame`: the mean over ks of log(best time among the top k by score / best time)."""
+    df = frame.select(*CASE, "config_key", "median_us").with_columns(pl.Series("_s", np.asarray(scores, float)))
+    df = df.sort([*CASE, "_s", "config_key"]).with_columns(pl.int_range(1, pl.len() + 1).over(CASE).alias("_r"))
+    out = df.group_by(CASE).agg(
+        [(pl.col("median_us").filter(pl.col("_r") <= k).min() / pl.col("median_us").min()).log().alias(f"r{k}")
+         for k in ks])
+    return out.select(pl.mean_horizontal([f"r{k}" for k in ks])).to_series().to_numpy()
+
+
+def weight_grid(n: int, step: float) -> list[tuple[float, ...]]:
+    """Every weight vector on the simplex with the given step, equal weights first (they win ties)."""
+    m = int(round(1.0 / step))
+    grid = [tuple(c / m for c in combo) for combo in itertools.product(range(m + 1), repeat=n) if sum(combo) == m]
+    equal = tuple([1.0 / n] * n)
+    return [equal] + [w for w in grid if not np.allclose(w, equal)]
+
+
+def interleave(frame: pl.DataFrame, lists: Sequence[np.ndarray]) -> np.ndarray:
+    """Scores that merge several rankings of each case round-robin: the first list's best, then
+    each other list's best, then every list's second, ... (a config already placed keeps its
+    first place). A top k drawn from several hypotheses, not k near-copies of one pick."""
+    n = len(lists)
+    ranks = frame.select(CASE).with_columns([pl.Series(f"_l{j}", np.asarray(v, dtype=float)) for j, v in enumerate(lists)])
+    ranks = ranks.select([pl.col(f"_l{j}").rank("ordinal").over(CASE).cast(pl.Float64) for j in range(n)]).to_numpy()
+    return ((ranks - 1.0) * n + np.arange(n)[None, :]).min(axis=1)
+
+
+class CVEnsembleRanker(Ranker):
+    """Weighted mean of member rankers, the weights chosen by cross-validation inside `fit`.
+
+    Two settings, each picked by the mean log regret@1 and @5 over inner folds of the training
+    rows only (equal weights and no hedging win ties): `weights_unseen`/`hedge_unseen` by
+    leaving one training device out (ranking for a device never measured), `weights_seen`/
+    `hedge_seen` by holding out training shapes (a seen device, a new shape). A test row uses
+    the setting of its kind. The weights come from a simplex grid; hedging interleaves the
+    weighted mean's ranking with each `hedges` ranker's own (see `interleave`), so the top k
+    covers several hypotheses of what the new device or shape is like. Inner fits see at most
+    `inner_rows` rows each (every case's fastest configs kept), which bounds their cost.
+    """
+
+    def __init__(self, features: KernelFeatures, members: Sequence[str], hedges: Sequence[str] = (),
+                 step: float = 0.25, inner_rows: int = 8_000, max_device_folds: int = 4, shape_folds: int = 3,
+                 ks: Sequence[int] = (1, 5), name: str = "ensemble") -> None:
+        super().__init__(features)
+        if not members:
+            raise ModelError("an ensemble needs members")
+        unknown = [m for m in (*members, *hedges) if m not in MODEL_VARIANTS]
+        if unknown:
+            raise ModelError(f"unknown ensemble member(s) {', '.join(unknown)}")
+        self.member_names = list(members)
+        self.hedge_names = list(hedges)
+        self.step = step
+        self.inner_rows = inner_rows
+        self.max_device_folds = max_device_folds
+        self.shape_folds = shape_folds
+        self.ks = list(ks)
+        self.name = name
+        self.rankers: dict[str, Ranker] = {}
+        equal = [1.0 / len(self.member_names)] * len(self.member_names)
+        self.weights_seen, self.weights_unseen = list(equal), list(equal)
+        self.hedge_seen = self.hedge_unseen = False
+        self.train_devices: list[str] = []
+        self.inner_scores: dict = {}
+
+    def _inner_folds(self, train: pl.DataFrame, split: str) -> list[tuple[pl.DataFrame, pl.DataFrame]]:
+        if split == "devices":
+            devices = sorted(train["device_id"].unique().to_list())
+            if len(devices) < 2:
+                return []
+            if len(devices) > self.max_device_folds:
+                devices = [devices[i] for i in np.linspace(0, len(devices) - 1, self.max_device_folds).round().astype(int)]
+            return [(train.filter(pl.col("device_id") != d), train.filter(pl.col("device_id") == d)) for d in devices]
+        shapes = sorted(train["shape_key"].unique().to_list())
+        if len(shapes) < 2:
+            return []
+        n = min(self.shape_folds, len(shapes))
+        folds = []
+        for i in range(n):
+            held = pl.col("shape_key").is_in(shapes[i::n])
+            inner_train, inner_test = train.filter(~held), train.filter(held)
+            inner_test = inner_test.filter(pl.col("device_id").is_in(inner_train["device_id"].unique().to_list()))
+            if not inner_test.is_empty():
+                folds.append((inner_train, inner_test))
+        return folds
+
+    def _names(self) -> list[str]:
+        return list(dict.fromkeys([*self.member_names, *self.hedge_names]))
+
+    def _combine(self, frame: pl.DataFrame, scores: dict[str, np.ndarray], weights: Sequence[float],
+                 hedge: bool) -> np.ndarray:
+        total = sum(w * scores[m] for m, w in zip(self.member_names, weights) if w)
+        total = np.asarray(total, dtype=float) if not np.isscalar(total) else np.zeros(frame.height)
+        if not hedge or not self.hedge_names:
+            return total
+        return interleave(frame, [total, *[scores[h] for h in self.hedge_names]])
+
+    def _select(self, train: pl.DataFrame, split: str) -> tuple[list[float], bool, float | None]:
+        """The grid weights and hedging with the lowest mean inner log regret, and that regret (None: no folds)."""
+        folds = self._inner_folds(train, split)
+        if not folds:
+            return [1.0 / len(self.member_names)] * len(self.member_names), False, None
+        per_fold = []
+        for inner_train, inner_test in folds:
+            sample = fit_sample(inner_train, max_rows=self.inner_rows)
+            scores = {m: relative_to_case(inner_test, make_ranker(self.features, m).fit(sample).score(inner_test))
+                      for m in self._names()}
+            per_fold.append((inner_test, scores))
+        best, best_loss = ([1.0 / len(self.member_names)] * len(self.member_names), False), math.inf
+        for hedge in ([False, True] if self.hedge_names else [False]):
+            for w in weight_grid(len(self.member_names), self.step):
+                loss = float(np.mean([_regret_logs(t, self._combine(t, s, w, hedge), self.ks).mean()
+                                      for t, s in per_fold]))
+                if loss < best_loss - 1e-12:
+                    best, best_loss = (list(w), hedge), loss
+        return best[0], best[1], best_loss
+
+    def fit(self, train: pl.DataFrame) -> "CVEnsembleRanker":
+        if train.is_empty():
+            raise ModelError(f"{self.features.kernel}: no training rows")
+        self.weights_unseen, self.hedge_unseen, loss_unseen = self._select(train, "devices")
+        self.weights_seen, self.hedge_seen, loss_seen = self._select(train, "shapes")
+        self.inner_scores = {"devices": loss_unseen, "shapes": loss_seen}
+        self.rankers = {m: make_ranker(self.features, m).fit(train) for m in self._names()}
+        self.train_devices = sorted(train["device_id"].unique().to_list())
+        return self
+
+    def score(self, test: pl.DataFrame) -> np.ndarray:
+        seen = test["device_id"].is_in(self.train_devices).to_numpy()
+        scores = {m: relative_to_case(test, r.score(test)) for m, r in self.rankers.items()}
+        out = np.zeros(test.height)
+        for mask, weights, hedge in ((seen, self.weights_seen, self.hedge_seen),
+                                     (~seen, self.weights_unseen, self.hedge_unseen)):
+            if mask.any():
+                part = test.filter(pl.Series(mask))
+                out[mask] = self._combine(part, {m: v[mask] for m, v in scores.items()}, weights, hedge)
+        return out
+
+
 def _gbr(random_state: int = 0) -> HistGradientBoostingRegressor:
     return HistGradientBoostingRegressor(max_iter=200, learning_rate=0.1, max_leaf_nodes=31,
                                          early_stopping=False, random_state=random_state)
@@ -244,6 +513,21 @@ def _gbr(random_state: int = 0) -> HistGradientBoostingRegressor:
 def _forest(cls, random_state: int = 0):
     return cls(n_estimators=60, min_samples_leaf=3, max_features=0.5, max_samples=0.3, n_jobs=-1,
                random_state=random_state, **({"bootstrap": True} if cls is ExtraTreesRegressor else {}))
+
+
+def _device_gbr() -> HistGradientBoostingRegressor:
+    """The per-device config model of `transfer`: small boosting (one device's rows are few)."""
+    return HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, max_leaf_nodes=31,
+                                         early_stopping=False, random_state=0)
+
+
+def _device_et() -> ExtraTreesRegressor:
+    """The per-device config model of `transfer_et`: extra trees, smoother near the optimum."""
+    return ExtraTreesRegressor(n_estimators=40, min_samples_leaf=2, max_features=0.7, n_jobs=1, random_state=0)
+
+
+# estimators of DeviceTransferRanker by name (rankers store the name, never the function)
+_ESTIMATORS: dict[str, Callable[[], object]] = {"gbr": _device_gbr, "et": _device_et}
 
 
 def shared_features(features: KernelFeatures) -> KernelFeatures:
@@ -277,8 +561,15 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
                                           clip=CLIP_LOG_REL, name="et_shared"),
     "prior": lambda f: PriorRanker(f, name="prior"),
     "prior_uniform": lambda f: PriorRanker(f, uniform=True, vendor_penalty=0.0, name="prior_uniform"),
-    "ensemble": lambda f: EnsembleRanker(f, [PriorRanker(f), MODEL_VARIANTS["gbr_shared"](f)], name="ensemble"),
+    "prior_shared": lambda f: EnsembleRanker(f, [PriorRanker(f), MODEL_VARIANTS["gbr_shared"](f)],
+                                             name="prior_shared"),
+    "transfer": lambda f: DeviceTransferRanker(f, "gbr", name="transfer"),
+    "transfer_et": lambda f: DeviceTransferRanker(f, "et", top_weight=0.0, name="transfer_et"),
+    "simd_aligned": lambda f: AlignmentRanker(f, name="simd_aligned"),
+    "ensemble": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, name="ensemble"),
 }
+ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner cross-validation
+ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave
 DEFAULT_MODEL = "ensemble"
 
 

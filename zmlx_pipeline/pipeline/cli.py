@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -51,6 +52,25 @@ def _open_store(db: Path | None, read_only: bool = False) -> Store:
 def _split(values: tuple[str, ...]) -> list[str]:
     """Accepts repeated options and comma-separated lists alike."""
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def _budget(budget: str | None) -> float | None:
+    """--budget as seconds (None: no budget); a usage error names the accepted forms."""
+    from zmlx_pipeline.pipeline.collect import parse_duration
+
+    try:
+        return parse_duration(budget) if budget else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--budget") from None
+
+
+def _kernels(kernel_names: tuple[str, ...]):
+    """The chosen kernel specs and, per kernel name, how a worker process finds it again (name or module:attr)."""
+    from zmlx_pipeline.kernels.registry import resolve
+
+    names = _split(kernel_names)
+    specs = resolve(names)
+    return specs, {s.name: (n if ":" in n else s.name) for s, n in zip(specs, names or [s.name for s in specs])}
 
 
 @click.group()
@@ -111,24 +131,21 @@ def kernels(kernel_names: tuple[str, ...], as_json: bool) -> None:
               help="Processes that compile in parallel and measure in turn (CUDA).")
 @click.option("--samples", default=10, show_default=True, type=click.IntRange(1, 1000), help="Timed samples per config.")
 @click.option("--warmup", default=3, show_default=True, type=click.IntRange(1, 100), help="Warm-up launches per config.")
+@click.option("--warmup-ms", default=0.0, show_default=True, type=click.FloatRange(0, 1000),
+              help="Also keep warming up until this many milliseconds have passed (clocks of an idle GPU).")
 @click.option("--max-shapes", default=None, type=click.IntRange(1), help="Only the first N shapes of each preset.")
 @click.option("--max-configs", default=None, type=click.IntRange(1),
               help="At most N legal configs per shape, evenly spread (a quick check).")
 @output_options
 @_user_errors
-def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup, max_shapes, max_configs, as_json) -> None:
+def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup, warmup_ms, max_shapes, max_configs,
+            as_json) -> None:
     """Check and time every legal config of the chosen kernels on this machine's GPU; resumable."""
     from zmlx_pipeline.data.detect import detect_device
-    from zmlx_pipeline.kernels.registry import resolve
     from zmlx_pipeline.pipeline import collect as stage
 
-    try:
-        budget_s = stage.parse_duration(budget) if budget else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--budget") from None
-    names = _split(kernel_names)
-    specs = resolve(names)
-    refs = {s.name: (n if ":" in n else s.name) for s, n in zip(specs, names or [s.name for s in specs])}
+    budget_s = _budget(budget)
+    specs, refs = _kernels(kernel_names)
     dtypes = _split(dtype_names) or list(DTYPES)
     device = detect_device()
     if device.backend not in ("cuda", "metal"):
@@ -148,7 +165,7 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     def on_result(task, outcome) -> None:
         bar_holder["bar"].update(1)
 
-    settings = stage.TimingSettings(warmup=warmup, samples=samples)
+    settings = stage.TimingSettings(warmup=warmup, samples=samples, warmup_s=warmup_ms / 1000)
     try:
         result = stage.collect(store, device, specs, dtypes=dtypes, preset=preset, budget_s=budget_s,
                                settings=settings, jobs=jobs, kernel_refs=refs, shapes_limit=max_shapes, configs_limit=max_configs,
@@ -182,16 +199,10 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
 def repeat(db, kernel_names, fraction, budget, jobs, as_json) -> None:
     """Time a sample of measured configs again in a new process, to show how large noise is."""
     from zmlx_pipeline.data.detect import detect_device
-    from zmlx_pipeline.kernels.registry import resolve
     from zmlx_pipeline.pipeline import collect as stage
 
-    try:
-        budget_s = stage.parse_duration(budget) if budget else None
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--budget") from None
-    names = _split(kernel_names)
-    specs = resolve(names)
-    refs = {s.name: (n if ":" in n else s.name) for s, n in zip(specs, names or [s.name for s in specs])}
+    budget_s = _budget(budget)
+    specs, refs = _kernels(kernel_names)
     device = detect_device()
     if device.backend not in ("cuda", "metal"):
         raise click.ClickException(f"no Metal or CUDA backend on this machine (MLX runs on the {device.backend}): "
@@ -270,21 +281,66 @@ def summary(db, device, kernel, as_json) -> None:
 @_db_option
 @click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=Path("data"), show_default=True, help="Directory of committed Parquet shards.")
+@click.option("--bundle-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bundles"),
+              show_default=True, help="Where the profile bundle is published.")
+@click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (default: all measured).")
+@click.option("--collect", "collect_budget", default=None, metavar="BUDGET",
+              help="On a GPU machine, first collect this machine (full grid) for up to BUDGET (e.g. 30m).")
 @output_options
 @_user_errors
-def run_main(db, data_dir, as_json) -> None:
-    """The main job: ingest the committed shards into the store and print the summary."""
-    from zmlx_pipeline.data.shards import ingest_shards
+def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, as_json) -> None:
+    """The main job: ingest data/, train, evaluate on held-out shapes and devices, publish, look up."""
+    from zmlx_pipeline.pipeline.main_job import main_job
 
     store = _open_store(db)
-    result = ingest_shards(store, [data_dir])
-    rows = store.summary()
+    collect = None
+    if collect_budget:
+        collect = _collect_first(store, collect_budget)
+    say = (lambda msg: None) if as_json else (lambda msg: click.echo(f"... {msg}", err=True))
+    from zmlx_pipeline.models.estimators import ModelError
+    from zmlx_pipeline.models.evaluate import EvaluationError
+    from zmlx_pipeline.models.features import FeatureError
+    from zmlx_pipeline.publish import ModelSourceError, PublishError
+
+    try:
+        result = main_job(store, data_dir, bundle_dir, kernels=_split(kernel_names) or None, collect=collect,
+                          progress=say)
+    except (EvaluationError, FeatureError, ModelError, ModelSourceError, PublishError) as exc:
+        raise click.ClickException(f"{str(exc).splitlines()[0]} (data from {data_dir})") from None
     if as_json:
-        emit({"ingest": result, "summary": rows}, True)
+        emit(result, True)
         return
-    click.echo(f"ingested {result['files']} shard(s) from {data_dir}: {result['added']} new rows, "
-               f"{result['skipped']} already present")
-    emit(rows, False, ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok"])
+    ing = result["ingest"]
+    click.echo(f"ingested {ing['files']} shard(s) from {data_dir}: {ing['added']} new rows, {ing['skipped']} already present")
+    click.echo("\nscores: regret@k = time of the best of the model's top k / measured best (geometric mean over held-out cases)")
+    emit([{**r, **{k: f"{r[k]:.3f}" for k in ("model@1", "model@3", "model@5", "best_baseline@1", "hit_2pct") if r.get(k) is not None}}
+          for r in result["scores"]],
+         False, ["split", "kernel", "cases", "model@1", "model@3", "model@5", "hit_2pct", "best_baseline@1", "baseline"])
+    click.echo(f"\npublished {result['bundle']['bundle_id']} to {result['bundle']['path']}\n\nlookups:")
+    emit([{**r, "shape": ",".join(f"{k}={v}" for k, v in r["shape"].items()),
+           "config": ",".join(f"{k}={v}" for k, v in r["config"].items()),
+           "expected_regret": None if r["expected_regret"] is None else f"{r['expected_regret']:.3f}"}
+          for r in result["lookups"]], False, ["kernel", "device", "dtype", "shape", "config", "evidence", "expected_regret"])
+    click.echo("\ntimings: " + ", ".join(f"{k} {v} s" for k, v in result["timings_s"].items()))
+
+
+def _collect_first(store, budget: str):
+    """The collect step of `run --collect`: this machine, every kernel and dtype, full grid, within the budget."""
+    from zmlx_pipeline.data.detect import detect_device
+    from zmlx_pipeline.kernels.registry import builtin_kernels
+    from zmlx_pipeline.pipeline import collect as stage
+
+    try:
+        budget_s = stage.parse_duration(budget)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--collect") from None
+    device = detect_device()
+    if device.backend not in ("cuda", "metal"):
+        raise click.ClickException(f"--collect needs a Metal or CUDA GPU (MLX runs on the {device.backend} here); "
+                                   "run without --collect to learn from the committed data only")
+    specs = builtin_kernels()
+    return lambda: stage.collect(store, device, specs, preset="full", budget_s=budget_s, jobs=os.cpu_count() or 1,
+                                 kernel_refs={s.name: s.name for s in specs}).as_dict()
 
 
 @cli.command("import")

@@ -77,6 +77,7 @@ class TimingSettings:
     timeout_s: float = 2.0
     rotate_bytes: int = 0  # enough input sets to exceed this many bytes (a device's L2, doubled)
     seed: int = 0
+    warmup_s: float = 0.0  # keep warming up until this long has passed (clocks of an idle GPU)
 
 
 class GpuMeasurer:
@@ -113,6 +114,7 @@ class GpuMeasurer:
         return measure(
             launcher, task.config, task.shape, task.dtype, prepared=self._inputs(task),
             warmup=s.warmup, samples=s.samples, target_sample_s=s.target_sample_s, timeout_s=s.timeout_s,
+            warmup_s=s.warmup_s,
         )
 
 

@@ -168,9 +168,11 @@ def pruned_candidates(spec, shape: Mapping[str, int], dtype: str, legal: list[di
     ranked = [legal_keys[t] for t in (tuple(sorted(c.items())) for c in pred.top(10_000)) if t in legal_keys]
     note = ""
     if pred.evidence == "default" or not ranked:
+        # the lookup's own default ranking comes first (so the tuner agrees with predicted_config),
+        # then the other legal configs nearest the default threadgroup, to fill k
         tg_param = spec.threadgroup_param
         target = pred.threadgroup or 256
-        ranked = sorted(legal, key=lambda c: (abs((c.get(tg_param) or target).bit_length() - target.bit_length()),))
+        ranked += sorted(legal, key=lambda c: (abs((c.get(tg_param) or target).bit_length() - target.bit_length()),))
         note = f"no model ranking ({pred.note}); timing the configs nearest the default threadgroup"
     elif pred.kernel_version and pred.kernel_version != spec.version:
         note = f"bundle ranks {spec.name} version {pred.kernel_version}, this kernel is {spec.version}"

@@ -1,0 +1,99 @@
+"""The main job, end to end on the committed data: ingest, train, evaluate, publish, look up.
+
+On a machine with a GPU backend, `collect` (a callable) runs first, so the same command also
+measures this machine before learning from everything.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+#: a few lookups printed at the end: what a kernel wrapper would launch
+DEFAULT_LOOKUPS: tuple[tuple[str, dict[str, int], str, str | None], ...] = (
+    ("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", "nvidia-h100-sxm"),
+    ("softmax", {"rows": 2048, "cols": 32768}, "bfloat16", "nvidia-h200"),
+    ("matmul", {"M": 16, "N": 4096, "K": 4096}, "float16", "nvidia-h200@66sm"),
+    ("swiglu", {"rows": 512, "cols": 11008}, "float16", "nvidia-a100-sxm4-80gb"),
+    ("rmsnorm", {"rows": 1, "cols": 4096}, "float16", "apple-m4-max-40"),
+)
+
+
+def score_table(result: dict, split: str) -> list[dict]:
+    """Per kernel (pooled over devices): the model's regret@1/3/5 and the best baseline at k=1."""
+    rows: dict[str, dict] = {}
+    best: dict[str, tuple[float, str]] = {}
+    for r in result["results"]:
+        if r["device"] is not None or r["regret_geomean"] is None:
+            continue
+        row = rows.setdefault(r["kernel"], {"split": split, "kernel": r["kernel"]})
+        if r["method"] == "model":
+            row[f"model@{r['k']}"] = r["regret_geomean"]
+            if r["k"] == 1:
+                row["cases"] = r["cases"]
+                row["hit_2pct"] = r["hit_2pct"]
+        elif r["k"] == 1 and (r["kernel"] not in best or r["regret_geomean"] < best[r["kernel"]][0]):
+            best[r["kernel"]] = (r["regret_geomean"], r["method"])
+    for kernel, row in rows.items():
+        if kernel in best:
+            row["best_baseline@1"], row["baseline"] = best[kernel]
+    return list(rows.values())
+
+
+def main_job(
+    store,
+    data_dir: str | os.PathLike,
+    bundle_dir: str | os.PathLike,
+    *,
+    kernels: Sequence[str] | None = None,
+    splits: Sequence[str] = ("shapes", "devices"),
+    collect: Callable[[], Any] | None = None,
+    lookups: Sequence[tuple] = DEFAULT_LOOKUPS,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the loop and return what each step did; every figure comes from the store's real rows."""
+    from zmlx_pipeline.data.shards import ingest_shards
+    from zmlx_pipeline.models.evaluate import evaluate
+    from zmlx_pipeline.models.train import train_models
+    from zmlx_pipeline.publish import publish
+
+    say = progress or (lambda _msg: None)
+    out: dict[str, Any] = {"timings_s": {}}
+
+    def step(name: str, fn: Callable[[], Any]) -> Any:
+        say(name)
+        t = time.perf_counter()
+        value = fn()
+        out["timings_s"][name] = round(time.perf_counter() - t, 1)
+        return value
+
+    if collect is not None:
+        out["collect"] = step("collect", collect)
+    out["ingest"] = step("ingest", lambda: ingest_shards(store, [data_dir]))
+    trained = step("train", lambda: train_models(store, kernels))
+    out["train"] = [{"kernel": r["kernel_filter"], "model_id": r["model_id"], "rows": r["params"]["rows"],
+                     "prune_k": r["scores"].get("prune_k")} for r in trained]
+    out["scores"] = []
+    for split in splits:
+        result = step(f"evaluate {split}",
+                      lambda split=split: evaluate(store, split, kernels=kernels, ks=(1, 3, 5), label_model=True))
+        out["scores"].extend(score_table(result, split))
+    bundle = step("publish", lambda: publish(store, bundle_dir, kernels=kernels, evaluate=False))
+    out["bundle"] = {k: bundle[k] for k in ("bundle_id", "path") if k in bundle}
+    out["lookups"] = step("lookup", lambda: _lookups(Path(bundle["path"]), lookups))
+    return out
+
+
+def _lookups(bundle_path: Path, lookups: Sequence[tuple]) -> list[dict]:
+    """Answers of the runtime, loading the bundle just published as a kernel wrapper would."""
+    from zmlx_pipeline.runtime import load_bundle, predicted_config
+
+    load_bundle(bundle_path, strict=True)
+    rows = []
+    for kernel, shape, dtype, device in lookups:
+        p = predicted_config(kernel, shape, dtype, device=device)
+        rows.append({"kernel": kernel, "device": device, "dtype": dtype, "shape": shape, "config": p.config,
+                     "evidence": p.evidence, "expected_regret": p.expected_regret, "note": p.note})
+    return rows
