@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # On the GPU machine after staging: resume a collect into /tmp/zp.duckdb (seeded from data/), optionally
 # under an MPS SM limit, optionally repeat a sample, and export each device's shard to $OUT.
-#   [MPS=25] [REPEAT=0.03] [JOBS=16] bash tools/device_collect.sh BUDGET PRESET [collect args...]
+#   [FRESH=1] [MPS=25] [REPEAT=0.03] [JOBS=16] bash tools/device_collect.sh BUDGET PRESET [collect args...]
 set -uo pipefail
 source /tmp/devpack/env.sh
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 DB=/tmp/zp.duckdb
 budget=$1; preset=$2; shift 2
-[ -f $DB ] || python3 -m zmlx_pipeline ingest --db $DB data/
+# FRESH=1 starts an empty store (a re-collection); otherwise resume on top of data/
+[ -f $DB ] || [ -n "${FRESH:-}" ] || python3 -m zmlx_pipeline ingest --db $DB data/
 if [ -n "${MPS:-}" ]; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY

@@ -26,14 +26,54 @@ def recorder():
     return calls, launch
 
 
+class FakeGpu:
+    """Launches that each take `per` seconds (or `slow` for the first `slow_launches` of them), and a
+    fixed cost per evaluated chain, on a fake clock."""
+
+    def __init__(self, per: float, fixed: float, slow: float = 0.0, slow_launches: int = 0):
+        self.per, self.fixed, self.slow, self.slow_launches = per, fixed, slow, slow_launches
+        self.calls: list[int] = []
+        self._cost = 0.0    # summed cost of every launch built
+        self._seen = 0      # launches built by the previous clock read
+        self._done = 0.0    # their summed cost
+        self._chains = 0    # chains built by the previous clock read
+
+    def launch(self, i):
+        self._cost += self.slow if len(self.calls) < self.slow_launches else self.per
+        self.calls.append(i)
+        return mx.array([i])
+
+    def clock(self) -> float:
+        # A chain's launches are built before its first read and "run" before its second.
+        value = self._done + self._chains * self.fixed
+        if len(self.calls) != self._seen:
+            self._seen, self._done, self._chains = len(self.calls), self._cost, self._chains + 1
+        return value
+
+
+def test_the_fixed_cost_of_evaluating_a_chain_is_cancelled():
+    gpu = FakeGpu(per=10e-6, fixed=200e-6)
+    t = time_launches(gpu.launch, warmup=1, samples=3, target_sample_s=1e-3, clock=gpu.clock)
+    # a plain chain-over-length would say (100 * 10 + 200) / 100 = 12 us
+    assert t.median_us == pytest.approx(10.0) and t.p90_us == pytest.approx(10.0)
+    assert t.chain == 100 and t.samples == 3
+
+
 def test_chain_is_a_whole_number_of_input_set_rotations():
-    calls, launch = recorder()
-    # every chain "takes" one clock step (1e-4 s); probe of 8 gives 12.5 us per launch -> 80 per 1 ms
-    t = time_launches(launch, warmup=1, samples=3, target_sample_s=1e-3, period=3, clock=fake_clock(1e-4))
-    assert t.chain % 3 == 0 and t.chain >= 80
-    sampled = calls[-3 * t.chain:]
-    # each sample starts on the first input set
-    assert [sampled[k * t.chain] % 3 for k in range(3)] == [0, 0, 0]
+    gpu = FakeGpu(per=10e-6, fixed=200e-6)
+    t = time_launches(gpu.launch, warmup=1, samples=2, target_sample_s=1e-3, period=3, clock=gpu.clock)
+    n = t.chain
+    assert n == 102  # 100 launches rounded up to whole rotations of 3 input sets
+    # every timed chain starts on the first input set: the last sample is a chain of n, then 2n
+    assert gpu.calls[-3 * n:] == list(range(n)) + list(range(2 * n))
+
+
+def test_the_chain_is_capped():
+    gpu = FakeGpu(per=1e-9, fixed=200e-6)
+    t = time_launches(gpu.launch, warmup=1, samples=1, max_chain=64, period=3, clock=gpu.clock)
+    # the launches are too cheap for the fixed cost to cancel at 63 of them: what is left is the
+    # upper bound, the double chain's time per launch
+    assert t.chain == 63 and t.median_us == pytest.approx((126 * 1e-9 + 200e-6) / 126 * 1e6)
 
 
 def test_warmup_runs_until_the_time_has_passed():
@@ -57,3 +97,19 @@ def test_summary_is_per_launch_microseconds():
     t = summarize([1e-3, 2e-3, 3e-3], chain=4)
     assert (t.median_us, t.samples, t.chain) == (2000.0, 3, 4)
     assert t.p10_us == pytest.approx(1200.0) and t.p90_us == pytest.approx(2800.0)
+
+
+def test_a_launch_longer_than_the_target_is_timed_one_rotation_at_a_time():
+    gpu = FakeGpu(per=3e-3, fixed=200e-6)
+    t = time_launches(gpu.launch, warmup=2, samples=2, target_sample_s=1e-3, period=2, clock=gpu.clock)
+    assert t.chain == 2 and t.median_us == pytest.approx(3000.0)
+    # warm-up, then pairs of (2, 4) launches: calibration, the warm pair and two samples
+    assert len(gpu.calls) == 2 + 4 * 3 * 2
+
+
+def test_a_misled_calibration_is_measured_again_at_the_right_length():
+    # the warm-up and calibration launches run 20x slow (say the clocks were still low): the
+    # calibration asks for a chain of 5, whose samples then show a 10 us launch wanting 100
+    gpu = FakeGpu(per=10e-6, fixed=200e-6, slow=200e-6, slow_launches=13)
+    t = time_launches(gpu.launch, warmup=1, samples=3, target_sample_s=1e-3, clock=gpu.clock)
+    assert t.chain in (100, 101) and t.median_us == pytest.approx(10.0)

@@ -19,6 +19,7 @@ from zmlx_pipeline.models.evaluate import (
     baseline_scores,
     case_regrets,
     evaluate,
+    evaluate_kernel,
     folds,
     prune_k,
     seed_threadgroups,
@@ -184,6 +185,16 @@ def test_evaluate_returns_flat_rows(store, make_measurement):
     pooled = {r["method"]: r for r in lodo["results"] if r["device"] is None}
     assert pooled["model"]["cases"] == 12 and pooled["nearest_shape"]["cases"] == 0
     assert "prior" not in pooled  # the one model is called "model" when asked to
+
+
+def test_folds_stop_once_enough_cases_are_scored(store, make_measurement):
+    fill(store, make_measurement)
+    f = store_features(store)["k"]
+    every = evaluate_kernel(f, "shapes", ks=(1,), models=("prior",), baselines=False)
+    assert sorted(every["fold"].unique().to_list()) == ["shapes-0", "shapes-1", "shapes-2", "shapes-3"]
+    first = evaluate_kernel(f, "shapes", ks=(1,), models=("prior",), baselines=False, enough_cases=1)
+    assert first["fold"].unique().to_list() == ["shapes-0"] and first.height == 3  # one shape on three devices
+    assert first.equals(every.filter(pl.col("fold") == "shapes-0"))
 
 
 def test_every_variant_fits_and_scores(store, make_measurement):

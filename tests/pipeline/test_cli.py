@@ -116,10 +116,10 @@ REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 def test_run_is_the_whole_loop_on_real_shards(tmp_path):
-    """Two committed shards (the H200 at 66 and 32 SMs), rmsnorm only: ingest, train, both splits, publish, look up."""
+    """Two committed shards (the H100 at 66 and 32 SMs), rmsnorm only: ingest, train, both splits, publish, look up."""
     data = tmp_path / "data"
     data.mkdir()
-    for name in ("nvidia-h200-66sm.parquet", "nvidia-h200-32sm.parquet"):
+    for name in ("nvidia-h100-sxm-66sm.parquet", "nvidia-h100-sxm-32sm.parquet"):
         if not (REPO_DATA / name).exists():
             pytest.skip(f"data/{name} not present")
         shutil.copy(REPO_DATA / name, data / name)

@@ -13,7 +13,7 @@ from zmlx_pipeline.data.store import Store, default_db_path
 from zmlx_pipeline.pipeline.cli import cli
 
 # a small real shard: the H200 at 32 SMs, thin grid (8 rmsnorm shapes), up to 12 configs a shape
-SMOKE = Path(__file__).resolve().parents[2] / "data" / "nvidia-h200-32sm.parquet"
+SMOKE = Path(__file__).resolve().parents[2] / "data" / "nvidia-h100-sxm-32sm.parquet"
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def one_thread():
 
 @pytest.fixture
 def smoke_db(tmp_path) -> Path:
-    """A real H200 shard ingested into the default store."""
+    """A real shard (the H100 at 32 SMs) ingested into the default store."""
     if not SMOKE.exists():
         pytest.skip(f"{SMOKE} not present")
     with Store(default_db_path()) as store:

@@ -124,11 +124,12 @@ def test_two_machines_to_a_runtime_over_http(tmp_path, server, subprocess_env):
             (model,) = train_models(central, kernels=["rmsnorm"], models_dir=tmp_path / "models", heldout=False)
         result = publish(central, www / "bundles", kernels=["rmsnorm"], devices=["apple-m3-max-40c"], evaluate=False)
         assert result["model_id"] == model["model_id"]
-        assert {"nvidia-h100-sxm", "nvidia-h200"} <= set(result["measured_devices"])
+        assert set(machines) <= set(result["measured_devices"])
         bests = _measured_bests(central)
     winners = {(b["device"], b["dtype"], json.dumps(b["shape"], sort_keys=True)): b["config"] for b in bests}
-    assert any(winners[("nvidia-h100-sxm", d, s)] != winners[("nvidia-h200", d, s)]
-               for (dev, d, s) in winners if dev == "nvidia-h200" and ("nvidia-h100-sxm", d, s) in winners)
+    a, b = sorted(machines)[:2]
+    # the machines disagree somewhere, so a lookup that answered every device alike would fail below
+    assert any(winners[(a, d, s)] != winners[(b, d, s)] for (dev, d, s) in winners if dev == b and (a, d, s) in winners)
     cases = [{k: b[k] for k in ("device", "dtype", "shape")} for b in bests]
     cases.append({"device": "apple-m3-max-40c", "dtype": "float16", "shape": {"rows": 4096, "cols": 4096}})
     env = {**subprocess_env, "XDG_CACHE_HOME": str(tmp_path / "client-cache")}

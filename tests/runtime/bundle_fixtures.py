@@ -2,8 +2,8 @@
 
 - `toy`: a kernel with no registered spec (`toy_scale`, TG x VEC), measured on an H100 and an H200
   with times from a fixed formula, so the best config is known; published for every catalog chip.
-- `real`: the committed H200 shard's rmsnorm (a registered spec: legal configs per shape),
-  published for the H200 and an H100.
+- `real`: the committed shard of the H100 at 32 SMs, rmsnorm (a registered spec: legal configs
+  per shape), published for the full H100 and the H200 (both predicted from specs).
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ from zmlx_pipeline.data.records import Measurement
 from zmlx_pipeline.data.store import Store
 
 REPO = Path(__file__).resolve().parents[2]
-#: the committed shard of the full H200 (device `nvidia-h200`; the `-32sm`/`-66sm` shards are SM-limited
-#: devices `nvidia-h200@32sm`/`@66sm`, so a bundle built from them has no `nvidia-h200` tables at all)
-SMOKE_SHARD = REPO / "data" / "nvidia-h200.parquet"
+#: the smallest committed shard: the H100 under MPS at 32 SMs (device `nvidia-h100-sxm@32sm`, thin grid)
+SMOKE_SHARD = REPO / "data" / "nvidia-h100-sxm-32sm.parquet"
 TOY_DEVICES = ("nvidia-h100-sxm", "nvidia-h200")
 TOY_SHAPES = [{"rows": r, "cols": c} for r in (1, 64, 4096) for c in (1024, 4096)]
 TOY_CONFIGS = [{"TG": tg, "VEC": v} for tg in (64, 128, 256, 512) for v in (1, 2, 4)]
@@ -72,14 +71,14 @@ def build_toy(root: Path) -> tuple[Path, Path]:
 
 
 def build_real(root: Path) -> tuple[Path, Path]:
-    """(store path, publish dir) of rmsnorm from the committed H200 shard."""
+    """(store path, publish dir) of rmsnorm from the committed 32-SM H100 shard."""
     from zmlx_pipeline.data.shards import ingest_shards
     from zmlx_pipeline.publish import publish
 
     db = root / "real.duckdb"
     with Store(db) as store:
         ingest_shards(store, [SMOKE_SHARD])
-        publish(store, root / "real-bundles", kernels=["rmsnorm"], devices=["nvidia-h100-sxm"])
+        publish(store, root / "real-bundles", kernels=["rmsnorm"], devices=["nvidia-h100-sxm", "nvidia-h200"])
     return db, root / "real-bundles"
 
 

@@ -109,7 +109,7 @@ def test_the_latest_pointer_names_the_newest_version(toy_bundle, tmp_path):
 def test_the_default_bundle_verifies():
     bundle = default_bundle()
     assert set(bundle.manifest["files"]) >= {"kernels.json", "profiles.json", "tables.json", "autotune_v3.json"}
-    assert "nvidia-h200" in bundle.manifest["measured_devices"]
+    assert "nvidia-h100-sxm" in bundle.manifest["measured_devices"]
 
 
 def test_an_unreachable_server_falls_back_to_the_cached_copy(toy_bundle, tmp_path, isolated_home):

@@ -75,23 +75,25 @@ class Launcher:
         )
 
     def __call__(self, inputs, config: Mapping[str, int], shape: Mapping[str, int], dtype: str, init_value=None):
+        return self.bind(config, shape, dtype, init_value)(inputs)
+
+    def bind(self, config: Mapping[str, int], shape: Mapping[str, int], dtype: str, init_value=None):
+        """A function of the inputs that launches this config: the launch geometry is worked out once,
+        so a timed chain of many launches spends its Python time in MLX, not here."""
         launch = self.spec.launch(config, shape)
         n_out = len(self.spec.outputs)
         names = launch.output_dtypes or (None,) * n_out
-        out_dtypes = [mx_dtype(d or dtype) for d in names]
-        template = [("T", mx_dtype(dtype))] + [(k, int(v)) for k, v in config.items()]
-        kwargs: dict[str, Any] = {}
+        kwargs: dict[str, Any] = {
+            "template": [("T", mx_dtype(dtype))] + [(k, int(v)) for k, v in config.items()],
+            "grid": tuple(launch.grid),
+            "threadgroup": tuple(launch.threadgroup),
+            "output_shapes": [tuple(s) for s in launch.output_shapes],
+            "output_dtypes": [mx_dtype(d or dtype) for d in names],
+        }
         if init_value is not None:
             kwargs["init_value"] = init_value
-        return self.kernel(
-            inputs=list(inputs),
-            template=template,
-            grid=tuple(launch.grid),
-            threadgroup=tuple(launch.threadgroup),
-            output_shapes=[tuple(s) for s in launch.output_shapes],
-            output_dtypes=out_dtypes,
-            **kwargs,
-        )
+        kernel = self.kernel
+        return lambda inputs: kernel(inputs=list(inputs), **kwargs)
 
 
 def compare(spec: KernelSpec, outs, refs, dtype: str) -> str | None:
@@ -202,6 +204,7 @@ def measure(
     inputs: list | None = None,
     prepared: Prepared | None = None,
     warmup_s: float = 0.0,
+    max_chain: int = 1024,
 ) -> Outcome:
     """Check a config against the reference, then time it; a failure becomes a status, never an exception.
 
@@ -218,10 +221,11 @@ def measure(
         return Outcome("wrong_result", error=wrong[:400])
     sets = inputs or (prepared.sets if prepared else None) or input_sets(launcher.spec, shape, dtype, seed, rotate_bytes)
     try:
+        bound = launcher.bind(config, shape, dtype)
         timing = time_launches(
-            lambda i: launcher(sets[i % len(sets)], config, shape, dtype),
+            lambda i: bound(sets[i % len(sets)]),
             warmup=warmup, samples=samples, target_sample_s=target_sample_s, timeout_s=timeout_s,
-            warmup_s=warmup_s, period=len(sets),
+            warmup_s=warmup_s, period=len(sets), max_chain=max_chain,
         )
     except TimeoutError as exc:
         return Outcome("timeout", error=str(exc))

@@ -1,7 +1,7 @@
-"""The timing harness: warm up, then samples that each chain enough launches to last about a millisecond.
+"""The timing harness: warm up, then samples that each difference two chains of launches.
 
-MLX is lazy, so a sample builds a chain of launches, then evaluates them with one `mx.eval` and
-waits with `mx.synchronize`; the per-launch time is the sample's time over the chain length.
+MLX is lazy, so a chain is built first, then evaluated with one `mx.eval` and waited for with
+`mx.synchronize`; a sample is the time of a chain of 2n launches minus that of n, over n.
 The runtime autotuner times candidates with this same function.
 """
 
@@ -52,13 +52,20 @@ def time_launches(
     warmup: int = 3,
     samples: int = 10,
     target_sample_s: float = 1e-3,
-    max_chain: int = 256,
+    max_chain: int = 1024,
     timeout_s: float | None = None,
     warmup_s: float = 0.0,
     period: int = 1,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Timing:
     """Time `launch(i)` (which returns lazy arrays for the i-th launch of a chain).
+
+    Each sample is a difference: a chain of 2n launches minus a chain of n, over n. Evaluating a
+    chain has a fixed cost (MLX builds and instantiates its CUDA graph, then synchronizes; about
+    0.1-0.2 ms on an H100) that a plain chain-over-length charges to the kernel: up to 2x for short
+    chains, and it varies from process to process. The difference cancels it (benchmarks/
+    noise_probe.py). n is chosen so the n-launch chain lasts about `target_sample_s`; a launch
+    cheaper than MLX's dispatch (about 5 us per launch on an H100 host) times the dispatch.
 
     Warm-up runs at least `warmup` launches and, with `warmup_s`, until that long has passed, so an
     idle GPU's clocks are up before the first sample. With `period` input sets rotated by i, every
@@ -83,11 +90,52 @@ def time_launches(
             raise TimeoutError(f"one launch took {single:.3f} s, over the {timeout_s:g} s limit")
         if done >= max(1, warmup) and (clock() - began >= warmup_s or done >= 10_000):
             break
-    # Calibrate on a short chain: a single launch's time is dominated by dispatch overhead.
     period = max(1, int(period))
-    probe = min(max_chain, max(8, period))
-    per_launch = max(run_chain(probe) / probe, 1e-7)
-    chain = int(min(max_chain, max(1, math.ceil(target_sample_s / per_launch))))
-    chain = max(period, -(-chain // period) * period) if chain > 1 or period > 1 else chain
-    per_launch_s = [run_chain(chain, s * chain) / chain for s in range(samples)]
+    cap = max(period, max_chain // period * period)
+    whole = lambda n: min(cap, max(period, -(-int(n) // period) * period))  # noqa: E731 - whole rotations
+
+    def pair(n: int) -> tuple[float, float]:
+        """One sample at chain length n: (difference per launch, 2n-chain time per launch).
+
+        The second is an upper bound (it still holds half the fixed cost); a difference under half
+        of it means the fixed cost jittered by more than the launches took, so it is no sample.
+        """
+        short = run_chain(n)
+        double = run_chain(2 * n)
+        return (double - short) / n, double / (2 * n)
+
+    def per_launch_at(n: int) -> float:
+        diff, bound = pair(n)
+        return diff if diff >= 0.5 * bound else bound
+
+    # Calibrate from a difference too: a single launch is mostly the fixed cost (~50 us for any
+    # kernel), and a warm-up launch can be slow for reasons that do not last. Start with one
+    # rotation (cheap for long kernels); re-probe with a longer chain while it is short of the target.
+    n = period
+    per_launch = max(per_launch_at(n), 1e-7)
+    while n < cap and 4 * n * per_launch < target_sample_s:
+        n = whole(min(8 * n, target_sample_s / per_launch / 2))
+        per_launch = max(per_launch_at(n), 1e-7)
+    chain = whole(math.ceil(target_sample_s / per_launch))
+    pair(chain)  # the first chains of a new length build new CUDA graphs: not a sample
+
+    def sample_set(chain: int) -> list[float]:
+        values: list[float] = []
+        for _ in range(3 * samples):  # a rejected sample is retried, within reason
+            diff, bound = pair(chain)
+            if diff >= 0.5 * bound:
+                values.append(diff)
+            if len(values) == samples:
+                return values
+        return values + [bound] * (samples - len(values))  # fall back to the upper bound
+
+    per_launch_s = sample_set(chain)
+    # A chain much shorter than the target (the calibration was misled) is measured again at the
+    # length its own samples call for.
+    for _ in range(3):
+        better = whole(math.ceil(target_sample_s / max(statistics.median(per_launch_s), 1e-7)))
+        if better < 2 * chain:
+            break
+        pair(better)
+        chain, per_launch_s = better, sample_set(better)
     return summarize(per_launch_s, chain)

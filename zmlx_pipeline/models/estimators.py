@@ -44,6 +44,7 @@ import numpy as np
 import polars as pl
 from sklearn.compose import ColumnTransformer
 from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor, RandomForestRegressor
+from sklearn.neighbors import KDTree
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder
 
@@ -53,7 +54,7 @@ CLIP_LOG_REL = math.log(4.0)  # configs 4x slower than the case's best are all j
 VENDOR_PENALTY = 2.0          # in units of the normalised spec distance
 PRIOR_TAU = 0.5               # similarity kernel width: weight = exp(-distance / tau)
 PRIOR_NEIGHBOURS = 8          # training cases that vote for each test case
-TRANSFER_DEVICE_ROWS = 20_000  # rows each per-device model of DeviceTransferRanker sees at most
+TRANSFER_DEVICE_ROWS = 8_000  # rows each per-device model of DeviceTransferRanker sees at most
 _SHAPE_WEIGHT = 1.0           # distance per unit of log2 shape dimension
 _DTYPE_PENALTY = 1.0
 
@@ -202,24 +203,44 @@ class PriorRanker(Ranker):
         self._train_cases = self._cases(train)
         return self
 
-    def score(self, test: pl.DataFrame) -> np.ndarray:
+    def _neighbours(self, tc: pl.DataFrame) -> pl.DataFrame:
+        """Each test case's `neighbours` nearest training cases: CASE, the neighbour's _t_ CASE, _dist.
+
+        Device and dtype terms are constant within a (kernel, device, dtype) group of training
+        cases, so the nearest cases overall are among each group's nearest shapes: one KD-tree
+        query per group, never a cross join (the cost grows with cases, not cases squared).
+        """
         dims = [f"shape_log2_{d}" for d in self.features.shape_dims]
-        tc = self._cases(test)
-        rc = self._train_cases.rename({c: "_train_" + c for c in (*CASE, *dims)})
-        pairs = tc.join(rc, how="cross").filter(pl.col("kernel") == pl.col("_train_kernel"))
-        pairs = pairs.join(self._device_distance, left_on=["device_id", "_train_device_id"],
-                           right_on=["device_id", "_train_device"], how="left")
-        shape_d = (pl.sum_horizontal([(pl.col(c) - pl.col("_train_" + c)) ** 2 for c in dims]).sqrt()
-                   if dims else pl.lit(0.0))
-        dist = (pl.col("_ddist").fill_null(0.0) + _SHAPE_WEIGHT * shape_d
-                + _DTYPE_PENALTY * (pl.col("dtype") != pl.col("_train_dtype")).cast(pl.Float64))
-        pairs = pairs.with_columns(dist.alias("_dist"))
-        pairs = pairs.with_columns(pl.col("_dist").rank("ordinal").over(CASE).alias("_nn")).filter(
-            pl.col("_nn") <= self.neighbours)
+        parts = []
+        for key, group in self._train_cases.partition_by(["kernel", "device_id", "dtype"], as_dict=True).items():
+            kernel = key[0]
+            query = tc.filter(pl.col("kernel") == kernel)
+            if query.is_empty():
+                continue
+            k = min(self.neighbours, group.height)
+            if dims:
+                dist, idx = KDTree(group.select(dims).to_numpy()).query(query.select(dims).to_numpy(), k=k)
+            else:
+                dist, idx = np.zeros((query.height, k)), np.tile(np.arange(k), (query.height, 1))
+            found = group.select([pl.col(c).alias("_t_" + c) for c in CASE])[idx.reshape(-1)]
+            parts.append(pl.concat([query.select(CASE)[np.repeat(np.arange(query.height), k)], found,
+                                    pl.DataFrame({"_sd": dist.reshape(-1)})], how="horizontal"))
+        if not parts:
+            return pl.DataFrame(schema={**{c: pl.String for c in CASE}, **{"_t_" + c: pl.String for c in CASE},
+                                        "_dist": pl.Float64})
+        pairs = pl.concat(parts).join(self._device_distance, left_on=["device_id", "_t_device_id"],
+                                      right_on=["device_id", "_train_device"], how="left")
+        dist = (pl.col("_ddist").fill_null(0.0) + _SHAPE_WEIGHT * pl.col("_sd")
+                + _DTYPE_PENALTY * (pl.col("dtype") != pl.col("_t_dtype")).cast(pl.Float64))
+        pairs = pairs.with_columns(dist.alias("_dist")).sort([*CASE, "_dist", "_t_device_id", "_t_dtype", "_t_shape_key"])
+        return pairs.group_by(CASE, maintain_order=True).head(self.neighbours).select(
+            *CASE, *["_t_" + c for c in CASE], "_dist")
+
+    def score(self, test: pl.DataFrame) -> np.ndarray:
+        pairs = self._neighbours(self._cases(test))
         weight = pl.lit(1.0) if self.uniform else (-(pl.col("_dist") - pl.col("_dist").min().over(CASE))
                                                    / self.tau).exp()
-        pairs = pairs.with_columns(weight.alias("_w")).select(
-            *CASE, *[pl.col("_train_" + c).alias("_t_" + c) for c in CASE], "_w")
+        pairs = pairs.with_columns(weight.alias("_w")).select(*CASE, *["_t_" + c for c in CASE], "_w")
         votes = pairs.join(self._train.rename({c: "_t_" + c for c in CASE}), on=[f"_t_{c}" for c in CASE])
         prior = votes.group_by([*CASE, "config_key"]).agg(
             ((pl.col("_w") * pl.col("log_rel")).sum() / pl.col("_w").sum()).alias("_prior"))
@@ -378,10 +399,19 @@ def _regret_logs(frame: pl.DataFrame, scores: np.ndarray, ks: Sequence[int]) -> 
 
 def weight_grid(n: int, step: float) -> list[tuple[float, ...]]:
     """Every weight vector on the simplex with the given step, equal weights first (they win ties)."""
-    m = int(round(1.0 / step))
+    m = round(1.0 / step)
     grid = [tuple(c / m for c in combo) for combo in itertools.product(range(m + 1), repeat=n) if sum(combo) == m]
     equal = tuple([1.0 / n] * n)
     return [equal] + [w for w in grid if not np.allclose(w, equal)]
+
+
+def sample_cases(frame: pl.DataFrame, cases: int, seed: int = 0) -> pl.DataFrame:
+    """The rows of at most `cases` cases of the frame (a fixed random choice; all when fewer)."""
+    keys = frame.select(CASE).unique().sort(CASE)
+    if keys.height <= cases:
+        return frame
+    keep = keys[np.sort(np.random.default_rng(seed).choice(keys.height, cases, replace=False))]
+    return frame.join(keep, on=list(CASE), how="semi", maintain_order="left")
 
 
 def interleave(frame: pl.DataFrame, lists: Sequence[np.ndarray]) -> np.ndarray:
@@ -404,12 +434,13 @@ class CVEnsembleRanker(Ranker):
     the setting of its kind. The weights come from a simplex grid; hedging interleaves the
     weighted mean's ranking with each `hedges` ranker's own (see `interleave`), so the top k
     covers several hypotheses of what the new device or shape is like. Inner fits see at most
-    `inner_rows` rows each (every case's fastest configs kept), which bounds their cost.
+    `inner_rows` rows (every case's fastest configs kept) and inner folds score at most
+    `inner_cases` cases, which bounds their cost on big stores.
     """
 
     def __init__(self, features: KernelFeatures, members: Sequence[str], hedges: Sequence[str] = (),
-                 step: float = 0.25, inner_rows: int = 8_000, max_device_folds: int = 4, shape_folds: int = 3,
-                 ks: Sequence[int] = (1, 5), name: str = "ensemble") -> None:
+                 step: float = 0.25, inner_rows: int = 6_000, inner_cases: int = 120, max_device_folds: int = 3,
+                 shape_folds: int = 2, ks: Sequence[int] = (1, 5), name: str = "ensemble") -> None:
         super().__init__(features)
         if not members:
             raise ModelError("an ensemble needs members")
@@ -420,6 +451,7 @@ class CVEnsembleRanker(Ranker):
         self.hedge_names = list(hedges)
         self.step = step
         self.inner_rows = inner_rows
+        self.inner_cases = inner_cases
         self.max_device_folds = max_device_folds
         self.shape_folds = shape_folds
         self.ks = list(ks)
@@ -471,6 +503,7 @@ class CVEnsembleRanker(Ranker):
         per_fold = []
         for inner_train, inner_test in folds:
             sample = fit_sample(inner_train, max_rows=self.inner_rows)
+            inner_test = sample_cases(inner_test, self.inner_cases)
             scores = {m: relative_to_case(inner_test, make_ranker(self.features, m).fit(sample).score(inner_test))
                       for m in self._names()}
             per_fold.append((inner_test, scores))
@@ -517,7 +550,7 @@ def _forest(cls, random_state: int = 0):
 
 def _device_gbr() -> HistGradientBoostingRegressor:
     """The per-device config model of `transfer`: small boosting (one device's rows are few)."""
-    return HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1, max_leaf_nodes=31,
+    return HistGradientBoostingRegressor(max_iter=60, learning_rate=0.15, max_leaf_nodes=31,
                                          early_stopping=False, random_state=0)
 
 
@@ -568,7 +601,7 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "simd_aligned": lambda f: AlignmentRanker(f, name="simd_aligned"),
     "ensemble": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, name="ensemble"),
 }
-ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner cross-validation
+ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV
 ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave
 DEFAULT_MODEL = "ensemble"
 

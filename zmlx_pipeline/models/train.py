@@ -12,7 +12,8 @@ model file (models/persist.py) and adds a row to the store's `models` registry:
 - scores (held-out, see evaluate.py): `prune_k` (the smallest k whose top k is within 2% of
   the best in >= 95% of held-out cases: the configs the runtime autotuner times; None when no
   held-out case exists, then time every legal config), `prune_split` ("shapes", else
-  "devices" when every kernel shape was measured once), `prune_cases`, `prune_hit` (the
+  "devices" when every kernel shape was measured once; folds are scored until
+  PRUNE_ENOUGH_CASES cases are), `prune_cases`, `prune_hit` (the
   share reached at prune_k), `configs_max`, `regret1_geomean`/`regret3_geomean`/
   `regret5_geomean`/`regret1_p95`/`hit_2pct` of the model on that split, `fit_s` (the final
   fit) and `train_s` (fit plus held-out scoring).
@@ -47,6 +48,9 @@ from zmlx_pipeline.models.evaluate import (
 from zmlx_pipeline.models.features import CASE, KernelFeatures
 from zmlx_pipeline.models.persist import SUFFIX, load_model_file, save_model
 
+# Held-out folds are scored until this many cases are (all folds on small data): the 95% coverage
+# of a few hundred spread cases is already stable, and each fold refits the model.
+PRUNE_ENOUGH_CASES = 300
 FINGERPRINT_KEYS = ("device_id", "kernel", "kernel_version", "dtype", "shape_key", "config_key")
 PACKAGES = ("scikit-learn", "numpy", "polars", "skops", "duckdb", "zmlx-pipeline")
 
@@ -113,9 +117,11 @@ def package_versions() -> dict[str, str | None]:
 
 
 def heldout_scores(features: KernelFeatures, model: str = DEFAULT_MODEL) -> dict:
-    """The model's held-out scores and pruning k (held-out shapes, else left-out devices)."""
+    """The model's held-out scores and pruning k (held-out shapes, else left-out devices; folds
+    until PRUNE_ENOUGH_CASES cases are scored)."""
     for split in ("shapes", "devices"):
-        per_case = evaluate_kernel(features, split, ks=(1, 3, 5), models=(model,), baselines=False)
+        per_case = evaluate_kernel(features, split, ks=(1, 3, 5), models=(model,), baselines=False,
+                                   enough_cases=PRUNE_ENOUGH_CASES)
         if not per_case.is_empty():
             break
     else:

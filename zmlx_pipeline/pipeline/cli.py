@@ -129,7 +129,8 @@ def kernels(kernel_names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--budget", default=None, help="Stop starting new measurements after this long (90s, 10m, 1h).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Processes that compile in parallel and measure in turn (CUDA).")
-@click.option("--samples", default=10, show_default=True, type=click.IntRange(1, 1000), help="Timed samples per config.")
+@click.option("--samples", default=5, show_default=True, type=click.IntRange(1, 1000),
+              help="Timed samples per config (each the difference of a chain and its double).")
 @click.option("--warmup", default=3, show_default=True, type=click.IntRange(1, 100), help="Warm-up launches per config.")
 @click.option("--warmup-ms", default=0.0, show_default=True, type=click.FloatRange(0, 1000),
               help="Also keep warming up until this many milliseconds have passed (clocks of an idle GPU).")

@@ -72,12 +72,15 @@ class TimingSettings:
     """How carefully each config is timed."""
 
     warmup: int = 3
-    samples: int = 10
+    samples: int = 5  # difference samples: each times 3n launches (see kernels/timing.py)
     target_sample_s: float = 1e-3
     timeout_s: float = 2.0
     rotate_bytes: int = 0  # enough input sets to exceed this many bytes (a device's L2, doubled)
     seed: int = 0
     warmup_s: float = 0.0  # keep warming up until this long has passed (clocks of an idle GPU)
+    # Launches per chain at most: only kernels under ~8 us (below MLX's dispatch floor) reach it;
+    # their chains are shorter than target_sample_s, which keeps a collect's time on larger kernels.
+    max_chain: int = 128
 
 
 class GpuMeasurer:
@@ -114,7 +117,7 @@ class GpuMeasurer:
         return measure(
             launcher, task.config, task.shape, task.dtype, prepared=self._inputs(task),
             warmup=s.warmup, samples=s.samples, target_sample_s=s.target_sample_s, timeout_s=s.timeout_s,
-            warmup_s=s.warmup_s,
+            warmup_s=s.warmup_s, max_chain=s.max_chain,
         )
 
 
@@ -194,7 +197,7 @@ def collect(
         device.device_id, host=platform.node(), backend=device.backend, mlx_version=_mlx_version(),
         pipeline_version=__version__,
         settings={"kernels": [s.name for s in specs], "dtypes": list(dtypes), "preset": preset,
-                  "budget_s": budget_s, "warmup": settings.warmup, "samples": settings.samples,
+                  "budget_s": budget_s, "warmup": settings.warmup, "samples": settings.samples, "max_chain": settings.max_chain, "timing": "chain-difference",
                   "target_sample_s": settings.target_sample_s, "reported_name": getattr(device, "reported_name", None)},
     )
     result.run_id = run_id
