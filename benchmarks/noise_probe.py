@@ -10,10 +10,10 @@ import sys
 import time
 
 sys.path.insert(0, os.getcwd())
-import mlx.core as mx  # noqa: E402
+import mlx.core as mx
 
-from zmlx_pipeline.kernels.harness import Launcher, input_sets, mx_dtype  # noqa: E402
-from zmlx_pipeline.kernels.registry import get_kernel  # noqa: E402
+from zmlx_pipeline.kernels.harness import Launcher, input_sets
+from zmlx_pipeline.kernels.registry import get_kernel
 
 KEYS = [
     ("softmax", {"cols": 32768, "rows": 16}, "float16", {"ROWS": 2, "TG": 1024, "VEC": 8}),
@@ -71,7 +71,7 @@ def main():
         L = Launcher(spec, "cuda")
         sets = input_sets(spec, shape, dt, 11, ROTATE)
         p = len(sets)
-        launch = lambda i: L(sets[i % p], cfg, shape, dt)  # noqa: E731
+        launch = lambda i: L(sets[i % p], cfg, shape, dt)
         for _ in range(5):
             chain_time(launch, 1)
         one = chain_time(launch, p) / p

@@ -92,7 +92,10 @@ def time_launches(
             break
     period = max(1, int(period))
     cap = max(period, max_chain // period * period)
-    whole = lambda n: min(cap, max(period, -(-int(n) // period) * period))  # noqa: E731 - whole rotations
+
+    def whole(n: float) -> int:
+        """n rounded up to whole rotations of the input sets, within [period, cap]."""
+        return min(cap, max(period, -(-int(n) // period) * period))
 
     def pair(n: int) -> tuple[float, float]:
         """One sample at chain length n: (difference per launch, 2n-chain time per launch).

@@ -1,0 +1,62 @@
+"""Held-out regret by how long the case's best config runs: where is the score lost?
+
+    python benchmarks/regret_by_time.py --db STORE [--split shapes|devices] [--kernels a,b] [--json FILE]
+
+Runs the same held-out evaluation as `zmlx-pipeline evaluate` (the default model and every
+baseline), then groups the per-case regrets by the measured best time of the case: under 10 us
+(MLX's dispatch floor is about 5 us a launch, so most configs tie there and repeats differ by
+about 20%), 10-50 us, and 50 us or more (repeats agree within about 3%). Prints one table per kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+BUCKETS = ((10.0, "<10us"), (50.0, "10-50us"), (float("inf"), ">=50us"))
+
+
+def main() -> int:
+    import polars as pl
+    from threadpoolctl import threadpool_limits
+
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.models.evaluate import evaluate_kernel, kernel_features_of
+    from zmlx_pipeline.models.features import CASE
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--split", default="shapes", choices=("shapes", "devices"))
+    ap.add_argument("--kernels", default=None, help="comma-separated (default: every kernel in the store)")
+    ap.add_argument("--json", dest="json_out", default=None)
+    args = ap.parse_args()
+    with Store(args.db, read_only=True) as store:
+        feats = kernel_features_of(store, kernels=args.kernels.split(",") if args.kernels else None)
+    bucket = pl.lit(BUCKETS[-1][1])
+    for limit, name in reversed(BUCKETS[:-1]):
+        bucket = pl.when(pl.col("best_us") < limit).then(pl.lit(name)).otherwise(bucket)
+    rows = []
+    for kernel, f in feats.items():
+        with threadpool_limits(1):
+            per_case = evaluate_kernel(f, args.split, ks=(1, 3), baselines=True)
+        best = f.frame.group_by(CASE).agg(pl.col("median_us").min().alias("best_us"))
+        per_case = per_case.join(best, on=list(CASE)).with_columns(bucket.alias("bucket"))
+        table = (per_case.group_by(["bucket", "method"])
+                 .agg(pl.len().alias("cases"), pl.col("r1").log().mean().exp().alias("regret1"),
+                      pl.col("r3").log().mean().exp().alias("regret3"))
+                 .sort(["bucket", "regret1"]))
+        print(f"\n{kernel} ({args.split})")
+        for r in table.iter_rows(named=True):
+            print(f"  {r['bucket']:8s} {r['method']:18s} cases {r['cases']:4d}  regret@1 {r['regret1']:.3f}  @3 {r['regret3']:.3f}")
+            rows.append({"kernel": kernel, "split": args.split, **r})
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
