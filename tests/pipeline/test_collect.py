@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from zmlx_pipeline.data.keys import mapping_key
 from zmlx_pipeline.data.detect import detect_device
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.harness import GpuUnhealthy, Outcome
@@ -39,13 +40,15 @@ def test_second_run_measures_only_what_is_missing(store):
     spec = get_kernel("rmsnorm")
     calls = []
     ticks = iter(range(1000))
-    # a clock that advances a second per reading: the budget runs out after the first measurement
+    # a clock that advances a second per reading: the budget runs out after the first measurement,
+    # and the stop waits until the first case (one shape) has all its configs
     first = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", budget_s=1.5,
                     measurer=lambda t: calls.append(t) or _ok(t), clock=lambda: next(ticks))
-    assert first.done == 1 and first.stopped == "budget" and first.remaining == first.planned - 1
+    assert {mapping_key(t.shape) for t in calls} == {mapping_key(calls[0].shape)} and len(calls) > 1
+    assert first.done == len(calls) and first.stopped == "budget" and first.remaining == first.planned - len(calls)
     second = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok)
-    assert second.already == 1
-    assert second.done == first.planned - 1 and second.stopped == "finished"
+    assert second.already == len(calls)
+    assert second.done == first.planned - len(calls) and second.stopped == "finished"
     third = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok)
     assert third.planned == 0 and third.run_id is None
 

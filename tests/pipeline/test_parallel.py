@@ -10,7 +10,7 @@ import pytest
 from zmlx_pipeline.kernels.harness import GpuUnhealthy
 from zmlx_pipeline.kernels.registry import get_kernel
 from zmlx_pipeline.pipeline.collect import Task, TimingSettings
-from zmlx_pipeline.pipeline.parallel import measure_in_workers, partition
+from zmlx_pipeline.pipeline.parallel import case_key, measure_in_workers, partition
 
 FAKE = (str(Path(__file__).with_name("fake_worker.py")),)
 
@@ -58,6 +58,16 @@ def test_deadline_stops_early_and_leaves_the_rest():
     got = list(measure_in_workers(tasks, {"rmsnorm": "rmsnorm"}, "cuda", TimingSettings(), 2,
                                   deadline=5, clock=lambda: next(ticks), worker=FAKE))
     assert 0 < len(got) < len(tasks)
+
+
+def test_the_case_in_progress_is_finished_past_the_deadline():
+    tasks = _tasks()  # cases of 6 configs each
+    ticks = iter(range(1000))
+    # past the deadline after the second result: the first case still gets all six of its configs
+    got = list(measure_in_workers(tasks, {"rmsnorm": "rmsnorm"}, "cuda", TimingSettings(), 1,
+                                  deadline=3, clock=lambda: next(ticks), worker=FAKE))
+    assert len(got) == 6
+    assert {case_key(t) for t, _ in got} == {case_key(tasks[0])}
 
 
 def test_a_broken_gpu_in_a_worker_raises_after_the_results_before_it(monkeypatch):

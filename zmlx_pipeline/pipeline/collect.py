@@ -17,7 +17,7 @@ from zmlx_pipeline.data.records import DTYPES, Measurement
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, NoGpuBackend, Outcome, Prepared, measure, prepare
 from zmlx_pipeline.kernels.spec import KernelSpec, Limits, spread
-from zmlx_pipeline.pipeline.parallel import measure_in_workers
+from zmlx_pipeline.pipeline.parallel import case_key, measure_in_workers
 
 
 class CollectError(RuntimeError):
@@ -320,10 +320,14 @@ def noise_summary(store: Store, device: str | None = None) -> list[dict]:
 
 
 def _measure_serially(tasks, measurer, deadline, clock):
-    """(task, outcome) for each task in this process, until the deadline."""
+    """(task, outcome) for each task in this process, until the deadline; the case in progress
+    (kernel, dtype, shape) is finished first, so its configs are timed in one process."""
+    current = None
     for task in tasks:
-        if deadline is not None and clock() > deadline:
+        case = case_key(task)
+        if deadline is not None and case != current and clock() > deadline:
             return
+        current = case
         yield task, measurer(task)
 
 

@@ -27,6 +27,11 @@ def _compile_key(task) -> tuple:
     return (task.spec.name, task.dtype, tuple(sorted(task.config.items())))
 
 
+def case_key(task) -> tuple:
+    """The (kernel, dtype, shape) a task belongs to: its configs are compared with each other."""
+    return (task.spec.name, task.dtype, tuple(sorted(task.shape.items())))
+
+
 def partition(tasks: Sequence, jobs: int) -> list[list[int]]:
     """Indices of `tasks` per worker: (kernel, dtype) groups, split by config when larger than a fair
     share of the compiles, placed largest first on the worker with the fewest compiles so far.
@@ -61,7 +66,8 @@ def measure_in_workers(
     clock: Callable[[], float] = time.monotonic,
     worker: Sequence[str] = ("-m", "zmlx_pipeline.kernels.worker"),
 ) -> Iterator[tuple[object, Outcome]]:
-    """Yield (task, outcome) as workers measure; stops at `deadline` (clock time), leaving the rest.
+    """Yield (task, outcome) as workers measure; stops at `deadline` (clock time) once the case in
+    progress is finished, leaving the rest.
 
     Raises GpuUnhealthy when a worker reports a launch that broke the GPU.
     """
@@ -88,7 +94,8 @@ def measure_in_workers(
             for p in procs:  # every worker compiles at once; wait for all before any timing
                 line = _read_line(p)
                 ready.append(line is not None and "ready" in line)
-            for p, ok in zip(procs, ready):
+            position = [{i: at for at, i in enumerate(share)} for share in shares]
+            for w, (p, ok) in enumerate(zip(procs, ready)):
                 if not ok:
                     continue
                 if deadline is not None and clock() > deadline:
@@ -105,7 +112,12 @@ def measure_in_workers(
                     timing = Timing(*t[:3], samples=int(t[3]), chain=int(t[4])) if t else None
                     yield tasks[line["i"]], Outcome(line["status"], timing=timing, error=line["error"])
                     if deadline is not None and clock() > deadline:
-                        break
+                        # finish the case in progress: its configs are compared with each other,
+                        # and a process's dispatch speed differs from the next one's
+                        at = position[w][line["i"]]
+                        nxt = shares[w][at + 1] if at + 1 < len(shares[w]) else None
+                        if nxt is None or case_key(tasks[nxt]) != case_key(tasks[line["i"]]):
+                            break
                 p.kill()
                 if deadline is not None and clock() > deadline:
                     break
