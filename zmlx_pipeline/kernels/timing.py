@@ -97,40 +97,38 @@ def time_launches(
         """n rounded up to whole rotations of the input sets, within [period, cap]."""
         return min(cap, max(period, -(-int(n) // period) * period))
 
-    def pair(n: int) -> tuple[float, float]:
-        """One sample at chain length n: (difference per launch, 2n-chain time per launch).
+    def pair(n: int) -> tuple[float, bool]:
+        """One sample at chain length n (a chain of n, then one of 2n): (seconds per launch, usable).
 
-        The second is an upper bound (it still holds half the fixed cost); a difference under half
-        of it means the fixed cost jittered by more than the launches took, so it is no sample.
+        Usable is the difference over n. When that difference is under half the 2n chain's time per
+        launch, the fixed cost jittered by more than the launches took: the sample is not usable,
+        and the value is that time per launch instead, an upper bound (it holds half the fixed cost).
         """
         short = run_chain(n)
         double = run_chain(2 * n)
-        return (double - short) / n, double / (2 * n)
-
-    def per_launch_at(n: int) -> float:
-        diff, bound = pair(n)
-        return diff if diff >= 0.5 * bound else bound
+        diff, bound = (double - short) / n, double / (2 * n)
+        return (diff, True) if diff >= 0.5 * bound else (bound, False)
 
     # Calibrate from a difference too: a single launch is mostly the fixed cost (~50 us for any
     # kernel), and a warm-up launch can be slow for reasons that do not last. Start with one
     # rotation (cheap for long kernels); re-probe with a longer chain while it is short of the target.
     n = period
-    per_launch = max(per_launch_at(n), 1e-7)
+    per_launch = max(pair(n)[0], 1e-7)
     while n < cap and 4 * n * per_launch < target_sample_s:
         n = whole(min(8 * n, target_sample_s / per_launch / 2))
-        per_launch = max(per_launch_at(n), 1e-7)
+        per_launch = max(pair(n)[0], 1e-7)
     chain = whole(math.ceil(target_sample_s / per_launch))
     pair(chain)  # the first chains of a new length build new CUDA graphs: not a sample
 
     def sample_set(chain: int) -> list[float]:
         values: list[float] = []
-        for _ in range(3 * samples):  # a rejected sample is retried, within reason
-            diff, bound = pair(chain)
-            if diff >= 0.5 * bound:
-                values.append(diff)
+        for _ in range(3 * samples):  # a sample that is not usable is retried, within reason
+            value, usable = pair(chain)
+            if usable:
+                values.append(value)
             if len(values) == samples:
                 return values
-        return values + [bound] * (samples - len(values))  # fall back to the upper bound
+        return values + [value] * (samples - len(values))  # the last upper bound fills the rest
 
     per_launch_s = sample_set(chain)
     # A chain much shorter than the target (the calibration was misled) is measured again at the

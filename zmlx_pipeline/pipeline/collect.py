@@ -197,7 +197,8 @@ def collect(
         device.device_id, host=platform.node(), backend=device.backend, mlx_version=_mlx_version(),
         pipeline_version=__version__,
         settings={"kernels": [s.name for s in specs], "dtypes": list(dtypes), "preset": preset,
-                  "budget_s": budget_s, "warmup": settings.warmup, "samples": settings.samples, "max_chain": settings.max_chain, "timing": "chain-difference",
+                  "budget_s": budget_s, "warmup": settings.warmup, "samples": settings.samples,
+                  "max_chain": settings.max_chain, "timing": "chain-difference",
                   "target_sample_s": settings.target_sample_s, "reported_name": getattr(device, "reported_name", None)},
     )
     result.run_id = run_id
