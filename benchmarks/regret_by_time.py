@@ -5,7 +5,9 @@
 Runs the same held-out evaluation as `zmlx-pipeline evaluate` (the default model and every
 baseline), then groups the per-case regrets by the measured best time of the case: under 10 us
 (MLX's dispatch floor is about 5 us a launch, so most configs tie there and repeats differ by
-about 20%), 10-50 us, and 50 us or more (repeats agree within about 3%). Prints one table per kernel.
+about 20%), 10-50 us, and 50 us or more (repeats agree within about 3%). Prints one table per kernel,
+with the noise-aware regret@1 (`tied@1`: a pick inside the store's repeat spread of the best is a tie;
+models/evaluate.py) next to the plain one.
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ def main() -> int:
     from threadpoolctl import threadpool_limits
 
     from zmlx_pipeline.data.store import Store
-    from zmlx_pipeline.models.evaluate import evaluate_kernel, kernel_features_of
-    from zmlx_pipeline.models.features import CASE
+    from zmlx_pipeline.models.evaluate import (
+        evaluate_kernel,
+        kernel_features_of,
+        noise_bands,
+        tied_regrets,
+    )
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True)
@@ -36,6 +42,9 @@ def main() -> int:
     args = ap.parse_args()
     with Store(args.db, read_only=True) as store:
         feats = kernel_features_of(store, kernels=args.kernels.split(",") if args.kernels else None)
+        bands = noise_bands(store)
+    if bands.fallback:
+        print("tie band: FALLBACK (the store has no repeats)")
     bucket = pl.lit(BUCKETS[-1][1])
     for limit, name in reversed(BUCKETS[:-1]):
         bucket = pl.when(pl.col("best_us") < limit).then(pl.lit(name)).otherwise(bucket)
@@ -43,15 +52,16 @@ def main() -> int:
     for kernel, f in feats.items():
         with threadpool_limits(1):
             per_case = evaluate_kernel(f, args.split, ks=(1, 3), baselines=True)
-        best = f.frame.group_by(CASE).agg(pl.col("median_us").min().alias("best_us"))
-        per_case = per_case.join(best, on=list(CASE)).with_columns(bucket.alias("bucket"))
+        per_case = tied_regrets(per_case, f.frame, bands, ks=(1, 3)).with_columns(bucket.alias("bucket"))
         table = (per_case.group_by(["bucket", "method"])
                  .agg(pl.len().alias("cases"), pl.col("r1").log().mean().exp().alias("regret1"),
-                      pl.col("r3").log().mean().exp().alias("regret3"))
+                      pl.col("r3").log().mean().exp().alias("regret3"),
+                      pl.col("tied1").log().mean().exp().alias("tied1"), pl.col("band").median().alias("band"))
                  .sort(["bucket", "regret1"]))
         print(f"\n{kernel} ({args.split})")
         for r in table.iter_rows(named=True):
-            print(f"  {r['bucket']:8s} {r['method']:18s} cases {r['cases']:4d}  regret@1 {r['regret1']:.3f}  @3 {r['regret3']:.3f}")
+            print(f"  {r['bucket']:8s} {r['method']:18s} cases {r['cases']:4d}  regret@1 {r['regret1']:.3f}  "
+                  f"@3 {r['regret3']:.3f}  tied@1 {r['tied1']:.3f} (band {100 * r['band']:.1f}%)")
             rows.append({"kernel": kernel, "split": args.split, **r})
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=1) + "\n")

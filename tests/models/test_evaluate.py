@@ -30,6 +30,7 @@ from zmlx_pipeline.models.features import store_features
 DATASETS = Path(zmlx_pipeline.__file__).resolve().parents[2] / "shared/datasets/kernel-tuner"
 A4000, A6000, M3 = "nvidia-rtx-a4000", "nvidia-rtx-a6000", "apple-m3-max-40c"
 ROW_KEYS = ["kernel", "device", "method", "k", "regret_geomean", "regret_p95", "hit_2pct", "cases"]
+TIED_KEYS = ["regret_tied_geomean", "hit_tied", "tied_band", "tied_band_source"]  # appended, never instead
 
 # time[device][rows][TG] in microseconds
 TIMES = {
@@ -172,7 +173,8 @@ def test_evaluate_returns_flat_rows(store, make_measurement):
     result = evaluate(store, "shapes", ks=(1, 3), models=("ensemble", "gbr"))
     assert result["split"] == "shapes" and result["ks"] == [1, 3]
     rows = result["results"]
-    assert all(list(r) == ROW_KEYS for r in rows)
+    assert all(list(r) == ROW_KEYS + TIED_KEYS for r in rows)
+    assert result["noise"]["fallback"] is True  # no repeats in this store: said, not hidden
     pooled = {(r["method"], r["k"]): r for r in rows if r["device"] is None}
     assert set(m for m, _ in pooled) == {"ensemble", "gbr", "chip_default", "seed_candidates", "most_common_best",
                                          "nearest_shape", "other_device_best"}

@@ -15,6 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 HOTSPOT = REPO / "tests" / "data" / "fixtures" / "hotspot"
 DEVICES = ("nvidia-rtx-a4000", "nvidia-rtx-a6000")
 ROW_KEYS = ["kernel", "device", "method", "k", "regret_geomean", "regret_p95", "hit_2pct", "cases"]
+TIED_KEYS = ["regret_tied_geomean", "hit_tied", "tied_band", "tied_band_source"]  # after the issue's keys
 BASELINES = {"chip_default", "seed_candidates", "most_common_best", "nearest_shape", "other_device_best"}
 
 
@@ -43,7 +44,9 @@ def test_evaluate_json_has_the_flat_result_rows(filled):
     data = json.loads(result.output)
     assert data["split"] == "shapes" and data["models"] == ["ensemble"]
     rows = data["results"]
-    assert rows and all(list(r) == ROW_KEYS for r in rows)
+    assert rows and all(list(r) == ROW_KEYS + TIED_KEYS for r in rows)
+    assert data["noise"]["fallback"] is True  # the fixture has no repeats
+    assert {r["tied_band_source"] for r in rows if r["cases"]} == {"fallback"}
     assert {r["method"] for r in rows} == {"model"} | BASELINES
     assert {r["k"] for r in rows} == {1, 3, 5}
     pooled = {(r["method"], r["k"]): r for r in rows if r["device"] is None}
@@ -70,6 +73,28 @@ def test_evaluate_table(filled):
     assert header[:6] == ["kernel", "device", "method", "regret@1", "p95@1", "hit@1"] and header[-1] == "cases"
     assert any(line.split()[:3] == ["rms", "(all)", "model"] for line in result.output.splitlines())
     assert "split devices" in result.output
+    assert header[6] == "tied@1" and "tie band: FALLBACK 2% for every case" in result.output
+
+
+def test_evaluate_tie_band_comes_from_the_stores_repeats(filled, make_measurement):
+    """Every measurement timed again 10% slower in a second run: the band is 10%, from each device's own pairs."""
+    from zmlx_pipeline.data.store import Store
+
+    with Store(filled) as store:
+        again = [make_measurement(**{k: m[k] for k in ("device_id", "kernel", "kernel_version", "dtype")},
+                                  shape=m["shape"], config=m["config"], run_id="run-2", median_us=m["median_us"] * 1.1)
+                 for m in store.measurements()]
+        assert store.record_repeat(again) == len(again)
+    result = invoke("evaluate", "--split", "shapes", "--model", "prior", "--k", "1", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["noise"]["fallback"] is False and data["noise"]["pairs"] == len(again)
+    for r in data["results"]:
+        if r["cases"]:
+            assert r["tied_band"] == pytest.approx(0.1) and r["regret_tied_geomean"] <= r["regret_geomean"]
+            assert r["hit_tied"] >= r["hit_2pct"]  # a 10% band forgives at least what 2% does
+    table = invoke("evaluate", "--split", "shapes", "--model", "prior", "--k", "1")
+    assert table.exit_code == 0 and "FALLBACK" not in table.output and "tie band = median" in table.output
 
 
 def test_train_then_list_and_verify(filled):

@@ -21,7 +21,7 @@ def _tasks(n_configs=6, shapes=(64, 256), dtypes=("float16", "float32")):
     return [Task(spec, d, {"rows": r, "cols": 4096}, c) for d in dtypes for r in shapes for c in configs]
 
 
-def test_partition_covers_every_task_once_and_keeps_a_config_in_one_worker():
+def test_partition_covers_every_task_once_and_times_each_case_in_one_worker():
     tasks = _tasks()
     shares = partition(tasks, 3)
     flat = sorted(i for s in shares for i in s)
@@ -29,11 +29,23 @@ def test_partition_covers_every_task_once_and_keeps_a_config_in_one_worker():
     owner = {}
     for w, share in enumerate(shares):
         for i in share:
-            key = (tasks[i].dtype, tuple(sorted(tasks[i].config.items())))
-            assert owner.setdefault(key, w) == w  # compiled once: one worker per (dtype, config)
-    # 12 (dtype, config) compiles over 3 workers: balanced
-    loads = [len({(tasks[i].dtype, tasks[i].config["TG"]) for i in s}) for s in shares]
-    assert max(loads) - min(loads) <= 1
+            # processes dispatch at different speeds: a case's configs are compared, so one process times them
+            assert owner.setdefault(case_key(tasks[i]), w) == w
+    # two (kernel, dtype) groups: two workers, even though three were offered
+    assert len(shares) == 2
+
+
+def test_partition_balances_whole_groups_by_compiles():
+    spec_a, spec_b = get_kernel("rmsnorm"), get_kernel("softmax")
+    big = [Task(spec_a, "float16", {"rows": 64, "cols": 4096}, {"TG": tg, "VEC": v, "ROWS": 1})
+           for tg in (32, 64, 128, 256) for v in (1, 2)]  # 8 compiles
+    small = [Task(spec_b, d, {"rows": 64, "cols": 4096}, {"TG": 32, "VEC": v, "ROWS": 1})
+             for d in ("float16", "float32") for v in (1, 2)]  # two groups of 2 compiles
+    tasks = big + small
+    shares = partition(tasks, 2)
+    loads = sorted(len({(tasks[i].spec.name, tasks[i].dtype, tasks[i].config["TG"], tasks[i].config["VEC"])
+                        for i in share}) for share in shares)
+    assert loads == [4, 8]  # the big group alone, the two small ones together
 
 
 def test_partition_keeps_shape_major_order_within_a_worker():

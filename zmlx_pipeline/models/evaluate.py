@@ -34,12 +34,27 @@ A method with nothing to say about a case does not score it (its `cases` count s
 
 Pruning: per kernel, the smallest k whose top k holds a config within 2% of the case's
 best in at least 95% of held-out cases (`prune_k`, from each case's `hit_rank`).
+
+Noise-aware score, reported next to the plain regret (never instead of it): a pick whose
+measured time is inside the repeat noise of the case's best is a tie, not a loss.
+`regret_tied@k = max(1, regret@k / (1 + band))`: 1.0 when the pick is within the band of
+the best, else its regret with the band taken off (continuous at the band's edge). The band
+of a case is the median of max(a, b) / min(a, b) - 1 over the store's repeat pairs (one
+config timed in two processes, `repeats` table) of the case's device in the time bucket of
+the case's best (the buckets of `zmlx-pipeline noise`: < 10, 10-50, 50-200, 200-1000,
+>= 1000 us); with fewer than MIN_PAIRS pairs there, all devices' pairs of that bucket
+("pooled"), then the nearest bucket with enough pooled pairs ("pooled-nearest"); only a
+store without any repeat uses FALLBACK_BAND (2%, the plain hit margin) and says "fallback".
+Rows carry `regret_tied_geomean`, `hit_tied` (share of cases inside the band), `tied_band`
+(median band of the row's cases) and `tied_band_source`.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import math
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -71,6 +86,10 @@ SEED_FALLBACK = (128, (64, 128, 256))
 HIT_WITHIN = 1.02
 SHAPE_FOLDS = 5
 SERIAL_ROWS = 20_000  # kernels with fewer rows fit on one OpenMP thread (threads only cost time there)
+# the tie band (noise-aware regret): the time buckets of `zmlx-pipeline noise` (pipeline/collect.py)
+NOISE_EDGES_US = (10.0, 50.0, 200.0, 1000.0)
+MIN_PAIRS = 20  # repeat pairs a (device, bucket) needs for its own band; fewer: pooled over devices
+FALLBACK_BAND = HIT_WITHIN - 1.0  # only for a store with no repeat at all: the plain 2% hit margin
 _TOP = 10
 _LAST = 1e9  # score of a config a baseline knows nothing about: after every config it knows
 
@@ -132,6 +151,125 @@ def summarize(regrets: Sequence[float]) -> dict:
         "regret_p95": float(np.quantile(values, 0.95)),
         "hit_2pct": float((values <= HIT_WITHIN + 1e-12).mean()),
         "cases": int(values.size),
+    }
+
+
+# ------------------------------------------------------------------------------------------
+# noise-aware (tied) regret
+
+
+def noise_bucket(us: float) -> int:
+    """Index of the time bucket (NOISE_EDGES_US) a time in microseconds falls in; edges go up."""
+    return bisect.bisect_right(NOISE_EDGES_US, us)
+
+
+def bucket_name(index: int) -> str:
+    """The bucket's label as `zmlx-pipeline noise` prints it ("0-10 us" ... ">= 1000 us")."""
+    edges = (0.0,) + NOISE_EDGES_US
+    if index < len(NOISE_EDGES_US):
+        return f"{edges[index]:g}-{NOISE_EDGES_US[index]:g} us"
+    return f">= {edges[index]:g} us"
+
+
+@dataclass(frozen=True)
+class NoiseBands:
+    """Tie bands from repeat pairs: per (device, bucket) and pooled per bucket, (band, pairs).
+
+    band = median of max(a, b) / min(a, b) - 1 over the pairs (a pick/best ratio is max/min by
+    construction, so the band is on the same scale). Build with `noise_bands(store)` or
+    `from_pairs`; no pairs at all means every case gets FALLBACK_BAND, marked "fallback".
+    """
+
+    by_device: dict = field(default_factory=dict)  # (device_id, bucket) -> (band, pairs)
+    pooled: dict = field(default_factory=dict)     # bucket -> (band, pairs)
+    pairs: int = 0
+    min_pairs: int = MIN_PAIRS
+
+    @classmethod
+    def from_pairs(cls, pairs: Iterable[dict], min_pairs: int = MIN_PAIRS) -> NoiseBands:
+        """Bands from rows {device_id, median_us (first timing, sets the bucket), repeat_us}."""
+        spreads: dict = {}
+        count = 0
+        for p in pairs:
+            a, b = p["median_us"], p["repeat_us"]
+            if not a or not b or a <= 0 or b <= 0:
+                continue
+            bucket = noise_bucket(a)
+            spread = max(a, b) / min(a, b) - 1.0
+            spreads.setdefault((p["device_id"], bucket), []).append(spread)
+            spreads.setdefault((None, bucket), []).append(spread)
+            count += 1
+        stat = {key: (float(np.median(v)), len(v)) for key, v in spreads.items()}
+        return cls(by_device={k: v for k, v in stat.items() if k[0] is not None},
+                   pooled={k[1]: v for k, v in stat.items() if k[0] is None}, pairs=count, min_pairs=min_pairs)
+
+    @property
+    def fallback(self) -> bool:
+        """True when the store had no repeat pair: every band is FALLBACK_BAND."""
+        return self.pairs == 0
+
+    def band(self, device_id: str, best_us: float) -> tuple[float, str]:
+        """(band, source) for a case of this device whose best runs `best_us`; source is device,
+        pooled, pooled-nearest or fallback."""
+        if self.fallback:
+            return FALLBACK_BAND, "fallback"
+        bucket = noise_bucket(best_us)
+        own = self.by_device.get((device_id, bucket))
+        if own and own[1] >= self.min_pairs:
+            return own[0], "device"
+        pooled = self.pooled.get(bucket)
+        if pooled and pooled[1] >= self.min_pairs:
+            return pooled[0], "pooled"
+        enough = [b for b, (_, n) in self.pooled.items() if n >= self.min_pairs] or list(self.pooled)
+        nearest = min(enough, key=lambda b: (abs(b - bucket), -b))  # a tie goes to the slower, quieter bucket
+        return self.pooled[nearest][0], "pooled-nearest"
+
+    def table(self) -> list[dict]:
+        """Every measured band: {device (None = pooled), bucket, band, pairs, enough_pairs (at least min_pairs)}."""
+        entries = [(None, b, v) for b, v in sorted(self.pooled.items())]
+        entries += [(d, b, v) for (d, b), v in sorted(self.by_device.items())]
+        return [{"device": d, "bucket": bucket_name(b), "band": band, "pairs": n, "enough_pairs": n >= self.min_pairs}
+                for d, b, (band, n) in entries]
+
+    def summary(self) -> dict:
+        """What the JSON output says about the bands."""
+        return {"statistic": "median of max/min - 1 over repeat pairs, per device and time bucket",
+                "fallback": self.fallback, "fallback_band": FALLBACK_BAND if self.fallback else None,
+                "pairs": self.pairs, "min_pairs": self.min_pairs, "bands": self.table()}
+
+
+def noise_bands(store, min_pairs: int = MIN_PAIRS) -> NoiseBands:
+    """The tie bands of a store's repeat pairs (its `repeats` table)."""
+    return NoiseBands.from_pairs(store.repeat_pairs(), min_pairs)
+
+
+def tied_regrets(per_case: pl.DataFrame, frame: pl.DataFrame, bands: NoiseBands, ks: Sequence[int]) -> pl.DataFrame:
+    """per_case (from case_regrets/evaluate_kernel) with best_us, band, band_source and
+    tied{k} = max(1, r{k} / (1 + band)) for each k: the noise-aware regret."""
+    best = frame.group_by(CASE).agg(pl.col("median_us").min().alias("best_us"))
+    keys = best.select("device_id", "best_us").unique()
+    looked = [bands.band(d, us) for d, us in keys.iter_rows()]
+    keys = keys.with_columns(pl.Series("band", [b for b, _ in looked], dtype=pl.Float64),
+                             pl.Series("band_source", [s for _, s in looked], dtype=pl.String))
+    best = best.join(keys, on=["device_id", "best_us"], how="left")
+    out = per_case.join(best, on=list(CASE), how="left", maintain_order="left")
+    band = 1.0 + pl.col("band")
+    return out.with_columns([  # a null regret stays null (max_horizontal would make it 1.0)
+        pl.when(pl.col(f"r{k}").is_null()).then(None).otherwise(pl.max_horizontal(pl.lit(1.0), pl.col(f"r{k}") / band))
+        .alias(f"tied{k}") for k in ks])
+
+
+def summarize_tied(tied: Sequence[float], bands: Sequence[float], sources: Sequence[str]) -> dict:
+    """Geometric mean of tied regrets, share inside the band, median band and the band sources of the cases."""
+    keep = [(t, b, s) for t, b, s in zip(tied, bands, sources) if t is not None and not math.isnan(t)]
+    if not keep:
+        return {"regret_tied_geomean": None, "hit_tied": None, "tied_band": None, "tied_band_source": None}
+    values = np.asarray([t for t, _, _ in keep], dtype=float)
+    return {
+        "regret_tied_geomean": float(np.exp(np.log(values).mean())),
+        "hit_tied": float((values <= 1.0 + 1e-12).mean()),
+        "tied_band": float(np.median([b for _, b, _ in keep])),
+        "tied_band_source": "+".join(sorted({s for _, _, s in keep})),
     }
 
 
@@ -381,23 +519,31 @@ def _evaluate_kernel(features: KernelFeatures, split: str, ks: Sequence[int], mo
 
 def regret_rows(per_case: pl.DataFrame, kernel: str, ks: Sequence[int], methods: Iterable[str],
                 labels: dict[str, str] | None = None) -> list[dict]:
-    """Flat rows {kernel, device (None = pooled), method, k, regret_geomean, regret_p95, hit_2pct, cases}.
+    """Flat rows {kernel, device (None = pooled), method, k, regret_geomean, regret_p95, hit_2pct, cases}
+    then, from tied_regrets' columns (None without them), regret_tied_geomean, hit_tied, tied_band and
+    tied_band_source.
 
     `labels` renames methods in the rows (the CLI calls its one model "model").
     """
     labels = labels or {}
     rows = []
+
+    def scores(part: pl.DataFrame, k: int) -> dict:
+        plain = summarize(part[f"r{k}"].to_list())
+        if f"tied{k}" not in part.columns:
+            return {**plain, **summarize_tied([], [], [])}
+        return {**plain, **summarize_tied(part[f"tied{k}"].to_list(), part["band"].to_list(),
+                                          part["band_source"].to_list())}
+
     for method in methods:
         mine = per_case.filter(pl.col("method") == method)
         devices = sorted(mine["device_id"].unique().to_list())
         label = labels.get(method, method)
         for k in ks:
-            col = f"r{k}"
-            rows.append({"kernel": kernel, "device": None, "method": label, "k": int(k),
-                         **summarize(mine[col].to_list())})
+            rows.append({"kernel": kernel, "device": None, "method": label, "k": int(k), **scores(mine, k)})
             for d in devices:
                 rows.append({"kernel": kernel, "device": d, "method": label, "k": int(k),
-                             **summarize(mine.filter(pl.col("device_id") == d)[col].to_list())})
+                             **scores(mine.filter(pl.col("device_id") == d), k)})
     return rows
 
 
@@ -408,8 +554,10 @@ def evaluate_features(
     models: Sequence[str] = (DEFAULT_MODEL,),
     baselines: bool = True,
     label_model: bool = False,
+    noise: NoiseBands | None = None,
 ) -> dict:
-    """evaluate() on prepared feature frames (one per kernel)."""
+    """evaluate() on prepared feature frames (one per kernel); `noise` gives the tie bands
+    (None: no repeats known, so the fallback band, and the result says so)."""
     split = canonical_split(split)
     ks = tuple(int(k) for k in ks)
     if not ks or min(ks) < 1:
@@ -421,24 +569,28 @@ def evaluate_features(
     if not models and not baselines:
         raise EvaluationError("nothing to evaluate: name a model or keep the baselines")
     labels = {models[0]: "model"} if label_model and len(models) == 1 else {}
+    noise = noise if noise is not None else NoiseBands()
     rows = []
     for kernel, f in features.items():
-        per_case = evaluate_kernel(f, split, ks, models, baselines)
+        per_case = tied_regrets(evaluate_kernel(f, split, ks, models, baselines), f.frame, noise, ks)
         methods = list(models) + (baseline_names(f) if baselines else [])
         rows += regret_rows(per_case, kernel, ks, methods, labels)
-    return {"split": split, "ks": list(ks), "models": list(models), "results": rows}
+    return {"split": split, "ks": list(ks), "models": list(models), "results": rows, "noise": noise.summary()}
 
 
 def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
              models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True, label_model: bool = False) -> dict:
     """Regret@k of the model(s) and the baselines on a split (`shapes` or `devices`) of the store's ok measurements.
 
-    Returns {"split", "ks", "models", "results"}: results are flat dicts {kernel, device (None
-    when pooled), method, k, regret_geomean, regret_p95, hit_2pct, cases}; a model's method is
-    its variant name, or "model" with `label_model` and one model (the CLI's contract).
+    Returns {"split", "ks", "models", "results", "noise"}: results are flat dicts {kernel, device
+    (None when pooled), method, k, regret_geomean, regret_p95, hit_2pct, cases, regret_tied_geomean,
+    hit_tied, tied_band, tied_band_source}; a model's method is its variant name, or "model" with
+    `label_model` and one model (the CLI's contract); "noise" describes the tie bands (the store's
+    repeats, or the fallback).
     """
     split = canonical_split(split)
-    return evaluate_features(kernel_features_of(store, kernels), split, ks, models, baselines, label_model)
+    features = kernel_features_of(store, kernels)
+    return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store))
 
 
 def kernel_features_of(store, kernels=None, devices=None) -> dict[str, KernelFeatures]:

@@ -314,9 +314,12 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, as_json) ->
     ing = result["ingest"]
     click.echo(f"ingested {ing['files']} shard(s) from {data_dir}: {ing['added']} new rows, {ing['skipped']} already present")
     click.echo("\nscores: regret@k = time of the best of the model's top k / measured best (geometric mean over held-out cases)")
-    emit([{**r, **{k: f"{r[k]:.3f}" for k in ("model@1", "model@3", "model@5", "best_baseline@1", "hit_2pct") if r.get(k) is not None}}
+    tied = ("model_tied@1", "best_baseline_tied@1")  # noise-aware scores (models/evaluate.py)
+    emit([{**r, **{k: f"{r[k]:.3f}" for k in ("model@1", "model@3", "model@5", "best_baseline@1", "hit_2pct", *tied)
+                   if r.get(k) is not None}}
           for r in result["scores"]],
-         False, ["split", "kernel", "cases", "model@1", "model@3", "model@5", "hit_2pct", "best_baseline@1", "baseline"])
+         False, ["split", "kernel", "cases", "model@1", "model@3", "model@5", "hit_2pct", "best_baseline@1", "baseline",
+                 *tied, "tie_band"])
     click.echo(f"\npublished {result['bundle']['bundle_id']} to {result['bundle']['path']}\n\nlookups:")
     emit([{**r, "shape": ",".join(f"{k}={v}" for k, v in r["shape"].items()),
            "config": ",".join(f"{k}={v}" for k, v in r["config"].items()),

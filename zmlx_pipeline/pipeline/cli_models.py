@@ -57,7 +57,8 @@ def evaluate(db, split, kernel_names, model_names, ks, as_json) -> None:
     result = run_evaluation(store, split, kernels=_split(kernel_names) or None, ks=ks, models=models,
                             label_model=len(models) == 1)
     if as_json:
-        emit({"split": result["split"], "models": result["models"], "results": result["results"]}, True)
+        emit({"split": result["split"], "models": result["models"], "results": result["results"],
+              "noise": result["noise"]}, True)
         return
     table: dict[tuple, dict] = {}
     devices = {}
@@ -71,12 +72,26 @@ def evaluate(db, split, kernel_names, model_names, ks, as_json) -> None:
         row[f"regret@{r['k']}"] = _fmt(r["regret_geomean"])
         row[f"p95@{r['k']}"] = _fmt(r["regret_p95"])
         row[f"hit@{r['k']}"] = None if r["hit_2pct"] is None else f"{r['hit_2pct']:.2f}"
+        row[f"tied@{r['k']}"] = _fmt(r["regret_tied_geomean"])
         row["cases"] = r["cases"]
-    columns = ["kernel", "device", "method"] + [f"{m}@{k}" for k in ks for m in ("regret", "p95", "hit")] + ["cases"]
+    columns = (["kernel", "device", "method"] + [f"{m}@{k}" for k in ks for m in ("regret", "p95", "hit", "tied")]
+               + ["cases"])
     emit(list(table.values()), False, columns)
     click.echo(f"\nsplit {result['split']}: regret@k = time of the best of the top k / measured best, geometric mean "
                "(and p95) over held-out cases; hit = share within 2% of the best; (all) = every device pooled; "
                "per-device rows with --json or where a kernel has several devices")
+    click.echo("tied = regret@k counting a pick inside the repeat noise of the case's best as a tie: "
+               "geomean of max(1, regret / (1 + band)); " + _band_line(result["noise"]))
+
+
+def _band_line(noise: dict) -> str:
+    """Where the tie band came from, in one line (says FALLBACK when the store has no repeats)."""
+    if noise["fallback"]:
+        return (f"tie band: FALLBACK {100 * noise['fallback_band']:g}% for every case, the store has no repeated "
+                "timings (run `zmlx-pipeline repeat` on the GPU, or ingest shards that carry repeats)")
+    pooled = ", ".join(f"{b['bucket']} {100 * b['band']:.1f}%" for b in noise["bands"] if b["device"] is None)
+    return (f"tie band = median max/min - 1 of {noise['pairs']} repeat pairs, per device and time bucket of the "
+            f"case's best (pooled over devices under {noise['min_pairs']} pairs); pooled: {pooled}")
 
 
 @click.command()

@@ -2,7 +2,8 @@
 
 Compiling dominates a CUDA collect (NVRTC, about 1.5 s per kernel, config and dtype, single-threaded
 in the launching process); timing must not overlap. So the tasks are split into shares of whole
-(kernel, dtype) groups, balanced by how many kernels each must compile; every worker compiles its
+(kernel, dtype) groups (so that one process times every config of a case), balanced by how many
+kernels each must compile; every worker compiles its
 share at once, and when all are ready, the parent lets them measure in turn. Results stream back as
 they are made, so the caller records each one at once and a stop loses nothing measured.
 """
@@ -33,27 +34,27 @@ def case_key(task) -> tuple:
 
 
 def partition(tasks: Sequence, jobs: int) -> list[list[int]]:
-    """Indices of `tasks` per worker: (kernel, dtype) groups, split by config when larger than a fair
-    share of the compiles, placed largest first on the worker with the fewest compiles so far.
-    Within a worker, the original (shape-major) order is kept for each group."""
-    groups: dict[tuple, dict[tuple, list[int]]] = {}
+    """Indices of `tasks` per worker: whole (kernel, dtype) groups, placed largest first on the worker
+    with the fewest compiles so far; within a worker, the original (shape-major) order is kept.
+
+    A group is never split by config, although splitting would spread its compiles over more
+    workers: a case's configs are compared with each other, and under about 10 us a launch's
+    time is partly its process's dispatch speed, which differs by about 20% between processes.
+    Every config of a case is therefore timed by one process.
+    """
+    groups: dict[tuple, list[int]] = {}
+    compiles: dict[tuple, set] = {}
     for i, t in enumerate(tasks):
-        groups.setdefault((t.spec.name, t.dtype), {}).setdefault(_compile_key(t), []).append(i)
-    total = sum(len(g) for g in groups.values())
-    share = max(1, math.ceil(total / max(1, jobs)))
-    units: list[list[list[int]]] = []  # each unit: a list of per-config index lists
-    for by_config in groups.values():
-        configs = list(by_config.values())
-        for start in range(0, len(configs), share):
-            units.append(configs[start:start + share])
-    units.sort(key=len, reverse=True)
-    loads = [0] * max(1, min(jobs, len(units)))
+        groups.setdefault((t.spec.name, t.dtype), []).append(i)
+        compiles.setdefault((t.spec.name, t.dtype), set()).add(_compile_key(t))
+    order = sorted(groups, key=lambda g: len(compiles[g]), reverse=True)
+    loads = [0] * max(1, min(jobs, len(groups)))
     shares: list[list[int]] = [[] for _ in loads]
-    for unit in units:
+    for g in order:
         w = loads.index(min(loads))
-        loads[w] += len(unit)
-        shares[w].extend(sorted(i for per_config in unit for i in per_config))
-    return [s for s in shares if s]
+        loads[w] += len(compiles[g])
+        shares[w].extend(groups[g])
+    return [sorted(s) for s in shares if s]
 
 
 def measure_in_workers(

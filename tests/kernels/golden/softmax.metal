@@ -44,6 +44,8 @@ inline void k_store(device T* p, const thread float* vals) {
 
   constexpr int S = TG / ROWS;
   constexpr int NW = S / 32;
+  constexpr int F = (32768 / TG < 64) ? 32768 / TG : 64;
+  constexpr int NC = (F / VEC > 0) ? F / VEC : 1;
   KSHARED float k_max[TG / 32];
   KSHARED float k_sum[TG / 32];
   const int rows = x_shape[0];
@@ -53,10 +55,19 @@ inline void k_store(device T* p, const thread float* vals) {
   const int row = k_block_x * ROWS + sub;
   const bool active = row < rows;
   const size_t base = (size_t)(active ? row : 0) * (size_t)cols;
+  float r[NC][VEC];
   float m = KLOWEST;
   float s = 0.0f;
   if (active) {
-    for (int c = st * VEC; c < cols; c += S * VEC) {
+    float mc = KLOWEST;
+    for (int j = 0; j < NC; ++j) {
+      const int c = (st + j * S) * VEC;
+      if (c < cols) {
+        k_load<VEC>(x + base + c, r[j]);
+        for (int i = 0; i < VEC; ++i) mc = KFMAX(mc, r[j][i]);
+      }
+    }
+    for (int c = (st + NC * S) * VEC; c < cols; c += S * VEC) {
       float v[VEC];
       k_load<VEC>(x + base + c, v);
       float cm = v[0];
@@ -66,6 +77,18 @@ inline void k_store(device T* p, const thread float* vals) {
         m = cm;
       }
       for (int i = 0; i < VEC; ++i) s += KEXP(v[i] - m);
+    }
+    const float mt = KFMAX(mc, m);
+    s = s * KEXP(m - mt);
+    m = mt;
+    for (int j = 0; j < NC; ++j) {
+      const int c = (st + j * S) * VEC;
+      if (c < cols) {
+        for (int i = 0; i < VEC; ++i) {
+          r[j][i] = KEXP(r[j][i] - m);
+          s += r[j][i];
+        }
+      }
     }
   }
   const float wm = KSIMD_MAX(m);
@@ -81,7 +104,16 @@ inline void k_store(device T* p, const thread float* vals) {
   for (int i = 0; i < NW; ++i) rs += k_sum[sub * NW + i] * KEXP(k_max[sub * NW + i] - rm);
   if (!active) return;
   const float inv = 1.0f / rs;
-  for (int c = st * VEC; c < cols; c += S * VEC) {
+  const float scale = KEXP(m - rm) * inv;
+  for (int j = 0; j < NC; ++j) {
+    const int c = (st + j * S) * VEC;
+    if (c < cols) {
+      float v[VEC];
+      for (int i = 0; i < VEC; ++i) v[i] = r[j][i] * scale;
+      k_store<VEC>(y + base + c, v);
+    }
+  }
+  for (int c = (st + NC * S) * VEC; c < cols; c += S * VEC) {
     float v[VEC];
     k_load<VEC>(x + base + c, v);
     for (int i = 0; i < VEC; ++i) v[i] = KEXP(v[i] - rm) * inv;
