@@ -40,6 +40,29 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class TileAxes:
+    """How a config tiles a shape, declared by the kernel author: the launch geometry the models'
+    `geo_*` features are computed from (models/features.py), without reading the launch code.
+
+    - grid: shape dim -> the params whose product is one threadgroup's extent along that dim
+      (one threadgroup per tile: ceil(dim / extent) of them along it);
+    - threads: the params whose product is the threads of one threadgroup;
+    - steps: shape dim -> the params whose product is the step a threadgroup loops over that dim
+      in (a reduction: K of a matmul), empty when none.
+    """
+
+    grid: Mapping[str, tuple[str, ...]]
+    threads: tuple[str, ...]
+    steps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def names(self) -> tuple[set[str], set[str]]:
+        """(shape dims, params) the declaration refers to."""
+        dims = set(self.grid) | set(self.steps)
+        params = {p for ps in (*self.grid.values(), *self.steps.values()) for p in ps} | set(self.threads)
+        return dims, params
+
+
+@dataclass(frozen=True)
 class Limits:
     """The device limits constraints are checked against (the same model of legality on every backend)."""
 
@@ -132,6 +155,7 @@ class KernelSpec:
     threadgroup_param: str = "TG"  # the parameter that is the threadgroup size
     tolerance: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     mlx_op: Callable[..., Any] | None = None  # MLX's own op for the same function, for comparisons
+    tiles: TileAxes | None = None  # how a config tiles the shape (launch-geometry features); None: not tiled
     _compiled: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -152,6 +176,12 @@ class KernelSpec:
             if unknown:
                 raise KernelSpecError(f"kernel {self.name!r}: constraint {text!r} uses unknown name(s) {', '.join(sorted(unknown))}")
             self._compiled[text] = code
+        if self.tiles is not None:
+            dims, params = self.tiles.names()
+            unknown = sorted(dims - set(self.shape_grid.dims)) + sorted(params - set(self.params))
+            if unknown or not self.tiles.grid or not self.tiles.threads:
+                raise KernelSpecError(f"kernel {self.name!r}: tiles need grid dims and thread params of this kernel"
+                                      + (f"; unknown name(s) {', '.join(unknown)}" if unknown else ""))
         leaks = prelude.foreign_tokens(self.body + self.helpers, None)
         if leaks:
             raise KernelSpecError(f"kernel {self.name!r}: body uses backend-specific token(s) {', '.join(leaks)}; use the prelude vocabulary")

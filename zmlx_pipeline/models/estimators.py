@@ -20,6 +20,16 @@ prediction cannot drift apart. Variants (MODEL_VARIANTS):
   (boosting with rows near each case's best weighted up / extra trees), their predictions
   averaged with weights by spec similarity to the test device;
 - `simd_aligned`: a rule, no fitting: launch groups that fill whole SIMD groups first;
+- `gbr_med`: `gbr_shared` plus the launch geometry (features.py's geo_*), on log(time / case
+  median), clipped at 4x;
+- `prior_rank_uniform`: `prior_uniform` averaging each config's rank in its case (rank_pct)
+  instead of its log(time / best): a device whose bad configs are 100x slow weighs no more
+  than one where they are 1.2x;
+- `transfer_geo`: `transfer` whose per-device models also see the launch geometry relative
+  to the device (blocks per core, wave quantisation), which moves with the test device;
+- launch geometry a kernel declares (KernelSpec.tiles: matmul's tiles, waves over the cores,
+  tile waste; features.py's geo_*) is in `gbr_shared`'s and `transfer`'s features by default
+  (shared_features); geometry inferred from Kernel Tuner names only in the `*_geo`/`gbr_med` variants;
 - `ensemble` (the default): `prior`, `transfer`, `gbr_shared` and `simd_aligned` weighted,
   and its top k hedged with `prior`, `transfer` and `prior_uniform`, as cross-validation on
   the training rows alone decides: leaving training devices out for devices never measured,
@@ -48,7 +58,7 @@ from sklearn.neighbors import KDTree
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder
 
-from zmlx_pipeline.models.features import CASE, DISTANCE_SPECS, KernelFeatures, device_distances
+from zmlx_pipeline.models.features import CASE, DISTANCE_SPECS, TARGETS, KernelFeatures, device_distances
 
 CLIP_LOG_REL = math.log(4.0)  # configs 4x slower than the case's best are all just "bad"
 VENDOR_PENALTY = 2.0          # in units of the normalised spec distance
@@ -151,8 +161,8 @@ class PipelineRanker(Ranker):
     def __init__(self, features: KernelFeatures, estimator, target: str = "log_time",
                  clip: float | None = None, name: str = "pipeline") -> None:
         super().__init__(features)
-        if target not in ("log_time", "log_rel"):
-            raise ModelError(f"unknown target {target!r}; expected log_time or log_rel")
+        if target not in TARGETS:
+            raise ModelError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
         self.pipeline = make_pipeline(features, estimator)
         self.target = target
         self.clip = clip
@@ -177,8 +187,11 @@ class PriorRanker(Ranker):
 
     def __init__(self, features: KernelFeatures, vendor_penalty: float = VENDOR_PENALTY,
                  tau: float = PRIOR_TAU, neighbours: int = PRIOR_NEIGHBOURS, uniform: bool = False,
-                 name: str = "prior") -> None:
+                 target: str = "log_rel", name: str = "prior") -> None:
         super().__init__(features)
+        if target not in ("log_rel", "rank_pct"):
+            raise ModelError(f"unknown prior target {target!r}; expected log_rel or rank_pct")
+        self.target = target
         self.vendor_penalty = vendor_penalty
         self.tau = tau
         self.neighbours = neighbours
@@ -199,7 +212,9 @@ class PriorRanker(Ranker):
     def fit(self, train: pl.DataFrame) -> "PriorRanker":
         if train.is_empty():
             raise ModelError(f"{self.features.kernel}: no training rows")
-        self._train = train.select(*CASE, "config_key", pl.col("log_rel").clip(upper_bound=CLIP_LOG_REL))
+        value = (pl.col("rank_pct") if getattr(self, "target", "log_rel") == "rank_pct"
+                 else pl.col("log_rel").clip(upper_bound=CLIP_LOG_REL))
+        self._train = train.select(*CASE, "config_key", value.alias("_v"))
         self._train_cases = self._cases(train)
         return self
 
@@ -241,9 +256,10 @@ class PriorRanker(Ranker):
         weight = pl.lit(1.0) if self.uniform else (-(pl.col("_dist") - pl.col("_dist").min().over(CASE))
                                                    / self.tau).exp()
         pairs = pairs.with_columns(weight.alias("_w")).select(*CASE, *["_t_" + c for c in CASE], "_w")
-        votes = pairs.join(self._train.rename({c: "_t_" + c for c in CASE}), on=[f"_t_{c}" for c in CASE])
+        train = self._train if "_v" in self._train.columns else self._train.rename({"log_rel": "_v"})  # older files
+        votes = pairs.join(train.rename({c: "_t_" + c for c in CASE}), on=[f"_t_{c}" for c in CASE])
         prior = votes.group_by([*CASE, "config_key"]).agg(
-            ((pl.col("_w") * pl.col("log_rel")).sum() / pl.col("_w").sum()).alias("_prior"))
+            ((pl.col("_w") * pl.col("_v")).sum() / pl.col("_w").sum()).alias("_prior"))
         scored = test.select(*CASE, "config_key").join(prior, on=[*CASE, "config_key"], how="left",
                                                        maintain_order="left")
         # a config no neighbour measured goes after every config one did
@@ -297,9 +313,11 @@ def _device_table(frame: pl.DataFrame) -> pl.DataFrame:
                                            vendor.alias("_vendor")).sort("device_id")
 
 
-def transfer_features(features: KernelFeatures) -> KernelFeatures:
-    """The features of one device's config model: config, shape and ratio columns (no device columns)."""
-    shared = shared_features(features)
+def transfer_features(features: KernelFeatures, geometry: bool | None = None) -> KernelFeatures:
+    """The features of one device's config model: config, shape and ratio columns (no device columns;
+    with `geometry`, the launch geometry relative to the device, which moves with the test device;
+    None: the geometry a kernel declares, see shared_features)."""
+    shared = shared_features(features, geometry=geometry)
     return replace(shared, categorical=tuple(c for c in shared.categorical if not c.startswith("dev_")))
 
 
@@ -316,7 +334,7 @@ class DeviceTransferRanker(Ranker):
 
     def __init__(self, features: KernelFeatures, estimator: str = "gbr", tau: float = PRIOR_TAU,
                  vendor_penalty: float = VENDOR_PENALTY, top_weight: float = 4.0, top_scale: float = 0.1,
-                 device_rows: int = TRANSFER_DEVICE_ROWS, name: str = "transfer") -> None:
+                 device_rows: int = TRANSFER_DEVICE_ROWS, geometry: bool | None = None, name: str = "transfer") -> None:
         super().__init__(features)
         if estimator not in _ESTIMATORS:
             raise ModelError(f"unknown estimator {estimator!r}; expected one of {', '.join(_ESTIMATORS)}")
@@ -326,12 +344,13 @@ class DeviceTransferRanker(Ranker):
         self.top_weight = top_weight
         self.top_scale = top_scale
         self.device_rows = device_rows
+        self.geometry = geometry
         self.name = name
 
     def fit(self, train: pl.DataFrame) -> "DeviceTransferRanker":
         if train.is_empty():
             raise ModelError(f"{self.features.kernel}: no training rows")
-        own = transfer_features(self.features)
+        own = transfer_features(self.features, getattr(self, "geometry", False))
         devices = _device_table(train)
         self.device_ids = devices["device_id"].to_list()
         self.device_specs = devices.drop("device_id", "_vendor").to_numpy().astype(float)
@@ -357,7 +376,7 @@ class DeviceTransferRanker(Ranker):
         return devices["device_id"].to_list(), w / w.sum(axis=1, keepdims=True)
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
-        own = transfer_features(self.features)
+        own = transfer_features(self.features, getattr(self, "geometry", False))
         ids, weights = self.device_weights(test)
         row_weights = test.select("device_id").join(
             pl.DataFrame({"device_id": ids, "_i": list(range(len(ids)))}, schema={"device_id": pl.String, "_i": pl.Int64}),
@@ -563,14 +582,19 @@ def _device_et() -> ExtraTreesRegressor:
 _ESTIMATORS: dict[str, Callable[[], object]] = {"gbr": _device_gbr, "et": _device_et}
 
 
-def shared_features(features: KernelFeatures) -> KernelFeatures:
-    """The features of a model shared across devices: config, shape and ratio columns plus the vendor.
+def shared_features(features: KernelFeatures, geometry: bool | None = None) -> KernelFeatures:
+    """The features of a model shared across devices: config, shape and ratio columns plus the vendor
+    (and, with `geometry`, the launch geometry relative to the device: features.py's `geo_*`; None:
+    only a geometry the kernel declares, KernelSpec.tiles, since one inferred from Kernel Tuner's
+    parameter names hurt there, see notes/learning.md).
 
     Without the finer device specs a tree model cannot memorise the few training devices;
     what tells one device from another is left to the prior it is ensembled with.
     """
     numeric = tuple(c for c in features.numeric
                     if c.startswith(("cfg_", "ratio_", "shape_")) or c == "dtype_bytes")
+    if geometry or (geometry is None and getattr(features, "geometry_declared", False)):
+        numeric += tuple(getattr(features, "geometry", ()))
     numeric = tuple(c for c in numeric if c not in _DEVICE_RELATIVE)
     return replace(features, numeric=numeric,
                    categorical=tuple(c for c in features.categorical if c in ("dev_vendor", "dev_backend")
@@ -598,7 +622,12 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
                                              name="prior_shared"),
     "transfer": lambda f: DeviceTransferRanker(f, "gbr", name="transfer"),
     "transfer_et": lambda f: DeviceTransferRanker(f, "et", top_weight=0.0, name="transfer_et"),
+    "transfer_geo": lambda f: DeviceTransferRanker(f, "gbr", geometry=True, name="transfer_geo"),
     "simd_aligned": lambda f: AlignmentRanker(f, name="simd_aligned"),
+    "gbr_med": lambda f: PipelineRanker(shared_features(f, geometry=True), _gbr(), target="log_med",
+                                        clip=CLIP_LOG_REL, name="gbr_med"),
+    "prior_rank_uniform": lambda f: PriorRanker(f, uniform=True, vendor_penalty=0.0, target="rank_pct",
+                                                name="prior_rank_uniform"),
     "ensemble": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, name="ensemble"),
 }
 ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV

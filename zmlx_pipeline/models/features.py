@@ -10,20 +10,28 @@ the device specs of the `devices` table, plus
   other (rows vs row length), for dims that vary.
 The column set is derived per kernel from the JSON keys of its configs and shapes, so our
 kernels (TG, VEC, ROWS, ...) and imported ones (block_size_x, tile_size_y, ...) work alike.
-Target: natural log of the median time (`log_time`); `log_rel` is the same relative to the
-fastest config of its case, a ranking target.
+- launch geometry relative to the device, for kernels whose tile axes are known (`geo_*`, see
+  _axis_features): declared by the kernel (KernelSpec.tiles, as matmul does), or named like Kernel
+  Tuner's block_size_x / tile_size_x: tiles, waves over the device's cores, tile waste, work per
+  thread, reduction steps; kept apart (`geometry`). The default models use a declared geometry
+  (`geometry_declared`); one inferred from parameter names only the models that opt in.
+Targets: natural log of the median time (`log_time`) and per-case normalised ones that devices
+of different speed share (`log_rel`, `log_med`, `rank_pct`; see case_targets).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import polars as pl
 
+from zmlx_pipeline.kernels.spec import TileAxes
+
 CASE = ("device_id", "kernel", "dtype", "shape_key")
+TARGETS = ("log_time", "log_rel", "log_med", "rank_pct")  # what a model may regress (see case_targets)
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # Device spec columns of the `devices` table used as features (log2 where the scale is wide).
 SPEC_COLUMNS = (
@@ -58,7 +66,7 @@ class KernelFeatures:
 
     kernel: str
     kernel_version: str
-    frame: pl.DataFrame          # ids, config/shape JSON, median_us, log_time, log_rel, features
+    frame: pl.DataFrame          # ids, config/shape JSON, median_us, TARGETS, features
     numeric: tuple[str, ...]     # numeric feature columns
     categorical: tuple[str, ...]  # string feature columns
     shape_dims: tuple[str, ...]
@@ -66,6 +74,12 @@ class KernelFeatures:
     thread_params: tuple[str, ...]
     threadgroup_param: str | None = None
     devices: pl.DataFrame | None = None  # the devices-table rows of the devices in `frame`
+    # launch-geometry columns (geo_*, in `frame`): not in `numeric`, a model opts in (shared_features);
+    # in every tree model's features they let it tell the few training devices apart, and it overfits
+    geometry: tuple[str, ...] = ()
+    # the geometry comes from the kernel's own declaration (KernelSpec.tiles): the default models use
+    # it (shared_features); one inferred from Kernel Tuner parameter names stays opt-in (it hurt there)
+    geometry_declared: bool = False
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -125,8 +139,12 @@ def kernel_features(
     devices: pl.DataFrame,
     kernel: str,
     bytes_moved: BytesMoved | None = None,
+    tiles: TileAxes | None = None,
 ) -> KernelFeatures:
-    """The feature frame of one kernel's ok measurements (its newest kernel version)."""
+    """The feature frame of one kernel's ok measurements (its newest kernel version).
+
+    `tiles`: the kernel's tile axes for the geometry features; None looks up the registered kernel
+    of that name (declared_tiles), then Kernel Tuner's parameter names (named_tiles)."""
     df = measurements.filter((pl.col("kernel") == kernel) & (pl.col("status") == "ok")
                              & (pl.col("median_us") > 0))
     if df.is_empty():
@@ -141,6 +159,7 @@ def kernel_features(
     if missing:
         raise FeatureError(f"devices {', '.join(sorted(missing))} have no row in the devices table")
     df = df.join(devices, on="device_id", how="left")
+    df = drop_implausible(df, bytes_moved or declared_bytes_moved(kernel))
 
     exprs: list[pl.Expr] = [
         pl.col("median_us").log().alias("log_time"),
@@ -234,16 +253,168 @@ def kernel_features(
             ratio_exprs.append((pl.col(f"shape_log2_{a}") - pl.col(f"shape_log2_{b}")).alias(f"shape_ratio_{a}_{b}"))
             numeric.append(f"shape_ratio_{a}_{b}")
     df = df.with_columns(ratio_exprs)
-    df = df.with_columns((pl.col("log_time") - pl.col("log_time").min().over(CASE)).alias("log_rel"))
+    declared = tiles if tiles is not None else declared_tiles(kernel)
+    axis_cols = _axis_features(df, declared, numeric_dims) if declared is not None else []
+    if not axis_cols:
+        declared = None
+        named = named_tiles(params, numeric_dims)
+        axis_cols = _axis_features(df, named, numeric_dims) if named is not None else []
+    geometry = [n for n, _ in axis_cols]
+    if axis_cols:
+        df = df.with_columns([e.alias(n) for n, e in axis_cols])
+    df = df.with_columns(case_targets())
     keep = ["device_id", "kernel", "kernel_version", "dtype", "shape_key", "shape", "config_key", "config",
-            "median_us", "log_time", "log_rel", *numeric, *categorical]
+            "median_us", "log_time", *TARGETS[1:], *numeric, *geometry, *categorical]
     return KernelFeatures(
         kernel=kernel, kernel_version=version, frame=df.select(keep),
         numeric=tuple(numeric), categorical=tuple(categorical),
         shape_dims=tuple(numeric_dims), params=tuple(params), thread_params=thread_params,
         threadgroup_param=next((p for p in THREADGROUP_PARAMS if p in thread_params), None),
         devices=devices.filter(pl.col("device_id").is_in(df["device_id"].unique().to_list())),
+        geometry=tuple(geometry), geometry_declared=declared is not None and bool(geometry),
     )
+
+
+def case_targets() -> list[pl.Expr]:
+    """The per-case normalised targets, from `log_time`: devices of any speed share their scale.
+
+    - `log_rel`: log(time / fastest time of the case), 0 at the case's best;
+    - `log_med`: log(time / median time of the case), centred where `log_rel` is anchored at one
+      (possibly lucky) fastest config;
+    - `rank_pct`: the config's rank in its case scaled to [0, 1] (0 = fastest): no scale at all,
+      so a case whose slow configs are 100x slow weighs no more than one where they are 1.2x.
+    """
+    over = pl.col("log_time")
+    n = pl.len().over(CASE)
+    return [
+        (over - over.min().over(CASE)).alias("log_rel"),
+        (over - over.median().over(CASE)).alias("log_med"),
+        pl.when(n > 1).then((over.rank("average").over(CASE) - 1.0) / (n - 1).cast(pl.Float64))
+        .otherwise(0.0).alias("rank_pct"),
+    ]
+
+
+#: a time that implies more than this many times the device's memory bandwidth, for a working set
+#: larger than its L2, cannot be a real run of the kernel (seen: small-M matmuls timed at 6.7 us for
+#: 117 MB on an H100, 17 TB/s); such rows are left out of every frame
+IMPLAUSIBLE_BANDWIDTH = 1.5
+
+
+def declared_bytes_moved(kernel: str) -> BytesMoved | None:
+    """The registered kernel's bytes_moved model; None for a kernel the registry does not know."""
+    from zmlx_pipeline.kernels.registry import UnknownKernel, get_kernel
+
+    if ":" in kernel:  # a module path: never import code named by the data
+        return None
+    try:
+        return get_kernel(kernel).bytes_moved
+    except UnknownKernel:
+        return None
+
+
+def drop_implausible(df: pl.DataFrame, bytes_moved: BytesMoved | None) -> pl.DataFrame:
+    """`df` (measurements joined with device specs) without the rows faster than memory allows:
+    bytes moved over L2 at more than IMPLAUSIBLE_BANDWIDTH x the device's bandwidth."""
+    if bytes_moved is None or df.is_empty():
+        return df
+    shapes = df.select("shape", "dtype").unique()
+    nbytes = pl.DataFrame({
+        "shape": shapes["shape"], "dtype": shapes["dtype"],
+        "_nbytes": [float(bytes_moved(json.loads(s), DTYPE_BYTES.get(d, 4)))
+                    for s, d in zip(shapes["shape"], shapes["dtype"])],
+    })
+    gbps = pl.col("_nbytes") / pl.col("median_us") / 1e3
+    impossible = ((pl.col("_nbytes") > pl.col("l2_bytes").fill_null(float("inf")))
+                  & (gbps > IMPLAUSIBLE_BANDWIDTH * pl.col("memory_bandwidth_gbps").fill_null(float("inf"))))
+    return (df.join(nbytes, on=["shape", "dtype"], how="left", maintain_order="left")
+            .filter(~impossible.fill_null(False)).drop("_nbytes"))
+
+
+def declared_tiles(kernel: str) -> TileAxes | None:
+    """The tile axes the registered kernel of this name declares (KernelSpec.tiles); None for a kernel
+    the registry does not know (imported data) or one that declares none."""
+    from zmlx_pipeline.kernels.registry import UnknownKernel, get_kernel
+
+    if ":" in kernel:  # a module path: never import code named by the data
+        return None
+    try:
+        return get_kernel(kernel).tiles
+    except UnknownKernel:
+        return None
+
+
+def named_tiles(params: Sequence[str], dims: Sequence[str]) -> TileAxes | None:
+    """Tile axes by Kernel Tuner's naming: per axis a in x, y, z with a block_size_a parameter and a
+    shape dim a, a block spans block_size_a * tile_size_a (tile 1 when absent) with block_size_a
+    threads along a. None when no axis is named so (our kernels)."""
+    axes = [a for a in ("x", "y", "z") if f"block_size_{a}" in params and a in dims]
+    if not axes:
+        return None
+    return TileAxes(grid={a: (f"block_size_{a}", *([f"tile_size_{a}"] if f"tile_size_{a}" in params else []))
+                          for a in axes},
+                    threads=tuple(f"block_size_{a}" for a in axes))
+
+
+def _axis_features(df: pl.DataFrame, tiles: TileAxes, dims: Sequence[str]) -> list[tuple[str, pl.Expr]]:
+    """Launch-geometry features of a tiled kernel, relative to the device: they transfer across devices.
+
+    Per grid axis, a threadgroup spans `extent` = the product of its params along shape dim d, so
+    ceil(d / extent) threadgroups are launched along it; `threads` = the product of the thread params:
+    - `geo_log2_work_per_thread`: log2 of the tile area over the threads (BM*BN/TG; Kernel Tuner's
+      product of tile sizes);
+    - `geo_log2_blocks`: log2 of the threadgroups launched (product of ceil(d / extent));
+    - `geo_tile_waste`: log2 of the padded tile area over the real one (product of ceil(d / e) * e / d);
+    - `geo_log2_blocks_per_core`: threadgroups per device core (SM / CU / GPU core): < 0 leaves cores idle;
+    - `geo_log2_waves`: log2 of the whole waves (ceil(blocks / cores));
+    - `geo_wave_eff`: blocks / (waves * cores), the share of the waves' slots that work;
+    - `geo_last_wave_fill`: the share of the cores the last wave occupies (1 = full);
+    - `geo_log2_threads_per_core`: all launched threads per core, the parallelism each core gets;
+    with reduction steps (a matmul's K in BK):
+    - `geo_log2_steps`: log2 of the steps (product of ceil(d / step));
+    - `geo_step_waste`: log2 of the padded reduction length over the real one;
+    - `geo_log2_tile_reuse`: log2 of the tile area over its perimeter (BM*BN / (BM+BN)), how often each
+      operand element loaded into a tile is used.
+    None (an empty list) when a name the tiles refer to is not a numeric column, or no core count.
+    """
+    decl_dims, decl_params = tiles.names()
+    if ("gpu_cores" not in df.columns or not set(decl_dims) <= set(dims)
+            or any("c_" + p not in df.columns or not df.schema["c_" + p].is_numeric() for p in decl_params)):
+        return []
+
+    def product(names: Sequence[str]) -> pl.Expr:
+        return pl.lit(1.0) if not names else pl.reduce(
+            lambda a, b: a * b, [pl.col("c_" + p).cast(pl.Float64).clip(lower_bound=1) for p in names])
+
+    def dim(d: str) -> pl.Expr:
+        return pl.col("s_" + d).cast(pl.Float64).clip(lower_bound=1)
+
+    extents = {d: product(ps) for d, ps in tiles.grid.items()}
+    counts = {d: (dim(d) / e).ceil() for d, e in extents.items()}
+    log_blocks = pl.sum_horizontal([n.log(2) for n in counts.values()])
+    log_area = pl.sum_horizontal([e.log(2) for e in extents.values()])
+    log_threads = product(tiles.threads).log(2)
+    cores = pl.col("gpu_cores").cast(pl.Float64)
+    n_blocks = 2.0 ** log_blocks
+    waves = (n_blocks / cores).ceil()
+    out = [
+        ("geo_log2_work_per_thread", log_area - log_threads),
+        ("geo_log2_blocks", log_blocks),
+        ("geo_tile_waste", pl.sum_horizontal([(counts[d] * e / dim(d)).log(2) for d, e in extents.items()])),
+        ("geo_log2_blocks_per_core", log_blocks - cores.log(2)),
+        ("geo_log2_waves", waves.log(2)),
+        ("geo_wave_eff", n_blocks / (waves * cores)),
+        ("geo_last_wave_fill", (n_blocks - (waves - 1.0) * cores) / cores),
+        ("geo_log2_threads_per_core", log_blocks + log_threads - cores.log(2)),
+    ]
+    if tiles.steps:
+        steps = {d: product(ps) for d, ps in tiles.steps.items()}
+        out += [
+            ("geo_log2_steps", pl.sum_horizontal([(dim(d) / st).ceil().log(2) for d, st in steps.items()])),
+            ("geo_step_waste", pl.sum_horizontal([((dim(d) / st).ceil() * st / dim(d)).log(2)
+                                                  for d, st in steps.items()])),
+            ("geo_log2_tile_reuse", log_area - pl.sum_horizontal(list(extents.values())).log(2)),
+        ]
+    return out
 
 
 def build_features(

@@ -18,7 +18,7 @@ The grid's x axis counts column blocks (N / BN, up to thousands), its y axis row
 
 from __future__ import annotations
 
-from zmlx_pipeline.kernels.spec import KernelSpec, Launch, load_grid
+from zmlx_pipeline.kernels.spec import KernelSpec, Launch, TileAxes, load_grid
 
 BODY = r"""
   constexpr int NT = BN / TN;
@@ -171,4 +171,6 @@ SPEC = KernelSpec(
     # float32 sums over K up to 14336 in a different order than the reference's
     tolerance={"float32": (1e-3, 2e-4)},
     mlx_op=mlx_op,
+    # a threadgroup computes a BM x BN tile of C with TG threads, stepping over K by BK
+    tiles=TileAxes(grid={"M": ("BM",), "N": ("BN",)}, threads=("TG",), steps={"K": ("BK",)}),
 )
