@@ -300,16 +300,22 @@ def case_targets() -> list[pl.Expr]:
 IMPLAUSIBLE_BANDWIDTH = 1.5
 
 
-def declared_bytes_moved(kernel: str) -> BytesMoved | None:
-    """The registered kernel's bytes_moved model; None for a kernel the registry does not know."""
+def _registered(kernel: str):
+    """The registered kernel spec of this name; None for one the registry does not know (imported data)."""
     from zmlx_pipeline.kernels.registry import UnknownKernel, get_kernel
 
     if ":" in kernel:  # a module path: never import code named by the data
         return None
     try:
-        return get_kernel(kernel).bytes_moved
+        return get_kernel(kernel)
     except UnknownKernel:
         return None
+
+
+def declared_bytes_moved(kernel: str) -> BytesMoved | None:
+    """The registered kernel's bytes_moved model; None for a kernel the registry does not know."""
+    spec = _registered(kernel)
+    return spec.bytes_moved if spec is not None else None
 
 
 def drop_implausible(df: pl.DataFrame, bytes_moved: BytesMoved | None) -> pl.DataFrame:
@@ -333,14 +339,8 @@ def drop_implausible(df: pl.DataFrame, bytes_moved: BytesMoved | None) -> pl.Dat
 def declared_tiles(kernel: str) -> TileAxes | None:
     """The tile axes the registered kernel of this name declares (KernelSpec.tiles); None for a kernel
     the registry does not know (imported data) or one that declares none."""
-    from zmlx_pipeline.kernels.registry import UnknownKernel, get_kernel
-
-    if ":" in kernel:  # a module path: never import code named by the data
-        return None
-    try:
-        return get_kernel(kernel).tiles
-    except UnknownKernel:
-        return None
+    spec = _registered(kernel)
+    return spec.tiles if spec is not None else None
 
 
 def named_tiles(params: Sequence[str], dims: Sequence[str]) -> TileAxes | None:
