@@ -11,9 +11,7 @@ from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.models.evaluate import (
     FALLBACK_BAND,
     MIN_PAIRS,
-    NOISE_EDGES_US,
     NoiseBands,
-    bucket_name,
     evaluate,
     evaluate_kernel,
     noise_bands,
@@ -87,10 +85,11 @@ def test_no_repeats_means_the_fallback_and_says_so():
 
 
 def test_buckets_are_those_of_the_noise_command():
-    from zmlx_pipeline.pipeline.collect import NOISE_BUCKETS_US
+    from zmlx_pipeline.data import noise_buckets
+    from zmlx_pipeline.pipeline import collect
 
-    assert NOISE_EDGES_US == NOISE_BUCKETS_US
-    assert [bucket_name(i) for i in range(5)] == ["0-10 us", "10-50 us", "50-200 us", "200-1000 us", ">= 1000 us"]
+    assert collect.NOISE_BUCKETS_US is noise_buckets.NOISE_BUCKETS_US
+    assert [noise_buckets.bucket_label(i) for i in range(5)] == ["0-10 us", "10-50 us", "50-200 us", "200-1000 us", ">= 1000 us"]
 
 
 def test_a_pick_inside_the_band_is_a_tie_and_one_outside_is_not(noisy):

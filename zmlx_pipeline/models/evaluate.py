@@ -51,7 +51,6 @@ Rows carry `regret_tied_geomean`, `hit_tied` (share of cases inside the band), `
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import math
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ import numpy as np
 import polars as pl
 
 from zmlx_pipeline.data.catalog import UnknownDevice, get_device
+from zmlx_pipeline.data.noise_buckets import bucket_index, bucket_label
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, make_ranker
 from zmlx_pipeline.models.features import (
     CASE,
@@ -86,8 +86,7 @@ SEED_FALLBACK = (128, (64, 128, 256))
 HIT_WITHIN = 1.02
 SHAPE_FOLDS = 5
 SERIAL_ROWS = 20_000  # kernels with fewer rows fit on one OpenMP thread (threads only cost time there)
-# the tie band (noise-aware regret): the time buckets of `zmlx-pipeline noise` (pipeline/collect.py)
-NOISE_EDGES_US = (10.0, 50.0, 200.0, 1000.0)
+# the tie band (noise-aware regret) is taken per time bucket of `zmlx-pipeline noise` (data/noise_buckets.py)
 MIN_PAIRS = 20  # repeat pairs a (device, bucket) needs for its own band; fewer: pooled over devices
 FALLBACK_BAND = HIT_WITHIN - 1.0  # only for a store with no repeat at all: the plain 2% hit margin
 _TOP = 10
@@ -158,19 +157,6 @@ def summarize(regrets: Sequence[float]) -> dict:
 # noise-aware (tied) regret
 
 
-def noise_bucket(us: float) -> int:
-    """Index of the time bucket (NOISE_EDGES_US) a time in microseconds falls in; edges go up."""
-    return bisect.bisect_right(NOISE_EDGES_US, us)
-
-
-def bucket_name(index: int) -> str:
-    """The bucket's label as `zmlx-pipeline noise` prints it ("0-10 us" ... ">= 1000 us")."""
-    edges = (0.0,) + NOISE_EDGES_US
-    if index < len(NOISE_EDGES_US):
-        return f"{edges[index]:g}-{NOISE_EDGES_US[index]:g} us"
-    return f">= {edges[index]:g} us"
-
-
 @dataclass(frozen=True)
 class NoiseBands:
     """Tie bands from repeat pairs: per (device, bucket) and pooled per bucket, (band, pairs).
@@ -194,7 +180,7 @@ class NoiseBands:
             a, b = p["median_us"], p["repeat_us"]
             if not a or not b or a <= 0 or b <= 0:
                 continue
-            bucket = noise_bucket(a)
+            bucket = bucket_index(a)
             spread = max(a, b) / min(a, b) - 1.0
             spreads.setdefault((p["device_id"], bucket), []).append(spread)
             spreads.setdefault((None, bucket), []).append(spread)
@@ -213,7 +199,7 @@ class NoiseBands:
         pooled, pooled-nearest or fallback."""
         if self.fallback:
             return FALLBACK_BAND, "fallback"
-        bucket = noise_bucket(best_us)
+        bucket = bucket_index(best_us)
         own = self.by_device.get((device_id, bucket))
         if own and own[1] >= self.min_pairs:
             return own[0], "device"
@@ -228,7 +214,7 @@ class NoiseBands:
         """Every measured band: {device (None = pooled), bucket, band, pairs, enough_pairs (at least min_pairs)}."""
         entries = [(None, b, v) for b, v in sorted(self.pooled.items())]
         entries += [(d, b, v) for (d, b), v in sorted(self.by_device.items())]
-        return [{"device": d, "bucket": bucket_name(b), "band": band, "pairs": n, "enough_pairs": n >= self.min_pairs}
+        return [{"device": d, "bucket": bucket_label(b), "band": band, "pairs": n, "enough_pairs": n >= self.min_pairs}
                 for d, b, (band, n) in entries]
 
     def summary(self) -> dict:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from zmlx_pipeline import __version__
 from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.data.noise_buckets import NOISE_BUCKETS_US, bucket_label
 from zmlx_pipeline.data.records import DTYPES, Measurement
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, NoGpuBackend, Outcome, Prepared, measure, prepare
@@ -297,15 +298,12 @@ def repeat(
     return result
 
 
-NOISE_BUCKETS_US = (10.0, 50.0, 200.0, 1000.0)
-
-
 def noise_summary(store: Store, device: str | None = None) -> list[dict]:
     """Spread of repeated timings by size: per bucket of the first median, |repeat / first - 1| (median,
     p95, max) and the share within 5%; the bucket "> 50 us" pools the kernels issue 3 judges."""
     pairs = store.repeat_pairs(device=device)
     edges = (0.0,) + NOISE_BUCKETS_US + (float("inf"),)
-    buckets = [(f"{lo:g}-{hi:g} us" if hi != float("inf") else f">= {lo:g} us", lo, hi) for lo, hi in zip(edges, edges[1:])]
+    buckets = [(bucket_label(i), lo, hi) for i, (lo, hi) in enumerate(zip(edges, edges[1:]))]
     buckets.append(("> 50 us", 50.0, float("inf")))
     rows = []
     for name, lo, hi in buckets:
