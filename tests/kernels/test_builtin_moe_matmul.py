@@ -174,17 +174,29 @@ def test_matmul_space_stays_a_few_hundred_per_shape():
 def test_matmul_constraints_remove_illegal_tiles():
     spec = spec_of("matmul")
     shape = {"M": 1024, "N": 4096, "K": 4096}
-    big = {"TG": 256, "BM": 128, "BN": 128, "BK": 32, "TM": 8, "TN": 8}  # 32 KB of float tiles
-    assert spec.violations(big, shape, "float16", Limits()) == []
-    small_mem = Limits(1024, 32, 16384)
-    assert spec.violations(big, shape, "float16", small_mem) == ["(BM * BK + BK * BN) * 4 <= tg_mem_bytes"]
-    assert len(spec.legal_configs(shape, "float16", small_mem)) < len(spec.legal_configs(shape, "float16", Limits()))
-    # TG is determined by the tile
-    assert "TG == (BM // TM) * (BN // TN)" in spec.violations({**big, "TG": 128}, shape, "float16", Limits())
-    assert all(c["TG"] == (c["BM"] // c["TM"]) * (c["BN"] // c["TN"]) for c in spec.legal_configs(shape, "float16", Limits()))
-    # decode rows get small row blocks only, prefill rows large ones only
-    assert {c["BM"] for c in spec.legal_configs({"M": 1, "N": 4096, "K": 4096}, "float16", Limits())} == {1, 4, 16}
-    assert {c["BM"] for c in spec.legal_configs(shape, "float16", Limits())} == {16, 64, 128}
+    cuda = Limits(1024, 32, 49152)
+    # 2 x (128 x 40 + 32 x 136) halves = 37,888 bytes of slabs: fits CUDA's 48 KiB, not Apple's 32 KiB
+    big = {"TG": 128, "BM": 128, "BN": 128, "BK": 32, "WM": 2, "WN": 2, "STAGES": 2}
+    assert spec.violations(big, shape, "float16", cuda) == []
+    ring = "STAGES * (BM * (BK + 16 // dtype_bytes) + BK * (BN + 8)) * dtype_bytes <= min(tg_mem_bytes, 49152)"
+    assert spec.violations(big, shape, "float16", Limits(1024, 32, 32768)) == [ring]
+    # float32 doubles the slabs; a third stage passes 48 KiB even where the device has more
+    assert ring in spec.violations(big, shape, "float32", cuda)
+    assert ring in spec.violations({**big, "STAGES": 3}, shape, "float16", Limits(1024, 32, 232448))
+    # TG is the warp layout's
+    assert "TG == 32 * WM * WN" in spec.violations({**big, "TG": 256}, shape, "float16", cuda)
+    legal = spec.legal_configs(shape, "float16", cuda)
+    assert legal and all(c["TG"] == 32 * c["WM"] * c["WN"] for c in legal)
+    # every warp owns 2..16 tiles of 16 x 16 (2..8 in float32)
+    tiles = lambda c: (c["BM"] // (16 * c["WM"])) * (c["BN"] // (16 * c["WN"]))  # noqa: E731
+    assert {tiles(c) for c in legal} <= set(range(2, 17)) and max(tiles(c) for c in legal) == 16
+    assert all(c["WM"] * c["WN"] >= 2 and (c["BK"] == 32 or c["STAGES"] == 3) for c in legal)
+    assert max(tiles(c) for c in spec.legal_configs(shape, "float32", cuda)) == 8
+    # 16-lane SIMD groups cannot run the warp-level matrix ops
+    assert "simd_width == 32" in spec.violations(big, shape, "float16", Limits(1024, 16, 49152))
+    # decode rows get BM = 16 only, prefill rows the larger row blocks too
+    assert {c["BM"] for c in spec.legal_configs({"M": 1, "N": 4096, "K": 4096}, "float16", cuda)} == {16}
+    assert {c["BM"] for c in legal} == {16, 32, 64, 128}
 
 
 def test_topk_constraints():
@@ -226,7 +238,8 @@ def test_launches_are_whole_threadgroups_that_cover_the_output(name):
                 assert blocks * cfg["ROWS"] >= shape["tokens"]
                 assert launch.grid[1] * s * cfg["VEC"] >= shape["hidden"]
             else:
-                assert blocks * cfg["BN"] >= shape["N"] and launch.grid[1] * cfg["BM"] >= shape["M"]
+                # x: row blocks, y: column blocks (neighbouring threadgroups share B's columns)
+                assert blocks * cfg["BM"] >= shape["M"] and launch.grid[1] * cfg["BN"] >= shape["N"]
 
 
 def test_bytes_and_flops_by_hand():
@@ -270,7 +283,7 @@ def test_translation_unit_types_int_inputs_when_asked():
 NVCC_CASES = {
     "topk_gating": ("bfloat16", {"TG": 128, "TOKENS": 2, "EPT": 4, "KMAX": 8}),
     "moe_combine": ("float16", {"TG": 256, "VEC": 8, "ROWS": 2}),
-    "matmul": ("float32", {"TG": 256, "BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}),
+    "matmul": ("float32", {"TG": 128, "BM": 64, "BN": 64, "BK": 16, "WM": 2, "WN": 2, "STAGES": 3}),
 }
 
 
@@ -316,6 +329,40 @@ template <int V, typename T> inline void k_store(T* p, const float* v) { for (in
 struct Shape { int v[8]; int operator[](int i) const { return v[i]; } };
 """
 
+#: the "mma" vocabulary on the CPU: every lane holds its warp's whole 16x16 tiles, so the body's
+#: tiling, slab ring, edges and epilogue are checked; the element -> (row, column) map is CUDA's,
+#: so every element of C must be written exactly once through it (the PTX fragment layouts
+#: themselves only run on a GPU: tests/kernels/test_gpu_kernels.py)
+EMU_MMA = r"""
+#include <cstring>
+#define KUNROLL
+#define KALIGN16 __attribute__((aligned(16)))
+static thread_local uint k_emu_lane;
+struct k_mma_acc { float v[16][16]; };
+template <typename T> struct k_mma_a { float v[16][16]; };
+template <typename T> struct k_mma_b { float v[16][16]; };
+inline void k_mma_zero(k_mma_acc* a) { std::memset(a->v, 0, sizeof(a->v)); }
+template <typename T, typename F> inline void k_emu_fill(F* f, const T* p, int ld) {
+  for (int r = 0; r < 16; ++r) for (int c = 0; c < 16; ++c) f->v[r][c] = static_cast<float>(p[r * ld + c]);
+}
+template <typename T> inline void k_mma_load_a(k_mma_a<T>* f, const T* p, int ld, uint) { k_emu_fill(f, p, ld); }
+template <typename T> inline void k_mma_load_b(k_mma_b<T>* f, const T* p, int ld, uint) { k_emu_fill(f, p, ld); }
+template <typename T> inline void k_mma(k_mma_acc* acc, const k_mma_a<T>* a, const k_mma_b<T>* b) {
+  for (int i = 0; i < 16; ++i) for (int k = 0; k < 16; ++k) for (int j = 0; j < 16; ++j) acc->v[i][j] += a->v[i][k] * b->v[k][j];
+}
+inline int k_mma_row(int e, uint lane) { return (int)(lane >> 2) + ((e >> 1) & 1) * 8; }
+inline int k_mma_col(int e, uint lane) { return (e >> 2) * 8 + (int)(lane & 3u) * 2 + (e & 1); }
+inline float k_mma_get(const k_mma_acc* acc, int e) { return acc->v[k_mma_row(e, k_emu_lane)][k_mma_col(e, k_emu_lane)]; }
+template <int V, typename T> inline void k_copy_async(T* dst, const T* src, int n) {
+  for (int i = 0; i < V; ++i) dst[i] = i < n ? src[i] : static_cast<T>(0.0f);
+}
+inline void k_async_commit() {}
+template <int N> inline void k_async_wait() {}
+"""
+
+#: the CPU stand-in of each prelude extension
+EMU_EXTENSIONS = {"mma": EMU_MMA}
+
 _EMU_TYPES = {"float32": "float", "int32": "int"}
 
 
@@ -345,10 +392,11 @@ def emulate(spec, config, shape, workdir: Path, seed=0, sanitize="address"):
     tg = launch.threadgroup[0]
     consts = "".join(f"  constexpr int {k} = {int(v)};\n" for k, v in config.items())
     writes = "".join(f"  fwrite(out{i}.data(), sizeof({ct}), {n}, o);\n" for i, (ct, n) in enumerate(sizes))
-    code = EMU_PRELUDE + spec.helpers + f"""
+    code = EMU_PRELUDE + "".join(EMU_EXTENSIONS[e] for e in spec.extensions) + spec.helpers + f"""
 void k_body(uint k_tid, uint k_block_x, uint k_block_y, {", ".join(params)}) {{
   using T = float;
 {consts}  const uint k_lane = k_tid & 31u; const uint k_warp = k_tid >> 5; (void)k_lane; (void)k_warp;
+{"  k_emu_lane = k_lane;" if "mma" in spec.extensions else ""}
 {spec.body}
 }}
 int main(int argc, char** argv) {{
@@ -400,8 +448,11 @@ EMU_CASES = [
     ("topk_gating", {"tokens": 3, "experts": 256, "k": 8}, {"TG": 256, "TOKENS": 1, "EPT": 1, "KMAX": 8}),
     ("topk_gating", {"tokens": 9, "experts": 8, "k": 2}, {"TG": 32, "TOKENS": 4, "EPT": 1, "KMAX": 2}),
     ("moe_combine", {"tokens": 5, "k": 3, "hidden": 72}, {"TG": 32, "VEC": 4, "ROWS": 2}),
-    ("matmul", {"M": 33, "N": 70, "K": 41}, {"TG": 64, "BM": 16, "BN": 32, "BK": 8, "TM": 2, "TN": 4}),
-    ("matmul", {"M": 1, "N": 100, "K": 37}, {"TG": 32, "BM": 1, "BN": 32, "BK": 16, "TM": 1, "TN": 1}),
+    # odd M, N and K (zero-filled edges, rows not 16-byte aligned), a 3-deep and a 2-deep slab ring
+    ("matmul", {"M": 33, "N": 70, "K": 41}, {"TG": 64, "BM": 32, "BN": 32, "BK": 16, "WM": 2, "WN": 1, "STAGES": 3}),
+    ("matmul", {"M": 1, "N": 100, "K": 37}, {"TG": 64, "BM": 16, "BN": 64, "BK": 32, "WM": 1, "WN": 2, "STAGES": 2}),
+    # aligned rows (the 16-byte copy path), several K slabs, warps in a 2 x 2 layout
+    ("matmul", {"M": 40, "N": 96, "K": 96}, {"TG": 128, "BM": 32, "BN": 64, "BK": 16, "WM": 2, "WN": 2, "STAGES": 3}),
 ]
 
 

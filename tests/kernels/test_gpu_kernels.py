@@ -82,3 +82,27 @@ def test_broken_source_is_a_compile_error(gpu_backend):
     broken = spec.replace(name="rmsnorm_broken", body=spec.body + "\n  this is not a statement;")
     out = measure(Launcher(broken, gpu_backend), {"TG": 256, "VEC": 1, "ROWS": 1}, {"rows": 8, "cols": 1024}, "float32")
     assert out.status == "compile_error", out
+
+
+#: odd sizes (zero-filled edges, rows not 16-byte aligned) and an aligned one with several K slabs
+MATMUL_EDGE_SHAPES = ({"M": 33, "N": 70, "K": 41}, {"M": 1, "N": 100, "K": 37}, {"M": 130, "N": 264, "K": 136})
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_matmul_tensor_core_tiles_on_odd_shapes(dtype, gpu_backend):
+    """The MMA fragment layouts (ldmatrix, mma.sync, simdgroup matrices) only run on a GPU: every
+    element of C, edges included, must match the reference for tiles of each warp layout."""
+    from zmlx_pipeline.kernels.harness import Launcher, check
+
+    spec = get_kernel("matmul")
+    launcher = Launcher(spec, gpu_backend)
+    limits = Limits(1024, 32, 49152 if gpu_backend == "cuda" else 32768)
+    failures, checked = [], 0
+    for shape in MATMUL_EDGE_SHAPES:
+        for config in spread(spec.legal_configs(shape, dtype, limits), 3):
+            checked += 1
+            wrong = check(launcher, config, shape, dtype, seed=5)
+            if wrong:
+                failures.append((shape, config, wrong))
+    assert checked >= 6
+    assert not failures, failures[:3]

@@ -150,6 +150,221 @@ __device__ __forceinline__ void k_store(T* p, const float* vals) {
 }
 """
 
+# -- optional vocabularies -----------------------------------------------------------------------
+# A kernel opts into one with `KernelSpec.extensions`; it is appended to the base header only for
+# that kernel, so adding an extension changes no other kernel's source, and no other version.
+#
+# "mma": warp / SIMD-group matrix multiply-accumulate on 16x16 tiles, and asynchronous copies
+#   k_mma_acc                16x16 float accumulator tile held by one warp / SIMD group
+#   k_mma_a<T>, k_mma_b<T>   16x16 A and B operand tiles of element type T
+#   k_mma_zero(&acc)
+#   k_mma_load_a(&fa, p, ld, k_lane)   A[16 x 16] from threadgroup memory, row-major, row stride ld
+#   k_mma_load_b(&fb, p, ld, k_lane)   B[16 x 16] likewise (k rows, n columns)
+#   k_mma(&acc, &fa, &fb)              acc += A @ B (every lane of the warp calls it)
+#   k_mma_get(&acc, e), k_mma_row(e, k_lane), k_mma_col(e, k_lane)
+#                            e = 0..7: this lane's 8 elements of the tile and their (row, column)
+#   k_copy_async<V>(dst, src, n)       V elements device -> threadgroup memory, the first n of them
+#                                      read and the rest zero (one asynchronous 16-byte copy on CUDA
+#                                      when n == V and both ends are aligned; a plain copy on Metal)
+#   k_async_commit(), k_async_wait<N>()  close a group of copies; wait until at most N groups are
+#                                      in flight (no-ops on Metal, whose copies are synchronous)
+#   KUNROLL                  unroll the next loop;  KALIGN16  16-byte alignment of a shared array
+# Rows handed to k_mma_load_* must start 16-byte aligned (CUDA's ldmatrix); float32 operands are
+# multiplied on CUDA as three TF32 products (hi*hi + hi*lo + lo*hi), which keeps float32 accuracy.
+
+METAL_MMA = r"""
+// zmlx-pipeline prelude extension (metal): mma v1
+#include <metal_simdgroup_matrix>
+#define KUNROLL _Pragma("unroll")
+#define KALIGN16
+
+struct k_mma_acc { simdgroup_float8x8 m[2][2]; };
+template <typename T> struct k_mma_a { simdgroup_float8x8 m[2][2]; };
+template <typename T> struct k_mma_b { simdgroup_float8x8 m[2][2]; };
+
+inline void k_mma_zero(thread k_mma_acc* acc) {
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) acc->m[i][j] = simdgroup_float8x8(0);
+  }
+}
+
+// the element pair an 8x8 simdgroup matrix keeps in this lane: (row, col) and (row, col + 1)
+inline int k_mma_lane_row(uint lane) { return (int)(((lane / 4) & 4) + (lane / 2) % 4); }
+inline int k_mma_lane_col(uint lane) { return (int)(((lane / 4) & 2) * 2 + (lane % 2) * 2); }
+
+template <typename T, typename F>
+inline void k_mma_fill(thread F* f, const threadgroup T* p, int ld, uint lane) {
+  const int r = k_mma_lane_row(lane);
+  const int c = k_mma_lane_col(lane);
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      const threadgroup T* q = p + (i * 8 + r) * ld + j * 8 + c;
+      f->m[i][j].thread_elements()[0] = static_cast<float>(q[0]);
+      f->m[i][j].thread_elements()[1] = static_cast<float>(q[1]);
+    }
+  }
+}
+
+template <typename T>
+inline void k_mma_load_a(thread k_mma_a<T>* f, const threadgroup T* p, int ld, uint lane) { k_mma_fill(f, p, ld, lane); }
+
+template <typename T>
+inline void k_mma_load_b(thread k_mma_b<T>* f, const threadgroup T* p, int ld, uint lane) { k_mma_fill(f, p, ld, lane); }
+
+template <typename T>
+inline void k_mma(thread k_mma_acc* acc, thread const k_mma_a<T>* a, thread const k_mma_b<T>* b) {
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      for (int k = 0; k < 2; ++k) simdgroup_multiply_accumulate(acc->m[i][j], a->m[i][k], b->m[k][j], acc->m[i][j]);
+    }
+  }
+}
+
+inline float k_mma_get(thread const k_mma_acc* acc, int e) { return acc->m[e >> 2][(e >> 1) & 1].thread_elements()[e & 1]; }
+inline int k_mma_row(int e, uint lane) { return (e >> 2) * 8 + k_mma_lane_row(lane); }
+inline int k_mma_col(int e, uint lane) { return ((e >> 1) & 1) * 8 + k_mma_lane_col(lane) + (e & 1); }
+
+template <int V, typename T>
+inline void k_copy_async(threadgroup T* dst, const device T* src, int n) {
+  for (int i = 0; i < V; ++i) dst[i] = i < n ? src[i] : static_cast<T>(0.0f);
+}
+inline void k_async_commit() {}
+template <int N> inline void k_async_wait() {}
+"""
+
+CUDA_MMA = r"""
+// zmlx-pipeline prelude extension (cuda): mma v1
+#define KUNROLL _Pragma("unroll")
+#define KALIGN16 __align__(16)
+
+// the two m16n8 halves of a 16x16 tile: d[h] holds (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)
+// of columns 8h.., with g = lane / 4 and t = lane % 4 (the PTX mma fragment layout)
+struct k_mma_acc { float d[2][4]; };
+template <typename T> struct k_mma_a { unsigned int r[4]; };   // ldmatrix.x4 of a 16x16 tile
+template <typename T> struct k_mma_b { unsigned int r[4]; };   // ldmatrix.x4.trans: n 0-7, then 8-15
+template <> struct k_mma_a<float> { float v[8]; };              // two 16x8 tf32 tiles (k 0-7, 8-15)
+template <> struct k_mma_b<float> { float v[8]; };              // [k half][n half][2]
+
+__device__ __forceinline__ unsigned int k_smem(const void* p) {
+  return (unsigned int)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void k_mma_zero(k_mma_acc* acc) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc->d[h][i] = 0.0f;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void k_mma_load_a(k_mma_a<T>* f, const T* p, int ld, uint lane) {
+  const T* q = p + (int)(lane & 15u) * ld + (int)(lane >> 4) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(f->r[0]), "=r"(f->r[1]), "=r"(f->r[2]), "=r"(f->r[3]) : "r"(k_smem(q)));
+}
+
+template <typename T>
+__device__ __forceinline__ void k_mma_load_b(k_mma_b<T>* f, const T* p, int ld, uint lane) {
+  const T* q = p + (int)(lane & 15u) * ld + (int)(lane >> 4) * 8;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(f->r[0]), "=r"(f->r[1]), "=r"(f->r[2]), "=r"(f->r[3]) : "r"(k_smem(q)));
+}
+
+__device__ __forceinline__ void k_mma_load_a(k_mma_a<float>* f, const float* p, int ld, uint lane) {
+  const int g = (int)(lane >> 2), t = (int)(lane & 3u);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    f->v[h * 4 + 0] = p[g * ld + h * 8 + t];
+    f->v[h * 4 + 1] = p[(g + 8) * ld + h * 8 + t];
+    f->v[h * 4 + 2] = p[g * ld + h * 8 + t + 4];
+    f->v[h * 4 + 3] = p[(g + 8) * ld + h * 8 + t + 4];
+  }
+}
+
+__device__ __forceinline__ void k_mma_load_b(k_mma_b<float>* f, const float* p, int ld, uint lane) {
+  const int g = (int)(lane >> 2), t = (int)(lane & 3u);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      f->v[(h * 2 + n) * 2 + 0] = p[(h * 8 + t) * ld + n * 8 + g];
+      f->v[(h * 2 + n) * 2 + 1] = p[(h * 8 + t + 4) * ld + n * 8 + g];
+    }
+  }
+}
+
+__device__ __forceinline__ void k_mma_m16n8k16(float* d, const unsigned int* a, unsigned int b0, unsigned int b1, __half) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void k_mma_m16n8k16(float* d, const unsigned int* a, unsigned int b0, unsigned int b1, __nv_bfloat16) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <typename T>
+__device__ __forceinline__ void k_mma(k_mma_acc* acc, const k_mma_a<T>* a, const k_mma_b<T>* b) {
+  k_mma_m16n8k16(acc->d[0], a->r, b->r[0], b->r[1], T());
+  k_mma_m16n8k16(acc->d[1], a->r, b->r[2], b->r[3], T());
+}
+
+__device__ __forceinline__ void k_tf32_split(float x, unsigned int* hi, unsigned int* lo) {
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(*hi) : "f"(x));
+  const float rest = x - __uint_as_float(*hi);
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(*lo) : "f"(rest));
+}
+
+__device__ __forceinline__ void k_mma_m16n8k8(float* d, const unsigned int* a, unsigned int b0, unsigned int b1) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void k_mma(k_mma_acc* acc, const k_mma_a<float>* a, const k_mma_b<float>* b) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    unsigned int ah[4], al[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) k_tf32_split(a->v[h * 4 + i], &ah[i], &al[i]);
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      unsigned int bh0, bl0, bh1, bl1;
+      k_tf32_split(b->v[(h * 2 + n) * 2 + 0], &bh0, &bl0);
+      k_tf32_split(b->v[(h * 2 + n) * 2 + 1], &bh1, &bl1);
+      // the small products first, so they are not lost against the large one
+      k_mma_m16n8k8(acc->d[n], al, bh0, bh1);
+      k_mma_m16n8k8(acc->d[n], ah, bl0, bl1);
+      k_mma_m16n8k8(acc->d[n], ah, bh0, bh1);
+    }
+  }
+}
+
+__device__ __forceinline__ float k_mma_get(const k_mma_acc* acc, int e) { return acc->d[e >> 2][e & 3]; }
+__device__ __forceinline__ int k_mma_row(int e, uint lane) { return (int)(lane >> 2) + ((e >> 1) & 1) * 8; }
+__device__ __forceinline__ int k_mma_col(int e, uint lane) { return (e >> 2) * 8 + (int)(lane & 3u) * 2 + (e & 1); }
+
+template <int V, typename T>
+__device__ __forceinline__ void k_copy_async(T* dst, const T* src, int n) {
+  if (V * (int)sizeof(T) == 16 && n == V && ((reinterpret_cast<size_t>(src) | reinterpret_cast<size_t>(dst)) & 15u) == 0) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(k_smem(dst)), "l"(src));
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) dst[i] = i < n ? src[i] : static_cast<T>(0.0f);
+  }
+}
+
+__device__ __forceinline__ void k_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void k_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+"""
+
+EXTENSIONS = {"mma": {"metal": METAL_MMA, "cuda": CUDA_MMA}}
+
 CUDA_SOURCE = r"""
   const uint k_tid = threadIdx.x;
   const uint k_block_x = blockIdx.x;
@@ -163,21 +378,24 @@ CUDA_ONLY_TOKENS = (
     "__syncthreads", "__shared__", "__device__", "__global__", "__forceinline__", "__shfl",
     "threadIdx", "blockIdx", "blockDim", "gridDim", "__half", "__nv_bfloat16", "cuda_fp16",
     "cuda_bf16", "rsqrtf", "expf", "sqrtf", "fmaxf", "fminf", "fabsf", "tanhf", "logf",
-    "uint4", "uint2", "#pragma unroll", "if constexpr",
+    "uint4", "uint2", "#pragma unroll", "if constexpr", "asm volatile", "mma.sync", "ldmatrix",
+    "cp.async", "__align__", "__cvta",
 )
 METAL_ONLY_TOKENS = (
     "threadgroup_barrier", "mem_flags", "thread_position_in", "threadgroup_position_in",
     "thread_index_in", "simdgroup_index_in", "simd_sum", "simd_max", "metal::", "device T*",
-    "threadgroup float", "threadgroup T", "bfloat16_t", "[[",
+    "threadgroup float", "threadgroup T", "bfloat16_t", "[[", "simdgroup_float8x8",
+    "simdgroup_multiply", "thread_elements", "metal_simdgroup",
 )
 
 _HEADERS = {"metal": METAL_HEADER, "cuda": CUDA_HEADER}
 _SOURCES = {"metal": METAL_SOURCE, "cuda": CUDA_SOURCE}
 
 
-def header(backend: str) -> str:
-    """The helper definitions that go before the kernel function on `backend`."""
-    return _HEADERS[backend]
+def header(backend: str, extensions: tuple[str, ...] = ()) -> str:
+    """The helper definitions that go before the kernel function on `backend`, with the named
+    optional vocabularies (`EXTENSIONS`) after the base one."""
+    return _HEADERS[backend] + "".join(EXTENSIONS[name][backend] for name in extensions)
 
 
 def index_prelude(backend: str) -> str:

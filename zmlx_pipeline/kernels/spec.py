@@ -156,6 +156,7 @@ class KernelSpec:
     tolerance: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     mlx_op: Callable[..., Any] | None = None  # MLX's own op for the same function, for comparisons
     tiles: TileAxes | None = None  # how a config tiles the shape (launch-geometry features); None: not tiled
+    extensions: tuple[str, ...] = ()  # optional prelude vocabularies the body uses (prelude.EXTENSIONS)
     _compiled: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -182,6 +183,10 @@ class KernelSpec:
             if unknown or not self.tiles.grid or not self.tiles.threads:
                 raise KernelSpecError(f"kernel {self.name!r}: tiles need grid dims and thread params of this kernel"
                                       + (f"; unknown name(s) {', '.join(unknown)}" if unknown else ""))
+        unknown_ext = [e for e in self.extensions if e not in prelude.EXTENSIONS]
+        if unknown_ext:
+            raise KernelSpecError(f"kernel {self.name!r}: unknown prelude extension(s) {', '.join(unknown_ext)}; "
+                                  f"there are {', '.join(prelude.EXTENSIONS)}")
         leaks = prelude.foreign_tokens(self.body + self.helpers, None)
         if leaks:
             raise KernelSpecError(f"kernel {self.name!r}: body uses backend-specific token(s) {', '.join(leaks)}; use the prelude vocabulary")
@@ -198,7 +203,7 @@ class KernelSpec:
 
     def header(self, backend: str) -> str:
         """The `header` argument: the backend's vocabulary + this kernel's helpers."""
-        return prelude.header(backend) + self.helpers
+        return prelude.header(backend, self.extensions) + self.helpers
 
     @property
     def version(self) -> str:
@@ -250,6 +255,7 @@ class KernelSpec:
             "class": self.kernel_class,
             "version": self.version,
             "backends": list(prelude.BACKENDS),
+            "extensions": list(self.extensions),
             "inputs": list(self.inputs),
             "outputs": list(self.outputs),
             "parameters": {k: list(v) for k, v in self.params.items()},

@@ -34,6 +34,64 @@ inline void k_store(device T* p, const thread float* vals) {
   }
 }
 
+// zmlx-pipeline prelude extension (metal): mma v1
+#include <metal_simdgroup_matrix>
+#define KUNROLL _Pragma("unroll")
+#define KALIGN16
+
+struct k_mma_acc { simdgroup_float8x8 m[2][2]; };
+template <typename T> struct k_mma_a { simdgroup_float8x8 m[2][2]; };
+template <typename T> struct k_mma_b { simdgroup_float8x8 m[2][2]; };
+
+inline void k_mma_zero(thread k_mma_acc* acc) {
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) acc->m[i][j] = simdgroup_float8x8(0);
+  }
+}
+
+// the element pair an 8x8 simdgroup matrix keeps in this lane: (row, col) and (row, col + 1)
+inline int k_mma_lane_row(uint lane) { return (int)(((lane / 4) & 4) + (lane / 2) % 4); }
+inline int k_mma_lane_col(uint lane) { return (int)(((lane / 4) & 2) * 2 + (lane % 2) * 2); }
+
+template <typename T, typename F>
+inline void k_mma_fill(thread F* f, const threadgroup T* p, int ld, uint lane) {
+  const int r = k_mma_lane_row(lane);
+  const int c = k_mma_lane_col(lane);
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      const threadgroup T* q = p + (i * 8 + r) * ld + j * 8 + c;
+      f->m[i][j].thread_elements()[0] = static_cast<float>(q[0]);
+      f->m[i][j].thread_elements()[1] = static_cast<float>(q[1]);
+    }
+  }
+}
+
+template <typename T>
+inline void k_mma_load_a(thread k_mma_a<T>* f, const threadgroup T* p, int ld, uint lane) { k_mma_fill(f, p, ld, lane); }
+
+template <typename T>
+inline void k_mma_load_b(thread k_mma_b<T>* f, const threadgroup T* p, int ld, uint lane) { k_mma_fill(f, p, ld, lane); }
+
+template <typename T>
+inline void k_mma(thread k_mma_acc* acc, thread const k_mma_a<T>* a, thread const k_mma_b<T>* b) {
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 2; ++j) {
+      for (int k = 0; k < 2; ++k) simdgroup_multiply_accumulate(acc->m[i][j], a->m[i][k], b->m[k][j], acc->m[i][j]);
+    }
+  }
+}
+
+inline float k_mma_get(thread const k_mma_acc* acc, int e) { return acc->m[e >> 2][(e >> 1) & 1].thread_elements()[e & 1]; }
+inline int k_mma_row(int e, uint lane) { return (e >> 2) * 8 + k_mma_lane_row(lane); }
+inline int k_mma_col(int e, uint lane) { return ((e >> 1) & 1) * 8 + k_mma_lane_col(lane) + (e & 1); }
+
+template <int V, typename T>
+inline void k_copy_async(threadgroup T* dst, const device T* src, int n) {
+  for (int i = 0; i < V; ++i) dst[i] = i < n ? src[i] : static_cast<T>(0.0f);
+}
+inline void k_async_commit() {}
+template <int N> inline void k_async_wait() {}
+
 // ---- source ----
 
   const uint k_tid = thread_position_in_threadgroup.x;
@@ -42,58 +100,80 @@ inline void k_store(device T* p, const thread float* vals) {
   const uint k_lane = thread_index_in_simdgroup;
   const uint k_warp = simdgroup_index_in_threadgroup;
 
-  constexpr int NT = BN / TN;
-  constexpr int MT = BM / TM;
-  KSHARED float k_as[BK * BM];
-  KSHARED float k_bs[BK * BN];
+  constexpr int V = 16 / (int)sizeof(T);   // elements in one 16-byte copy
+  constexpr int LDA = BK + V;              // padded row strides of the A and B slabs
+  constexpr int LDB = BN + 8;
+  constexpr int WTM = BM / (16 * WM);      // 16x16 tiles of one warp along M and N
+  constexpr int WTN = BN / (16 * WN);
+  KSHARED KALIGN16 T k_as[STAGES * BM * LDA];
+  KSHARED KALIGN16 T k_bs[STAGES * BK * LDB];
   const int M = a_shape[0];
   const int K = a_shape[1];
   const int N = b_shape[1];
   const int tid = (int)k_tid;
-  const int tx = tid % NT;
-  const int ty = tid / NT;
-  const int m0 = (int)k_block_y * BM;
-  const int n0 = (int)k_block_x * BN;
-  float acc[TM * TN];
-  for (int i = 0; i < TM * TN; ++i) acc[i] = 0.0f;
-  for (int k0 = 0; k0 < K; k0 += BK) {
-    // A slab, element (r, q) = A[m0 + r, k0 + q], stored at k_as[q * BM + ((r + q) & (BM - 1))]
-    for (int e = tid; e < BM * BK; e += TG) {
-      const int r = e / BK;
-      const int q = e % BK;
-      const int gm = m0 + r;
-      const int gk = k0 + q;
-      float v = 0.0f;
-      if (gm < M && gk < K) v = static_cast<float>(a[(size_t)gm * (size_t)K + gk]);
-      k_as[q * BM + ((r + q) & (BM - 1))] = v;
+  const int m0 = (int)k_block_x * BM;
+  const int n0 = (int)k_block_y * BN;
+  const int wr = ((int)k_warp / WN) * (BM / WM);
+  const int wc = ((int)k_warp % WN) * (BN / WN);
+  k_mma_acc acc[WTM * WTN];
+  KUNROLL
+  for (int i = 0; i < WTM * WTN; ++i) k_mma_zero(&acc[i]);
+  const int KT = (K + BK - 1) / BK;
+  // iteration kt multiplies slab kt; slabs 0 .. STAGES - 2 are requested before the first one
+  for (int kt = 1 - STAGES; kt < KT; ++kt) {
+    if (kt >= 0) {
+      k_async_wait<STAGES - 2>();  // slab kt has landed (later slabs may still be in flight)
+      KBARRIER();                  // ... for every thread, and slab kt - 1's buffer is free
     }
-    // B slab, element (q, cc) = B[k0 + q, n0 + cc], stored at k_bs[q * BN + cc]
-    for (int e = tid; e < BK * BN; e += TG) {
-      const int q = e / BN;
-      const int cc = e % BN;
-      const int gk = k0 + q;
-      const int gn = n0 + cc;
-      float v = 0.0f;
-      if (gk < K && gn < N) v = static_cast<float>(b[(size_t)gk * (size_t)N + gn]);
-      k_bs[e] = v;
-    }
-    KBARRIER();
-    for (int q = 0; q < BK; ++q) {
-      float av[TM];
-      float bv[TN];
-      for (int i = 0; i < TM; ++i) av[i] = k_as[q * BM + ((ty + i * MT + q) & (BM - 1))];
-      for (int j = 0; j < TN; ++j) bv[j] = k_bs[q * BN + tx + j * NT];
-      for (int i = 0; i < TM; ++i) {
-        for (int j = 0; j < TN; ++j) acc[i * TN + j] += av[i] * bv[j];
+    const int lt = kt + STAGES - 1;
+    if (lt < KT) {
+      const int s = lt % STAGES;
+      const int k0 = lt * BK;
+      for (int e = tid; e < BM * (BK / V); e += TG) {
+        const int r = e / (BK / V);
+        const int q = (e % (BK / V)) * V;
+        const int gm = m0 + r;
+        const int gk = k0 + q;
+        const int n = gm < M ? (K - gk < V ? (K - gk > 0 ? K - gk : 0) : V) : 0;
+        k_copy_async<V>(k_as + (s * BM + r) * LDA + q, a + (n > 0 ? (size_t)gm * (size_t)K + gk : 0), n);
+      }
+      for (int e = tid; e < BK * (BN / V); e += TG) {
+        const int q = e / (BN / V);
+        const int cc = (e % (BN / V)) * V;
+        const int gk = k0 + q;
+        const int gn = n0 + cc;
+        const int n = gk < K ? (N - gn < V ? (N - gn > 0 ? N - gn : 0) : V) : 0;
+        k_copy_async<V>(k_bs + (s * BK + q) * LDB + cc, b + (n > 0 ? (size_t)gk * (size_t)N + gn : 0), n);
       }
     }
-    KBARRIER();
+    k_async_commit();
+    if (kt >= 0) {
+      const int s = kt % STAGES;
+      KUNROLL
+      for (int kk = 0; kk < BK; kk += 16) {
+        k_mma_a<T> fa[WTM];
+        k_mma_b<T> fb[WTN];
+        KUNROLL
+        for (int i = 0; i < WTM; ++i) k_mma_load_a(&fa[i], k_as + (s * BM + wr + i * 16) * LDA + kk, LDA, k_lane);
+        KUNROLL
+        for (int j = 0; j < WTN; ++j) k_mma_load_b(&fb[j], k_bs + (s * BK + kk) * LDB + wc + j * 16, LDB, k_lane);
+        KUNROLL
+        for (int i = 0; i < WTM; ++i) {
+          KUNROLL
+          for (int j = 0; j < WTN; ++j) k_mma(&acc[i * WTN + j], &fa[i], &fb[j]);
+        }
+      }
+    }
   }
-  for (int i = 0; i < TM; ++i) {
-    const int gm = m0 + ty + i * MT;
-    if (gm >= M) continue;
-    for (int j = 0; j < TN; ++j) {
-      const int gn = n0 + tx + j * NT;
-      if (gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(acc[i * TN + j]);
+  KUNROLL
+  for (int i = 0; i < WTM; ++i) {
+    KUNROLL
+    for (int j = 0; j < WTN; ++j) {
+      KUNROLL
+      for (int e = 0; e < 8; ++e) {
+        const int gm = m0 + wr + i * 16 + k_mma_row(e, k_lane);
+        const int gn = n0 + wc + j * 16 + k_mma_col(e, k_lane);
+        if (gm < M && gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(k_mma_get(&acc[i * WTN + j], e));
+      }
     }
   }

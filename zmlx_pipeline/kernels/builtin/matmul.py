@@ -1,19 +1,19 @@
-"""Tiled matmul: C[M, N] = A[M, K] @ B[K, N], tiles in threadgroup memory, float32 accumulation.
+"""Tensor-core matmul: C[M, N] = A[M, K] @ B[K, N], float32 accumulation, K slabs staged through threadgroup memory.
 
-A threadgroup computes a BM x BN block of C, stepping over K in BK-deep slabs: the threads load
-the BM x BK slab of A and the BK x BN slab of B into threadgroup memory (as float, guarded at
-the M, N and K edges, so no dimension needs to be a multiple of its tile), then each thread
-accumulates a TM x TN sub-tile in registers. A thread's rows and columns are strided by the
-number of threads along each axis (row ty + i * BM/TM, column tx + j * BN/TN), so the B-slab
-reads of a SIMD group hit consecutive banks and the C stores are coalesced. The A slab is
-stored transposed with a rotation of its rows by the k index, which keeps both its store and
-its reads free of bank conflicts without padding; that needs BM to be a power of two (every
-candidate is).
+A threadgroup of WM x WN warps (SIMD groups) computes a BM x BN block of C. Each warp owns a
+(BM/WM) x (BN/WN) part of it as 16x16 accumulator tiles and multiplies with the prelude's "mma"
+vocabulary: CUDA's mma.sync tensor-core instructions fed by ldmatrix (float32 as three TF32
+products, which keeps float32 accuracy), Metal's simdgroup 8x8 matrices. K is walked in BK-deep
+slabs held in a ring of STAGES buffers: while the warps multiply one slab, the copies of the next
+STAGES - 1 are in flight (asynchronous 16-byte copies on CUDA; on Metal the copies are plain and
+the ring only costs memory). Slab rows are padded (A by 16 bytes, B by 8 elements) so the
+fragment loads hit distinct banks. Edges in M, N and K are zero-filled, so no dimension needs to
+be a multiple of its tile; rows that are not 16-byte aligned are copied element by element.
 
-TG is a parameter like every kernel's threadgroup size, but it is determined by the tile:
-the constraint `TG == (BM // TM) * (BN // TN)` removes every other combination before launch.
-BM = 1 and 4 give the decode shapes (M = 1..16) tiles that are not mostly padding.
-The grid's x axis counts column blocks (N / BN, up to thousands), its y axis row blocks.
+The grid's x axis counts row blocks and its y axis column blocks: consecutive threadgroups share
+a column block of B, which keeps the weight streaming through L2 once per wave.
+TG is determined by the warp layout (`TG == 32 * WM * WN`); BM = 16 serves the decode shapes
+(M = 1..16), where a tile is mostly padding but the kernel is bound by reading B anyway.
 """
 
 from __future__ import annotations
@@ -21,93 +21,124 @@ from __future__ import annotations
 from zmlx_pipeline.kernels.spec import KernelSpec, Launch, TileAxes, load_grid
 
 BODY = r"""
-  constexpr int NT = BN / TN;
-  constexpr int MT = BM / TM;
-  KSHARED float k_as[BK * BM];
-  KSHARED float k_bs[BK * BN];
+  constexpr int V = 16 / (int)sizeof(T);   // elements in one 16-byte copy
+  constexpr int LDA = BK + V;              // padded row strides of the A and B slabs
+  constexpr int LDB = BN + 8;
+  constexpr int WTM = BM / (16 * WM);      // 16x16 tiles of one warp along M and N
+  constexpr int WTN = BN / (16 * WN);
+  KSHARED KALIGN16 T k_as[STAGES * BM * LDA];
+  KSHARED KALIGN16 T k_bs[STAGES * BK * LDB];
   const int M = a_shape[0];
   const int K = a_shape[1];
   const int N = b_shape[1];
   const int tid = (int)k_tid;
-  const int tx = tid % NT;
-  const int ty = tid / NT;
-  const int m0 = (int)k_block_y * BM;
-  const int n0 = (int)k_block_x * BN;
-  float acc[TM * TN];
-  for (int i = 0; i < TM * TN; ++i) acc[i] = 0.0f;
-  for (int k0 = 0; k0 < K; k0 += BK) {
-    // A slab, element (r, q) = A[m0 + r, k0 + q], stored at k_as[q * BM + ((r + q) & (BM - 1))]
-    for (int e = tid; e < BM * BK; e += TG) {
-      const int r = e / BK;
-      const int q = e % BK;
-      const int gm = m0 + r;
-      const int gk = k0 + q;
-      float v = 0.0f;
-      if (gm < M && gk < K) v = static_cast<float>(a[(size_t)gm * (size_t)K + gk]);
-      k_as[q * BM + ((r + q) & (BM - 1))] = v;
+  const int m0 = (int)k_block_x * BM;
+  const int n0 = (int)k_block_y * BN;
+  const int wr = ((int)k_warp / WN) * (BM / WM);
+  const int wc = ((int)k_warp % WN) * (BN / WN);
+  k_mma_acc acc[WTM * WTN];
+  KUNROLL
+  for (int i = 0; i < WTM * WTN; ++i) k_mma_zero(&acc[i]);
+  const int KT = (K + BK - 1) / BK;
+  // iteration kt multiplies slab kt; slabs 0 .. STAGES - 2 are requested before the first one
+  for (int kt = 1 - STAGES; kt < KT; ++kt) {
+    if (kt >= 0) {
+      k_async_wait<STAGES - 2>();  // slab kt has landed (later slabs may still be in flight)
+      KBARRIER();                  // ... for every thread, and slab kt - 1's buffer is free
     }
-    // B slab, element (q, cc) = B[k0 + q, n0 + cc], stored at k_bs[q * BN + cc]
-    for (int e = tid; e < BK * BN; e += TG) {
-      const int q = e / BN;
-      const int cc = e % BN;
-      const int gk = k0 + q;
-      const int gn = n0 + cc;
-      float v = 0.0f;
-      if (gk < K && gn < N) v = static_cast<float>(b[(size_t)gk * (size_t)N + gn]);
-      k_bs[e] = v;
-    }
-    KBARRIER();
-    for (int q = 0; q < BK; ++q) {
-      float av[TM];
-      float bv[TN];
-      for (int i = 0; i < TM; ++i) av[i] = k_as[q * BM + ((ty + i * MT + q) & (BM - 1))];
-      for (int j = 0; j < TN; ++j) bv[j] = k_bs[q * BN + tx + j * NT];
-      for (int i = 0; i < TM; ++i) {
-        for (int j = 0; j < TN; ++j) acc[i * TN + j] += av[i] * bv[j];
+    const int lt = kt + STAGES - 1;
+    if (lt < KT) {
+      const int s = lt % STAGES;
+      const int k0 = lt * BK;
+      for (int e = tid; e < BM * (BK / V); e += TG) {
+        const int r = e / (BK / V);
+        const int q = (e % (BK / V)) * V;
+        const int gm = m0 + r;
+        const int gk = k0 + q;
+        const int n = gm < M ? (K - gk < V ? (K - gk > 0 ? K - gk : 0) : V) : 0;
+        k_copy_async<V>(k_as + (s * BM + r) * LDA + q, a + (n > 0 ? (size_t)gm * (size_t)K + gk : 0), n);
+      }
+      for (int e = tid; e < BK * (BN / V); e += TG) {
+        const int q = e / (BN / V);
+        const int cc = (e % (BN / V)) * V;
+        const int gk = k0 + q;
+        const int gn = n0 + cc;
+        const int n = gk < K ? (N - gn < V ? (N - gn > 0 ? N - gn : 0) : V) : 0;
+        k_copy_async<V>(k_bs + (s * BK + q) * LDB + cc, b + (n > 0 ? (size_t)gk * (size_t)N + gn : 0), n);
       }
     }
-    KBARRIER();
+    k_async_commit();
+    if (kt >= 0) {
+      const int s = kt % STAGES;
+      KUNROLL
+      for (int kk = 0; kk < BK; kk += 16) {
+        k_mma_a<T> fa[WTM];
+        k_mma_b<T> fb[WTN];
+        KUNROLL
+        for (int i = 0; i < WTM; ++i) k_mma_load_a(&fa[i], k_as + (s * BM + wr + i * 16) * LDA + kk, LDA, k_lane);
+        KUNROLL
+        for (int j = 0; j < WTN; ++j) k_mma_load_b(&fb[j], k_bs + (s * BK + kk) * LDB + wc + j * 16, LDB, k_lane);
+        KUNROLL
+        for (int i = 0; i < WTM; ++i) {
+          KUNROLL
+          for (int j = 0; j < WTN; ++j) k_mma(&acc[i * WTN + j], &fa[i], &fb[j]);
+        }
+      }
+    }
   }
-  for (int i = 0; i < TM; ++i) {
-    const int gm = m0 + ty + i * MT;
-    if (gm >= M) continue;
-    for (int j = 0; j < TN; ++j) {
-      const int gn = n0 + tx + j * NT;
-      if (gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(acc[i * TN + j]);
+  KUNROLL
+  for (int i = 0; i < WTM; ++i) {
+    KUNROLL
+    for (int j = 0; j < WTN; ++j) {
+      KUNROLL
+      for (int e = 0; e < 8; ++e) {
+        const int gm = m0 + wr + i * 16 + k_mma_row(e, k_lane);
+        const int gn = n0 + wc + j * 16 + k_mma_col(e, k_lane);
+        if (gm < M && gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(k_mma_get(&acc[i * WTN + j], e));
+      }
     }
   }
 """
 
 PARAMS = {
-    "TG": (32, 64, 128, 256, 512, 1024),
-    "BM": (1, 4, 16, 64, 128),
-    "BN": (64, 128),
+    "TG": (32, 64, 128, 256),
+    "BM": (16, 32, 64, 128),
+    "BN": (32, 64, 128, 256),
     "BK": (16, 32),
-    "TM": (1, 4, 8),
-    "TN": (4, 8),
+    "WM": (1, 2, 4),
+    "WN": (1, 2, 4),
+    "STAGES": (2, 3),
 }
 
 CONSTRAINTS = (
-    "BM % TM == 0 and BN % TN == 0",
-    # the A slab's rotation masks with BM - 1
-    "(BM & (BM - 1)) == 0",
-    "TG == (BM // TM) * (BN // TN)",
+    "TG == 32 * WM * WN",
     "TG <= max_threads",
-    # float slabs of A and B
-    "(BM * BK + BK * BN) * 4 <= tg_mem_bytes",
-    # the B slab splits evenly over the threads (the A slab is guarded: decode tiles are tiny)
-    "(BK * BN) % TG == 0",
-    # decode shapes get the small BM values (a row block mostly padding is pointless), prefill
-    # shapes the large ones (a row block of 1 or 4 rows re-reads B for every few rows)
+    # the warp-level matrix ops assume 32-lane SIMD groups
+    "simd_width == 32",
+    "BM % (16 * WM) == 0 and BN % (16 * WN) == 0",
+    # accumulator registers: at most 16 tiles of 16x16 a warp (8 for float32, whose operands
+    # also carry their TF32 halves)
+    "(BM // (16 * WM)) * (BN // (16 * WN)) <= 16 // (dtype_bytes // 2)",
+    # and at least two, so a fragment load feeds more than one multiply
+    "(BM // (16 * WM)) * (BN // (16 * WN)) >= 2",
+    # what kept the space to a collectable size (compiling is about 1.2 s a config): no one-warp
+    # threadgroups, at least two B tiles a warp, and a 16-deep slab only with a 3-deep ring
+    "WM * WN >= 2",
+    "BN // (16 * WN) >= 2",
+    "BK == 32 or STAGES == 3",
+    # the ring of slabs, padded rows included; CUDA's static shared memory stops at 48 KiB
+    "STAGES * (BM * (BK + 16 // dtype_bytes) + BK * (BN + 8)) * dtype_bytes <= min(tg_mem_bytes, 49152)",
+    # decode shapes get BM = 16 (a row block mostly padding is pointless), prefill shapes the
+    # larger ones (a row block of 16 rows re-reads B for every 16 rows)
     "min(M, 16) <= BM <= max(16, 4 * M)",
 )
 
 
 def launch(config, shape):
-    """x: column blocks of BN (in threads: whole threadgroups); y: row blocks of BM."""
-    cols = -(-shape["N"] // config["BN"])
+    """x: row blocks of BM (in threads: whole threadgroups); y: column blocks of BN."""
     rows = -(-shape["M"] // config["BM"])
-    return Launch(grid=(cols * config["TG"], rows, 1), threadgroup=(config["TG"], 1, 1),
+    cols = -(-shape["N"] // config["BN"])
+    return Launch(grid=(rows * config["TG"], cols, 1), threadgroup=(config["TG"], 1, 1),
                   output_shapes=((shape["M"], shape["N"]),))
 
 
@@ -155,7 +186,7 @@ def mlx_op(inputs, shape):
 
 SPEC = KernelSpec(
     name="matmul",
-    description="Tiled matmul C = A @ B (threadgroup-memory tiles, float32 accumulation)",
+    description="Tensor-core matmul C = A @ B (warp MMA on staged K slabs, float32 accumulation)",
     kernel_class="matmul",
     inputs=("a", "b"),
     outputs=("c",),
@@ -173,4 +204,5 @@ SPEC = KernelSpec(
     mlx_op=mlx_op,
     # a threadgroup computes a BM x BN tile of C with TG threads, stepping over K by BK
     tiles=TileAxes(grid={"M": ("BM",), "N": ("BN",)}, threads=("TG",), steps={"K": ("BK",)}),
+    extensions=("mma",),
 )
