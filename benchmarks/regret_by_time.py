@@ -3,9 +3,10 @@
     python benchmarks/regret_by_time.py --db STORE [--split shapes|devices] [--kernels a,b] [--json FILE]
 
 Runs the same held-out evaluation as `zmlx-pipeline evaluate` (the default model and every
-baseline), then groups the per-case regrets by the measured best time of the case: under 10 us
-(MLX's dispatch floor is about 5 us a launch, so most configs tie there and repeats differ by
-about 20%), 10-50 us, and 50 us or more (repeats agree within about 3%). Prints one table per kernel,
+baseline), then groups the per-case regrets by the measured best time of the case, in the buckets
+`zmlx-pipeline noise` reports (zmlx_pipeline/data/noise_buckets.py): under 10 us MLX's dispatch
+floor is about 5 us a launch, so most configs tie and repeats differ by about 20%; from 50 us up
+repeats agree within about 3%. Prints one table per kernel,
 with the noise-aware regret@1 (`tied@1`: a pick inside the store's repeat spread of the best is a tie;
 models/evaluate.py) next to the plain one.
 """
@@ -19,7 +20,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-BUCKETS = ((10.0, "<10us"), (50.0, "10-50us"), (float("inf"), ">=50us"))
+
+
+def bucket_expr(column: str = "best_us"):
+    """A polars expression labelling each time with its noise bucket, as `bucket_index` would."""
+    import polars as pl
+
+    from zmlx_pipeline.data.noise_buckets import NOISE_BUCKETS_US, bucket_label
+
+    expr = pl.lit(bucket_label(len(NOISE_BUCKETS_US)))
+    for i in reversed(range(len(NOISE_BUCKETS_US))):  # an edge belongs to the bucket above it
+        expr = pl.when(pl.col(column) < NOISE_BUCKETS_US[i]).then(pl.lit(bucket_label(i))).otherwise(expr)
+    return expr.alias(column)
 
 
 def main() -> int:
@@ -45,9 +57,7 @@ def main() -> int:
         bands = noise_bands(store)
     if bands.fallback:
         print("tie band: FALLBACK (the store has no repeats)")
-    bucket = pl.lit(BUCKETS[-1][1])
-    for limit, name in reversed(BUCKETS[:-1]):
-        bucket = pl.when(pl.col("best_us") < limit).then(pl.lit(name)).otherwise(bucket)
+    bucket = bucket_expr()
     rows = []
     for kernel, f in feats.items():
         with threadpool_limits(1):
@@ -60,7 +70,7 @@ def main() -> int:
                  .sort(["bucket", "regret1"]))
         print(f"\n{kernel} ({args.split})")
         for r in table.iter_rows(named=True):
-            print(f"  {r['bucket']:8s} {r['method']:18s} cases {r['cases']:4d}  regret@1 {r['regret1']:.3f}  "
+            print(f"  {r['bucket']:12s} {r['method']:18s} cases {r['cases']:4d}  regret@1 {r['regret1']:.3f}  "
                   f"@3 {r['regret3']:.3f}  tied@1 {r['tied1']:.3f} (band {100 * r['band']:.1f}%)")
             rows.append({"kernel": kernel, "split": args.split, **r})
     if args.json_out:
