@@ -435,8 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             tuned = None if not args.tune else tune(
-                spec, shape, args.dtype, device=device.device_id, measure=harness_measure(args.warmup, args.iters),
-                use_cache=False, warmup=args.warmup, iters=args.iters)
+                spec, shape, args.dtype, device=device.device_id, use_cache=False,
+                measure=harness_measure(args.warmup, args.iters, rotate_bytes=collect_settings(device.row).rotate_bytes),
+                warmup=args.warmup, iters=args.iters)
         except harness.GpuUnhealthy as exc:
             print(f"GPU stopped answering ({exc}): stopping", file=sys.stderr)
             stopped = "gpu_unhealthy"

@@ -139,3 +139,23 @@ def test_bare_autotune_passes_the_learned_threadgroup(monkeypatch):
     tg = op(Arr())
     expected = get_threadgroup_candidates_for_shape(get_current_device_profile(), 4096, "general")[0]
     assert tg == (expected, 1, 1)
+
+
+def test_tune_times_with_inputs_rotated_over_twice_the_l2_as_collect_does(real, tmp_path, monkeypatch):
+    """The bundle ranked configs by collect's timings (inputs rotated past the L2); a tuner timing
+    inputs left in L2 would optimise something else on mid-size shapes."""
+    import importlib
+
+    from zmlx_pipeline.runtime.device import catalog_row
+
+    module = importlib.import_module("zmlx_pipeline.runtime.autotune")  # the package exports the decorator by this name
+    asked = []
+
+    def fake_harness_measure(warmup, iters, rotate_bytes=0):
+        asked.append((warmup, iters, rotate_bytes))
+        return FakeMeasure()
+
+    monkeypatch.setattr(module, "harness_measure", fake_harness_measure)
+    tune("rmsnorm", SHAPE, "float16", device=H200, cache_path=str(tmp_path / "c.json"), warmup=2, iters=7)
+    l2 = int(catalog_row(H200)["l2_bytes"])
+    assert l2 > 0 and asked == [(2, 7, 2 * l2)]

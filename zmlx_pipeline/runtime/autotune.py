@@ -108,15 +108,19 @@ def _detect_device_and_mlx(device: str | None) -> tuple[str, str, dict]:
     return device, mlx_version, {**meta, "limits_row": row}
 
 
-def harness_measure(warmup: int, iters: int) -> Measure:
-    """A measurer that checks and times a config with the collect harness on this process's GPU (one per setting)."""
-    key = (warmup, iters)
+def harness_measure(warmup: int, iters: int, rotate_bytes: int = 0) -> Measure:
+    """A measurer that checks and times a config with the collect harness on this process's GPU (one per setting).
+
+    `rotate_bytes`: rotate through enough input sets to exceed this many bytes, as collect does with
+    twice the device's L2, so a config is timed reading memory as the training data were.
+    """
+    key = (warmup, iters, int(rotate_bytes))
     if key not in _MEASURERS:
-        _MEASURERS[key] = _new_harness_measure(warmup, iters)
+        _MEASURERS[key] = _new_harness_measure(warmup, iters, int(rotate_bytes))
     return _MEASURERS[key]
 
 
-def _new_harness_measure(warmup: int, iters: int) -> Measure:
+def _new_harness_measure(warmup: int, iters: int, rotate_bytes: int = 0) -> Measure:
     from zmlx_pipeline.data.detect import detect_backend
     from zmlx_pipeline.kernels import harness
 
@@ -135,7 +139,7 @@ def _new_harness_measure(warmup: int, iters: int) -> Measure:
             key = (spec.name, tuple(sorted(shape.items())), dtype)
             if key not in prepared:
                 prepared.clear()
-                prepared[key] = harness.prepare(spec, dict(shape), dtype, 0, 0)
+                prepared[key] = harness.prepare(spec, dict(shape), dtype, 0, rotate_bytes)
             extra["prepared"] = prepared[key]
         outcome = harness.measure(launcher, dict(config), dict(shape), dtype, warmup=warmup, samples=iters, **extra)
         return outcome.status, (outcome.timing.median_us if outcome.timing else None)
@@ -227,7 +231,9 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         cands = list(legal)
     start = time.perf_counter()
     try:
-        measure = measure or harness_measure(warmup, iters)
+        # inputs rotated over twice the L2, as collect times: the models and the bundle ranked configs
+        # by those timings, and with inputs left in L2 a mid-size shape can rank them differently
+        measure = measure or harness_measure(warmup, iters, rotate_bytes=2 * int(row.get("l2_bytes") or 0))
     except Exception as exc:  # noqa: BLE001 - no GPU backend: answer from the bundle, time nothing
         pred = predicted_config(spec.name, shape, dtype, device=chip)
         config = pred.config if pred.evidence != "default" else cands[0]
