@@ -121,7 +121,8 @@ CONSTRAINTS = (
     "(BM // (16 * WM)) * (BN // (16 * WN)) <= 16 // (dtype_bytes // 2)",
     # and at least two, so a fragment load feeds more than one multiply
     "(BM // (16 * WM)) * (BN // (16 * WN)) >= 2",
-    # what kept the space to a collectable size (compiling is about 1.2 s a config): no one-warp
+    # what kept the space to a collectable size (about 1.7 s a config to compile, check and time in one
+    # process, mostly NVRTC): no one-warp
     # threadgroups, at least two B tiles a warp, and a 16-deep slab only with a 3-deep ring
     "WM * WN >= 2",
     "BN // (16 * WN) >= 2",
