@@ -116,12 +116,10 @@ def config_key(config: dict) -> str:
 
 def collect_settings(device_row):
     """Collect's timing settings for this device: its defaults, inputs rotated over twice the L2 (as collect does)."""
+    from zmlx_pipeline.kernels.harness import rotate_bytes_for
     from zmlx_pipeline.pipeline.collect import TimingSettings
 
-    settings = TimingSettings()
-    if device_row and device_row.get("l2_bytes"):
-        settings.rotate_bytes = 2 * int(device_row["l2_bytes"])
-    return settings
+    return TimingSettings(rotate_bytes=rotate_bytes_for(device_row))
 
 
 def exhaustive(plan, dtype: str, limits, backend: str, jobs: int, device_row) -> tuple[dict, int]:

@@ -35,6 +35,13 @@ class Outcome:
     error: str | None = None
 
 
+def rotate_bytes_for(device_row: Mapping[str, Any] | None) -> int:
+    """Bytes of distinct inputs a timing rotates through on this device: twice its L2 (0 when
+    unknown), so a kernel is timed reading memory, not a warm cache. Collect, repeats and the
+    runtime tuner all time this way, so their timings rank configs alike."""
+    return 2 * int((device_row or {}).get("l2_bytes") or 0)
+
+
 def mx_dtype(name: str):
     import mlx.core as mx
 

@@ -16,7 +16,7 @@ from zmlx_pipeline.data.keys import mapping_key
 from zmlx_pipeline.data.noise_buckets import NOISE_BUCKETS_US, bucket_label
 from zmlx_pipeline.data.records import DTYPES, Measurement
 from zmlx_pipeline.data.store import Store
-from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, NoGpuBackend, Outcome, Prepared, measure, prepare
+from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, NoGpuBackend, Outcome, Prepared, measure, prepare, rotate_bytes_for
 from zmlx_pipeline.kernels.spec import KernelSpec, Limits, spread
 from zmlx_pipeline.pipeline.parallel import case_key, measure_in_workers
 
@@ -184,8 +184,7 @@ def collect(
                 "no Metal or CUDA backend in this MLX (custom kernels cannot run on the CPU backend): "
                 "collect on Apple silicon, or on an NVIDIA GPU with `pip install 'mlx[cuda13]'`"
             )
-        if not settings.rotate_bytes and row.get("l2_bytes"):
-            settings.rotate_bytes = 2 * int(row["l2_bytes"])
+        settings.rotate_bytes = settings.rotate_bytes or rotate_bytes_for(row)
         measurer = GpuMeasurer(device.backend, settings)
     store.upsert_device(row)
     tasks, already = plan(store, device.device_id, specs, dtypes, preset, limits, shapes_limit, configs_limit)
@@ -267,8 +266,7 @@ def repeat(
     if measurer is None:
         if device.backend not in ("cuda", "metal"):
             raise CollectError("no Metal or CUDA backend in this MLX: repeats need the GPU the data came from")
-        if not settings.rotate_bytes and device.row.get("l2_bytes"):
-            settings.rotate_bytes = 2 * int(device.row["l2_bytes"])
+        settings.rotate_bytes = settings.rotate_bytes or rotate_bytes_for(device.row)
         measurer = GpuMeasurer(device.backend, settings)
     tasks = plan_repeats(store, device.device_id, specs, fraction)
     result = CollectResult(run_id=None, device_id=device.device_id, planned=len(tasks), already=0)

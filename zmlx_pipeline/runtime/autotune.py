@@ -233,7 +233,9 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     try:
         # inputs rotated over twice the L2, as collect times: the models and the bundle ranked configs
         # by those timings, and with inputs left in L2 a mid-size shape can rank them differently
-        measure = measure or harness_measure(warmup, iters, rotate_bytes=2 * int(row.get("l2_bytes") or 0))
+        from zmlx_pipeline.kernels.harness import rotate_bytes_for
+
+        measure = measure or harness_measure(warmup, iters, rotate_bytes=rotate_bytes_for(row))
     except Exception as exc:  # noqa: BLE001 - no GPU backend: answer from the bundle, time nothing
         pred = predicted_config(spec.name, shape, dtype, device=chip)
         config = pred.config if pred.evidence != "default" else cands[0]
