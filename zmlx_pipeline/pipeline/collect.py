@@ -16,7 +16,16 @@ from zmlx_pipeline.data.keys import mapping_key
 from zmlx_pipeline.data.noise_buckets import NOISE_BUCKETS_US, bucket_label
 from zmlx_pipeline.data.records import DTYPES, Measurement
 from zmlx_pipeline.data.store import Store
-from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, NoGpuBackend, Outcome, Prepared, measure, prepare, rotate_bytes_for
+from zmlx_pipeline.kernels.harness import (
+    GpuUnhealthy,
+    Launcher,
+    NoGpuBackend,
+    Outcome,
+    Prepared,
+    measure,
+    prepare,
+    rotate_bytes_for,
+)
 from zmlx_pipeline.kernels.spec import KernelSpec, Limits, spread
 from zmlx_pipeline.pipeline.parallel import case_key, measure_in_workers
 
