@@ -1,6 +1,6 @@
 """Training and evaluation time and peak memory, on the committed data and on a 1M-row store.
 
-    python benchmarks/train_eval_bench.py [--rows 1000000] [--model NAME] [--kernel-tuner DIR] [--work DIR]
+    python benchmarks/train_eval_bench.py [--rows 1000000] [--model NAME] [--jobs N] [--kernel-tuner DIR] [--work DIR]
 
 Two stores are measured:
 - `committed`: the shards in data/ plus the Kernel Tuner files (../shared/datasets/kernel-tuner,
@@ -13,10 +13,13 @@ Two stores are measured:
 
 On each store three stages run, each in a fresh Python process so that its peak memory is its
 own: `train` (train_models: fit, held-out pruning k, save, register, every kernel),
-`evaluate-shapes` and `evaluate-devices` (evaluate with the model and every baseline). Printed
-per stage: wall seconds, the process's CPU seconds (user + system; on a busy shared machine the
-wall time grows, the CPU time much less) and the peak resident memory (ru_maxrss), plus the
-load average while it ran, since the machine may be shared.
+`evaluate-shapes` and `evaluate-devices` (evaluate with the model and every baseline), each with
+--jobs worker processes (default: one per CPU, as the CLI). Printed per stage: wall seconds, the
+CPU seconds (user + system) of the stage's process and of its worker processes together (on a
+busy shared machine the wall time grows, the CPU time much less), the peak resident memory of the
+stage's process and of the largest worker (ru_maxrss), plus the load average while it ran, since
+the machine may be shared. --stores-only builds the stores in --work and stops; --timeout stops
+a stage after that many seconds and says so.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import json
 import math
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -99,8 +103,13 @@ def build_resampled(source: Path, path: Path, rows: int, seed: int = 0) -> int:
             return sum(r["measurements"] for r in store.summary())
 
 
-def run_stage(db: Path, stage: str, model: str | None = None) -> dict:
-    """One stage in this process: its wall and CPU seconds, peak RSS and what it produced."""
+def _cpu(who) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_stage(db: Path, stage: str, model: str | None = None, jobs: int | None = None) -> dict:
+    """One stage in this process: its wall and CPU seconds (its workers' included), peak RSS and what it produced."""
     from zmlx_pipeline.data.store import Store
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate
@@ -109,38 +118,52 @@ def run_stage(db: Path, stage: str, model: str | None = None) -> dict:
     model = model or DEFAULT_MODEL
 
     load_before = os.getloadavg()[0]
-    cpu0 = time.process_time()
+    cpu0 = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     if stage == "train":
         with Store(db) as store:
-            rows = train_models(store, model=model, models_dir=db.parent / f"{db.stem}-models")
+            rows = train_models(store, model=model, models_dir=db.parent / f"{db.stem}-models", jobs=jobs)
         detail = {r["kernel_filter"]: {"prune_k": r["scores"].get("prune_k"), "rows": r["params"]["rows"],
                                        "train_s": r["scores"].get("train_s")} for r in rows}
     else:
         split = stage.split("-", 1)[1]
         with Store(db, read_only=True) as store:
-            result = evaluate(store, split, models=(model,))
+            result = evaluate(store, split, models=(model,), jobs=jobs)
         detail = {"result_rows": len(result["results"])}
     wall = time.perf_counter() - t0
-    cpu = time.process_time() - cpu0
+    cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - cpu0  # workers are reaped by now
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    return {"stage": stage, "model": model, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "peak_rss_mib": round(peak_kib / 1024, 1),
+    worker_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"stage": stage, "model": model, "jobs": jobs, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+            "peak_rss_mib": round(peak_kib / 1024, 1), "worker_peak_rss_mib": round(worker_kib / 1024, 1),
             "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2), "detail": detail}
 
 
-def measure(db: Path, label: str, rows: int, model: str | None) -> list[dict]:
-    """Every stage on one store, each in its own process."""
+def measure(db: Path, label: str, rows: int, model: str | None, jobs: int | None = None,
+            timeout: float | None = None) -> list[dict]:
+    """Every stage on one store, each in its own process (stopped after `timeout` seconds)."""
     out = []
     for stage in STAGES:
-        proc = subprocess.run([sys.executable, __file__, "--stage", stage, "--db", str(db),
-                               *(["--model", model] if model else [])],
-                              capture_output=True, text=True, cwd=ROOT)
+        # its own process group, so that a stopped stage takes its worker processes with it
+        proc = subprocess.Popen([sys.executable, __file__, "--stage", stage, "--db", str(db),
+                                 *(["--model", model] if model else []), *(["--jobs", str(jobs)] if jobs else [])],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                                start_new_session=True)
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            _log(f"  {label:9s} {stage:16s} STOPPED after {timeout:.0f} s (--timeout)")
+            out.append({"stage": stage, "store": label, "rows": rows, "stopped_after_s": timeout})
+            continue
         if proc.returncode != 0:
-            raise SystemExit(f"{label} {stage} failed:\n{proc.stderr[-4000:]}")
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
+            raise SystemExit(f"{label} {stage} failed:\n{stderr[-4000:]}")
+        result = json.loads(stdout.strip().splitlines()[-1])
         result.update(store=label, rows=rows)
         _log(f"  {label:9s} {stage:16s} wall {result['wall_s']:8.2f} s  cpu {result['cpu_s']:8.2f} s  "
-             f"peak {result['peak_rss_mib']:8.1f} MiB  load {result['load_before']:.1f}->{result['load_after']:.1f}")
+             f"peak {result['peak_rss_mib']:8.1f} MiB (worker {result['worker_peak_rss_mib']:.1f})  "
+             f"load {result['load_before']:.1f}->{result['load_after']:.1f}")
         out.append(result)
     return out
 
@@ -155,12 +178,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-resampled", action="store_true", help="only the committed data")
     parser.add_argument("--skip-committed", action="store_true", help="time only the resampled store")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: one per CPU)")
+    parser.add_argument("--timeout", type=float, default=None, help="stop a stage after this many seconds")
+    parser.add_argument("--stores-only", action="store_true", help="build the stores in --work and stop")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.stage:
-        print(json.dumps(run_stage(args.db, args.stage, args.model)))
+        print(json.dumps(run_stage(args.db, args.stage, args.model, args.jobs)))
         return
+    if args.jobs is not None and args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     kt = args.kernel_tuner if args.kernel_tuner.is_dir() else None
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
@@ -171,23 +199,30 @@ def main(argv: list[str] | None = None) -> None:
         from zmlx_pipeline.models.estimators import DEFAULT_MODEL
 
         _log(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, OMP_NUM_THREADS="
-             f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}, model {args.model or DEFAULT_MODEL}")
+             f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}, model {args.model or DEFAULT_MODEL}, "
+             f"jobs {args.jobs or 'default (one per CPU)'}")
         t = time.perf_counter()
         n = build_committed(committed, args.data, kt)
         _log(f"committed store: {n} measurements from {args.data}"
              + (f" and the Kernel Tuner files in {kt}" if kt else " (no Kernel Tuner files found)")
              + f" ({time.perf_counter() - t:.1f} s to build)")
-        results = [] if args.skip_committed else measure(committed, "committed", n, args.model)
+        results = [] if args.skip_committed or args.stores_only else measure(
+            committed, "committed", n, args.model, args.jobs, args.timeout)
         if not args.skip_resampled:
             big = work / "resampled.duckdb"
             t = time.perf_counter()
             m = build_resampled(committed, big, args.rows)
             _log(f"resampled store: {m} rows generated by resampling the committed store's real rows "
                  f"(synthetic shapes, real times x exp(N(0, 0.05))) ({time.perf_counter() - t:.1f} s to build)")
-            results += measure(big, "resampled", m, args.model)
+            if args.stores_only:
+                return
+            results += measure(big, "resampled", m, args.model, args.jobs, args.timeout)
             mine = {r["stage"]: r for r in results if r["store"] == "resampled"}
             for label, stages in (("train + evaluate shapes", ("train", "evaluate-shapes")),
                                   ("train + evaluate both splits", STAGES)):
+                if any("wall_s" not in mine[s] for s in stages):
+                    _log(f"resampled {label}: not finished (a stage was stopped)")
+                    continue
                 wall = sum(mine[s]["wall_s"] for s in stages)
                 cpu = sum(mine[s]["cpu_s"] for s in stages)
                 _log(f"resampled {label}: wall {wall:.1f} s, cpu {cpu:.1f} s (target: within 120 s)")

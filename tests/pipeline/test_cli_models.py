@@ -139,6 +139,24 @@ def test_errors_are_one_line(filled, args, message):
     assert result.output.startswith(message) and result.output.count("\n") == 1
 
 
+@pytest.mark.parametrize("command", [("evaluate", "--split", "shapes"), ("train",)])
+@pytest.mark.parametrize("jobs", ["0", "-2", "two"])
+def test_jobs_must_be_a_positive_count(filled, command, jobs):
+    result = invoke(*command, "--jobs", jobs)
+    assert result.exit_code == 2 and "Invalid value for '--jobs' / '-j'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_evaluate_json_is_the_same_with_workers(filled, monkeypatch):
+    from zmlx_pipeline.models import evaluate as ev
+
+    one = invoke("evaluate", "--split", "devices", "-k", "rms", "--k", "1", "-j", "1", "--json")
+    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)  # the fixture is small: use the workers anyway
+    two = invoke("evaluate", "--split", "devices", "-k", "rms", "--k", "1", "-j", "2", "--json")
+    assert one.exit_code == two.exit_code == 0, one.output + two.output
+    assert json.loads(one.output) == json.loads(two.output)
+
+
 def test_an_empty_store_says_what_to_do(store):
     store.close()
     for args in (("evaluate", "--split", "shapes"), ("train",)):

@@ -44,14 +44,17 @@ models/persist.py can store them without pickles.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
+from sklearn.base import clone
 from sklearn.compose import ColumnTransformer
 from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor, RandomForestRegressor
 from sklearn.neighbors import KDTree
@@ -155,6 +158,57 @@ def predict_distinct(pipeline: Pipeline, X: pl.DataFrame) -> np.ndarray:
     return out
 
 
+FIT_CACHE_SIZE = 256  # fitted pipelines kept by fit_cached (per process; a few MB each at most)
+_FIT_CACHE: "OrderedDict[str, Pipeline]" = OrderedDict()
+
+
+def _fit_key(pipeline: Pipeline, X: pl.DataFrame, y: np.ndarray, weight: np.ndarray | None) -> str:
+    """A digest of everything a pipeline's fit depends on: its steps' parameters, the feature columns in
+    order, the rows (in order), the target and the sample weights."""
+    h = hashlib.sha256()
+    for name, step in pipeline.steps:
+        params = step.get_params(deep=False)
+        h.update(f"{name}|{type(step).__name__}|".encode())
+        h.update(repr(sorted((k, repr(v)) for k, v in params.items())).encode())
+    h.update(repr(list(X.schema.items())).encode())
+    h.update(X.height.to_bytes(8, "little"))
+    if X.width:
+        for seed in (0, 1):  # 128 bits per row
+            h.update(X.hash_rows(seed=seed).to_numpy().tobytes())
+    h.update(np.ascontiguousarray(y, dtype="<f8").tobytes())
+    h.update(b"-" if weight is None else np.ascontiguousarray(weight, dtype="<f8").tobytes())
+    return h.hexdigest()
+
+
+def fit_cached(pipeline: Pipeline, X: pl.DataFrame, y: np.ndarray, weight: np.ndarray | None = None) -> Pipeline:
+    """A fitted copy of `pipeline` on (X, y, weight); the same fit asked again returns the same fitted
+    object (never refit: callers only predict with it).
+
+    The ensemble's inner folds and the evaluation's outer folds fit many models on identical rows
+    (a per-device `transfer` model sees only its device's rows, which leaving another device out does
+    not change), and a fit is deterministic: this only skips repeated work, results are unchanged.
+    """
+    key = _fit_key(pipeline, X, y, weight)
+    hit = _FIT_CACHE.get(key)
+    if hit is not None:
+        _FIT_CACHE.move_to_end(key)
+        return hit
+    fitted = clone(pipeline)
+    if weight is None:
+        fitted.fit(X, y)
+    else:
+        fitted.fit(X, y, model__sample_weight=weight)
+    _FIT_CACHE[key] = fitted
+    while len(_FIT_CACHE) > FIT_CACHE_SIZE:
+        _FIT_CACHE.popitem(last=False)
+    return fitted
+
+
+def clear_fit_cache() -> None:
+    """Forget every cached fit (fit_cached)."""
+    _FIT_CACHE.clear()
+
+
 class PipelineRanker(Ranker):
     """A scikit-learn Pipeline regressing log time, or the clipped per-case normalised log time."""
 
@@ -175,7 +229,7 @@ class PipelineRanker(Ranker):
         y = train[self.target].to_numpy()
         if self.clip is not None:
             y = np.minimum(y, self.clip)
-        self.pipeline.fit(train.select(self.features.features), y)
+        self.pipeline = fit_cached(self.pipeline, train.select(self.features.features), y)
         return self
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
@@ -360,9 +414,9 @@ class DeviceTransferRanker(Ranker):
         for device_id in self.device_ids:
             rows = fit_sample(train.filter(pl.col("device_id") == device_id), max_rows=self.device_rows)
             log_rel = rows["log_rel"].to_numpy()
-            pipeline = make_pipeline(own, _ESTIMATORS[self.estimator]())
-            pipeline.fit(rows.select(own.features), np.minimum(log_rel, CLIP_LOG_REL),
-                         model__sample_weight=1.0 + self.top_weight * np.exp(-log_rel / self.top_scale))
+            pipeline = fit_cached(make_pipeline(own, _ESTIMATORS[self.estimator]()), rows.select(own.features),
+                                  np.minimum(log_rel, CLIP_LOG_REL),
+                                  1.0 + self.top_weight * np.exp(-log_rel / self.top_scale))
             self.pipelines.append(pipeline)
         return self
 
@@ -406,14 +460,37 @@ class AlignmentRanker(Ranker):
         return 1.0 - test["cfg_simd_aligned"].fill_null(1.0).to_numpy().astype(float)
 
 
-def _regret_logs(frame: pl.DataFrame, scores: np.ndarray, ks: Sequence[int]) -> np.ndarray:
-    """Per case of `frame`: the mean over ks of log(best time among the top k by score / best time)."""
-    df = frame.select(*CASE, "config_key", "median_us").with_columns(pl.Series("_s", np.asarray(scores, float)))
-    df = df.sort([*CASE, "_s", "config_key"]).with_columns(pl.int_range(1, pl.len() + 1).over(CASE).alias("_r"))
-    out = df.group_by(CASE).agg(
-        [(pl.col("median_us").filter(pl.col("_r") <= k).min() / pl.col("median_us").min()).log().alias(f"r{k}")
-         for k in ks])
-    return out.select(pl.mean_horizontal([f"r{k}" for k in ks])).to_series().to_numpy()
+class _FoldRegret:
+    """Per fold of the inner selection: the mean over cases of the mean over ks of log(best time among
+    the top k by score / best time), for many score vectors on one frame. Ranks by score, ties by
+    config_key (as evaluate.case_regrets); the case and config codes are built once per fold."""
+
+    def __init__(self, frame: pl.DataFrame, ks: Sequence[int]) -> None:
+        keys = frame.select(pl.concat_str([pl.col(c) for c in CASE], separator="\x1f")).to_series().to_numpy()
+        self.case = np.unique(keys, return_inverse=True)[1].reshape(-1)
+        self.config = np.unique(frame["config_key"].to_numpy(), return_inverse=True)[1].reshape(-1)
+        self.median = frame["median_us"].to_numpy().astype(float)
+        self.ks = list(ks)
+
+    def ranks(self, scores: np.ndarray) -> np.ndarray:
+        """Each row's ordinal rank (1 = lowest score) in its case, ties in row order (interleave's ranks)."""
+        order = np.lexsort((np.asarray(scores, dtype=float), self.case))  # stable: ties keep row order
+        case = self.case[order]
+        starts = np.flatnonzero(np.r_[True, case[1:] != case[:-1]])
+        out = np.empty(case.size, dtype=float)
+        out[order] = np.arange(case.size) - np.repeat(starts, np.diff(np.r_[starts, case.size])) + 1.0
+        return out
+
+    def mean(self, scores: np.ndarray) -> float:
+        order = np.lexsort((self.config, np.asarray(scores, dtype=float), self.case))
+        case, median = self.case[order], self.median[order]
+        starts = np.flatnonzero(np.r_[True, case[1:] != case[:-1]])
+        rank = np.arange(case.size) - np.repeat(starts, np.diff(np.r_[starts, case.size]))
+        best = np.minimum.reduceat(median, starts)
+        total = np.zeros(starts.size)
+        for k in self.ks:
+            total += np.log(np.minimum.reduceat(np.where(rank < k, median, np.inf), starts) / best)
+        return float((total / len(self.ks)).mean())
 
 
 def weight_grid(n: int, step: float) -> list[tuple[float, ...]]:
@@ -431,6 +508,12 @@ def sample_cases(frame: pl.DataFrame, cases: int, seed: int = 0) -> pl.DataFrame
         return frame
     keep = keys[np.sort(np.random.default_rng(seed).choice(keys.height, cases, replace=False))]
     return frame.join(keep, on=list(CASE), how="semi", maintain_order="left")
+
+
+def interleave_ranks(ranks: Sequence[np.ndarray]) -> np.ndarray:
+    """interleave() from each list's ordinal ranks within the cases (_FoldRegret.ranks)."""
+    n = len(ranks)
+    return ((np.column_stack(ranks) - 1.0) * n + np.arange(n)[None, :]).min(axis=1)
 
 
 def interleave(frame: pl.DataFrame, lists: Sequence[np.ndarray]) -> np.ndarray:
@@ -481,6 +564,7 @@ class CVEnsembleRanker(Ranker):
         self.hedge_seen = self.hedge_unseen = False
         self.train_devices: list[str] = []
         self.inner_scores: dict = {}
+        self.fixed: dict | None = None  # selection() of another fit: skip the inner cross-validation
 
     def _inner_folds(self, train: pl.DataFrame, split: str) -> list[tuple[pl.DataFrame, pl.DataFrame]]:
         if split == "devices":
@@ -506,10 +590,13 @@ class CVEnsembleRanker(Ranker):
     def _names(self) -> list[str]:
         return list(dict.fromkeys([*self.member_names, *self.hedge_names]))
 
+    def _total(self, frame: pl.DataFrame, scores: dict[str, np.ndarray], weights: Sequence[float]) -> np.ndarray:
+        total = sum(w * scores[m] for m, w in zip(self.member_names, weights) if w)
+        return np.asarray(total, dtype=float) if not np.isscalar(total) else np.zeros(frame.height)
+
     def _combine(self, frame: pl.DataFrame, scores: dict[str, np.ndarray], weights: Sequence[float],
                  hedge: bool) -> np.ndarray:
-        total = sum(w * scores[m] for m, w in zip(self.member_names, weights) if w)
-        total = np.asarray(total, dtype=float) if not np.isscalar(total) else np.zeros(frame.height)
+        total = self._total(frame, scores, weights)
         if not hedge or not self.hedge_names:
             return total
         return interleave(frame, [total, *[scores[h] for h in self.hedge_names]])
@@ -525,22 +612,41 @@ class CVEnsembleRanker(Ranker):
             inner_test = sample_cases(inner_test, self.inner_cases)
             scores = {m: relative_to_case(inner_test, make_ranker(self.features, m).fit(sample).score(inner_test))
                       for m in self._names()}
-            per_fold.append((inner_test, scores))
+            regret = _FoldRegret(inner_test, self.ks)
+            hedged = [regret.ranks(scores[h]) for h in self.hedge_names]  # the same for every weight vector
+            per_fold.append((inner_test, scores, regret, hedged))
+
+        def combined(t, s, w, hedge, regret, hedged):  # _combine, with the hedges' ranks computed once
+            total = self._total(t, s, w)
+            return interleave_ranks([regret.ranks(total), *hedged]) if hedge else total
+
         best, best_loss = ([1.0 / len(self.member_names)] * len(self.member_names), False), math.inf
         for hedge in ([False, True] if self.hedge_names else [False]):
             for w in weight_grid(len(self.member_names), self.step):
-                loss = float(np.mean([_regret_logs(t, self._combine(t, s, w, hedge), self.ks).mean()
-                                      for t, s in per_fold]))
+                loss = float(np.mean([regret.mean(combined(t, s, w, hedge, regret, hedged))
+                                      for t, s, regret, hedged in per_fold]))
                 if loss < best_loss - 1e-12:
                     best, best_loss = (list(w), hedge), loss
         return best[0], best[1], best_loss
 
+    def selection(self) -> dict:
+        """The fitted weights and hedging: set them as `fixed` on an unfitted ensemble and its fit skips the
+        inner cross-validation (train.py's held-out scoring refits one per fold at the cost of its members)."""
+        return {"weights_seen": list(self.weights_seen), "hedge_seen": bool(self.hedge_seen),
+                "weights_unseen": list(self.weights_unseen), "hedge_unseen": bool(self.hedge_unseen)}
+
     def fit(self, train: pl.DataFrame) -> "CVEnsembleRanker":
         if train.is_empty():
             raise ModelError(f"{self.features.kernel}: no training rows")
-        self.weights_unseen, self.hedge_unseen, loss_unseen = self._select(train, "devices")
-        self.weights_seen, self.hedge_seen, loss_seen = self._select(train, "shapes")
-        self.inner_scores = {"devices": loss_unseen, "shapes": loss_seen}
+        fixed = getattr(self, "fixed", None)
+        if fixed:
+            self.weights_seen, self.hedge_seen = list(fixed["weights_seen"]), fixed["hedge_seen"]
+            self.weights_unseen, self.hedge_unseen = list(fixed["weights_unseen"]), fixed["hedge_unseen"]
+            self.inner_scores = {"devices": None, "shapes": None}
+        else:
+            self.weights_unseen, self.hedge_unseen, loss_unseen = self._select(train, "devices")
+            self.weights_seen, self.hedge_seen, loss_seen = self._select(train, "shapes")
+            self.inner_scores = {"devices": loss_unseen, "shapes": loss_seen}
         self.rankers = {m: make_ranker(self.features, m).fit(train) for m in self._names()}
         self.train_devices = sorted(train["device_id"].unique().to_list())
         return self

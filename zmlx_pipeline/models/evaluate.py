@@ -52,9 +52,17 @@ Rows carry `regret_tied_geomean`, `hit_tied` (share of cases inside the band), `
 from __future__ import annotations
 
 import contextlib
+import io
 import math
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+import multiprocessing
+import os
+import pickle
+import tempfile
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import polars as pl
@@ -86,6 +94,7 @@ SEED_FALLBACK = (128, (64, 128, 256))
 HIT_WITHIN = 1.02
 SHAPE_FOLDS = 5
 SERIAL_ROWS = 20_000  # kernels with fewer rows fit on one OpenMP thread (threads only cost time there)
+PARALLEL_MIN_ROWS = 20_000  # less work (rows over all kernels) runs in this process: workers take seconds to start
 # the tie band (noise-aware regret) is taken per time bucket of `zmlx-pipeline noise` (data/noise_buckets.py)
 MIN_PAIRS = 20  # repeat pairs a (device, bucket) needs for its own band; fewer: pooled over devices
 FALLBACK_BAND = HIT_WITHIN - 1.0  # only for a store with no repeat at all: the plain 2% hit margin
@@ -104,6 +113,148 @@ def fit_threads(rows: int):
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="openmp")
+
+
+# ------------------------------------------------------------------------------------------
+# worker processes
+
+
+def default_jobs() -> int:
+    """Worker processes by default: the CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def check_jobs(jobs: int | None) -> int:
+    """`jobs` as a count of worker processes (None: default_jobs()); EvaluationError below 1."""
+    if jobs is None:
+        return default_jobs()
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise EvaluationError(f"jobs must be a whole number of at least 1, not {jobs!r}")
+    return jobs
+
+
+class _FramePickler(pickle.Pickler):
+    """Pickles a task's result without the kernel's feature frame (rankers refer to it): the other side
+    puts its own copy of the same frame back (_FrameUnpickler)."""
+
+    def __init__(self, file, frame: pl.DataFrame) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._frame = frame
+
+    def persistent_id(self, obj):
+        return "frame" if obj is self._frame else None
+
+
+class _FrameUnpickler(pickle.Unpickler):
+    def __init__(self, file, frame: pl.DataFrame) -> None:
+        super().__init__(file)
+        self._frame = frame
+
+    def persistent_load(self, pid):
+        if pid != "frame":
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        return self._frame
+
+
+_WORKER_FRAMES: dict[str, pl.DataFrame] = {}
+
+
+def _worker_call(meta: KernelFeatures, path: str, fn: Callable, args: tuple) -> bytes:
+    """In a worker: fn(features, *args) on the kernel's frame (read memory-mapped once per worker), pickled."""
+    frame = _WORKER_FRAMES.get(path)
+    if frame is None:
+        while len(_WORKER_FRAMES) >= 2:
+            _WORKER_FRAMES.pop(next(iter(_WORKER_FRAMES)))
+        frame = _WORKER_FRAMES[path] = pl.read_ipc(path)
+    result = fn(replace(meta, frame=frame), *args)
+    buf = io.BytesIO()
+    _FramePickler(buf, frame).dump(result)
+    return buf.getvalue()
+
+
+class KernelPool:
+    """Runs independent per-kernel tasks `fn(features, *args)` (folds, fits) in `jobs` worker processes,
+    or in this process when jobs is 1 or the kernels hold under PARALLEL_MIN_ROWS rows in all.
+
+    Workers are spawned (not forked: polars' threads) with one OpenMP thread each, read each kernel's
+    frame from a memory-mapped Arrow file written once, and send results back without that frame. Each
+    task is deterministic, so the results do not depend on `jobs` (kernels of SERIAL_ROWS rows or more
+    fit on one thread in a worker, on all of them in this process: float sums may differ in the last
+    bits there). `fn` must be a module-level function. Use as a context manager; `submit` returns a Future.
+    A script that uses workers needs the usual `if __name__ == "__main__":` guard (a spawned worker
+    imports the main module; the CLI and `python -m zmlx_pipeline` are safe).
+    """
+
+    def __init__(self, features: dict[str, KernelFeatures], jobs: int | None = None) -> None:
+        self.features = features
+        self.jobs = check_jobs(jobs)
+        rows = sum(f.frame.height for f in features.values())
+        self.parallel = self.jobs > 1 and rows >= PARALLEL_MIN_ROWS
+        self._executor: ProcessPoolExecutor | None = None
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._refs: dict[str, tuple[KernelFeatures, str]] = {}
+        self._saved_env: dict[str, str | None] = {}
+
+    def __enter__(self) -> "KernelPool":
+        if self.parallel:
+            self._tmp = tempfile.TemporaryDirectory(prefix="zmlx-pool-")
+            env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                   "POLARS_MAX_THREADS": str(max(1, default_jobs() // self.jobs))}
+            self._saved_env = {k: os.environ.get(k) for k in env}
+            os.environ.update(env)  # what the spawned workers start with
+            self._executor = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            if self._executor is not None:
+                self._executor.shutdown(wait=True, cancel_futures=True)
+        finally:
+            self._executor = None
+            for k, v in self._saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            self._saved_env = {}
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+            self._refs = {}
+
+    def _ref(self, kernel: str) -> tuple[KernelFeatures, str]:
+        if kernel not in self._refs:
+            f = self.features[kernel]
+            path = Path(self._tmp.name) / f"{len(self._refs)}.arrow"
+            f.frame.write_ipc(path, compression="uncompressed")
+            self._refs[kernel] = (replace(f, frame=None), str(path))
+        return self._refs[kernel]
+
+    def submit(self, kernel: str, fn: Callable, *args) -> Future:
+        """fn(the kernel's features, *args), in a worker or (not parallel) right here."""
+        if not self.parallel:
+            done: Future = Future()
+            try:
+                done.set_result(fn(self.features[kernel], *args))
+            except BaseException as exc:  # re-raised by .result(), as a worker's would be
+                done.set_exception(exc)
+            return done
+        meta, path = self._ref(kernel)
+        inner = self._executor.submit(_worker_call, meta, path, fn, args)
+        outer: Future = Future()
+        frame = self.features[kernel].frame
+
+        def unpack(f: Future) -> None:
+            try:
+                outer.set_result(_FrameUnpickler(io.BytesIO(f.result()), frame).load())
+            except BaseException as exc:
+                outer.set_exception(exc)
+
+        inner.add_done_callback(unpack)
+        return outer
 
 
 # ------------------------------------------------------------------------------------------
@@ -462,45 +613,86 @@ def evaluate_kernel(
     models: Sequence[str] = (DEFAULT_MODEL,),
     baselines: bool = True,
     enough_cases: int | None = None,
+    fixed: dict | None = None,
+    pool: KernelPool | None = None,
 ) -> pl.DataFrame:
     """Per-case regrets of each model and baseline on one kernel: columns CASE, r{k}, hit_rank, configs, method, fold.
 
     With `enough_cases`, folds stop once that many cases are scored (folds interleave the shapes,
-    so the first ones are a spread sample); by default every fold is scored.
+    so the first ones are a spread sample); by default every fold is scored. `fixed` maps a model
+    to settings set as its rankers' `fixed` (CVEnsembleRanker.selection: no inner selection per
+    fold). `pool` runs the folds in its workers (default: here, one after the other).
     """
+    return gather_folds(submit_kernel(features, split, ks, models, baselines, enough_cases, fixed, pool), ks)
+
+
+def fold_plan(features: KernelFeatures, split: str, enough_cases: int | None = None) -> list[int]:
+    """The folds of a kernel that get scored: those with training and test rows, until `enough_cases`
+    cases are (None: all)."""
     split = canonical_split(split)
-    with fit_threads(features.frame.height):
-        return _evaluate_kernel(features, split, ks, models, baselines, enough_cases)
-
-
-def _evaluate_kernel(features: KernelFeatures, split: str, ks: Sequence[int], models: Sequence[str],
-                     baselines: bool, enough_cases: int | None = None) -> pl.DataFrame:
-    frame = features.frame
-    parts = []
-    scored = 0
-    for name, train_filter, test_filter in folds(frame, split):
+    plan, scored = [], 0
+    for i, (_, train_filter, test_filter) in enumerate(folds(features.frame, split)):
         if enough_cases is not None and scored >= enough_cases:
             break
-        train = frame.filter(train_filter)
-        test = frame.filter(test_filter)
-        if split == "shapes":
-            test = test.filter(pl.col("device_id").is_in(train["device_id"].unique().to_list()))
+        train, test = _fold_rows(features.frame, split, train_filter, test_filter)
         if train.is_empty() or test.is_empty():
             continue
-        scores: dict[str, np.ndarray] = {}
-        for model in models:
-            scores[model] = make_ranker(features, model).fit(train).score(test)
-        if baselines:
-            scores.update({k: v.to_numpy() for k, v in baseline_scores(features, train, test).items()})
-        for method, s in scores.items():
-            parts.append(case_regrets(test, s, ks).with_columns(pl.lit(method).alias("method"),
-                                                                pl.lit(name).alias("fold")))
+        plan.append(i)
         scored += test.select(CASE).n_unique()
+    return plan
+
+
+def submit_kernel(features: KernelFeatures, split: str, ks: Sequence[int] = (1, 3, 5),
+                  models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True,
+                  enough_cases: int | None = None, fixed: dict | None = None,
+                  pool: KernelPool | None = None) -> list[Future]:
+    """One future per scored fold of the kernel (fold_plan), each of _score_fold's (per-method frames, seconds)."""
+    split = canonical_split(split)
+    plan = fold_plan(features, split, enough_cases)
+    args = (split, tuple(ks), tuple(models), baselines, fixed)
+    if pool is None:
+        pool = KernelPool({features.kernel: features}, jobs=1)
+    return [pool.submit(features.kernel, _score_fold, i, *args) for i in plan]
+
+
+def gather_folds(futures: Sequence[Future], ks: Sequence[int]) -> pl.DataFrame:
+    """The per-case rows of submitted folds, in fold order."""
+    parts = [part for f in futures for part in f.result()[0]]
     if not parts:
         return pl.DataFrame(schema={**{c: pl.String for c in CASE}, **{f"r{k}": pl.Float64 for k in ks},
                                     "hit_rank": pl.Int64, "configs": pl.Int64, "method": pl.String,
                                     "fold": pl.String})
     return pl.concat(parts)
+
+
+def _fold_rows(frame: pl.DataFrame, split: str, train_filter: pl.Expr,
+               test_filter: pl.Expr) -> tuple[pl.DataFrame, pl.DataFrame]:
+    train = frame.filter(train_filter)
+    test = frame.filter(test_filter)
+    if split == "shapes":
+        test = test.filter(pl.col("device_id").is_in(train["device_id"].unique().to_list()))
+    return train, test
+
+
+def _score_fold(features: KernelFeatures, index: int, split: str, ks: Sequence[int], models: Sequence[str],
+                baselines: bool, fixed: dict | None = None) -> tuple[list[pl.DataFrame], float]:
+    """Fold `index` of a kernel: every model and baseline fitted on its training rows, regrets on its test
+    rows (one frame per method), and the seconds it took."""
+    start = time.perf_counter()
+    frame = features.frame
+    name, train_filter, test_filter = folds(frame, split)[index]
+    train, test = _fold_rows(frame, split, train_filter, test_filter)
+    scores: dict[str, np.ndarray] = {}
+    with fit_threads(frame.height):
+        for model in models:
+            ranker = make_ranker(features, model)
+            if fixed and fixed.get(model):
+                ranker.fixed = fixed[model]
+            scores[model] = ranker.fit(train).score(test)
+        if baselines:
+            scores.update({k: v.to_numpy() for k, v in baseline_scores(features, train, test).items()})
+    return [case_regrets(test, s, ks).with_columns(pl.lit(method).alias("method"), pl.lit(name).alias("fold"))
+            for method, s in scores.items()], time.perf_counter() - start
 
 
 def regret_rows(per_case: pl.DataFrame, kernel: str, ks: Sequence[int], methods: Iterable[str],
@@ -541,9 +733,12 @@ def evaluate_features(
     baselines: bool = True,
     label_model: bool = False,
     noise: NoiseBands | None = None,
+    jobs: int | None = None,
 ) -> dict:
     """evaluate() on prepared feature frames (one per kernel); `noise` gives the tie bands
-    (None: no repeats known, so the fallback band, and the result says so)."""
+    (None: no repeats known, so the fallback band, and the result says so); `jobs` worker
+    processes score the folds (KernelPool; None: one per CPU, 1: in this process)."""
+    jobs = check_jobs(jobs)
     split = canonical_split(split)
     ks = tuple(int(k) for k in ks)
     if not ks or min(ks) < 1:
@@ -557,26 +752,32 @@ def evaluate_features(
     labels = {models[0]: "model"} if label_model and len(models) == 1 else {}
     noise = noise if noise is not None else NoiseBands()
     rows = []
-    for kernel, f in features.items():
-        per_case = tied_regrets(evaluate_kernel(f, split, ks, models, baselines), f.frame, noise, ks)
-        methods = list(models) + (baseline_names(f) if baselines else [])
-        rows += regret_rows(per_case, kernel, ks, methods, labels)
+    with KernelPool(features, jobs) as pool:
+        # every kernel's folds at once, the largest kernels first (the longest tasks start first)
+        order = sorted(features, key=lambda k: -features[k].frame.height)
+        futures = {k: submit_kernel(features[k], split, ks, models, baselines, pool=pool) for k in order}
+        for kernel, f in features.items():
+            per_case = tied_regrets(gather_folds(futures[kernel], ks), f.frame, noise, ks)
+            methods = list(models) + (baseline_names(f) if baselines else [])
+            rows += regret_rows(per_case, kernel, ks, methods, labels)
     return {"split": split, "ks": list(ks), "models": list(models), "results": rows, "noise": noise.summary()}
 
 
 def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
-             models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True, label_model: bool = False) -> dict:
+             models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True, label_model: bool = False,
+             jobs: int | None = None) -> dict:
     """Regret@k of the model(s) and the baselines on a split (`shapes` or `devices`) of the store's ok measurements.
 
     Returns {"split", "ks", "models", "results", "noise"}: results are flat dicts {kernel, device
     (None when pooled), method, k, regret_geomean, regret_p95, hit_2pct, cases, regret_tied_geomean,
     hit_tied, tied_band, tied_band_source}; a model's method is its variant name, or "model" with
     `label_model` and one model (the CLI's contract); "noise" describes the tie bands (the store's
-    repeats, or the fallback).
+    repeats, or the fallback). `jobs`: worker processes for the folds (None: one per CPU; 1: none).
     """
     split = canonical_split(split)
+    jobs = check_jobs(jobs)
     features = kernel_features_of(store, kernels)
-    return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store))
+    return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store), jobs=jobs)
 
 
 def kernel_features_of(store, kernels=None, devices=None) -> dict[str, KernelFeatures]:

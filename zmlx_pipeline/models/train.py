@@ -16,7 +16,9 @@ model file (models/persist.py) and adds a row to the store's `models` registry:
   PRUNE_ENOUGH_CASES cases are), `prune_cases`, `prune_hit` (the
   share reached at prune_k), `configs_max`, `regret1_geomean`/`regret3_geomean`/
   `regret5_geomean`/`regret1_p95`/`hit_2pct` of the model on that split, `fit_s` (the final
-  fit) and `train_s` (fit plus held-out scoring).
+  fit) and `train_s` (fit plus held-out folds: seconds of work, in whichever worker process ran them).
+The held-out folds refit the model with the final fit's ensemble weights and hedging (no inner
+selection per fold; see train_models).
 Read a kernel's pruning k with `prune_k(store, kernel)` or `load_model(store, kernel).prune_k`.
 """
 
@@ -39,10 +41,14 @@ from zmlx_pipeline.data.store import StoreError
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, ModelError, Ranker, fit_kernel_model
 from zmlx_pipeline.models.evaluate import (
     PRUNE_SHARE,
-    evaluate_kernel,
+    KernelPool,
+    check_jobs,
     fit_threads,
+    fold_plan,
+    gather_folds,
     kernel_features_of,
     prune_k as prune_k_of,
+    submit_kernel,
     summarize,
 )
 from zmlx_pipeline.models.features import CASE, KernelFeatures
@@ -116,15 +122,31 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def heldout_scores(features: KernelFeatures, model: str = DEFAULT_MODEL) -> dict:
+def heldout_scores(features: KernelFeatures, model: str = DEFAULT_MODEL, fixed: dict | None = None,
+                   pool: KernelPool | None = None) -> dict:
     """The model's held-out scores and pruning k (held-out shapes, else left-out devices; folds
-    until PRUNE_ENOUGH_CASES cases are scored)."""
+    until PRUNE_ENOUGH_CASES cases are scored). `fixed`: settings the folds' rankers keep instead of
+    choosing them again (an ensemble's selection(); see train_models); `pool` runs the folds."""
+    return _heldout_result(features, _submit_heldout(features, model, fixed, pool))
+
+
+_KS = (1, 3, 5)
+
+
+def _submit_heldout(features: KernelFeatures, model: str, fixed: dict | None,
+                    pool: KernelPool | None) -> tuple[str | None, list]:
+    """The split the held-out scores use (shapes when any shape fold has test cases) and its folds' futures."""
     for split in ("shapes", "devices"):
-        per_case = evaluate_kernel(features, split, ks=(1, 3, 5), models=(model,), baselines=False,
-                                   enough_cases=PRUNE_ENOUGH_CASES)
-        if not per_case.is_empty():
-            break
-    else:
+        if fold_plan(features, split, PRUNE_ENOUGH_CASES):
+            return split, submit_kernel(features, split, ks=_KS, models=(model,), baselines=False,
+                                        enough_cases=PRUNE_ENOUGH_CASES, fixed=fixed, pool=pool)
+    return None, []
+
+
+def _heldout_result(features: KernelFeatures, submitted: tuple[str | None, list]) -> dict:
+    split, futures = submitted
+    per_case = gather_folds(futures, _KS)
+    if per_case.is_empty():
         return {"prune_k": None, "prune_split": None, "prune_cases": 0, "prune_hit": None,
                 "configs_max": _configs_max(features.frame)}
     k = prune_k_of(per_case["hit_rank"].to_list(), PRUNE_SHARE)
@@ -136,6 +158,14 @@ def heldout_scores(features: KernelFeatures, model: str = DEFAULT_MODEL) -> dict
         "regret1_geomean": r1["regret_geomean"], "regret3_geomean": r3["regret_geomean"],
         "regret5_geomean": r5["regret_geomean"], "regret1_p95": r1["regret_p95"], "hit_2pct": r1["hit_2pct"],
     }
+
+
+def _fit_task(features: KernelFeatures, model: str) -> tuple[Ranker, float]:
+    """A kernel's final fit (a KernelPool task): the ranker and its seconds."""
+    start = time.perf_counter()
+    with fit_threads(features.frame.height):
+        ranker = fit_kernel_model(features, model)
+    return ranker, time.perf_counter() - start
 
 
 def _configs_max(frame: pl.DataFrame) -> int:
@@ -165,51 +195,63 @@ def model_path(store, row: dict) -> Path:
 
 def train_models(store, kernels: Sequence[str] | str | None = None, devices: Sequence[str] | str | None = None,
                  model: str = DEFAULT_MODEL, models_dir: str | Path | None = None, heldout: bool = True,
-                 on_kernel=None) -> list[dict]:
+                 on_kernel=None, jobs: int | None = None) -> list[dict]:
     """Fit, save and register one model per kernel on the store's (filtered) ok measurements.
 
     Returns the registry rows (see the module docstring), one per kernel. `heldout=False`
     skips the held-out scores (and so the pruning k). `on_kernel(kernel)` is called as each starts.
+    `jobs`: worker processes for the kernels' fits and held-out folds (None: one per CPU; 1: none;
+    the results do not depend on it). The held-out folds' ensembles keep the final fit's weights and
+    hedging (CVEnsembleRanker.selection) rather than choosing them again per fold.
     """
     if model not in MODEL_VARIANTS:
         raise ModelError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}")
     if getattr(store, "read_only", False):
         raise StoreError(f"cannot register models: store {store.path} is open read-only; open it writable")
+    jobs = check_jobs(jobs)
     features = kernel_features_of(store, kernels, devices)
     folder = Path(models_dir) if models_dir is not None else default_models_dir(store)
     versions = package_versions()
     rows = []
-    for kernel, f in features.items():
-        if on_kernel:
-            on_kernel(kernel)
-        start = time.perf_counter()
-        with fit_threads(f.frame.height):
-            ranker = fit_kernel_model(f, model)
-        fit_s = time.perf_counter() - start
-        scores = heldout_scores(f, model) if heldout else {"prune_k": None, "prune_split": None}
-        now = datetime.now(timezone.utc).replace(tzinfo=None)
-        model_id = _model_id(kernel, now)
-        fingerprint = data_fingerprint(f.frame)
-        frame = f.frame
-        params = {
-            "model": model, "kernel": kernel, "kernel_version": f.kernel_version,
-            "device_filter": None if devices is None else sorted([devices] if isinstance(devices, str) else devices),
-            "devices": sorted(frame["device_id"].unique().to_list()),
-            "rows": frame.height, "cases": frame.select(CASE).n_unique(),
-            "shapes": frame["shape_key"].n_unique(), "dtypes": sorted(frame["dtype"].unique().to_list()),
-        }
-        path = folder / f"{model_id}{SUFFIX}"
-        params["file_sha256"] = save_model(ranker, path, meta={"model_id": model_id, "kernel": kernel,
-                                                               "data_fingerprint": fingerprint, "model": model})
-        scores.update(fit_s=round(fit_s, 3), train_s=round(time.perf_counter() - start, 3))
-        row = {"model_id": model_id, "kernel_filter": kernel, "created_at": now, "data_fingerprint": fingerprint,
-               "params": params, "versions": versions, "scores": scores, "path": _stored_path(store, path)}
-        try:
-            store.add_model(row)
-        except Exception:
-            path.unlink(missing_ok=True)  # an unregistered file would only confuse
-            raise
-        rows.append(row)
+    with KernelPool(features, jobs) as pool:
+        order = sorted(features, key=lambda k: -features[k].frame.height)  # the longest tasks first
+        fits = {}
+        for kernel in order:
+            if on_kernel:
+                on_kernel(kernel)
+            fits[kernel] = pool.submit(kernel, _fit_task, model)
+        held: dict[str, tuple] = {}
+        for kernel in order if heldout else ():
+            ranker, _ = fits[kernel].result()
+            fixed = {model: ranker.selection()} if hasattr(ranker, "selection") else None
+            held[kernel] = _submit_heldout(features[kernel], model, fixed, pool)
+        for kernel, f in features.items():
+            ranker, fit_s = fits[kernel].result()
+            scores = _heldout_result(f, held[kernel]) if heldout else {"prune_k": None, "prune_split": None}
+            now = datetime.now(timezone.utc).replace(tzinfo=None)
+            model_id = _model_id(kernel, now)
+            fingerprint = data_fingerprint(f.frame)
+            frame = f.frame
+            params = {
+                "model": model, "kernel": kernel, "kernel_version": f.kernel_version,
+                "device_filter": None if devices is None else sorted([devices] if isinstance(devices, str) else devices),
+                "devices": sorted(frame["device_id"].unique().to_list()),
+                "rows": frame.height, "cases": frame.select(CASE).n_unique(),
+                "shapes": frame["shape_key"].n_unique(), "dtypes": sorted(frame["dtype"].unique().to_list()),
+            }
+            path = folder / f"{model_id}{SUFFIX}"
+            params["file_sha256"] = save_model(ranker, path, meta={"model_id": model_id, "kernel": kernel,
+                                                                   "data_fingerprint": fingerprint, "model": model})
+            fold_s = sum(fut.result()[1] for fut in held[kernel][1]) if heldout else 0.0
+            scores.update(fit_s=round(fit_s, 3), train_s=round(fit_s + fold_s, 3))
+            row = {"model_id": model_id, "kernel_filter": kernel, "created_at": now, "data_fingerprint": fingerprint,
+                   "params": params, "versions": versions, "scores": scores, "path": _stored_path(store, path)}
+            try:
+                store.add_model(row)
+            except Exception:
+                path.unlink(missing_ok=True)  # an unregistered file would only confuse
+                raise
+            rows.append(row)
     return rows
 
 

@@ -44,9 +44,11 @@ def _fmt(value) -> str | None:
 @click.option("--model", "model_names", multiple=True,
               help="Model variant(s) to score (default: the default model, reported as method \"model\").")
 @click.option("--k", "ks", multiple=True, type=click.IntRange(1), help="k of regret@k (default: 1, 3, 5).")
+@click.option("--jobs", "-j", type=click.IntRange(1), default=None,
+              help="Worker processes for the folds (default: one per CPU; 1: none). Results do not depend on it.")
 @output_options
 @_model_errors
-def evaluate(db, split, kernel_names, model_names, ks, as_json) -> None:
+def evaluate(db, split, kernel_names, model_names, ks, jobs, as_json) -> None:
     """Regret@k of the model and of every baseline on data the model did not train on."""
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate as run_evaluation
@@ -55,7 +57,7 @@ def evaluate(db, split, kernel_names, model_names, ks, as_json) -> None:
     store = _open_store(db, read_only=True)
     ks = tuple(sorted(set(ks))) or (1, 3, 5)
     result = run_evaluation(store, split, kernels=_split(kernel_names) or None, ks=ks, models=models,
-                            label_model=len(models) == 1)
+                            label_model=len(models) == 1, jobs=jobs)
     if as_json:
         emit({"split": result["split"], "models": result["models"], "results": result["results"],
               "noise": result["noise"]}, True)
@@ -101,9 +103,11 @@ def _band_line(noise: dict) -> str:
 @click.option("--model", "model_name", default=None, help="Model variant (default: the default model).")
 @click.option("--models-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where model files go (default: models/ next to the store).")
+@click.option("--jobs", "-j", type=click.IntRange(1), default=None,
+              help="Worker processes for the fits and held-out folds (default: one per CPU; 1: none).")
 @output_options
 @_model_errors
-def train(db, kernel_names, device_ids, model_name, models_dir, as_json) -> None:
+def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -> None:
     """Fit a model per kernel on the store's data, save it and register it with its held-out scores."""
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL
     from zmlx_pipeline.models.train import train_models
@@ -111,7 +115,7 @@ def train(db, kernel_names, device_ids, model_name, models_dir, as_json) -> None
     store = _open_store(db)
     rows = train_models(store, kernels=_split(kernel_names) or None, devices=_split(device_ids) or None,
                         model=model_name or DEFAULT_MODEL,
-                        models_dir=models_dir,
+                        models_dir=models_dir, jobs=jobs,
                         on_kernel=None if as_json else lambda k: click.echo(f"training {k} ...", err=True))
     if as_json:
         emit(rows, True)
