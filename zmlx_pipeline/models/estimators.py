@@ -460,6 +460,12 @@ class AlignmentRanker(Ranker):
         return 1.0 - test["cfg_simd_aligned"].fill_null(1.0).to_numpy().astype(float)
 
 
+def _positions_in_runs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For sorted codes: each element's 0-based position within its run of equal codes, and the runs' starts."""
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    return np.arange(codes.size) - np.repeat(starts, np.diff(np.r_[starts, codes.size])), starts
+
+
 class _FoldRegret:
     """Per fold of the inner selection: the mean over cases of the mean over ks of log(best time among
     the top k by score / best time), for many score vectors on one frame. Ranks by score, ties by
@@ -475,17 +481,14 @@ class _FoldRegret:
     def ranks(self, scores: np.ndarray) -> np.ndarray:
         """Each row's ordinal rank (1 = lowest score) in its case, ties in row order (interleave's ranks)."""
         order = np.lexsort((np.asarray(scores, dtype=float), self.case))  # stable: ties keep row order
-        case = self.case[order]
-        starts = np.flatnonzero(np.r_[True, case[1:] != case[:-1]])
-        out = np.empty(case.size, dtype=float)
-        out[order] = np.arange(case.size) - np.repeat(starts, np.diff(np.r_[starts, case.size])) + 1.0
+        out = np.empty(order.size, dtype=float)
+        out[order] = _positions_in_runs(self.case[order])[0] + 1.0
         return out
 
     def mean(self, scores: np.ndarray) -> float:
         order = np.lexsort((self.config, np.asarray(scores, dtype=float), self.case))
         case, median = self.case[order], self.median[order]
-        starts = np.flatnonzero(np.r_[True, case[1:] != case[:-1]])
-        rank = np.arange(case.size) - np.repeat(starts, np.diff(np.r_[starts, case.size]))
+        rank, starts = _positions_in_runs(case)
         best = np.minimum.reduceat(median, starts)
         total = np.zeros(starts.size)
         for k in self.ks:
@@ -523,7 +526,7 @@ def interleave(frame: pl.DataFrame, lists: Sequence[np.ndarray]) -> np.ndarray:
     n = len(lists)
     ranks = frame.select(CASE).with_columns([pl.Series(f"_l{j}", np.asarray(v, dtype=float)) for j, v in enumerate(lists)])
     ranks = ranks.select([pl.col(f"_l{j}").rank("ordinal").over(CASE).cast(pl.Float64) for j in range(n)]).to_numpy()
-    return ((ranks - 1.0) * n + np.arange(n)[None, :]).min(axis=1)
+    return interleave_ranks(list(ranks.T))
 
 
 class CVEnsembleRanker(Ranker):
