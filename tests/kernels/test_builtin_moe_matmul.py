@@ -467,6 +467,8 @@ EMU_CASES = [
     # odd M, N and K (zero-filled edges, rows not 16-byte aligned), a 4-deep and a 2-deep slab ring
     ("matmul", {"M": 33, "N": 70, "K": 41}, {"TG": 64, "BM": 32, "BN": 32, "BK": 32, "WM": 2, "WN": 1, "STAGES": 4}),
     ("matmul", {"M": 1, "N": 100, "K": 37}, {"TG": 64, "BM": 16, "BN": 64, "BK": 32, "WM": 1, "WN": 2, "STAGES": 2}),
+    # odd N: the epilogue stores element by element (an even N stores row neighbours in pairs)
+    ("matmul", {"M": 19, "N": 45, "K": 24}, {"TG": 64, "BM": 32, "BN": 32, "BK": 32, "WM": 2, "WN": 1, "STAGES": 2}),
     # aligned rows: interior threadgroups copy whole slabs (k_copy_async16), edge ones check; several
     # K slabs, a last partial slab (K = 104), warps in a 2 x 2 layout
     ("matmul", {"M": 40, "N": 96, "K": 104}, {"TG": 128, "BM": 32, "BN": 64, "BK": 32, "WM": 2, "WN": 2, "STAGES": 4}),

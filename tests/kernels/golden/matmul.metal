@@ -203,10 +203,18 @@ template <int N> inline void k_async_wait() {}
     KUNROLL
     for (int j = 0; j < WTN; ++j) {
       KUNROLL
-      for (int e = 0; e < 8; ++e) {
+      for (int e = 0; e < 8; e += 2) {  // elements e and e + 1 are neighbours in one row, e's column even
         const int gm = m0 + wr + i * 16 + k_mma_row(e, k_lane);
         const int gn = n0 + wc + j * 16 + k_mma_col(e, k_lane);
-        if (gm < M && gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(k_mma_get(&acc[i * WTN + j], e));
+        if (gm < M) {
+          const float pair[2] = {k_mma_get(&acc[i * WTN + j], e), k_mma_get(&acc[i * WTN + j], e + 1)};
+          if (gn + 1 < N && N % 2 == 0) {
+            k_store<2>(c + (size_t)gm * (size_t)N + gn, pair);  // one 2-element store, aligned as N and gn are even
+          } else {
+            if (gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(pair[0]);
+            if (gn + 1 < N) c[(size_t)gm * (size_t)N + gn + 1] = static_cast<T>(pair[1]);
+          }
+        }
       }
     }
   }

@@ -11,7 +11,8 @@ pass the 48 KiB of static memory. Slab rows are padded (A by 16 bytes, B by 8 el
 fragment loads hit distinct banks. A threadgroup inside C with 16-byte aligned rows copies whole
 slabs with no per-copy checks (measured on the H100: the checked copies had cost 1.3-1.4x at
 2048 x 14336 x 4096); edges in M, N and K are zero-filled, so no dimension needs to be a multiple
-of its tile, and rows that are not 16-byte aligned are copied element by element.
+of its tile, and rows that are not 16-byte aligned are copied element by element. Each lane
+stores its accumulator elements in pairs of row neighbours (one 4-byte store in float16).
 
 The grid's x axis counts row blocks and its y axis column blocks: consecutive threadgroups share
 a column block of B, which keeps the weight streaming through L2 once per wave.
@@ -122,10 +123,18 @@ BODY = r"""
     KUNROLL
     for (int j = 0; j < WTN; ++j) {
       KUNROLL
-      for (int e = 0; e < 8; ++e) {
+      for (int e = 0; e < 8; e += 2) {  // elements e and e + 1 are neighbours in one row, e's column even
         const int gm = m0 + wr + i * 16 + k_mma_row(e, k_lane);
         const int gn = n0 + wc + j * 16 + k_mma_col(e, k_lane);
-        if (gm < M && gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(k_mma_get(&acc[i * WTN + j], e));
+        if (gm < M) {
+          const float pair[2] = {k_mma_get(&acc[i * WTN + j], e), k_mma_get(&acc[i * WTN + j], e + 1)};
+          if (gn + 1 < N && N % 2 == 0) {
+            k_store<2>(c + (size_t)gm * (size_t)N + gn, pair);  // one 2-element store, aligned as N and gn are even
+          } else {
+            if (gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(pair[0]);
+            if (gn + 1 < N) c[(size_t)gm * (size_t)N + gn + 1] = static_cast<T>(pair[1]);
+          }
+        }
       }
     }
   }
