@@ -167,6 +167,11 @@ CONSTRAINTS = (
     "WM * WN >= 2",
     "BN // (16 * WN) >= 2",
     "BK == 32 or STAGES == 2",
+    # and a 32-deep slab only in a 4-deep ring where memory allows one: 32-deep in a 2-deep ring keeps
+    # the least in flight and measured slowest (H100, 2048 x 14336 x 4096 fp16: 903 us against 806-831
+    # for the other two), and dropping it brings a CUDA collect's compiles per dtype from 152 to 100,
+    # which one process (every config of a case is timed in one) compiles within a call's 10 minutes
+    "STAGES == 4 or BK == 64 or tg_mem_bytes < 49152",
     # the ring of slabs, padded rows included (ring_bytes). It is dynamic shared memory on CUDA, where
     # every device that runs this kernel (sm_80 on: cp.async, m16n8k16) lets a kernel opt in to at
     # least 99 KiB, beyond the 48 KiB of static memory the catalog lists; Metal keeps its own limit
