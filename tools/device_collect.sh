@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine after staging: resume a collect into /tmp/zp.duckdb (seeded from data/), optionally
 # under an MPS SM limit, optionally repeat a sample, and export each device's shard to $OUT.
-#   [FRESH=1] [MPS=25] [REPEAT=0.03] [JOBS=16] bash tools/device_collect.sh BUDGET PRESET [collect args...]
+#   [FRESH=1] [MPS=25] [REPEAT=0.03 [REPEAT_K=kernel]] [JOBS=16] bash tools/device_collect.sh BUDGET PRESET [collect args...]
 set -uo pipefail
 source /tmp/devpack/env.sh
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -25,7 +25,7 @@ if [ "$budget" != "0" ]; then
   tail -16 "$OUT/collect-$safe.txt"
 fi
 if [ -n "${REPEAT:-}" ]; then
-  python3 -m zmlx_pipeline repeat --db $DB --fraction "$REPEAT" -j ${JOBS:-16} --budget ${REPEAT_BUDGET:-150s} 2>&1 | tail -3
+  python3 -m zmlx_pipeline repeat --db $DB --fraction "$REPEAT" ${REPEAT_K:+-k $REPEAT_K} -j ${JOBS:-16} --budget ${REPEAT_BUDGET:-150s} 2>&1 | tail -3
 fi
 if [ -n "${MPS:-}" ]; then unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo quit | nvidia-cuda-mps-control; fi
 python3 -m zmlx_pipeline summary --db $DB --device "$dev" > "$OUT/summary-$safe.txt"

@@ -72,14 +72,25 @@ class Launcher:
         self.spec = spec
         self.backend = backend
         self.name = "zp_" + re.sub(r"\W", "_", spec.name) + "_" + spec.version.split(":")[-1]
-        self.kernel = factories[backend](
-            name=self.name,
-            input_names=list(spec.inputs),
-            output_names=list(spec.outputs),
-            source=spec.source(backend),
-            header=spec.header(backend),
-            ensure_row_contiguous=True,
-        )
+        self._factory = factories[backend]
+        self._kernels: dict[int, Any] = {}
+        self.kernel = self.kernel_for(0)
+
+    def kernel_for(self, shared_memory: int):
+        """The MLX kernel object launching with this much dynamic shared memory (CUDA fixes it per
+        object; each config's compiled kernel has its own name, so one size per config)."""
+        if shared_memory not in self._kernels:
+            extra = {"shared_memory": shared_memory} if shared_memory else {}
+            self._kernels[shared_memory] = self._factory(
+                name=self.name,
+                input_names=list(self.spec.inputs),
+                output_names=list(self.spec.outputs),
+                source=self.spec.source(self.backend),
+                header=self.spec.header(self.backend),
+                ensure_row_contiguous=True,
+                **extra,
+            )
+        return self._kernels[shared_memory]
 
     def __call__(self, inputs, config: Mapping[str, int], shape: Mapping[str, int], dtype: str, init_value=None):
         return self.bind(config, shape, dtype, init_value)(inputs)
@@ -99,7 +110,7 @@ class Launcher:
         }
         if init_value is not None:
             kwargs["init_value"] = init_value
-        kernel = self.kernel
+        kernel = self.kernel_for(self.spec.shared_memory_bytes(config, dtype, self.backend))
         return lambda inputs: kernel(inputs=list(inputs), **kwargs)
 
 

@@ -168,12 +168,18 @@ __device__ __forceinline__ void k_store(T* p, const float* vals) {
 #                                      when n == V and both ends are aligned; a plain copy on Metal)
 #   k_async_commit(), k_async_wait<N>()  close a group of copies; wait until at most N groups are
 #                                      in flight (no-ops on Metal, whose copies are synchronous)
+#   k_copy_async16(dst, src)           one 16-byte copy device -> threadgroup memory with no checks:
+#                                      both ends aligned and in bounds (interior tiles)
+#   KSHARED_DYN(T, name, count, offset)  a threadgroup array `name` of `count` T: a static array on
+#                                      Metal; on CUDA `offset` elements into the launch's dynamic
+#                                      shared memory (KernelSpec.shared_memory sizes it), so a ring
+#                                      of slabs may pass CUDA's 48 KiB of static shared memory
 #   KUNROLL                  unroll the next loop;  KALIGN16  16-byte alignment of a shared array
 # Rows handed to k_mma_load_* must start 16-byte aligned (CUDA's ldmatrix); float32 operands are
 # multiplied on CUDA as three TF32 products (hi*hi + hi*lo + lo*hi), which keeps float32 accuracy.
 
 METAL_MMA = r"""
-// zmlx-pipeline prelude extension (metal): mma v1
+// zmlx-pipeline prelude extension (metal): mma v2
 #include <metal_simdgroup_matrix>
 #define KUNROLL _Pragma("unroll")
 #define KALIGN16
@@ -228,12 +234,17 @@ template <int V, typename T>
 inline void k_copy_async(threadgroup T* dst, const device T* src, int n) {
   for (int i = 0; i < V; ++i) dst[i] = i < n ? src[i] : static_cast<T>(0.0f);
 }
+template <typename T>
+inline void k_copy_async16(threadgroup T* dst, const device T* src) {
+  for (int i = 0; i < 16 / (int)sizeof(T); ++i) dst[i] = src[i];
+}
+#define KSHARED_DYN(T, name, count, offset) threadgroup T name[count]
 inline void k_async_commit() {}
 template <int N> inline void k_async_wait() {}
 """
 
 CUDA_MMA = r"""
-// zmlx-pipeline prelude extension (cuda): mma v1
+// zmlx-pipeline prelude extension (cuda): mma v2
 #define KUNROLL _Pragma("unroll")
 #define KALIGN16 __align__(16)
 
@@ -356,6 +367,16 @@ __device__ __forceinline__ void k_copy_async(T* dst, const T* src, int n) {
     for (int i = 0; i < V; ++i) dst[i] = i < n ? src[i] : static_cast<T>(0.0f);
   }
 }
+
+template <typename T>
+__device__ __forceinline__ void k_copy_async16(T* dst, const T* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(k_smem(dst)), "l"(src));
+}
+
+// the launch's dynamic shared memory (the `shared_memory` of mx.fast.cuda_kernel; over 48 KiB,
+// MLX raises the kernel's limit); KSHARED_DYN arrays are carved out of it
+extern __shared__ __align__(16) unsigned char k_dyn_smem[];
+#define KSHARED_DYN(T, name, count, offset) T* name = reinterpret_cast<T*>(k_dyn_smem) + (offset)
 
 __device__ __forceinline__ void k_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 

@@ -157,6 +157,9 @@ class KernelSpec:
     mlx_op: Callable[..., Any] | None = None  # MLX's own op for the same function, for comparisons
     tiles: TileAxes | None = None  # how a config tiles the shape (launch-geometry features); None: not tiled
     extensions: tuple[str, ...] = ()  # optional prelude vocabularies the body uses (prelude.EXTENSIONS)
+    # bytes of dynamic threadgroup memory a config's launch requests on CUDA, for the body's
+    # KSHARED_DYN arrays: (config, dtype_bytes) -> bytes; None: none (Metal arrays are static)
+    shared_memory: Callable[[Mapping[str, int], int], int] | None = None
     _compiled: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -243,6 +246,12 @@ class KernelSpec:
     def legal_configs(self, shape: Mapping[str, int], dtype: str, limits: Limits) -> list[dict[str, int]]:
         """The configs that pass every constraint, in config-space order."""
         return [c for c in self.configs() if not self.violations(c, shape, dtype, limits)]
+
+    def shared_memory_bytes(self, config: Mapping[str, int], dtype: str, backend: str) -> int:
+        """Dynamic threadgroup memory to request for this config's launch (0 on Metal or without KSHARED_DYN)."""
+        if backend != "cuda" or self.shared_memory is None:
+            return 0
+        return int(self.shared_memory(config, DTYPE_BYTES[dtype]))
 
     def tolerance_for(self, dtype: str) -> tuple[float, float]:
         return tuple(self.tolerance.get(dtype, DEFAULT_TOLERANCE[dtype]))  # type: ignore[return-value]

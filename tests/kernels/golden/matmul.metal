@@ -34,7 +34,7 @@ inline void k_store(device T* p, const thread float* vals) {
   }
 }
 
-// zmlx-pipeline prelude extension (metal): mma v1
+// zmlx-pipeline prelude extension (metal): mma v2
 #include <metal_simdgroup_matrix>
 #define KUNROLL _Pragma("unroll")
 #define KALIGN16
@@ -89,6 +89,11 @@ template <int V, typename T>
 inline void k_copy_async(threadgroup T* dst, const device T* src, int n) {
   for (int i = 0; i < V; ++i) dst[i] = i < n ? src[i] : static_cast<T>(0.0f);
 }
+template <typename T>
+inline void k_copy_async16(threadgroup T* dst, const device T* src) {
+  for (int i = 0; i < 16 / (int)sizeof(T); ++i) dst[i] = src[i];
+}
+#define KSHARED_DYN(T, name, count, offset) threadgroup T name[count]
 inline void k_async_commit() {}
 template <int N> inline void k_async_wait() {}
 
@@ -105,8 +110,9 @@ template <int N> inline void k_async_wait() {}
   constexpr int LDB = BN + 8;
   constexpr int WTM = BM / (16 * WM);      // 16x16 tiles of one warp along M and N
   constexpr int WTN = BN / (16 * WN);
-  KSHARED KALIGN16 T k_as[STAGES * BM * LDA];
-  KSHARED KALIGN16 T k_bs[STAGES * BK * LDB];
+  // the ring: STAGES slabs of A (BM x BK), then STAGES of B (BK x BN); dynamic on CUDA (SPEC.shared_memory)
+  KSHARED_DYN(T, k_as, STAGES * BM * LDA, 0);
+  KSHARED_DYN(T, k_bs, STAGES * BK * LDB, STAGES * BM * LDA);
   const int M = a_shape[0];
   const int K = a_shape[1];
   const int N = b_shape[1];
@@ -119,6 +125,10 @@ template <int N> inline void k_async_wait() {}
   KUNROLL
   for (int i = 0; i < WTM * WTN; ++i) k_mma_zero(&acc[i]);
   const int KT = (K + BK - 1) / BK;
+  // a threadgroup inside C whose rows are 16-byte aligned copies whole slabs with no per-copy checks
+  const bool whole = m0 + BM <= M && n0 + BN <= N && K % V == 0 && N % V == 0;
+  KCDEV_PTR(T) a_tile = a + (size_t)m0 * (size_t)K;
+  KCDEV_PTR(T) b_tile = b + n0;
   // iteration kt multiplies slab kt; slabs 0 .. STAGES - 2 are requested before the first one
   for (int kt = 1 - STAGES; kt < KT; ++kt) {
     if (kt >= 0) {
@@ -126,7 +136,30 @@ template <int N> inline void k_async_wait() {}
       KBARRIER();                  // ... for every thread, and slab kt - 1's buffer is free
     }
     const int lt = kt + STAGES - 1;
-    if (lt < KT) {
+    if (lt < KT && whole && lt * BK + BK <= K) {
+      const int s = lt % STAGES;
+      const int k0 = lt * BK;
+      constexpr int CA = BM * (BK / V);  // 16-byte copies of one A slab, and of one B slab
+      constexpr int CB = BK * (BN / V);
+      KUNROLL
+      for (int c = 0; c < (CA + TG - 1) / TG; ++c) {
+        const int e = tid + c * TG;
+        if (CA % TG == 0 || e < CA) {
+          const int r = e / (BK / V);
+          const int q = (e % (BK / V)) * V;
+          k_copy_async16(k_as + (s * BM + r) * LDA + q, a_tile + (size_t)r * (size_t)K + k0 + q);
+        }
+      }
+      KUNROLL
+      for (int c = 0; c < (CB + TG - 1) / TG; ++c) {
+        const int e = tid + c * TG;
+        if (CB % TG == 0 || e < CB) {
+          const int q = e / (BN / V);
+          const int cc = (e % (BN / V)) * V;
+          k_copy_async16(k_bs + (s * BK + q) * LDB + cc, b_tile + (size_t)(k0 + q) * (size_t)N + cc);
+        }
+      }
+    } else if (lt < KT) {  // edges: zero-filled, element by element where a row is not aligned
       const int s = lt % STAGES;
       const int k0 = lt * BK;
       for (int e = tid; e < BM * (BK / V); e += TG) {
@@ -170,10 +203,18 @@ template <int N> inline void k_async_wait() {}
     KUNROLL
     for (int j = 0; j < WTN; ++j) {
       KUNROLL
-      for (int e = 0; e < 8; ++e) {
+      for (int e = 0; e < 8; e += 2) {  // elements e and e + 1 are neighbours in one row, e's column even
         const int gm = m0 + wr + i * 16 + k_mma_row(e, k_lane);
         const int gn = n0 + wc + j * 16 + k_mma_col(e, k_lane);
-        if (gm < M && gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(k_mma_get(&acc[i * WTN + j], e));
+        if (gm < M) {
+          const float pair[2] = {k_mma_get(&acc[i * WTN + j], e), k_mma_get(&acc[i * WTN + j], e + 1)};
+          if (gn + 1 < N && N % 2 == 0) {
+            k_store<2>(c + (size_t)gm * (size_t)N + gn, pair);  // one 2-element store, aligned as N and gn are even
+          } else {
+            if (gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(pair[0]);
+            if (gn + 1 < N) c[(size_t)gm * (size_t)N + gn + 1] = static_cast<T>(pair[1]);
+          }
+        }
       }
     }
   }

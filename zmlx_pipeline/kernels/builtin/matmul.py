@@ -6,9 +6,13 @@ vocabulary: CUDA's mma.sync tensor-core instructions fed by ldmatrix (float32 as
 products, which keeps float32 accuracy), Metal's simdgroup 8x8 matrices. K is walked in BK-deep
 slabs held in a ring of STAGES buffers: while the warps multiply one slab, the copies of the next
 STAGES - 1 are in flight (asynchronous 16-byte copies on CUDA; on Metal the copies are plain and
-the ring only costs memory). Slab rows are padded (A by 16 bytes, B by 8 elements) so the
-fragment loads hit distinct banks. Edges in M, N and K are zero-filled, so no dimension needs to
-be a multiple of its tile; rows that are not 16-byte aligned are copied element by element.
+the ring only costs memory). On CUDA the ring is dynamic shared memory (`ring_bytes`), so it may
+pass the 48 KiB of static memory. Slab rows are padded (A by 16 bytes, B by 8 elements) so the
+fragment loads hit distinct banks. A threadgroup inside C with 16-byte aligned rows copies whole
+slabs with no per-copy checks (measured on the H100: the checked copies had cost 1.3-1.4x at
+2048 x 14336 x 4096); edges in M, N and K are zero-filled, so no dimension needs to be a multiple
+of its tile, and rows that are not 16-byte aligned are copied element by element. Each lane
+stores its accumulator elements in pairs of row neighbours (one 4-byte store in float16).
 
 The grid's x axis counts row blocks and its y axis column blocks: consecutive threadgroups share
 a column block of B, which keeps the weight streaming through L2 once per wave.
@@ -26,8 +30,9 @@ BODY = r"""
   constexpr int LDB = BN + 8;
   constexpr int WTM = BM / (16 * WM);      // 16x16 tiles of one warp along M and N
   constexpr int WTN = BN / (16 * WN);
-  KSHARED KALIGN16 T k_as[STAGES * BM * LDA];
-  KSHARED KALIGN16 T k_bs[STAGES * BK * LDB];
+  // the ring: STAGES slabs of A (BM x BK), then STAGES of B (BK x BN); dynamic on CUDA (SPEC.shared_memory)
+  KSHARED_DYN(T, k_as, STAGES * BM * LDA, 0);
+  KSHARED_DYN(T, k_bs, STAGES * BK * LDB, STAGES * BM * LDA);
   const int M = a_shape[0];
   const int K = a_shape[1];
   const int N = b_shape[1];
@@ -40,6 +45,10 @@ BODY = r"""
   KUNROLL
   for (int i = 0; i < WTM * WTN; ++i) k_mma_zero(&acc[i]);
   const int KT = (K + BK - 1) / BK;
+  // a threadgroup inside C whose rows are 16-byte aligned copies whole slabs with no per-copy checks
+  const bool whole = m0 + BM <= M && n0 + BN <= N && K % V == 0 && N % V == 0;
+  KCDEV_PTR(T) a_tile = a + (size_t)m0 * (size_t)K;
+  KCDEV_PTR(T) b_tile = b + n0;
   // iteration kt multiplies slab kt; slabs 0 .. STAGES - 2 are requested before the first one
   for (int kt = 1 - STAGES; kt < KT; ++kt) {
     if (kt >= 0) {
@@ -47,7 +56,30 @@ BODY = r"""
       KBARRIER();                  // ... for every thread, and slab kt - 1's buffer is free
     }
     const int lt = kt + STAGES - 1;
-    if (lt < KT) {
+    if (lt < KT && whole && lt * BK + BK <= K) {
+      const int s = lt % STAGES;
+      const int k0 = lt * BK;
+      constexpr int CA = BM * (BK / V);  // 16-byte copies of one A slab, and of one B slab
+      constexpr int CB = BK * (BN / V);
+      KUNROLL
+      for (int c = 0; c < (CA + TG - 1) / TG; ++c) {
+        const int e = tid + c * TG;
+        if (CA % TG == 0 || e < CA) {
+          const int r = e / (BK / V);
+          const int q = (e % (BK / V)) * V;
+          k_copy_async16(k_as + (s * BM + r) * LDA + q, a_tile + (size_t)r * (size_t)K + k0 + q);
+        }
+      }
+      KUNROLL
+      for (int c = 0; c < (CB + TG - 1) / TG; ++c) {
+        const int e = tid + c * TG;
+        if (CB % TG == 0 || e < CB) {
+          const int q = e / (BN / V);
+          const int cc = (e % (BN / V)) * V;
+          k_copy_async16(k_bs + (s * BK + q) * LDB + cc, b_tile + (size_t)(k0 + q) * (size_t)N + cc);
+        }
+      }
+    } else if (lt < KT) {  // edges: zero-filled, element by element where a row is not aligned
       const int s = lt % STAGES;
       const int k0 = lt * BK;
       for (int e = tid; e < BM * (BK / V); e += TG) {
@@ -91,10 +123,18 @@ BODY = r"""
     KUNROLL
     for (int j = 0; j < WTN; ++j) {
       KUNROLL
-      for (int e = 0; e < 8; ++e) {
+      for (int e = 0; e < 8; e += 2) {  // elements e and e + 1 are neighbours in one row, e's column even
         const int gm = m0 + wr + i * 16 + k_mma_row(e, k_lane);
         const int gn = n0 + wc + j * 16 + k_mma_col(e, k_lane);
-        if (gm < M && gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(k_mma_get(&acc[i * WTN + j], e));
+        if (gm < M) {
+          const float pair[2] = {k_mma_get(&acc[i * WTN + j], e), k_mma_get(&acc[i * WTN + j], e + 1)};
+          if (gn + 1 < N && N % 2 == 0) {
+            k_store<2>(c + (size_t)gm * (size_t)N + gn, pair);  // one 2-element store, aligned as N and gn are even
+          } else {
+            if (gn < N) c[(size_t)gm * (size_t)N + gn] = static_cast<T>(pair[0]);
+            if (gn + 1 < N) c[(size_t)gm * (size_t)N + gn + 1] = static_cast<T>(pair[1]);
+          }
+        }
       }
     }
   }
@@ -104,10 +144,10 @@ PARAMS = {
     "TG": (32, 64, 128, 256),
     "BM": (16, 32, 64, 128),
     "BN": (32, 64, 128, 256),
-    "BK": (16, 32),
+    "BK": (32, 64),
     "WM": (1, 2, 4),
     "WN": (1, 2, 4),
-    "STAGES": (2, 3),
+    "STAGES": (2, 4),
 }
 
 CONSTRAINTS = (
@@ -122,17 +162,31 @@ CONSTRAINTS = (
     # and at least two, so a fragment load feeds more than one multiply
     "(BM // (16 * WM)) * (BN // (16 * WN)) >= 2",
     # what kept the space to a collectable size (about 1.7 s a config to compile, check and time in one
-    # process, mostly NVRTC): no one-warp
-    # threadgroups, at least two B tiles a warp, and a 16-deep slab only with a 3-deep ring
+    # process, mostly NVRTC): no one-warp threadgroups, at least two B tiles a warp, and a 64-deep
+    # slab only in a 2-deep ring (a deeper one measured no faster on the H100)
     "WM * WN >= 2",
     "BN // (16 * WN) >= 2",
-    "BK == 32 or STAGES == 3",
-    # the ring of slabs, padded rows included; CUDA's static shared memory stops at 48 KiB
-    "STAGES * (BM * (BK + 16 // dtype_bytes) + BK * (BN + 8)) * dtype_bytes <= min(tg_mem_bytes, 49152)",
+    "BK == 32 or STAGES == 2",
+    # and a 32-deep slab only in a 4-deep ring where memory allows one: 32-deep in a 2-deep ring keeps
+    # the least in flight and measured slowest (H100, 2048 x 14336 x 4096 fp16: 903 us against 806-831
+    # for the other two), and dropping it brings a CUDA collect's compiles per dtype from 152 to 100,
+    # which one process (every config of a case is timed in one) compiles within a call's 10 minutes
+    "STAGES == 4 or BK == 64 or tg_mem_bytes < 49152",
+    # the ring of slabs, padded rows included (ring_bytes). It is dynamic shared memory on CUDA, where
+    # every device that runs this kernel (sm_80 on: cp.async, m16n8k16) lets a kernel opt in to at
+    # least 99 KiB, beyond the 48 KiB of static memory the catalog lists; Metal keeps its own limit
+    "STAGES * (BM * (BK + 16 // dtype_bytes) + BK * (BN + 8)) * dtype_bytes"
+    " <= (101376 if tg_mem_bytes >= 49152 else tg_mem_bytes)",
     # decode shapes get BM = 16 (a row block mostly padding is pointless), prefill shapes the
     # larger ones (a row block of 16 rows re-reads B for every 16 rows)
     "min(M, 16) <= BM <= max(16, 4 * M)",
 )
+
+
+def ring_bytes(config, dtype_bytes):
+    """Threadgroup memory of the slab ring (the ring constraint's left side): the launch's dynamic shared memory on CUDA."""
+    v = 16 // dtype_bytes
+    return config["STAGES"] * (config["BM"] * (config["BK"] + v) + config["BK"] * (config["BN"] + 8)) * dtype_bytes
 
 
 def launch(config, shape):
@@ -206,4 +260,5 @@ SPEC = KernelSpec(
     # a threadgroup computes a BM x BN tile of C with TG threads, stepping over K by BK
     tiles=TileAxes(grid={"M": ("BM",), "N": ("BN",)}, threads=("TG",), steps={"K": ("BK",)}),
     extensions=("mma",),
+    shared_memory=ring_bytes,
 )
