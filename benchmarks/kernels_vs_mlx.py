@@ -3,7 +3,7 @@
 Run on a GPU machine (CUDA or Metal MLX):
 
     python benchmarks/kernels_vs_mlx.py [--kernels rmsnorm,...] [--dtypes float16,...]
-        [--shapes 1] [--configs 24] [--db STORE] [--json OUT.json]
+        [--shapes 1] [--configs 24] [--db STORE [--top 1]] [--rounds 1] [--json OUT.json]
 
 For each kernel, dtype and one of its largest shapes (by bytes moved) it checks and times a spread
 of legal configs (or, with --db, takes the best config already measured in that store for the same
@@ -11,6 +11,10 @@ device, kernel version, dtype and shape, and re-times it here), times MLX's op o
 and measures two ceilings once: copy bandwidth (a large `x + 1`, bytes read + written) and
 `mx.matmul` throughput. Memory-bound kernels are judged by the fraction of copy bandwidth, matmul
 by its fraction of `mx.matmul`. Prints a table last; --json writes every figure.
+
+With --rounds R > 1, the best config and MLX's op are then timed again, alternately, R more times:
+`rounds_vs_mlx` is the median over rounds of our time / MLX's time in that round, so one slow
+moment on either side does not decide the verdict (single timings differ by several percent).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ def largest_shapes(spec, count: int) -> list[dict]:
     return shapes[:count]
 
 
-def best_from_store(db: str, device_id: str, spec, dtype: str, shape: dict) -> dict | None:
+def best_from_store(db: str, device_id: str, spec, dtype: str, shape: dict, top: int = 1) -> list[dict]:
     from zmlx_pipeline.data.store import Store
 
     with Store(db, read_only=True) as store:
@@ -63,7 +67,7 @@ def best_from_store(db: str, device_id: str, spec, dtype: str, shape: dict) -> d
                                   dtype=dtype, status="ok")
     key = mapping_key(shape)
     rows = [r for r in rows if r["shape_key"] == key]
-    return min(rows, key=lambda r: r["median_us"])["config"] if rows else None
+    return [r["config"] for r in sorted(rows, key=lambda r: r["median_us"])[:top]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", type=int, default=1, help="largest shapes per kernel")
     ap.add_argument("--configs", type=int, default=24, help="configs per shape (spread over the legal ones)")
     ap.add_argument("--db", help="take the best config measured in this store instead of sweeping")
+    ap.add_argument("--top", type=int, default=1, help="with --db: re-time this many of the best stored configs")
+    ap.add_argument("--rounds", type=int, default=1, help="time the best config and MLX's op alternately this many times")
     ap.add_argument("--json", dest="json_out", help="write every figure here")
     args = ap.parse_args(argv)
 
@@ -95,8 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         for shape in largest_shapes(spec, args.shapes):
             for dtype in dtypes:
                 if args.db:
-                    best = best_from_store(args.db, device.device_id, spec, dtype, shape)
-                    configs = [best] if best else []
+                    configs = best_from_store(args.db, device.device_id, spec, dtype, shape, args.top)
                 else:
                     configs = spread(spec.legal_configs(shape, dtype, limits), args.configs)
                 plan.append((spec, dtype, shape, configs))
@@ -136,6 +141,15 @@ def main(argv: list[str] | None = None) -> int:
                 row["pct_mx_matmul"] = 100 * row["tflops"] / peak[dtype]
             if mlx_t:
                 row["vs_mlx"] = us / mlx_t.median_us
+            if mlx_t and args.rounds > 1:
+                ratios = []
+                for _ in range(args.rounds):
+                    again = measure(launcher, config, shape, dtype, seed=11, inputs=sets)
+                    base = time_launches(lambda i: spec.mlx_op(sets[i % len(sets)], shape))
+                    if again.status == "ok":
+                        ratios.append(again.timing.median_us / base.median_us)
+                row["rounds"] = ratios
+                row["rounds_vs_mlx"] = sorted(ratios)[len(ratios) // 2] if ratios else None
         rows.append(row)
         print(json.dumps(row), flush=True)
         mx.clear_cache()
@@ -144,12 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json_out, "w") as fh:
             json.dump({"device": device.device_id, "copy_gbps": bw, "mx_matmul_tflops": peak,
                        "rows": rows}, fh, indent=1)
-    print(f"\n{'kernel':12} {'dtype':9} {'shape':34} {'best us':>9} {'MLX us':>9} {'x MLX':>6} {'GB/s':>6} {'%copy':>6} {'%mm':>5}  best config")
+    print(f"\n{'kernel':12} {'dtype':9} {'shape':34} {'best us':>9} {'MLX us':>9} {'x MLX':>6} {'rounds':>6} {'GB/s':>6} {'%copy':>6} {'%mm':>5}  best config")
     for r in rows:
         shape = ",".join(f"{k}={v}" for k, v in r["shape"].items())
         f = lambda k, fmt: format(r[k], fmt) if r.get(k) is not None else "-"  # noqa: E731
         print(f"{r['kernel']:12} {r['dtype']:9} {shape:34} {f('best_us', '9.1f')} {f('mlx_us', '9.1f')} "
-              f"{f('vs_mlx', '6.2f')} {f('gbps', '6.0f')} {f('pct_copy_bw', '6.1f')} {f('pct_mx_matmul', '5.1f')}  "
+              f"{f('vs_mlx', '6.2f')} {f('rounds_vs_mlx', '6.2f')} {f('gbps', '6.0f')} {f('pct_copy_bw', '6.1f')} {f('pct_mx_matmul', '5.1f')}  "
               f"{r.get('best_config', r['failed'])}")
     return 0
 
