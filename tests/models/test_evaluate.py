@@ -15,6 +15,7 @@ from zmlx_pipeline.data.importers import import_files
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.models.estimators import MODEL_VARIANTS, fit_kernel_model, make_pipeline
 from zmlx_pipeline.models.evaluate import (
+    LARGE_KERNEL_CASES,
     EvaluationError,
     baseline_scores,
     case_regrets,
@@ -166,6 +167,20 @@ def test_splits():
     assert folds(frame.filter(pl.col("shape_key") == "s1"), "shapes") == []
     with pytest.raises(EvaluationError, match="unknown split 'random'"):
         folds(frame, "random")
+
+
+@pytest.mark.parametrize("shapes, n_folds", [(250, 5), (251, 2)])
+def test_a_kernel_of_many_cases_gets_fewer_shape_folds_and_every_case_is_still_held_out(shapes, n_folds):
+    frame = pl.DataFrame({"device_id": [d for d in "ab" for _ in range(shapes)],
+                          "shape_key": [f"s{i}" for _ in "ab" for i in range(shapes)]})
+    assert frame.height == 2 * shapes and (frame.height > LARGE_KERNEL_CASES) == (n_folds == 2)
+    shape_folds = folds(frame, "shapes")
+    assert len(shape_folds) == n_folds
+    held = [frame.filter(t) for _, _, t in shape_folds]
+    assert sum(h.height for h in held) == frame.height  # each case in exactly one fold's test rows
+    assert pl.concat(held).unique().height == frame.height
+    for (_, train, test), h in zip(shape_folds, held):  # a fold's shapes are unseen in its training rows
+        assert set(frame.filter(train)["shape_key"]).isdisjoint(h["shape_key"])
 
 
 def test_evaluate_returns_flat_rows(store, make_measurement):

@@ -121,3 +121,81 @@ def test_train_keeps_the_selection_in_held_out_folds_and_the_same_scores_in_work
         assert {k: v for k, v in a["scores"].items() if k not in timing} == \
             {k: v for k, v in b["scores"].items() if k not in timing}
         assert a["data_fingerprint"] == b["data_fingerprint"]
+
+
+def _full_fit_regrets(f, split: str) -> pl.DataFrame:
+    """evaluate_kernel's ensemble rows, computed with ensembles that choose both settings (the reference)."""
+    parts = []
+    for name, train_filter, test_filter in ev.folds(f.frame, split):
+        train, test = ev._fold_rows(f.frame, split, train_filter, test_filter)
+        if train.is_empty() or test.is_empty():
+            continue
+        ranker = estimators.make_ranker(f, "ensemble")
+        assert ranker.only is None
+        parts.append(ev.case_regrets(test, ranker.fit(train).score(test), (1, 3)).with_columns(
+            pl.lit("ensemble").alias("method"), pl.lit(name).alias("fold")))
+    return pl.concat(parts)
+
+
+@pytest.mark.parametrize("split, setting", [("shapes", "shapes"), ("devices", "devices")])
+def test_an_evaluation_fold_chooses_only_the_setting_its_test_rows_use(store, make_measurement, monkeypatch,
+                                                                     split, setting):
+    fill(store, make_measurement, kernels=("k",))
+    f = store_features(store)["k"]
+    calls = []
+    real = CVEnsembleRanker._select
+    monkeypatch.setattr(CVEnsembleRanker, "_select", lambda self, *a: calls.append(a[1]) or real(self, *a))
+    got = ev.evaluate_kernel(f, split, ks=(1, 3), models=("ensemble",), baselines=False)
+    n_folds = len(ev.fold_plan(f, split))
+    # held-out shapes are scored on seen devices only: the left-out-device setting is never chosen there
+    assert calls == [setting] * n_folds
+    calls.clear()
+    assert got.equals(_full_fit_regrets(f, split))  # the same per-case regrets as ensembles choosing both
+    assert sorted(set(calls)) == ["devices", "shapes"]
+
+
+def test_an_ensemble_fitted_for_seen_devices_refuses_unseen_ones(store, make_measurement):
+    fill(store, make_measurement, kernels=("k",))
+    f = store_features(store)["k"]
+    held = pl.col("device_id") == DEVICES[0]
+    train, unseen = f.frame.filter(~held), f.frame.filter(held)
+    full = CVEnsembleRanker(f, ["prior", "transfer"], ["prior"]).fit(train)
+    seen_only = CVEnsembleRanker(f, ["prior", "transfer"], ["prior"])
+    seen_only.only = "seen"
+    seen_only.fit(train)
+    assert seen_only.inner_scores["devices"] is None and seen_only.inner_scores["shapes"] is not None
+    assert (seen_only.weights_seen, seen_only.hedge_seen) == (full.weights_seen, full.hedge_seen)
+    assert np.array_equal(seen_only.score(train), full.score(train))
+    with pytest.raises(estimators.ModelError, match="seen devices only"):
+        seen_only.score(unseen)
+    seen_only.only = "neither"
+    with pytest.raises(estimators.ModelError, match="expected seen, unseen or None"):
+        seen_only.fit(train)
+
+
+def test_inner_folds_thin_a_big_test_set_keeping_every_case_and_its_fastest_configs(store, make_measurement,
+                                                                                   monkeypatch):
+    fill(store, make_measurement, kernels=("k",))
+    f = store_features(store)["k"]
+    seen = []
+
+    class Recording(_FoldRegret):
+        def __init__(self, frame, ks):
+            seen.append(frame)
+            super().__init__(frame, ks)
+
+    monkeypatch.setattr(estimators, "_FoldRegret", Recording)
+    CVEnsembleRanker(f, ["prior", "simd_aligned"]).fit(f.frame)
+    whole = list(seen)
+    assert all(t.height < estimators.INNER_TEST_ROWS for t in whole)  # small stores: nothing thinned
+    seen.clear()
+    CVEnsembleRanker(f, ["prior", "simd_aligned"], inner_test_rows=40).fit(f.frame)
+    assert len(seen) == len(whole)
+    for full, thin in zip(whole, seen):
+        assert thin.height < full.height
+        assert thin.select(CASE).unique().sort(CASE).equals(full.select(CASE).unique().sort(CASE))
+        per_case = lambda t: t.group_by(CASE).agg(pl.col("median_us").min().alias("best"),  # noqa: E731
+                                                  pl.len().alias("n")).sort(CASE)
+        a, b = per_case(full), per_case(thin)
+        assert a["best"].to_list() == b["best"].to_list()  # every case keeps its fastest config ...
+        assert (b["n"] >= a["n"].clip(upper_bound=estimators.FIT_SAMPLE_TOP)).all()  # ... and its top 8

@@ -33,7 +33,10 @@ prediction cannot drift apart. Variants (MODEL_VARIANTS):
 - `ensemble` (the default): `prior`, `transfer`, `gbr_shared` and `simd_aligned` weighted,
   and its top k hedged with `prior`, `transfer` and `prior_uniform`, as cross-validation on
   the training rows alone decides: leaving training devices out for devices never measured,
-  holding out training shapes for seen devices (CVEnsembleRanker).
+  holding out training shapes for seen devices (CVEnsembleRanker);
+- `ensemble_light`: the same with `gbr_shared_light` (50 trees, not 200) and `transfer_light`
+  (20 trees per device, not 60): under half the fitting time, picks that move a little either way
+  (notes/learning.md, "Training and evaluation time").
 
 The default was chosen by the scores of evaluate.py (leave-one-device-out on the Kernel Tuner
 files, both splits on our H100/H200 data); its weights are never fitted on the rows it is
@@ -504,6 +507,11 @@ def weight_grid(n: int, step: float) -> list[tuple[float, ...]]:
     return [equal] + [w for w in grid if not np.allclose(w, equal)]
 
 
+# rows an inner fold of CVEnsembleRanker scores at most: above every inner fold of the committed data
+# (the largest, one Kernel Tuner dedispersion device, holds 11k rows), so only bigger stores are thinned
+INNER_TEST_ROWS = 30_000
+
+
 def sample_cases(frame: pl.DataFrame, cases: int, seed: int = 0) -> pl.DataFrame:
     """The rows of at most `cases` cases of the frame (a fixed random choice; all when fewer)."""
     keys = frame.select(CASE).unique().sort(CASE)
@@ -540,11 +548,14 @@ class CVEnsembleRanker(Ranker):
     weighted mean's ranking with each `hedges` ranker's own (see `interleave`), so the top k
     covers several hypotheses of what the new device or shape is like. Inner fits see at most
     `inner_rows` rows (every case's fastest configs kept) and inner folds score at most
-    `inner_cases` cases, which bounds their cost on big stores.
+    `inner_cases` cases and `inner_test_rows` rows (every case kept, with its fastest configs),
+    which bounds their cost on big stores. With `only` ("seen" or "unseen") fit chooses just that
+    setting, for a caller whose test rows are all of one kind (evaluate.py's folds).
     """
 
     def __init__(self, features: KernelFeatures, members: Sequence[str], hedges: Sequence[str] = (),
-                 step: float = 0.25, inner_rows: int = 6_000, inner_cases: int = 120, max_device_folds: int = 3,
+                 step: float = 0.25, inner_rows: int = 6_000, inner_cases: int = 120,
+                 inner_test_rows: int = INNER_TEST_ROWS, max_device_folds: int = 3,
                  shape_folds: int = 2, ks: Sequence[int] = (1, 5), name: str = "ensemble") -> None:
         super().__init__(features)
         if not members:
@@ -557,6 +568,7 @@ class CVEnsembleRanker(Ranker):
         self.step = step
         self.inner_rows = inner_rows
         self.inner_cases = inner_cases
+        self.inner_test_rows = inner_test_rows
         self.max_device_folds = max_device_folds
         self.shape_folds = shape_folds
         self.ks = list(ks)
@@ -568,6 +580,9 @@ class CVEnsembleRanker(Ranker):
         self.train_devices: list[str] = []
         self.inner_scores: dict = {}
         self.fixed: dict | None = None  # selection() of another fit: skip the inner cross-validation
+        # "seen" or "unseen": fit() chooses only that setting (its score() is then refused rows of the
+        # other kind); evaluate.py sets it for a fold whose test devices are all seen, or all unseen
+        self.only: str | None = None
 
     def _inner_folds(self, train: pl.DataFrame, split: str) -> list[tuple[pl.DataFrame, pl.DataFrame]]:
         if split == "devices":
@@ -612,7 +627,10 @@ class CVEnsembleRanker(Ranker):
         per_fold = []
         for inner_train, inner_test in folds:
             sample = fit_sample(inner_train, max_rows=self.inner_rows)
-            inner_test = sample_cases(inner_test, self.inner_cases)
+            # at most inner_cases cases, and of a case with thousands of configs its fastest ones and a
+            # share of the rest (fit_sample: every case is kept; the loss needs each case's best only)
+            inner_test = fit_sample(sample_cases(inner_test, self.inner_cases),
+                                    max_rows=getattr(self, "inner_test_rows", INNER_TEST_ROWS))
             scores = {m: relative_to_case(inner_test, make_ranker(self.features, m).fit(sample).score(inner_test))
                       for m in self._names()}
             regret = _FoldRegret(inner_test, self.ks)
@@ -647,8 +665,14 @@ class CVEnsembleRanker(Ranker):
             self.weights_unseen, self.hedge_unseen = list(fixed["weights_unseen"]), fixed["hedge_unseen"]
             self.inner_scores = {"devices": None, "shapes": None}
         else:
-            self.weights_unseen, self.hedge_unseen, loss_unseen = self._select(train, "devices")
-            self.weights_seen, self.hedge_seen, loss_seen = self._select(train, "shapes")
+            only = getattr(self, "only", None)
+            if only not in (None, "seen", "unseen"):
+                raise ModelError(f"ensemble setting {only!r}: expected seen, unseen or None")
+            equal = [1.0 / len(self.member_names)] * len(self.member_names)
+            self.weights_unseen, self.hedge_unseen, loss_unseen = (
+                self._select(train, "devices") if only != "seen" else (list(equal), False, None))
+            self.weights_seen, self.hedge_seen, loss_seen = (
+                self._select(train, "shapes") if only != "unseen" else (list(equal), False, None))
             self.inner_scores = {"devices": loss_unseen, "shapes": loss_seen}
         self.rankers = {m: make_ranker(self.features, m).fit(train) for m in self._names()}
         self.train_devices = sorted(train["device_id"].unique().to_list())
@@ -656,6 +680,10 @@ class CVEnsembleRanker(Ranker):
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
         seen = test["device_id"].is_in(self.train_devices).to_numpy()
+        only = None if getattr(self, "fixed", None) else getattr(self, "only", None)
+        if (only == "seen" and not seen.all()) or (only == "unseen" and seen.any()):
+            raise ModelError(f"{self.features.kernel}: this ensemble chose its weights for "
+                             f"{only} devices only; refit it without `only` to score other devices")
         scores = {m: relative_to_case(test, r.score(test)) for m, r in self.rankers.items()}
         out = np.zeros(test.height)
         for mask, weights, hedge in ((seen, self.weights_seen, self.hedge_seen),
@@ -666,8 +694,8 @@ class CVEnsembleRanker(Ranker):
         return out
 
 
-def _gbr(random_state: int = 0) -> HistGradientBoostingRegressor:
-    return HistGradientBoostingRegressor(max_iter=200, learning_rate=0.1, max_leaf_nodes=31,
+def _gbr(random_state: int = 0, max_iter: int = 200, learning_rate: float = 0.1) -> HistGradientBoostingRegressor:
+    return HistGradientBoostingRegressor(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=31,
                                          early_stopping=False, random_state=random_state)
 
 
@@ -687,8 +715,14 @@ def _device_et() -> ExtraTreesRegressor:
     return ExtraTreesRegressor(n_estimators=40, min_samples_leaf=2, max_features=0.7, n_jobs=1, random_state=0)
 
 
+def _device_gbr_light() -> HistGradientBoostingRegressor:
+    """`transfer_light`'s per-device model: a third of `transfer`'s trees, each a larger step."""
+    return HistGradientBoostingRegressor(max_iter=20, learning_rate=0.4, max_leaf_nodes=31,
+                                         early_stopping=False, random_state=0)
+
+
 # estimators of DeviceTransferRanker by name (rankers store the name, never the function)
-_ESTIMATORS: dict[str, Callable[[], object]] = {"gbr": _device_gbr, "et": _device_et}
+_ESTIMATORS: dict[str, Callable[[], object]] = {"gbr": _device_gbr, "et": _device_et, "gbr_light": _device_gbr_light}
 
 
 def shared_features(features: KernelFeatures, geometry: bool | None = None) -> KernelFeatures:
@@ -738,6 +772,12 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "prior_rank_uniform": lambda f: PriorRanker(f, uniform=True, vendor_penalty=0.0, target="rank_pct",
                                                 name="prior_rank_uniform"),
     "ensemble": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, name="ensemble"),
+    # the ensemble with a quarter / a third of the boosting trees (the cost of its fits; notes/learning.md)
+    "gbr_shared_light": lambda f: PipelineRanker(shared_features(f), _gbr(max_iter=50, learning_rate=0.3),
+                                                 target="log_rel", clip=CLIP_LOG_REL, name="gbr_shared_light"),
+    "transfer_light": lambda f: DeviceTransferRanker(f, "gbr_light", name="transfer_light"),
+    "ensemble_light": lambda f: CVEnsembleRanker(f, ("prior", "transfer_light", "gbr_shared_light", "simd_aligned"),
+                                                 ("prior", "transfer_light", "prior_uniform"), name="ensemble_light"),
 }
 ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV
 ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave

@@ -18,7 +18,7 @@ model file (models/persist.py) and adds a row to the store's `models` registry:
   `regret5_geomean`/`regret1_p95`/`hit_2pct` of the model on that split, `fit_s` (the final
   fit) and `train_s` (fit plus held-out folds: seconds of work, in whichever worker process ran them).
 The held-out folds refit the model with the final fit's ensemble weights and hedging (no inner
-selection per fold; see train_models).
+selection per fold; `heldout_scores`, which publishing calls for a kernel it fits itself).
 Read a kernel's pruning k with `prune_k(store, kernel)` or `load_model(store, kernel).prune_k`.
 """
 
@@ -122,20 +122,30 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def heldout_scores(features: KernelFeatures, model: str = DEFAULT_MODEL, fixed: dict | None = None,
-                   pool: KernelPool | None = None) -> dict:
-    """The model's held-out scores and pruning k (held-out shapes, else left-out devices; folds
-    until PRUNE_ENOUGH_CASES cases are scored). `fixed`: settings the folds' rankers keep instead of
-    choosing them again (an ensemble's selection(); see train_models); `pool` runs the folds."""
-    return _heldout_result(features, _submit_heldout(features, model, fixed, pool))
+def heldout_scores(features: KernelFeatures, model: str, ranker: Ranker, pool: KernelPool | None = None) -> dict:
+    """The held-out scores and pruning k of `ranker`, the final fit of variant `model` on every row of the
+    kernel (held-out shapes, else left-out devices; folds until PRUNE_ENOUGH_CASES cases are scored).
+
+    Each fold refits the variant with the final fit's settings (heldout_fixed: an ensemble keeps its
+    weights and hedging) rather than choosing them again. train_models and publishing both score
+    through here, so the same data gives the same pruning k. `pool` runs the folds."""
+    return _heldout_result(features, submit_heldout(features, model, ranker, pool))
+
+
+def heldout_fixed(model: str, ranker: Ranker) -> dict | None:
+    """What the held-out folds' rankers keep of the final fit: an ensemble's selection() (None: nothing)."""
+    selection = getattr(ranker, "selection", None)
+    return {model: selection()} if callable(selection) else None
 
 
 _KS = (1, 3, 5)
 
 
-def _submit_heldout(features: KernelFeatures, model: str, fixed: dict | None,
-                    pool: KernelPool | None) -> tuple[str | None, list]:
-    """The split the held-out scores use (shapes when any shape fold has test cases) and its folds' futures."""
+def submit_heldout(features: KernelFeatures, model: str, ranker: Ranker,
+                   pool: KernelPool | None = None) -> tuple[str | None, list]:
+    """heldout_scores' folds, submitted: the split they use (shapes when any shape fold has test cases)
+    and their futures (train_models submits every kernel's folds before reading any)."""
+    fixed = heldout_fixed(model, ranker)
     for split in ("shapes", "devices"):
         if fold_plan(features, split, PRUNE_ENOUGH_CASES):
             return split, submit_kernel(features, split, ks=_KS, models=(model,), baselines=False,
@@ -222,9 +232,7 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
             fits[kernel] = pool.submit(kernel, _fit_task, model)
         held: dict[str, tuple] = {}
         for kernel in order if heldout else ():
-            ranker, _ = fits[kernel].result()
-            fixed = {model: ranker.selection()} if hasattr(ranker, "selection") else None
-            held[kernel] = _submit_heldout(features[kernel], model, fixed, pool)
+            held[kernel] = submit_heldout(features[kernel], model, fits[kernel].result()[0], pool)
         for kernel, f in features.items():
             ranker, fit_s = fits[kernel].result()
             scores = _heldout_result(f, held[kernel]) if heldout else {"prune_k": None, "prune_split": None}

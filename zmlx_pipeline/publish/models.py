@@ -5,8 +5,9 @@ its pruning k and its expected regret. Registered models (`zmlx-pipeline train`)
 from their files (models/persist.py: no code runs from a file) with the held-out scores the
 registry recorded. A kernel with no registered model, or whose model was trained on another
 kernel version than the store now holds, is fitted here with the default variant and scored
-on held-out data the same way (models/train.py `heldout_scores`). The time model is a plain
-gradient-boosting regressor on log time, fitted here on the store's data.
+on held-out data the same way (models/train.py `heldout_scores`, the call train_models makes, so
+both record the same pruning k). The time model is a plain gradient-boosting regressor on log
+time, fitted here on the store's data.
 
 Expected regret (regret@1 geometric mean on held-out data) is recorded per kernel as
 `seen_device` when the held-out split was unseen shapes of measured devices, `unseen_device`
@@ -111,7 +112,7 @@ def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: 
     from zmlx_pipeline.models.train import data_fingerprint, heldout_scores
 
     ranker = fit_kernel_model(features, variant)
-    scores = heldout_scores(features, variant) if heldout else {}
+    scores = heldout_scores(features, variant, ranker) if heldout else {}  # as train_models scores
     fingerprint = data_fingerprint(features.frame)
     return KernelModel(
         kernel=features.kernel, features=features, ranker=ranker, time_model=_time_model(features),

@@ -1,0 +1,45 @@
+"""Publishing a kernel with no registered model scores it as `train` does: the same pruning k and regrets."""
+
+import math
+
+from zmlx_pipeline.data.catalog import get_device
+from zmlx_pipeline.models.evaluate import gather_folds, prune_k as prune_k_of, submit_kernel
+from zmlx_pipeline.models.features import store_features
+from zmlx_pipeline.models.train import PRUNE_ENOUGH_CASES, heldout_fixed, train_models
+from zmlx_pipeline.publish.models import fit_kernel, load_models
+
+DEVICES = ("nvidia-rtx-a4000", "nvidia-rtx-a6000", "nvidia-h100-sxm")
+
+
+def fill(store, make_measurement) -> None:
+    """Three devices, six shapes, 12 configs whose best moves with the shape and the device."""
+    for device_id in DEVICES:
+        store.upsert_device({**get_device(device_id).as_row(), "device_id": device_id, "in_catalog": True})
+    store.record([
+        make_measurement(device_id=d, kernel="k", dtype="float32", shape={"rows": rows, "cols": 1024},
+                         config={"TG": tg, "VEC": vec},
+                         median_us=rows * (1 + i) / vec + abs(math.log2(tg) - math.log2(rows) / (1 + i)) * 40
+                         + 7 * ((tg * vec + rows + 3 * i) % 5) + 1)
+        for i, d in enumerate(DEVICES) for rows in (1, 4, 16, 64, 256, 4096)
+        for tg in (32, 64, 128, 256, 512, 1024) for vec in (1, 4)
+    ])
+
+
+def test_train_and_publish_record_the_same_pruning_k(store, make_measurement, tmp_path):
+    fill(store, make_measurement)
+    (row,) = train_models(store, model="ensemble", models_dir=tmp_path / "models", jobs=1)
+    features = store_features(store)["k"]
+    published = fit_kernel(features, "ensemble")  # the path of a kernel without a registered model
+    scores = row["scores"]
+    assert scores["prune_split"] == "shapes" and published.prune_k == scores["prune_k"]
+    assert published.regret["seen_device"] == scores["regret1_geomean"]
+    assert published.regret["cases"] == scores["prune_cases"]
+    # the registered model gives the registry's k; both routes of load_models agree
+    assert load_models(store, kernels=["k"], evaluate=False).kernels["k"].prune_k == scores["prune_k"]
+    # what publish did before (each fold choosing its ensemble weights again) is another computation:
+    # on this store it gives other held-out ranks, so the test above tells the two apart
+    kw = dict(ks=(1, 3, 5), models=("ensemble",), baselines=False, enough_cases=PRUNE_ENOUGH_CASES)
+    fixed = gather_folds(submit_kernel(features, "shapes", fixed=heldout_fixed("ensemble", published.ranker), **kw), (1, 3, 5))
+    again = gather_folds(submit_kernel(features, "shapes", **kw), (1, 3, 5))
+    assert prune_k_of(fixed["hit_rank"].to_list()) == scores["prune_k"]
+    assert fixed["hit_rank"].to_list() != again["hit_rank"].to_list() or fixed["r1"].to_list() != again["r1"].to_list()
