@@ -26,7 +26,13 @@ import time
 
 from zmlx_pipeline.data.detect import detect_backend
 from zmlx_pipeline.data.keys import mapping_key
-from zmlx_pipeline.kernels.harness import Launcher, input_sets, measure, mx_dtype
+from zmlx_pipeline.kernels.harness import (
+    Launcher,
+    input_sets,
+    measure,
+    mx_dtype,
+    rotate_bytes_for,
+)
 from zmlx_pipeline.kernels.registry import builtin_kernels, get_kernel
 from zmlx_pipeline.kernels.spec import DTYPE_BYTES, Limits, spread
 from zmlx_pipeline.kernels.timing import time_launches
@@ -92,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
     device = detect_device()
     limits = Limits.from_device_row(device.row)
-    rotate = 2 * int(device.row.get("l2_bytes") or 50_000_000)
+    rotate = rotate_bytes_for(device.row) or 2 * 50_000_000  # a 50 MB L2 where the catalog has none
     specs = [get_kernel(k) for k in args.kernels.split(",")]
     dtypes = args.dtypes.split(",")
 

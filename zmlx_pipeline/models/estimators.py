@@ -553,6 +553,12 @@ class CVEnsembleRanker(Ranker):
     setting, for a caller whose test rows are all of one kind (evaluate.py's folds).
     """
 
+    # class-level defaults, for rankers restored by from_state() from model files saved before these
+    # attributes existed (from_state skips __init__)
+    inner_test_rows: int = INNER_TEST_ROWS
+    fixed: dict | None = None
+    only: str | None = None
+
     def __init__(self, features: KernelFeatures, members: Sequence[str], hedges: Sequence[str] = (),
                  step: float = 0.25, inner_rows: int = 6_000, inner_cases: int = 120,
                  inner_test_rows: int = INNER_TEST_ROWS, max_device_folds: int = 3,
@@ -630,7 +636,7 @@ class CVEnsembleRanker(Ranker):
             # at most inner_cases cases, and of a case with thousands of configs its fastest ones and a
             # share of the rest (fit_sample: every case is kept; the loss needs each case's best only)
             inner_test = fit_sample(sample_cases(inner_test, self.inner_cases),
-                                    max_rows=getattr(self, "inner_test_rows", INNER_TEST_ROWS))
+                                    max_rows=self.inner_test_rows)
             scores = {m: relative_to_case(inner_test, make_ranker(self.features, m).fit(sample).score(inner_test))
                       for m in self._names()}
             regret = _FoldRegret(inner_test, self.ks)
@@ -659,13 +665,13 @@ class CVEnsembleRanker(Ranker):
     def fit(self, train: pl.DataFrame) -> "CVEnsembleRanker":
         if train.is_empty():
             raise ModelError(f"{self.features.kernel}: no training rows")
-        fixed = getattr(self, "fixed", None)
+        fixed = self.fixed
         if fixed:
             self.weights_seen, self.hedge_seen = list(fixed["weights_seen"]), fixed["hedge_seen"]
             self.weights_unseen, self.hedge_unseen = list(fixed["weights_unseen"]), fixed["hedge_unseen"]
             self.inner_scores = {"devices": None, "shapes": None}
         else:
-            only = getattr(self, "only", None)
+            only = self.only
             if only not in (None, "seen", "unseen"):
                 raise ModelError(f"ensemble setting {only!r}: expected seen, unseen or None")
             equal = [1.0 / len(self.member_names)] * len(self.member_names)
@@ -680,7 +686,7 @@ class CVEnsembleRanker(Ranker):
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
         seen = test["device_id"].is_in(self.train_devices).to_numpy()
-        only = None if getattr(self, "fixed", None) else getattr(self, "only", None)
+        only = None if self.fixed else self.only
         if (only == "seen" and not seen.all()) or (only == "unseen" and seen.any()):
             raise ModelError(f"{self.features.kernel}: this ensemble chose its weights for "
                              f"{only} devices only; refit it without `only` to score other devices")

@@ -754,8 +754,7 @@ def evaluate_features(
 ) -> dict:
     """evaluate() on prepared feature frames (one per kernel); `noise` gives the tie bands
     (None: no repeats known, so the fallback band, and the result says so); `jobs` worker
-    processes score the folds (KernelPool; None: one per CPU, 1: in this process)."""
-    jobs = check_jobs(jobs)
+    processes score the folds (KernelPool, which checks it; None: one per CPU, 1: in this process)."""
     split = canonical_split(split)
     ks = tuple(int(k) for k in ks)
     if not ks or min(ks) < 1:
@@ -792,7 +791,7 @@ def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
     repeats, or the fallback). `jobs`: worker processes for the folds (None: one per CPU; 1: none).
     """
     split = canonical_split(split)
-    jobs = check_jobs(jobs)
+    jobs = check_jobs(jobs)  # before the features are read, which takes a while on a big store
     features = kernel_features_of(store, kernels)
     return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store), jobs=jobs)
 
