@@ -66,6 +66,26 @@ def test_harness_times_a_config(gpu_backend):
     assert out.timing.samples == 5
 
 
+def test_gpu_timer_repeats_and_counts_no_dispatch(gpu_backend):
+    from zmlx_pipeline.kernels import cupti
+    from zmlx_pipeline.kernels.harness import Launcher, measure
+
+    if gpu_backend != "cuda" or not cupti.available():
+        pytest.skip("the gpu timer reads CUPTI: CUDA with torch installed")
+    spec = get_kernel("rmsnorm")
+    launcher = Launcher(spec, gpu_backend)
+    shape = {"rows": 1024, "cols": 4096}  # 16 MB moved: a few us, under MLX's dispatch cost
+    a, b = (measure(launcher, {"TG": 256, "VEC": 8, "ROWS": 1}, shape, "float16", timer="gpu") for _ in range(2))
+    assert a.status == b.status == "ok", (a.error, b.error)
+    assert a.timing.chain == 1 and a.timing.samples >= 10
+    assert abs(a.timing.median_us / b.timing.median_us - 1) < 0.05
+    # an isolated eval costs about 50 us of wall time; the kernel alone is far less
+    assert a.timing.median_us < 25
+    # a config with a sixteenth of the threads is slower, and the timer says so in both passes
+    slow = measure(launcher, {"TG": 32, "VEC": 4, "ROWS": 1}, shape, "float16", timer="gpu")
+    assert slow.timing.median_us > 1.2 * max(a.timing.median_us, b.timing.median_us)
+
+
 def test_illegal_threadgroup_is_a_launch_error_not_a_crash(gpu_backend):
     from zmlx_pipeline.kernels.harness import Launcher, gpu_healthy, measure
 

@@ -8,7 +8,7 @@ import pytest
 
 mx = pytest.importorskip("mlx.core")
 
-from zmlx_pipeline.kernels.timing import summarize, time_launches  # noqa: E402
+from zmlx_pipeline.kernels.timing import resolve_timer, summarize, time_gpu, time_launches  # noqa: E402
 
 
 def fake_clock(step: float):
@@ -113,3 +113,93 @@ def test_a_misled_calibration_is_measured_again_at_the_right_length():
     gpu = FakeGpu(per=10e-6, fixed=200e-6, slow=200e-6, slow_launches=13)
     t = time_launches(gpu.launch, warmup=1, samples=3, target_sample_s=1e-3, clock=gpu.clock)
     assert t.chain in (100, 101) and t.median_us == pytest.approx(10.0)
+
+
+# The gpu timer: CUPTI is replaced by a fake `durations` (the real one needs torch and a GPU; the
+# GPU tests time real kernels with it).
+
+
+def fake_profile(per_launch_us: float, record: list | None = None):
+    """A stand-in for cupti.profile_kernels: runs the launches, reports per_launch_us for each."""
+
+    def durations(run, name_part):
+        before = len(launched)
+        run()
+        got = [per_launch_us + 0.1 * (i % 3) for i in range(len(launched) - before)]
+        if record is not None:
+            record.append(name_part)
+        return got
+
+    launched: list[int] = []
+    return launched, durations
+
+
+def test_gpu_timer_summarises_the_kernels_durations():
+    names: list = []
+    launched, durations = fake_profile(7.0, names)
+
+    def launch(i):
+        launched.append(i)
+        return mx.array([i])
+
+    t = time_gpu(launch, "custom_kernel_zp_x_", warmup=2, launches=30, durations=durations, clock=fake_clock(1e-5))
+    assert names == ["custom_kernel_zp_x_"]
+    # 2 warm-ups, then 30 timed launches; durations 7.0, 7.1, 7.2 repeating
+    assert len(launched) == 32 and launched[2:] == list(range(2, 32))
+    assert (t.samples, t.chain) == (30, 1) and t.median_us == pytest.approx(7.1)
+    assert t.p10_us == pytest.approx(7.0) and t.p90_us == pytest.approx(7.2)
+
+
+def test_gpu_timer_times_a_long_kernel_fewer_times_in_whole_rotations():
+    launched, durations = fake_profile(5000.0)
+
+    def launch(i):
+        launched.append(i)
+        return mx.array([i])
+
+    # each clock read moves 5 ms on, so a warmed launch seems to take 5 ms
+    t = time_gpu(launch, "k", warmup=1, launches=30, min_launches=4, target_total_s=0.02, period=3,
+                 durations=durations, clock=fake_clock(5e-3))
+    # 0.02 s / 5 ms = 4 launches, rounded up to whole rotations of 3 input sets
+    assert t.samples == 6
+
+
+def test_gpu_timer_that_records_nothing_is_an_error():
+    from zmlx_pipeline.kernels.cupti import CuptiUnavailable
+
+    _, launch = recorder()
+    with pytest.raises(CuptiUnavailable, match="recorded no kernel"):
+        time_gpu(launch, "k", warmup=1, durations=lambda run, name: (run(), [])[1], clock=fake_clock(1e-5))
+
+
+def test_gpu_timer_keeps_the_timeout():
+    _, launch = recorder()
+    with pytest.raises(TimeoutError):
+        time_gpu(launch, "k", warmup=1, timeout_s=0.5, durations=lambda run, name: [1.0], clock=fake_clock(1.0))
+
+
+def test_kernel_durations_keep_only_the_named_kernels():
+    from types import SimpleNamespace as E
+
+    from zmlx_pipeline.kernels.cupti import kernel_durations
+
+    events = [E(name="custom_kernel_zp_rmsnorm_ab_float16_t_1(x)", device_time=7.5),
+              E(name="cudaLaunchKernel", device_time=0.0),
+              E(name="mlx::core::cu::copy_kernel", device_time=3.0),
+              E(name="custom_kernel_zp_rmsnorm_ab_float16_t_2(x)", cuda_time=8.5)]  # older torch
+    assert kernel_durations(events, "custom_kernel_zp_rmsnorm_ab_") == [7.5, 8.5]
+
+
+def test_resolve_timer(monkeypatch):
+    from zmlx_pipeline.kernels import cupti
+
+    assert resolve_timer("chain", "cuda") == "chain"
+    assert resolve_timer("auto", "metal") == "chain"
+    with pytest.raises(cupti.CuptiUnavailable, match="only CUDA"):
+        resolve_timer("gpu", "metal")
+    with pytest.raises(ValueError, match="unknown timer"):
+        resolve_timer("wall", "cuda")
+    monkeypatch.setattr(cupti, "available", lambda: False)
+    assert resolve_timer("auto", "cuda") == "chain"
+    monkeypatch.setattr(cupti, "available", lambda: True)
+    assert resolve_timer("auto", "cuda") == "gpu"

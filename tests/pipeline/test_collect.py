@@ -169,3 +169,21 @@ def test_repeat_rejects_a_fraction_out_of_range(store):
 
     with pytest.raises(CollectError, match="fraction"):
         repeat(store, _device(), [get_kernel("rmsnorm")], fraction=1.5, measurer=_ok)
+
+
+def test_the_run_records_which_timer_measured_it(store):
+    from zmlx_pipeline.pipeline.collect import TimingSettings
+
+    spec = get_kernel("rmsnorm")
+    collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
+            settings=TimingSettings(timer="gpu"), shapes_limit=1)
+    collect(store, _device(), [spec], dtypes=["float32"], preset="smoke", measurer=_ok,
+            settings=TimingSettings(timer="chain"), shapes_limit=1)
+    assert [r["settings"]["timing"] for r in store.runs()] == ["gpu-cupti", "chain-difference"]
+
+
+def test_asking_for_the_gpu_timer_on_metal_is_a_collect_error():
+    from zmlx_pipeline.pipeline.collect import GpuMeasurer, TimingSettings
+
+    with pytest.raises(CollectError, match="--timer chain"):
+        GpuMeasurer("metal", TimingSettings(timer="gpu"))

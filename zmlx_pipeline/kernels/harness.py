@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from zmlx_pipeline.kernels.spec import DTYPE_BYTES, KernelSpec
-from zmlx_pipeline.kernels.timing import Timing, time_launches
+from zmlx_pipeline.kernels.timing import Timing, time_gpu, time_launches
 
 #: fills float outputs before a checked launch, so an element the kernel never wrote cannot pass
 POISON_FLOAT = float("nan")
@@ -24,6 +24,10 @@ class NoGpuBackend(RuntimeError):
 
 class GpuUnhealthy(RuntimeError):
     """The GPU no longer runs even a trivial op (a failed launch left the context broken)"""
+
+
+class TimerFailed(GpuUnhealthy):
+    """The gpu timer read nothing from CUPTI: every later config would fail alike, so stop"""
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,8 @@ class Launcher:
         self.spec = spec
         self.backend = backend
         self.name = "zp_" + re.sub(r"\W", "_", spec.name) + "_" + spec.version.split(":")[-1]
+        # MLX names the compiled CUDA kernel custom_kernel_<name>_<template args>
+        self.kernel_name_part = f"custom_kernel_{self.name}_"
         self._factory = factories[backend]
         self._kernels: dict[int, Any] = {}
         self.kernel = self.kernel_for(0)
@@ -223,12 +229,21 @@ def measure(
     prepared: Prepared | None = None,
     warmup_s: float = 0.0,
     max_chain: int = 1024,
+    timer: str = "chain",
+    gpu_launches: int = 30,
 ) -> Outcome:
     """Check a config against the reference, then time it; a failure becomes a status, never an exception.
 
-    Raises GpuUnhealthy when a failure left the GPU unable to run anything, so the caller stops
+    `timer` is "chain" (host-timed chains, any backend) or "gpu" (CUPTI kernel durations, CUDA;
+    `gpu_launches` launches): see kernels/timing.py. Raises GpuUnhealthy when a failure left the
+    GPU unable to run anything (TimerFailed when the gpu timer read nothing), so the caller stops
     instead of recording every later config as failed.
     """
+    from zmlx_pipeline.kernels.cupti import CuptiUnavailable
+
+    if timer not in ("gpu", "chain"):
+        raise ValueError(f"unknown timer {timer!r}: measure takes 'gpu' or 'chain' (resolve 'auto' first)")
+
     try:
         wrong = check(launcher, config, shape, dtype, seed, prepared)
     except Exception as exc:  # noqa: BLE001 - the JIT and the launch raise plain RuntimeErrors
@@ -240,11 +255,19 @@ def measure(
     sets = inputs or (prepared.sets if prepared else None) or input_sets(launcher.spec, shape, dtype, seed, rotate_bytes)
     try:
         bound = launcher.bind(config, shape, dtype)
-        timing = time_launches(
-            lambda i: bound(sets[i % len(sets)]),
-            warmup=warmup, samples=samples, target_sample_s=target_sample_s, timeout_s=timeout_s,
-            warmup_s=warmup_s, period=len(sets), max_chain=max_chain,
-        )
+        if timer == "gpu":
+            timing = time_gpu(
+                lambda i: bound(sets[i % len(sets)]), launcher.kernel_name_part,
+                warmup=warmup, launches=gpu_launches, timeout_s=timeout_s, warmup_s=warmup_s, period=len(sets),
+            )
+        else:
+            timing = time_launches(
+                lambda i: bound(sets[i % len(sets)]),
+                warmup=warmup, samples=samples, target_sample_s=target_sample_s, timeout_s=timeout_s,
+                warmup_s=warmup_s, period=len(sets), max_chain=max_chain,
+            )
+    except CuptiUnavailable as exc:
+        raise TimerFailed(f"the gpu timer failed: {exc}") from exc
     except TimeoutError as exc:
         return Outcome("timeout", error=str(exc))
     except Exception as exc:  # noqa: BLE001

@@ -1,8 +1,12 @@
-"""The timing harness: warm up, then samples that each difference two chains of launches.
+"""The timing harness: two timers behind one Timing.
 
-MLX is lazy, so a chain is built first, then evaluated with one `mx.eval` and waited for with
-`mx.synchronize`; a sample is the time of a chain of 2n launches minus that of n, over n.
-The runtime autotuner times candidates with this same function.
+- `time_launches` (the "chain" timer, every backend): warm up, then samples that each difference two
+  chains of launches. MLX is lazy, so a chain is built first, then evaluated with one `mx.eval` and
+  waited for with `mx.synchronize`; a sample is the time of a chain of 2n launches minus that of n,
+  over n. Below MLX's dispatch cost (about 5 us a launch) it times the dispatch, not the kernel.
+- `time_gpu` (the "gpu" timer, CUDA with torch installed): each launch evaluated alone, and its
+  duration read from the GPU's own clock through CUPTI (kernels/cupti.py).
+The runtime autotuner times candidates with these same functions.
 """
 
 from __future__ import annotations
@@ -12,6 +16,11 @@ import statistics
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
+
+#: what `--timer` accepts: "auto" is "gpu" where CUPTI can be read (CUDA with torch), else "chain"
+TIMERS = ("auto", "gpu", "chain")
+#: how each timer is named in a run's settings (the `timing` key), so data says how it was timed
+TIMER_LABELS = {"gpu": "gpu-cupti", "chain": "chain-difference"}
 
 
 @dataclass(frozen=True)
@@ -140,3 +149,82 @@ def time_launches(
         pair(better)
         chain, per_launch_s = better, sample_set(better)
     return summarize(per_launch_s, chain)
+
+
+def resolve_timer(requested: str, backend: str) -> str:
+    """The timer a collect on this backend uses: "gpu" or "chain". Asking for "gpu" where CUPTI
+    cannot be read raises CuptiUnavailable (never a silent switch: one device's data, one timer)."""
+    from zmlx_pipeline.kernels import cupti
+
+    if requested not in TIMERS:
+        raise ValueError(f"unknown timer {requested!r}: use one of {', '.join(TIMERS)}")
+    if requested == "chain":
+        return "chain"
+    if backend != "cuda":
+        if requested == "gpu":
+            raise cupti.CuptiUnavailable(f"the gpu timer reads CUPTI, which only CUDA has (this is {backend})")
+        return "chain"
+    if requested == "gpu":
+        cupti._torch_profiler()  # raises with the reason
+        return "gpu"
+    return "gpu" if cupti.available() else "chain"
+
+
+def time_gpu(
+    launch: Callable[[int], Any],
+    kernel_name: str,
+    *,
+    warmup: int = 3,
+    launches: int = 30,
+    min_launches: int = 10,
+    target_total_s: float = 0.05,
+    timeout_s: float | None = None,
+    warmup_s: float = 0.0,
+    period: int = 1,
+    durations: Callable[[Callable[[], None], str], list[float]] | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Timing:
+    """Time `launch(i)` by the GPU's clock: every launch is evaluated and waited for alone, so no two
+    kernels overlap and no dispatch is counted, and CUPTI gives each one's duration.
+
+    `kernel_name` is a part of the compiled kernel's name (other kernels MLX runs are ignored).
+    Warm-up as in `time_launches`; then `launches` launches (fewer for a long kernel, so the
+    profile lasts about `target_total_s`, but never under `min_launches`), rotated through `period`
+    input sets. Raises TimeoutError when one warmed launch exceeds `timeout_s`, and CuptiUnavailable
+    when CUPTI recorded none of the launches.
+    """
+    import mlx.core as mx
+
+    from zmlx_pipeline.kernels import cupti
+
+    durations = durations or cupti.profile_kernels
+
+    def run_one(i: int) -> float:
+        out = launch(i)
+        t0 = clock()
+        mx.eval(out)
+        mx.synchronize()
+        return clock() - t0
+
+    began = clock()
+    done = 0
+    while True:
+        single = run_one(done)
+        done += 1
+        if timeout_s is not None and single > timeout_s:
+            raise TimeoutError(f"one launch took {single:.3f} s, over the {timeout_s:g} s limit")
+        if done >= max(1, warmup) and (clock() - began >= warmup_s or done >= 10_000):
+            break
+    n = max(min_launches, min(launches, int(target_total_s / max(single, 1e-6))))
+    n = max(1, -(-n // max(1, period)) * max(1, period))  # whole rotations of the input sets
+    start = done
+
+    def run() -> None:
+        for i in range(start, start + n):
+            mx.eval(launch(i))
+            mx.synchronize()
+
+    got = durations(run, kernel_name)
+    if not got:
+        raise cupti.CuptiUnavailable(f"CUPTI recorded no kernel named like {kernel_name!r} in {n} launches")
+    return summarize([d * 1e-6 for d in got], 1)

@@ -121,6 +121,13 @@ def kernels(kernel_names: tuple[str, ...], as_json: bool) -> None:
     emit(table, False)
 
 
+_timer_option = click.option(
+    "--timer", type=click.Choice(["auto", "gpu", "chain"]), default="auto", show_default=True,
+    help="gpu: each kernel's duration from CUPTI (CUDA with torch installed; tells sub-10 us configs apart); "
+         "chain: host-timed chains of launches (every backend); auto: gpu where it can be read. "
+         "Keep one timer per device's data.")
+
+
 @cli.command()
 @_db_option
 @click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
@@ -137,10 +144,11 @@ def kernels(kernel_names: tuple[str, ...], as_json: bool) -> None:
 @click.option("--max-shapes", default=None, type=click.IntRange(1), help="Only the first N shapes of each preset.")
 @click.option("--max-configs", default=None, type=click.IntRange(1),
               help="At most N legal configs per shape, evenly spread (a quick check).")
+@_timer_option
 @output_options
 @_user_errors
 def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup, warmup_ms, max_shapes, max_configs,
-            as_json) -> None:
+            timer, as_json) -> None:
     """Check and time every legal config of the chosen kernels on this machine's GPU; resumable."""
     from zmlx_pipeline.data.detect import detect_device
     from zmlx_pipeline.pipeline import collect as stage
@@ -166,7 +174,7 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     def on_result(task, outcome) -> None:
         bar_holder["bar"].update(1)
 
-    settings = stage.TimingSettings(warmup=warmup, samples=samples, warmup_s=warmup_ms / 1000)
+    settings = stage.TimingSettings(warmup=warmup, samples=samples, warmup_s=warmup_ms / 1000, timer=timer)
     try:
         result = stage.collect(store, device, specs, dtypes=dtypes, preset=preset, budget_s=budget_s,
                                settings=settings, jobs=jobs, kernel_refs=refs, shapes_limit=max_shapes, configs_limit=max_configs,
@@ -195,9 +203,10 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
 @click.option("--budget", default=None, help="Stop starting new measurements after this long (90s, 10m, 1h).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Processes that compile in parallel and measure in turn (CUDA).")
+@_timer_option
 @output_options
 @_user_errors
-def repeat(db, kernel_names, fraction, budget, jobs, as_json) -> None:
+def repeat(db, kernel_names, fraction, budget, jobs, timer, as_json) -> None:
     """Time a sample of measured configs again in a new process, to show how large noise is."""
     from zmlx_pipeline.data.detect import detect_device
     from zmlx_pipeline.pipeline import collect as stage
@@ -209,7 +218,7 @@ def repeat(db, kernel_names, fraction, budget, jobs, as_json) -> None:
         raise click.ClickException(f"no Metal or CUDA backend on this machine (MLX runs on the {device.backend}): "
                                    "repeat on the GPU the measurements came from")
     result = stage.repeat(_open_store(db), device, specs, fraction=fraction, budget_s=budget_s,
-                          settings=stage.TimingSettings(), jobs=jobs, kernel_refs=refs)
+                          settings=stage.TimingSettings(timer=timer), jobs=jobs, kernel_refs=refs)
     if as_json:
         emit(result.as_dict(), True)
         return

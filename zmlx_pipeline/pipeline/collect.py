@@ -27,6 +27,7 @@ from zmlx_pipeline.kernels.harness import (
     rotate_bytes_for,
 )
 from zmlx_pipeline.kernels.spec import KernelSpec, Limits, spread
+from zmlx_pipeline.kernels.timing import TIMER_LABELS, resolve_timer
 from zmlx_pipeline.pipeline.parallel import case_key, measure_in_workers
 
 
@@ -91,6 +92,20 @@ class TimingSettings:
     # Launches per chain at most: only kernels under ~8 us (below MLX's dispatch floor) reach it;
     # their chains are shorter than target_sample_s, which keeps a collect's time on larger kernels.
     max_chain: int = 128
+    # "gpu" (CUPTI kernel durations: no dispatch in them, so configs under ~10 us are told apart),
+    # "chain" (host-timed chains, every backend) or "auto" (gpu where CUPTI can be read)
+    timer: str = "auto"
+    gpu_launches: int = 20  # launches a config is timed over with the gpu timer (their p90/p10 is about 1.02)
+
+
+def _resolve(settings: TimingSettings, backend: str) -> None:
+    """Fix "auto" to the timer this backend has, before anything is recorded or sent to a worker."""
+    from zmlx_pipeline.kernels.cupti import CuptiUnavailable
+
+    try:
+        settings.timer = resolve_timer(settings.timer, backend)
+    except (CuptiUnavailable, ValueError) as exc:
+        raise CollectError(f"{exc}; use --timer chain (or install torch with CUDA for --timer gpu)") from exc
 
 
 class GpuMeasurer:
@@ -99,6 +114,7 @@ class GpuMeasurer:
     def __init__(self, backend: str, settings: TimingSettings):
         if backend not in ("cuda", "metal"):
             raise NoGpuBackend(backend)
+        _resolve(settings, backend)
         self.backend = backend
         self.settings = settings
         self._launchers: dict[str, Launcher] = {}
@@ -127,7 +143,7 @@ class GpuMeasurer:
         return measure(
             launcher, task.config, task.shape, task.dtype, prepared=self._inputs(task),
             warmup=s.warmup, samples=s.samples, target_sample_s=s.target_sample_s, timeout_s=s.timeout_s,
-            warmup_s=s.warmup_s, max_chain=s.max_chain,
+            warmup_s=s.warmup_s, max_chain=s.max_chain, timer=s.timer, gpu_launches=s.gpu_launches,
         )
 
 
@@ -207,7 +223,8 @@ def collect(
         pipeline_version=__version__,
         settings={"kernels": [s.name for s in specs], "dtypes": list(dtypes), "preset": preset,
                   "budget_s": budget_s, "warmup": settings.warmup, "samples": settings.samples,
-                  "max_chain": settings.max_chain, "timing": "chain-difference",
+                  "max_chain": settings.max_chain, "timing": TIMER_LABELS.get(settings.timer, settings.timer),
+                  "gpu_launches": settings.gpu_launches,
                   "target_sample_s": settings.target_sample_s, "reported_name": getattr(device, "reported_name", None)},
     )
     result.run_id = run_id
@@ -283,7 +300,8 @@ def repeat(
         return result
     run_id = result.run_id = store.start_run(
         device.device_id, host=platform.node(), backend=device.backend, mlx_version=_mlx_version(),
-        pipeline_version=__version__, settings={"repeat": True, "fraction": fraction, "kernels": [s.name for s in specs]},
+        pipeline_version=__version__, settings={"repeat": True, "fraction": fraction, "kernels": [s.name for s in specs],
+                                                "timing": TIMER_LABELS.get(settings.timer, settings.timer)},
     )
     start = clock()
     deadline = None if budget_s is None else start + budget_s
