@@ -114,12 +114,17 @@ def config_key(config: dict) -> str:
     return json.dumps({k: int(v) for k, v in dict(config).items()}, sort_keys=True)
 
 
+#: the timer of every measurement here (collect's default: CUPTI kernel durations where torch can
+#: read them, else host-timed chains); set by --timer
+TIMER = ["auto"]
+
+
 def collect_settings(device_row):
     """Collect's timing settings for this device: its defaults, inputs rotated over twice the L2 (as collect does)."""
     from zmlx_pipeline.kernels.harness import rotate_bytes_for
     from zmlx_pipeline.pipeline.collect import TimingSettings
 
-    return TimingSettings(rotate_bytes=rotate_bytes_for(device_row))
+    return TimingSettings(rotate_bytes=rotate_bytes_for(device_row), timer=TIMER[0])
 
 
 def exhaustive(plan, dtype: str, limits, backend: str, jobs: int, device_row) -> tuple[dict, int]:
@@ -333,6 +338,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--warmup", type=int, default=3, help="warm-up launches per candidate in the pruned tuner")
     parser.add_argument("--iters", type=int, default=10, help="timed samples per candidate in the pruned tuner")
+    parser.add_argument("--timer", default="auto", choices=("auto", "gpu", "chain"),
+                        help="how every config is timed, exhaustive and pruned alike (see `collect --timer`)")
     parser.add_argument("--budget", type=float, default=1800.0,
                         help="stop starting new shapes after this many seconds, in the tuner phase and again in the "
                              "head-to-head phase (each phase gets this much)")
@@ -357,6 +364,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    TIMER[0] = args.timer
 
     from zmlx_pipeline.data.detect import detect_backend, detect_device
 
@@ -434,7 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             tuned = None if not args.tune else tune(
                 spec, shape, args.dtype, device=device.device_id, use_cache=False,
-                measure=harness_measure(args.warmup, args.iters, rotate_bytes=collect_settings(device.row).rotate_bytes),
+                measure=harness_measure(args.warmup, args.iters, rotate_bytes=collect_settings(device.row).rotate_bytes,
+                                        timer=TIMER[0]),
                 warmup=args.warmup, iters=args.iters)
         except harness.GpuUnhealthy as exc:
             print(f"GPU stopped answering ({exc}): stopping", file=sys.stderr)

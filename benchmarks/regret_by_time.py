@@ -1,6 +1,7 @@
 """Held-out regret by how long the case's best config runs: where is the score lost?
 
     python benchmarks/regret_by_time.py --db STORE [--split shapes|devices] [--kernels a,b] [--json FILE]
+                                        [--by bucket|device] [--cases FILE.parquet]
 
 Runs the same held-out evaluation as `zmlx-pipeline evaluate` (the default model and every
 baseline), then groups the per-case regrets by the measured best time of the case, in the buckets
@@ -51,6 +52,9 @@ def main() -> int:
     ap.add_argument("--split", default="shapes", choices=("shapes", "devices"))
     ap.add_argument("--kernels", default=None, help="comma-separated (default: every kernel in the store)")
     ap.add_argument("--json", dest="json_out", default=None)
+    ap.add_argument("--by", default="bucket", choices=("bucket", "device"),
+                    help="group by the time bucket of the case's best, or by the case's device")
+    ap.add_argument("--cases", dest="cases_out", default=None, help="also write every per-case regret to this Parquet file")
     args = ap.parse_args()
     with Store(args.db, read_only=True) as store:
         feats = kernel_features_of(store, kernels=args.kernels.split(",") if args.kernels else None)
@@ -58,11 +62,14 @@ def main() -> int:
     if bands.fallback:
         print("tie band: FALLBACK (the store has no repeats)")
     bucket = bucket_expr()
-    rows = []
+    rows, frames = [], []
     for kernel, f in feats.items():
         with threadpool_limits(1):
             per_case = evaluate_kernel(f, args.split, ks=(1, 3), baselines=True)
         per_case = tied_regrets(per_case, f.frame, bands, ks=(1, 3)).with_columns(bucket.alias("bucket"))
+        if args.by == "device":
+            per_case = per_case.with_columns(pl.col("device_id").alias("bucket"))
+        frames.append(per_case.with_columns(pl.lit(kernel).alias("kernel")))
         table = (per_case.group_by(["bucket", "method"])
                  .agg(pl.len().alias("cases"), pl.col("r1").log().mean().exp().alias("regret1"),
                       pl.col("r3").log().mean().exp().alias("regret3"),
@@ -70,11 +77,13 @@ def main() -> int:
                  .sort(["bucket", "regret1"]))
         print(f"\n{kernel} ({args.split})")
         for r in table.iter_rows(named=True):
-            print(f"  {r['bucket']:12s} {r['method']:18s} cases {r['cases']:4d}  regret@1 {r['regret1']:.3f}  "
+            print(f"  {r['bucket']:22s} {r['method']:18s} cases {r['cases']:4d}  regret@1 {r['regret1']:.3f}  "
                   f"@3 {r['regret3']:.3f}  tied@1 {r['tied1']:.3f} (band {100 * r['band']:.1f}%)")
             rows.append({"kernel": kernel, "split": args.split, **r})
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(rows, indent=1) + "\n")
+    if args.cases_out and frames:
+        pl.concat(frames, how="diagonal_relaxed").write_parquet(args.cases_out)
     return 0
 
 

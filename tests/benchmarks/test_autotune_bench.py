@@ -261,7 +261,7 @@ def install_doubles(monkeypatch):
 
     monkeypatch.setattr(bench, "exhaustive", exhaustive)
     monkeypatch.setattr(runtime, "tune", tune)
-    monkeypatch.setattr(autotune, "harness_measure", lambda warmup, iters, rotate_bytes=0: None)
+    monkeypatch.setattr(autotune, "harness_measure", lambda warmup, iters, rotate_bytes=0, timer="chain": None)
     monkeypatch.setattr(collect, "GpuMeasurer", Measurer)
     return passes, made
 

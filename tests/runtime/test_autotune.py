@@ -151,11 +151,14 @@ def test_tune_times_with_inputs_rotated_over_twice_the_l2_as_collect_does(real, 
     module = importlib.import_module("zmlx_pipeline.runtime.autotune")  # the package exports the decorator by this name
     asked = []
 
-    def fake_harness_measure(warmup, iters, rotate_bytes=0):
-        asked.append((warmup, iters, rotate_bytes))
+    def fake_harness_measure(warmup, iters, rotate_bytes=0, timer="chain"):
+        asked.append((warmup, iters, rotate_bytes, timer))
         return FakeMeasure()
 
     monkeypatch.setattr(module, "harness_measure", fake_harness_measure)
     tune("rmsnorm", SHAPE, "float16", device=H200, cache_path=str(tmp_path / "c.json"), warmup=2, iters=7)
+    # the timer is passed through: "auto" times by CUPTI kernel durations where torch can read them
+    tune("rmsnorm", SHAPE, "float16", device=H200, cache_path=str(tmp_path / "c.json"), warmup=2, iters=7,
+         use_cache=False, timer="auto")
     l2 = int(catalog_row(H200)["l2_bytes"])
-    assert l2 > 0 and asked == [(2, 7, 2 * l2)]
+    assert l2 > 0 and asked == [(2, 7, 2 * l2, "chain"), (2, 7, 2 * l2, "auto")]

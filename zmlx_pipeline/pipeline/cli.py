@@ -137,7 +137,7 @@ _timer_option = click.option(
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Processes that compile in parallel and measure in turn (CUDA).")
 @click.option("--samples", default=5, show_default=True, type=click.IntRange(1, 1000),
-              help="Timed samples per config (each the difference of a chain and its double).")
+              help="Timed samples per config with the chain timer (each the difference of a chain and its double); the gpu timer times 20 launches.")
 @click.option("--warmup", default=3, show_default=True, type=click.IntRange(1, 100), help="Warm-up launches per config.")
 @click.option("--warmup-ms", default=0.0, show_default=True, type=click.FloatRange(0, 1000),
               help="Also keep warming up until this many milliseconds have passed (clocks of an idle GPU).")

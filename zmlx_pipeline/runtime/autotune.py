@@ -108,25 +108,29 @@ def _detect_device_and_mlx(device: str | None) -> tuple[str, str, dict]:
     return device, mlx_version, {**meta, "limits_row": row}
 
 
-def harness_measure(warmup: int, iters: int, rotate_bytes: int = 0) -> Measure:
+def harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: str = "chain") -> Measure:
     """A measurer that checks and times a config with the collect harness on this process's GPU (one per setting).
 
     `rotate_bytes`: rotate through enough input sets to exceed this many bytes, as collect does with
     twice the device's L2, so a config is timed reading memory as the training data were.
+    `timer`: "chain" (MLX only), or "gpu"/"auto" for CUPTI kernel durations (imports torch when
+    timing; see kernels/timing.py), the timer collect uses where it can.
     """
-    key = (warmup, iters, int(rotate_bytes))
+    key = (warmup, iters, int(rotate_bytes), timer)
     if key not in _MEASURERS:
-        _MEASURERS[key] = _new_harness_measure(warmup, iters, int(rotate_bytes))
+        _MEASURERS[key] = _new_harness_measure(warmup, iters, int(rotate_bytes), timer)
     return _MEASURERS[key]
 
 
-def _new_harness_measure(warmup: int, iters: int, rotate_bytes: int = 0) -> Measure:
+def _new_harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: str = "chain") -> Measure:
     from zmlx_pipeline.data.detect import detect_backend
     from zmlx_pipeline.kernels import harness
+    from zmlx_pipeline.kernels.timing import resolve_timer
 
     backend = detect_backend()
     if backend not in ("metal", "cuda"):
         raise harness.NoGpuBackend(f"no Metal or CUDA backend here (MLX runs on the {backend})")
+    timer = resolve_timer(timer, backend)
     launchers: dict = {}
     prepared: dict = {}
 
@@ -141,7 +145,8 @@ def _new_harness_measure(warmup: int, iters: int, rotate_bytes: int = 0) -> Meas
                 prepared.clear()
                 prepared[key] = harness.prepare(spec, dict(shape), dtype, 0, rotate_bytes)
             extra["prepared"] = prepared[key]
-        outcome = harness.measure(launcher, dict(config), dict(shape), dtype, warmup=warmup, samples=iters, **extra)
+        outcome = harness.measure(launcher, dict(config), dict(shape), dtype, warmup=warmup, samples=iters,
+                                  timer=timer, **extra)
         return outcome.status, (outcome.timing.median_us if outcome.timing else None)
 
     return measure
@@ -195,10 +200,11 @@ def pruned_candidates(spec, shape: Mapping[str, int], dtype: str, legal: list[di
 def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = None, device_aware: bool = True,
          configs: Sequence[Mapping[str, Any]] | None = None, warmup: int = 3, iters: int = 10,
          use_cache: bool = True, device: str | None = None, measure: Measure | None = None,
-         cache_path: str | None = None, threadgroups: Sequence[int] | None = None) -> TuneResult:
+         cache_path: str | None = None, threadgroups: Sequence[int] | None = None, timer: str = "chain") -> TuneResult:
     """The best config for one case: from the cache, else by timing the pruned candidates (or all, or `configs`).
 
     `threadgroups` keeps only legal configs with one of these threadgroup sizes (ZMLX's candidate list).
+    `timer` is the harness's timer when `measure` is not given ("chain", "gpu" or "auto").
     """
     from zmlx_pipeline.kernels.spec import Limits
 
@@ -235,7 +241,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         # by those timings, and with inputs left in L2 a mid-size shape can rank them differently
         from zmlx_pipeline.kernels.harness import rotate_bytes_for
 
-        measure = measure or harness_measure(warmup, iters, rotate_bytes=rotate_bytes_for(row))
+        measure = measure or harness_measure(warmup, iters, rotate_bytes=rotate_bytes_for(row), timer=timer)
     except Exception as exc:  # noqa: BLE001 - no GPU backend: answer from the bundle, time nothing
         pred = predicted_config(spec.name, shape, dtype, device=chip)
         config = pred.config if pred.evidence != "default" else cands[0]
