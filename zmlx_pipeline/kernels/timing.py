@@ -55,6 +55,22 @@ def summarize(per_launch_s: Sequence[float], chain: int) -> Timing:
     )
 
 
+def _warm_up(run_one: Callable[[int], float], *, warmup: int, warmup_s: float, timeout_s: float | None,
+             clock: Callable[[], float]) -> tuple[int, float]:
+    """Run launches 0, 1, ... one at a time (`run_one(i)` returns its seconds) until `warmup` of them
+    and `warmup_s` have passed: (launches run, the last one's seconds). Raises TimeoutError when a
+    launch exceeds `timeout_s`."""
+    began = clock()
+    done = 0
+    while True:
+        single = run_one(done)
+        done += 1
+        if timeout_s is not None and single > timeout_s:
+            raise TimeoutError(f"one launch took {single:.3f} s, over the {timeout_s:g} s limit")
+        if done >= max(1, warmup) and (clock() - began >= warmup_s or done >= 10_000):
+            return done, single
+
+
 def time_launches(
     launch: Callable[[int], Any],
     *,
@@ -90,15 +106,7 @@ def time_launches(
         mx.synchronize()
         return clock() - t0
 
-    began = clock()
-    done = 0
-    while True:
-        single = run_chain(1, done)
-        done += 1
-        if timeout_s is not None and single > timeout_s:
-            raise TimeoutError(f"one launch took {single:.3f} s, over the {timeout_s:g} s limit")
-        if done >= max(1, warmup) and (clock() - began >= warmup_s or done >= 10_000):
-            break
+    _warm_up(lambda i: run_chain(1, i), warmup=warmup, warmup_s=warmup_s, timeout_s=timeout_s, clock=clock)
     period = max(1, int(period))
     cap = max(period, max_chain // period * period)
 
@@ -206,15 +214,7 @@ def time_gpu(
         mx.synchronize()
         return clock() - t0
 
-    began = clock()
-    done = 0
-    while True:
-        single = run_one(done)
-        done += 1
-        if timeout_s is not None and single > timeout_s:
-            raise TimeoutError(f"one launch took {single:.3f} s, over the {timeout_s:g} s limit")
-        if done >= max(1, warmup) and (clock() - began >= warmup_s or done >= 10_000):
-            break
+    done, single = _warm_up(run_one, warmup=warmup, warmup_s=warmup_s, timeout_s=timeout_s, clock=clock)
     n = max(min_launches, min(launches, int(target_total_s / max(single, 1e-6))))
     n = max(1, -(-n // max(1, period)) * max(1, period))  # whole rotations of the input sets
     start = done
