@@ -95,7 +95,7 @@ def test_export_works_from_a_read_only_store(store, make_measurement, tmp_path):
         assert ro.export_shard(tmp_path / "ro.parquet") == 6
 
 
-def test_overlapping_shards_dedupe(make_measurement, tmp_path):
+def test_overlapping_shards_keep_one_row_per_key_the_newest(make_measurement, tmp_path):
     shared = [make_measurement(config={"threadgroup": tg}) for tg in (64, 128)]
     with Store(tmp_path / "a.duckdb") as a:
         a.record(shared + [make_measurement(config={"threadgroup": 32})])
@@ -106,11 +106,14 @@ def test_overlapping_shards_dedupe(make_measurement, tmp_path):
         b.export_shard(tmp_path / "shards" / "b.parquet")
     with Store(tmp_path / "central.duckdb") as central:
         totals = ingest_shards(central, [tmp_path / "shards"])
-        assert (totals["files"], totals["rows"], totals["added"], totals["skipped"]) == (2, 6, 4, 2)
-        assert totals["per_file"][str(tmp_path / "shards" / "b.parquet")] == {"rows": 3, "added": 1, "skipped": 2}
+        # b timed the two shared keys later: its timings replace a's
+        assert (totals["files"], totals["rows"], totals["added"], totals["skipped"], totals["replaced"]) == (2, 6, 4, 0, 2)
+        assert totals["per_file"][str(tmp_path / "shards" / "b.parquet")] == {"rows": 3, "added": 1, "skipped": 0,
+                                                                               "replaced": 2}
         rows = central.measurements()
         assert sorted(r["config"]["threadgroup"] for r in rows) == [32, 64, 128, 512]
-        assert {r["run_id"] for r in rows if r["config"]["threadgroup"] in (64, 128)} == {"run-1"}
+        assert {r["run_id"] for r in rows if r["config"]["threadgroup"] in (64, 128)} == {"run-b"}
+        assert ingest_shards(central, [tmp_path / "shards"])["skipped"] == 6  # idempotent
         assert {r["run_id"] for r in central.runs()} == {"run-1", "run-b"}
         assert {r["status"] for r in central.runs()} == {"imported"}  # their runs were not in a/b's stores
 
@@ -240,3 +243,30 @@ def test_repeated_timings_travel_with_the_shard(store, make_measurement, tmp_pat
         assert len(pairs) == 1 and pairs[0]["repeat_us"] == pytest.approx(first["median_us"] * 1.03)
         ingest_shard(central, shard)  # idempotent for repeats too
         assert len(central.repeats()) == 1
+
+
+def test_a_key_measured_again_keeps_its_newest_timing_in_either_order(make_measurement, tmp_path):
+    """Re-timing a device (say with another timer) and ingesting it over the old data must not be
+    'already present': the newer timing wins, and the old timing's repeats go with it."""
+    def shard(name: str, median: float, when: datetime, repeat: float) -> object:
+        with Store(tmp_path / f"{name}.duckdb") as s:
+            run = fill(s, make_measurement, GPU, configs=(64,), shapes=(1,))
+            s._conn.execute("UPDATE measurements SET median_us = ?, measured_at = ?", [median, when])
+            s.record_repeat([make_measurement(run_id=run + "-rep", device_id=GPU, shape={"rows": 1, "cols": 1024},
+                                              config={"threadgroup": 64}, median_us=repeat)])
+            path = tmp_path / f"{name}.parquet"
+            export_shard(s, path)
+        return path
+
+    old = shard("old", 20.0, datetime(2026, 1, 1), 25.0)
+    new = shard("new", 7.0, datetime(2026, 6, 1), 7.1)
+    for order in ((old, new), (new, old)):
+        with Store(tmp_path / f"central-{order[0].stem}.duckdb") as central:
+            first = ingest_shard(central, order[0])
+            second = ingest_shard(central, order[1])
+            assert first == {"rows": 1, "added": 1, "skipped": 0}
+            assert second == ({"rows": 1, "added": 0, "skipped": 0, "replaced": 1} if order[1] == new
+                              else {"rows": 1, "added": 0, "skipped": 1})
+            assert [m["median_us"] for m in central.measurements()] == [7.0]
+            assert [p["repeat_us"] for p in central.repeat_pairs()] == [7.1]
+            assert ingest_shard(central, new) == {"rows": 1, "added": 0, "skipped": 1}

@@ -45,7 +45,8 @@ def export_shard(store: Store, path: str | os.PathLike, device: str | None = Non
 
 
 def ingest_shard(store: Store, path: str | os.PathLike) -> dict:
-    """Merge one shard into the store in one transaction; returns {'rows', 'added', 'skipped'}."""
+    """Merge one shard into the store in one transaction; returns {'rows', 'added', 'skipped'} (and
+    'replaced': keys re-measured since the store's timing, whose newest timing wins)."""
     return store.ingest_shard(path)
 
 
@@ -61,12 +62,12 @@ def shard_paths(source: str | os.PathLike) -> list[Path]:
 
 def ingest_shards(store: Store, sources: Iterable[str | os.PathLike]) -> dict:
     """Ingest every shard the sources name, each in its own transaction; returns totals and per-file counts."""
-    totals = {"files": 0, "rows": 0, "added": 0, "skipped": 0, "per_file": {}}
+    totals = {"files": 0, "rows": 0, "added": 0, "skipped": 0, "replaced": 0, "per_file": {}}
     for source in sources:
         for shard in shard_paths(source):
             counts = store.ingest_shard(shard)
             totals["files"] += 1
-            for key in ("rows", "added", "skipped"):
-                totals[key] += counts[key]
+            for key in ("rows", "added", "skipped", "replaced"):
+                totals[key] += counts.get(key, 0)
             totals["per_file"][str(shard)] = counts
     return totals

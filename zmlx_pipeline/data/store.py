@@ -182,7 +182,22 @@ _INGEST_REPEATS_SQL = (
     "SELECT device_id, kernel, kernel_version, dtype, shape_key, config_key, rep.run_id, rep.median_us, "
     "rep.measured_at FROM (SELECT *, unnest(from_json(repeats, "
     "'[{\"run_id\": \"VARCHAR\", \"median_us\": \"DOUBLE\", \"measured_at\": \"TIMESTAMP\"}]')) AS rep "
-    "FROM _zmlx_shard WHERE repeats IS NOT NULL) ON CONFLICT DO NOTHING"
+    "FROM _zmlx_shard s WHERE repeats IS NOT NULL "
+    # only the repeats of the timing the store keeps: an older shard's repeats belong to a timing
+    # a newer one replaced, and paired with the new timing they would compare two different runs
+    "AND EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = s.run_id AND "
+    + " AND ".join(f"m.{c} = s.{c}" for c in _KEY_COLUMNS) + ")) ON CONFLICT DO NOTHING"
+)
+# Keys whose stored timing a shard replaces (the shard's is newer), found before the upsert: their
+# repeats go with the old timing.
+_REPLACED_SQL = (
+    "CREATE OR REPLACE TEMP TABLE _zmlx_replaced AS SELECT "
+    + ", ".join(f"s.{c}" for c in _KEY_COLUMNS) + " FROM _zmlx_shard s JOIN measurements m ON "
+    + " AND ".join(f"m.{c} = s.{c}" for c in _KEY_COLUMNS) + " WHERE s.measured_at > m.measured_at"
+)
+_DROP_REPLACED_REPEATS_SQL = (
+    "DELETE FROM repeats USING _zmlx_replaced r WHERE "
+    + " AND ".join(f"repeats.{c} = r.{c}" for c in _KEY_COLUMNS)
 )
 # The model registry: kernel_filter holds the kernel a model ranks; params/versions/scores are JSON.
 MODEL_COLUMNS = ("model_id", "kernel_filter", "created_at", "data_fingerprint", "params", "versions", "scores",
@@ -767,7 +782,8 @@ class Store:
         return int(rows)
 
     def ingest_shard(self, path: str | os.PathLike) -> dict:
-        """Merge one shard in one transaction (idempotent); returns {'rows', 'added', 'skipped'}."""
+        """Merge one shard in one transaction (idempotent); returns {'rows', 'added', 'skipped'}, and
+        'replaced' when the shard re-measured keys the store had older timings of (the newest wins)."""
         self._require_writable("ingest a shard")
         shard = Path(path)
         if not shard.is_file():
@@ -799,10 +815,15 @@ class Store:
             "status = CASE WHEN runs.status = 'running' THEN excluded.status ELSE runs.status END, "
             "finished_at = coalesce(runs.finished_at, excluded.finished_at)"
         )
+        # A key measured again (say, re-timed with another timer) keeps its newest timing, whichever
+        # shard is ingested first.
+        updated = [c for c in MEASUREMENT_COLUMNS if c not in _KEY_COLUMNS]
         measurements_sql = (
             f"INSERT INTO measurements ({', '.join(MEASUREMENT_COLUMNS)}) "
             f"SELECT {', '.join(col(c) for c in MEASUREMENT_COLUMNS)} FROM _zmlx_shard "
-            "ON CONFLICT DO NOTHING"
+            f"ON CONFLICT ({', '.join(_KEY_COLUMNS)}) DO UPDATE SET "
+            + ", ".join(f"{c} = excluded.{c}" for c in updated)
+            + " WHERE excluded.measured_at > measurements.measured_at"
         )
         try:
             with self._transaction() as con:
@@ -810,13 +831,20 @@ class Store:
                 (rows,) = con.execute("SELECT count(*) FROM _zmlx_shard").fetchone()
                 con.execute(devices_sql)
                 con.execute(runs_sql)
-                (added,) = con.execute(measurements_sql).fetchone()
+                con.execute(_REPLACED_SQL)
+                (replaced,) = con.execute("SELECT count(*) FROM _zmlx_replaced").fetchone()
+                con.execute(_DROP_REPLACED_REPEATS_SQL)
+                (changed,) = con.execute(measurements_sql).fetchone()  # inserted plus replaced
                 if "repeats" in columns:
                     con.execute(_INGEST_REPEATS_SQL)
                 con.execute("DROP TABLE _zmlx_shard")
+                con.execute("DROP TABLE _zmlx_replaced")
         except duckdb.Error as err:
             raise BadShard(f"{shard} could not be ingested, the store is unchanged: {_first_line(err)}") from err
-        return {"rows": int(rows), "added": int(added), "skipped": int(rows) - int(added)}
+        result = {"rows": int(rows), "added": int(changed) - int(replaced), "skipped": int(rows) - int(changed)}
+        if replaced:
+            result["replaced"] = int(replaced)
+        return result
 
 
 def _fsync_dir(directory: Path) -> None:

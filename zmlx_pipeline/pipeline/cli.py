@@ -271,7 +271,9 @@ def ingest(db, sources, as_json) -> None:
     if as_json:
         emit(result, True)
         return
-    click.echo(f"{result['files']} shard(s), {result['rows']} rows: {result['added']} added, {result['skipped']} already present")
+    replaced = f", {result['replaced']} replaced by newer timings" if result.get("replaced") else ""
+    click.echo(f"{result['files']} shard(s), {result['rows']} rows: {result['added']} added{replaced}, "
+               f"{result['skipped']} already present")
 
 
 @cli.command()
@@ -321,7 +323,9 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, as_json) ->
         emit(result, True)
         return
     ing = result["ingest"]
-    click.echo(f"ingested {ing['files']} shard(s) from {data_dir}: {ing['added']} new rows, {ing['skipped']} already present")
+    replaced = f", {ing['replaced']} replaced by newer timings" if ing.get("replaced") else ""
+    click.echo(f"ingested {ing['files']} shard(s) from {data_dir}: {ing['added']} new rows{replaced}, "
+               f"{ing['skipped']} already present")
     click.echo("\nscores: regret@k = time of the best of the model's top k / measured best (geometric mean over held-out cases)")
     tied = ("model_tied@1", "best_baseline_tied@1")  # noise-aware scores (models/evaluate.py)
     emit([{**r, **{k: f"{r[k]:.3f}" for k in ("model@1", "model@3", "model@5", "best_baseline@1", "hit_2pct", *tied)
