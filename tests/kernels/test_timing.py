@@ -203,3 +203,10 @@ def test_resolve_timer(monkeypatch):
     assert resolve_timer("auto", "cuda") == "chain"
     monkeypatch.setattr(cupti, "available", lambda: True)
     assert resolve_timer("auto", "cuda") == "gpu"
+
+    def no_torch():
+        raise cupti.CuptiUnavailable("torch is not importable")
+
+    monkeypatch.setattr(cupti, "require", no_torch)  # asked for by name, it is not silently "chain"
+    with pytest.raises(cupti.CuptiUnavailable, match="torch"):
+        resolve_timer("gpu", "cuda")

@@ -29,6 +29,11 @@ def _torch_profiler():
     return profile, ProfilerActivity
 
 
+def require() -> None:
+    """Raise CuptiUnavailable, with the reason, unless kernel durations can be read here."""
+    _torch_profiler()
+
+
 def available() -> bool:
     """Whether kernel durations can be read here (torch with CUDA and a GPU)."""
     try:

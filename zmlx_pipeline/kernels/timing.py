@@ -173,7 +173,7 @@ def resolve_timer(requested: str, backend: str) -> str:
             raise cupti.CuptiUnavailable(f"the gpu timer reads CUPTI, which only CUDA has (this is {backend})")
         return "chain"
     if requested == "gpu":
-        cupti._torch_profiler()  # raises with the reason
+        cupti.require()
         return "gpu"
     return "gpu" if cupti.available() else "chain"
 
