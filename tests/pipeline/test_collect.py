@@ -187,3 +187,18 @@ def test_asking_for_the_gpu_timer_on_metal_is_a_collect_error():
 
     with pytest.raises(CollectError, match="--timer chain"):
         GpuMeasurer("metal", TimingSettings(timer="gpu"))
+
+
+def test_repeats_only_time_again_what_their_timer_measured(store):
+    from zmlx_pipeline.pipeline.collect import TimingSettings, plan_repeats
+
+    spec = get_kernel("rmsnorm")
+    collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
+            settings=TimingSettings(timer="chain"))
+    collect(store, _device(), [spec], dtypes=["float32"], preset="smoke", measurer=_ok,
+            settings=TimingSettings(timer="gpu"))
+    every = plan_repeats(store, "nvidia-h200", [spec], 1.0)
+    chain = plan_repeats(store, "nvidia-h200", [spec], 1.0, timing="chain-difference")
+    gpu = plan_repeats(store, "nvidia-h200", [spec], 1.0, timing="gpu-cupti")
+    assert {t.dtype for t in chain} == {"float16"} and {t.dtype for t in gpu} == {"float32"}
+    assert len(chain) + len(gpu) == len(every) > 0

@@ -259,14 +259,24 @@ def collect(
     return result
 
 
-def plan_repeats(store: Store, device_id: str, specs: Sequence[KernelSpec], fraction: float) -> list[Task]:
-    """A deterministic sample (by key hash) of the device's ok measurements not yet repeated, shape-major."""
+def plan_repeats(store: Store, device_id: str, specs: Sequence[KernelSpec], fraction: float,
+                 timing: str | None = None) -> list[Task]:
+    """A deterministic sample (by key hash) of the device's ok measurements not yet repeated, shape-major.
+
+    With `timing` (a TIMER_LABELS value), only measurements taken with that timer: a repeat by
+    another timer would measure the timers' difference, not noise. Runs that predate the gpu timer
+    recorded no `timing` and were chain-timed.
+    """
     tasks = []
     threshold = int(fraction * 10_000)
     done = {(r["kernel"], r["dtype"], r["shape_key"], r["config_key"]) for r in store.repeats(device=device_id)}
+    run_timing = {r["run_id"]: (r.get("settings") or {}).get("timing", TIMER_LABELS["chain"])
+                  for r in store.runs(device=device_id)}
     for spec in specs:
         rows = store.measurements(device=device_id, kernel=spec.name, kernel_version=spec.version, status="ok")
         for r in rows:
+            if timing is not None and run_timing.get(r["run_id"], TIMER_LABELS["chain"]) != timing:
+                continue
             if int(r["config_key"][7:15], 16) % 10_000 >= threshold:
                 continue
             if (spec.name, r["dtype"], r["shape_key"], r["config_key"]) in done:
@@ -294,7 +304,7 @@ def repeat(
             raise CollectError("no Metal or CUDA backend in this MLX: repeats need the GPU the data came from")
         settings.rotate_bytes = settings.rotate_bytes or rotate_bytes_for(device.row)
         measurer = GpuMeasurer(device.backend, settings)
-    tasks = plan_repeats(store, device.device_id, specs, fraction)
+    tasks = plan_repeats(store, device.device_id, specs, fraction, timing=TIMER_LABELS.get(settings.timer))
     result = CollectResult(run_id=None, device_id=device.device_id, planned=len(tasks), already=0)
     if not tasks:
         return result
