@@ -176,6 +176,13 @@ _MEASUREMENT_TYPES = (
 )
 _KEY_COLUMNS = ("device_id", "kernel", "kernel_version", "dtype", "shape_key", "config_key")
 REPEAT_COLUMNS = _KEY_COLUMNS + ("run_id", "median_us", "measured_at")
+
+
+def _same_key(a: str, b: str) -> str:
+    """SQL that holds when tables `a` and `b` name the same measurement key."""
+    return " AND ".join(f"{a}.{c} = {b}.{c}" for c in _KEY_COLUMNS)
+
+
 # A shard's `repeats` column (a JSON list per key) back into the repeats table.
 _INGEST_REPEATS_SQL = (
     f"INSERT INTO repeats ({', '.join(REPEAT_COLUMNS)}) "
@@ -185,19 +192,18 @@ _INGEST_REPEATS_SQL = (
     "FROM _zmlx_shard s WHERE repeats IS NOT NULL "
     # only the repeats of the timing the store keeps: an older shard's repeats belong to a timing
     # a newer one replaced, and paired with the new timing they would compare two different runs
-    "AND EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = s.run_id AND "
-    + " AND ".join(f"m.{c} = s.{c}" for c in _KEY_COLUMNS) + ")) ON CONFLICT DO NOTHING"
+    "AND EXISTS (SELECT 1 FROM measurements m WHERE m.run_id = s.run_id AND " + _same_key("m", "s")
+    + ")) ON CONFLICT DO NOTHING"
 )
 # Keys whose stored timing a shard replaces (the shard's is newer), found before the upsert: their
 # repeats go with the old timing.
 _REPLACED_SQL = (
     "CREATE OR REPLACE TEMP TABLE _zmlx_replaced AS SELECT "
     + ", ".join(f"s.{c}" for c in _KEY_COLUMNS) + " FROM _zmlx_shard s JOIN measurements m ON "
-    + " AND ".join(f"m.{c} = s.{c}" for c in _KEY_COLUMNS) + " WHERE s.measured_at > m.measured_at"
+    + _same_key("m", "s") + " WHERE s.measured_at > m.measured_at"
 )
 _DROP_REPLACED_REPEATS_SQL = (
-    "DELETE FROM repeats USING _zmlx_replaced r WHERE "
-    + " AND ".join(f"repeats.{c} = r.{c}" for c in _KEY_COLUMNS)
+    "DELETE FROM repeats USING _zmlx_replaced r WHERE " + _same_key("repeats", "r")
 )
 # The model registry: kernel_filter holds the kernel a model ranks; params/versions/scores are JSON.
 MODEL_COLUMNS = ("model_id", "kernel_filter", "created_at", "data_fingerprint", "params", "versions", "scores",
@@ -763,9 +769,7 @@ class Store:
             "LEFT JOIN (SELECT device_id, kernel, kernel_version, dtype, shape_key, config_key, "
             "to_json(list({'run_id': run_id, 'median_us': median_us, 'measured_at': measured_at} "
             "ORDER BY measured_at))::VARCHAR AS repeats FROM repeats GROUP BY ALL) rp "
-            "ON rp.device_id = m.device_id AND rp.kernel = m.kernel AND rp.kernel_version = m.kernel_version "
-            "AND rp.dtype = m.dtype AND rp.shape_key = m.shape_key AND rp.config_key = m.config_key"
-            f"{where} "
+            f"ON {_same_key('rp', 'm')}{where} "
             "ORDER BY m.device_id, m.kernel, m.kernel_version, m.dtype, m.shape_key, m.config_key) "
             f"TO {_sql_literal(str(tmp))} (FORMAT parquet, COMPRESSION zstd, {metadata})"
         )

@@ -255,14 +255,18 @@ def measure(
     sets = inputs or (prepared.sets if prepared else None) or input_sets(launcher.spec, shape, dtype, seed, rotate_bytes)
     try:
         bound = launcher.bind(config, shape, dtype)
+
+        def launch(i: int):
+            return bound(sets[i % len(sets)])
+
         if timer == "gpu":
             timing = time_gpu(
-                lambda i: bound(sets[i % len(sets)]), launcher.kernel_name_part,
+                launch, launcher.kernel_name_part,
                 warmup=warmup, launches=gpu_launches, timeout_s=timeout_s, warmup_s=warmup_s, period=len(sets),
             )
         else:
             timing = time_launches(
-                lambda i: bound(sets[i % len(sets)]),
+                launch,
                 warmup=warmup, samples=samples, target_sample_s=target_sample_s, timeout_s=timeout_s,
                 warmup_s=warmup_s, period=len(sets), max_chain=max_chain,
             )
