@@ -20,6 +20,16 @@ def test_buckets_round_each_dimension_to_the_nearest_power_of_two():
     assert bucket_of([5, 6]) == (2, 3)
 
 
+def test_an_off_grid_shape_takes_the_bucket_nearest_its_exact_log2():
+    from zmlx_pipeline.runtime.lookup import _Table
+
+    table = _Table({}, {(13, 12): "8192x4096", (15, 12): "32768x4096", (15, 14): "32768x16384"})
+    # rounded, 18184 x 6144 is bucket (14, 13): all three are equally near and the first would win
+    assert table.nearest((18184, 6144)) == [(15, 12)]
+    assert table.nearest((9000, 4096), 2) == [(13, 12), (15, 12)]
+    assert _Table({}, {}).nearest((1, 2)) == []
+
+
 @pytest.mark.parametrize("device", ["nvidia-h100-sxm", "nvidia-h200"])
 def test_a_measured_shape_answers_with_its_measured_best(toy, device):
     for shape in ({"rows": 1, "cols": 1024}, {"rows": 4096, "cols": 4096}):
@@ -37,6 +47,32 @@ def test_an_unmeasured_shape_is_predicted_from_its_bucket(toy):
     assert p.config in TOY_CONFIGS
     assert p.predicted_us is not None and p.predicted_us > 0
     assert "never measured" not in p.note
+
+
+def test_a_shape_between_buckets_takes_candidates_from_both_neighbours(toy, toy_bundle):
+    from bundle_fixtures import latest_dir
+
+    root = latest_dir(toy_bundle[1])
+    meta = json.loads((root / "kernels.json").read_text())["kernels"]["toy_scale"]
+    tables = json.loads((root / "tables.json").read_text())["devices"]
+    buckets = json.loads((root / tables["nvidia-h200"]).read_text())["kernels"]["toy_scale"]["float16"]["buckets"]
+
+    def top(key):
+        best, cands = buckets[key][0], buckets[key][1]
+        return [meta["configs"][i] for i in [best] + [c for c in cands if c != best]][: meta["prune_k"]]
+
+    # rows 300 (2^8.2) has no bucket of its own: the nearest published is 1024 x 64 (distance 2.2^2),
+    # then 4096 x 64 (2^2 + 2.2^2); 1024 x 4096 is 3.8^2 away. Keys are "cols,rows".
+    p = predicted_config("toy_scale", {"rows": 300, "cols": 1024}, "float16", device="nvidia-h200")
+    near, other = top("10,6"), top("12,6")
+    assert p.bucket == {"rows": 64, "cols": 1024} and p.config == near[0]
+    assert p.candidates[:2] == [near[0], other[0]] if near[0] != other[0] else p.candidates[0] == near[0]
+    assert {json.dumps(c, sort_keys=True) for c in p.candidates} == \
+        {json.dumps(c, sort_keys=True) for c in near + other}
+    assert p.prune_k == len(p.candidates) >= meta["prune_k"]
+    # a shape inside a published bucket keeps that bucket's own top k
+    inside = predicted_config("toy_scale", {"rows": 3000, "cols": 1024}, "float16", device="nvidia-h200")
+    assert inside.candidates == top("10,12") and inside.prune_k == meta["prune_k"]
 
 
 def test_an_unmeasured_device_is_predicted_from_its_specs_and_says_so(toy):

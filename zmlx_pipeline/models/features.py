@@ -140,11 +140,14 @@ def kernel_features(
     kernel: str,
     bytes_moved: BytesMoved | None = None,
     tiles: TileAxes | None = None,
+    screen: bool = True,
 ) -> KernelFeatures:
     """The feature frame of one kernel's ok measurements (its newest kernel version).
 
     `tiles`: the kernel's tile axes for the geometry features; None looks up the registered kernel
-    of that name (declared_tiles), then Kernel Tuner's parameter names (named_tiles)."""
+    of that name (declared_tiles), then Kernel Tuner's parameter names (named_tiles).
+    `screen`: drop measurements faster than memory allows (drop_implausible). Off for candidate rows
+    to be scored, whose times are placeholders."""
     df = measurements.filter((pl.col("kernel") == kernel) & (pl.col("status") == "ok")
                              & (pl.col("median_us") > 0))
     if df.is_empty():
@@ -159,7 +162,8 @@ def kernel_features(
     if missing:
         raise FeatureError(f"devices {', '.join(sorted(missing))} have no row in the devices table")
     df = df.join(devices, on="device_id", how="left")
-    df = drop_implausible(df, bytes_moved or declared_bytes_moved(kernel))
+    if screen:
+        df = drop_implausible(df, bytes_moved or declared_bytes_moved(kernel))
 
     exprs: list[pl.Expr] = [
         pl.col("median_us").log().alias("log_time"),

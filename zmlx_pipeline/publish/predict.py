@@ -84,7 +84,10 @@ def featurize(features: KernelFeatures, rows: pl.DataFrame, devices: pl.DataFram
     anchor_devices = devices.filter(pl.col("device_id").is_in(features.frame["device_id"].unique().to_list()))
     anchor_devices = anchor_devices.with_columns((pl.lit(_ANCHOR) + pl.col("device_id")).alias("device_id"))
     union = pl.concat([rows.select(_MEASUREMENT_COLUMNS), anchors.select(_MEASUREMENT_COLUMNS)], how="vertical")
-    feats = kernel_features(union, pl.concat([devices, anchor_devices]), features.kernel, bytes_moved).frame
+    # no screening: the candidate rows' times are placeholders, and screening them as measurements
+    # dropped every shape larger than the L2 from the published tables
+    feats = kernel_features(union, pl.concat([devices, anchor_devices]), features.kernel, bytes_moved,
+                            screen=False).frame
     feats = feats.filter(~pl.col("device_id").str.starts_with(_ANCHOR))
     missing = sorted({c for c in (*features.features, *needed) if c not in feats.columns})
     if missing:

@@ -103,13 +103,11 @@ class _Table:
         self.buckets = buckets
         self.bucket_keys = sorted(buckets)
 
-    def nearest(self, bucket: tuple[int, ...]) -> tuple[int, ...] | None:
-        best, best_d = None, None
-        for key in self.bucket_keys:
-            d = sum((a - b) * (a - b) for a, b in zip(key, bucket))
-            if best_d is None or d < best_d:
-                best, best_d = key, d
-        return best
+    def nearest(self, values: tuple[int, ...], n: int = 1) -> list[tuple[int, ...]]:
+        """The n published buckets closest to the shape in log2 space, nearest first, from its exact
+        log2, not its rounded bucket (18184 x 6144 is nearer 32768 x 4096 than 8192 x 4096)."""
+        logs = [math.log2(v) for v in values]
+        return sorted(self.bucket_keys, key=lambda key: sum((a - b) * (a - b) for a, b in zip(key, logs)))[:n]
 
 
 class _Kernel:
@@ -312,20 +310,33 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
     values = tuple(shape_map[d] for d in k.dims)
     entry = table.measured.get(values)
     bucket_key = bucket_of(values)
+    prune_k = k.prune_k
+    second = None
     if entry is None:
         entry = table.buckets.get(bucket_key)
         if entry is None:
-            near = table.nearest(bucket_key)
-            if near is None:
+            near = table.nearest(values, 2)
+            if not near:
                 return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
                                 f"bundle {bundle.bundle_id} has no buckets of {kernel!r} for {device_id}")
-            note += "nearest published bucket " + ", ".join(f"{d}~2^{e}" for d, e in zip(k.dims, near)) + ". "
-            bucket_key = near
-            entry = table.buckets[near]
+            note += "nearest published bucket " + ", ".join(f"{d}~2^{e}" for d, e in zip(k.dims, near[0])) + ". "
+            bucket_key = near[0]
+            entry = table.buckets[near[0]]
+            second = table.buckets[near[1]] if len(near) > 1 else None
     best, cands, time_us, regret, evidence = entry[0], entry[1], entry[2], entry[3], entry[4]
     order = [best] + [c for c in cands if c != best]
+    if second is not None:
+        # a shape between published buckets: its candidates are both nearest buckets' top k,
+        # interleaved (the nearest's first), so the tuner also times what the other neighbour ranks
+        other = [second[0]] + [c for c in second[1] if c != second[0]]
+        merged = list(dict.fromkeys(c for pair in zip(order[:prune_k], other[:prune_k]) for c in pair))
+        merged += [c for c in order[:prune_k] + other[:prune_k] if c not in merged]
+        order = merged + [c for c in order if c not in merged]
+        note += "candidates from it and the next nearest. "
     limits = _limits(bundle, device_id, dtype_name)
     ranked = [k.configs[i] for i in order if k.legal(k.configs[i], shape_map, limits)]
+    if second is not None:
+        prune_k = max(1, sum(1 for i in merged if k.legal(k.configs[i], shape_map, limits)))
     if len(ranked) < len(order):
         dropped = len(order) - len(ranked)
         note += f"{dropped} candidate(s) illegal for this exact shape dropped. "
@@ -346,7 +357,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
     return Prediction(
         kernel, device_id, dtype_name, shape_map, dict(zip(k.dims, (1 << e if e >= 0 else 1 for e in bucket_key))),
         ranked, time_us, regret, evidence, note.strip(), cfg.get(k.tg_param) if k.tg_param else None,
-        k.prune_k, bundle.bundle_id, k.version,
+        prune_k, bundle.bundle_id, k.version,
     )
 
 
