@@ -336,7 +336,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
     limits = _limits(bundle, device_id, dtype_name)
     ranked = [k.configs[i] for i in order if k.legal(k.configs[i], shape_map, limits)]
     if second is not None:
-        prune_k = max(1, sum(1 for i in merged if k.legal(k.configs[i], shape_map, limits)))
+        prune_k = max(prune_k, sum(1 for i in merged if k.legal(k.configs[i], shape_map, limits)))
     if len(ranked) < len(order):
         dropped = len(order) - len(ranked)
         note += f"{dropped} candidate(s) illegal for this exact shape dropped. "
@@ -351,6 +351,13 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
             time_us = None
         elif ranked[0] != k.configs[best]:
             time_us = None
+        if len(ranked) < prune_k:
+            # the bucket's candidates are mostly illegal here (say, fewer experts than the bucket's):
+            # fill up to k from the kernel's overall ranking, so a tuner still has k to time
+            have = set(ranked)
+            ranked += [c for c in (k.configs[i] for i in k.order) if c not in have
+                       and k.legal(c, shape_map, limits)][: prune_k - len(ranked)]
+            note += "filled from the kernel's overall ranking. "
     if evidence == "predicted" and device_id not in k.trained:
         note += f"{device_id} was never measured: predicted from its specs. "
     cfg = dict(ranked[0])
