@@ -124,7 +124,9 @@ def bench_sklearn(cases_n, rng):
     spec = get_kernel(kernel)
     with threadpool_limits(limits=1):
         ranker = fit_kernel_model(features)
-        gbr = ranker.members[1] if hasattr(ranker, "members") else ranker
+        # the direct sklearn call: the first Pipeline-backed member of the ensemble (or the model itself)
+        members = list(getattr(ranker, "rankers", {}).values()) or list(getattr(ranker, "members", [])) or [ranker]
+        gbr = next(m for m in members if hasattr(m, "pipeline"))
         limits = Limits(max_threads=1024, simd_width=32, tg_mem_bytes=49152)
         cases = []
         for _ in range(cases_n):
