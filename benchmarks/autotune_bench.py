@@ -114,25 +114,21 @@ def config_key(config: dict) -> str:
     return json.dumps({k: int(v) for k, v in dict(config).items()}, sort_keys=True)
 
 
-#: the timer of every measurement here (collect's default: CUPTI kernel durations where torch can
-#: read them, else host-timed chains); set by --timer
-TIMER = ["auto"]
-
-
-def collect_settings(device_row):
-    """Collect's timing settings for this device: its defaults, inputs rotated over twice the L2 (as collect does)."""
+def collect_settings(device_row, timer: str = "auto"):
+    """Collect's timing settings for this device: its defaults, inputs rotated over twice the L2 (as collect
+    does), and `timer` (--timer) for every measurement here, exhaustive and pruned alike."""
     from zmlx_pipeline.kernels.harness import rotate_bytes_for
     from zmlx_pipeline.pipeline.collect import TimingSettings
 
-    return TimingSettings(rotate_bytes=rotate_bytes_for(device_row), timer=TIMER[0])
+    return TimingSettings(rotate_bytes=rotate_bytes_for(device_row), timer=timer)
 
 
-def exhaustive(plan, dtype: str, limits, backend: str, jobs: int, device_row) -> tuple[dict, int]:
-    """({case_id: {config json: median us or None}} for every legal config, timed as collect times; processes used)."""
+def exhaustive(plan, dtype: str, limits, backend: str, jobs: int, settings) -> tuple[dict, int]:
+    """({case_id: {config json: median us or None}} for every legal config, timed as collect times with
+    `settings` (collect_settings); processes used)."""
     from zmlx_pipeline.pipeline.collect import GpuMeasurer, Task
     from zmlx_pipeline.pipeline.parallel import measure_in_workers, partition
 
-    settings = collect_settings(device_row)
     tasks = [Task(spec, dtype, shape, cfg) for spec, shape in plan for cfg in spec.legal_configs(shape, dtype, limits)]
     if backend == "cuda" and jobs > 1:
         workers = len(partition(tasks, jobs))  # whole (kernel, dtype) groups: at most one worker per kernel here
@@ -364,7 +360,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    TIMER[0] = args.timer
 
     from zmlx_pipeline.data.detect import detect_backend, detect_device
 
@@ -399,10 +394,11 @@ def main(argv: Sequence[str] | None = None) -> int:
           file=sys.stderr)
 
     t0 = time.perf_counter()
-    first, workers = exhaustive(plan, args.dtype, limits, backend, args.jobs, device.row)
+    settings = collect_settings(device.row, args.timer)
+    first, workers = exhaustive(plan, args.dtype, limits, backend, args.jobs, settings)
     ex_wall = time.perf_counter() - t0
     t0 = time.perf_counter()
-    second = exhaustive(plan, args.dtype, limits, backend, args.jobs, device.row)[0] if args.repeat else {}
+    second = exhaustive(plan, args.dtype, limits, backend, args.jobs, settings)[0] if args.repeat else {}
     repeat_wall = time.perf_counter() - t0 if args.repeat else None
     print(f"exhaustive: {sum(len(v) for v in first.values())} configs timed in {ex_wall:.1f} s ({workers} workers)"
           f"{f'; timed again for the noise ceiling in {repeat_wall:.1f} s' if args.repeat else ''}", file=sys.stderr)
@@ -442,8 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             tuned = None if not args.tune else tune(
                 spec, shape, args.dtype, device=device.device_id, use_cache=False,
-                measure=harness_measure(args.warmup, args.iters, rotate_bytes=collect_settings(device.row).rotate_bytes,
-                                        timer=TIMER[0]),
+                measure=harness_measure(args.warmup, args.iters, rotate_bytes=settings.rotate_bytes,
+                                        timer=args.timer),
                 warmup=args.warmup, iters=args.iters)
         except harness.GpuUnhealthy as exc:
             print(f"GPU stopped answering ({exc}): stopping", file=sys.stderr)
@@ -462,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         snapshot("tuning")
 
     if args.h2h and stopped != "gpu_unhealthy":
-        pair_measurer = GpuMeasurer(backend, collect_settings(device.row))
+        pair_measurer = GpuMeasurer(backend, collect_settings(device.row, args.timer))
         print(f"head to head: {len(cases)} shapes, {args.h2h_rounds} rounds per pair", file=sys.stderr)
         start = time.perf_counter()
         for i, (spec, shape, tuned, pr_wall) in enumerate(cases):

@@ -229,7 +229,7 @@ def install_doubles(monkeypatch):
         info={"device_name": "NVIDIA H100 80GB HBM3"}, backend="cuda", gpu_cores=132))
     passes = []
 
-    def exhaustive(plan, dtype, limits, backend, jobs, device_row):
+    def exhaustive(plan, dtype, limits, backend, jobs, settings):
         # pass 1: config i of a case takes 10 + i us; pass 2: configs 0 and 1 swap places
         passes.append(len(plan))
         out = {}

@@ -325,23 +325,29 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
             second = table.buckets[near[1]] if len(near) > 1 else None
     best, cands, time_us, regret, evidence = entry[0], entry[1], entry[2], entry[3], entry[4]
     order = [best] + [c for c in cands if c != best]
+    merged: list[int] = []
     if second is not None:
         # a shape between published buckets: its candidates are both nearest buckets' top k,
         # interleaved (the nearest's first), so the tuner also times what the other neighbour ranks
         other = [second[0]] + [c for c in second[1] if c != second[0]]
-        merged = list(dict.fromkeys(c for pair in zip(order[:prune_k], other[:prune_k]) for c in pair))
-        merged += [c for c in order[:prune_k] + other[:prune_k] if c not in merged]
-        order = merged + [c for c in order if c not in merged]
+        pairs = [c for pair in zip(order[:prune_k], other[:prune_k]) for c in pair]
+        merged = list(dict.fromkeys(pairs + order[:prune_k] + other[:prune_k]))
+        order = list(dict.fromkeys(merged + order))
         note += "candidates from it and the next nearest. "
     limits = _limits(bundle, device_id, dtype_name)
-    ranked = [k.configs[i] for i in order if k.legal(k.configs[i], shape_map, limits)]
-    if second is not None:
-        prune_k = max(prune_k, sum(1 for i in merged if k.legal(k.configs[i], shape_map, limits)))
+    legal = {i: k.legal(k.configs[i], shape_map, limits) for i in order}
+    ranked = [k.configs[i] for i in order if legal[i]]
+    prune_k = max(prune_k, sum(legal[i] for i in merged))
+
+    def overall(exclude=()) -> list[Items]:
+        """The kernel's overall ranking, legal for this exact shape."""
+        return [c for c in (k.configs[i] for i in k.order) if c not in exclude and k.legal(c, shape_map, limits)]
+
     if len(ranked) < len(order):
         dropped = len(order) - len(ranked)
         note += f"{dropped} candidate(s) illegal for this exact shape dropped. "
         if not ranked:
-            fallback = [k.configs[i] for i in k.order if k.legal(k.configs[i], shape_map, limits)]
+            fallback = overall()
             if not fallback:
                 return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
                                 f"no config of {kernel!r} in the bundle is legal for this shape")
@@ -354,9 +360,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
         if len(ranked) < prune_k:
             # the bucket's candidates are mostly illegal here (say, fewer experts than the bucket's):
             # fill up to k from the kernel's overall ranking, so a tuner still has k to time
-            have = set(ranked)
-            ranked += [c for c in (k.configs[i] for i in k.order) if c not in have
-                       and k.legal(c, shape_map, limits)][: prune_k - len(ranked)]
+            ranked += overall(set(ranked))[: prune_k - len(ranked)]
             note += "filled from the kernel's overall ranking. "
     if evidence == "predicted" and device_id not in k.trained:
         note += f"{device_id} was never measured: predicted from its specs. "
