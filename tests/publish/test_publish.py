@@ -10,6 +10,7 @@ from bundle_fixtures import TOY_DEVICES, TOY_SHAPES, build_toy, fill_toy, latest
 from zmlx_pipeline.data.catalog import load_catalog
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.publish import ModelSourceError, publish
+from zmlx_pipeline.publish.build import STORE_K
 from zmlx_pipeline.runtime import cache as cache_file
 
 
@@ -60,8 +61,12 @@ def test_entries_carry_config_candidates_time_regret_and_evidence(toy_bundle):
         assert meta["configs"][best] == toy_best("nvidia-h100-sxm", shape)
         assert (regret, evidence, n) == (1.0, "measured", 12) and cands[0] == best and best_us > 0
     for bucket, (best, cands, pred_us, regret, evidence, n) in h100["buckets"].items():
-        assert evidence == "predicted" and len(cands) == max(8, meta["prune_k"]) and pred_us > 0
-    assert meta["prune_k"] >= 1
+        assert evidence == "predicted" and len(cands) == min(len(meta["configs"]), meta["stored_k"]) and pred_us > 0
+    assert meta["stored_k"] == max(STORE_K, meta["prune_k_trained"])
+    # the published k: training's, or more where the replay through the lookup needs more
+    replay = meta["prune_k_lookup"]
+    assert replay["cases"] > 0 and replay["max_k"] == min(meta["stored_k"], len(meta["configs"]))
+    assert meta["prune_k"] == max(meta["prune_k_trained"], replay["k"] if replay["k"] is not None else replay["max_k"])
     regret = meta["expected_regret"]
     assert regret["unseen_device"] >= 1.0  # two devices: each left out once
     seen = regret["seen_device"] if regret["seen_device"] is not None else regret["unseen_device"]

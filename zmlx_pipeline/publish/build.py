@@ -37,8 +37,11 @@ from zmlx_pipeline.publish.predict import (
 from zmlx_pipeline.runtime.cache import device_key, entry_key, entry_value
 from zmlx_pipeline.runtime.lookup import bucket_of
 
-#: ranked configs kept per entry (at least the pruning k)
-STORE_K = 8
+#: ranked configs kept per entry (at least the pruning k): the lookup-path replay (publish/runtime_k.py)
+#: found 8 too few for most kernels (66-93% of left-out shapes hit at 8), so entries keep 16
+STORE_K = 16
+#: ranked configs of each entry that vote for a device's learned threadgroups
+PROFILE_K = 8
 #: candidate rows scored at once (bounds memory on large config spaces)
 CHUNK_ROWS = 200_000
 #: the dimension a kernel's threadgroup spans, for the per-row-length threadgroup tables
@@ -262,7 +265,35 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
         "trained_dtypes": sorted(f.frame["dtype"].unique().to_list()),
         "spec": "registered" if spec is not None else "measured configs only",
     }
+    meta.update(_runtime_prune_k(km, tables, meta, devices, configs_for, store_k, progress))
     return tables, meta
+
+
+def _runtime_prune_k(km: KernelModel, tables: KernelTables, meta: dict, devices: dict[str, dict],
+                     configs_for: Callable[[str, str, dict], list], store_k: int,
+                     progress: Progress | None) -> dict[str, Any]:
+    """The published prune_k: the larger of training's and the one measured through the lookup path
+    (publish/runtime_k.py), with both and the replay's hit share recorded beside it."""
+    from zmlx_pipeline.publish.runtime_k import runtime_k
+    from zmlx_pipeline.runtime.lookup import DTYPE_BYTES
+
+    def limits_for(device: str, dtype: str) -> dict:
+        lk = _limits_key(devices[device])
+        return {"max_threads": lk[0], "simd_width": lk[1], "tg_mem_bytes": lk[2], "dtype_bytes": DTYPE_BYTES[dtype]}
+
+    measured = [d for d in meta["trained_devices"] if d in devices]
+    max_k = min(store_k, len(tables.configs))  # an entry holds at most this many candidates
+    rk = runtime_k(km.features.frame, {**meta, "name": km.features.kernel}, tables.entries, tables.bucket_shapes,
+                   limits_for, lambda d, t, s: len(configs_for(d, t, s)), max_k, devices=measured)
+    if progress:
+        progress(f"{km.features.kernel}: prune k {km.prune_k} from training, {rk.k} through the lookup "
+                 f"({rk.cases} cases, hit share {rk.share})")
+    through_lookup = rk.k if rk.k is not None else (max_k if rk.cases else None)
+    return {
+        "prune_k": max(int(km.prune_k), through_lookup or 0),
+        "prune_k_trained": int(km.prune_k),
+        "prune_k_lookup": {"k": rk.k, "hit_share": _round(rk.share), "cases": rk.cases, "max_k": rk.max_k},
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -272,7 +303,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
 def _tg_weights(entries: Iterable[list], configs: list[dict], tg_param: str) -> dict[int, float]:
     weights: dict[int, float] = defaultdict(float)
     for entry in entries:
-        for r, i in enumerate(entry[1][:STORE_K]):  # the first STORE_K of every entry, whatever its k
+        for r, i in enumerate(entry[1][:PROFILE_K]):  # the first PROFILE_K of every entry, whatever its k
             tg = configs[i].get(tg_param)
             if isinstance(tg, (int, float)) and tg > 0:
                 weights[int(tg)] += 1.0 / (r + 1)

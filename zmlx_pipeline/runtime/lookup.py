@@ -275,6 +275,78 @@ def _default(bundle: Bundle | None, kernel: str, k: _Kernel | None, device: str 
                       k.prune_k, bundle_id, k.version)
 
 
+class Ranked:
+    """A table's ranked candidates for one exact shape (what `_resolve` answers from, and what publish
+    replays to measure the pruning k through this very path); `failure` names why there are none."""
+
+    __slots__ = ("entry", "bucket_key", "ranked", "prune_k", "note", "from_overall", "failure")
+
+    def __init__(self, entry=None, bucket_key=(), ranked=(), prune_k=0, note="", from_overall=False, failure=""):
+        self.entry = entry
+        self.bucket_key = bucket_key
+        self.ranked = list(ranked)
+        self.prune_k = prune_k
+        self.note = note
+        self.from_overall = from_overall
+        self.failure = failure
+
+
+def rank_in_table(k: "_Kernel", table: "_Table", values: tuple[int, ...], shape_map: dict, limits: dict,
+                  prune_k: int | None = None) -> Ranked:
+    """The measured entry for this exact shape, else its bucket's, else both nearest buckets' interleaved;
+    candidates illegal for the exact shape dropped and, when too few are left, filled from the kernel's
+    overall ranking. `prune_k` overrides the kernel's (publish tries several)."""
+    prune_k = k.prune_k if prune_k is None else prune_k
+    note = ""
+    entry = table.measured.get(values)
+    bucket_key = bucket_of(values)
+    second = None
+    if entry is None:
+        entry = table.buckets.get(bucket_key)
+        if entry is None:
+            near = table.nearest(values, 2)
+            if not near:
+                return Ranked(failure="no buckets")
+            note += "nearest published bucket " + ", ".join(f"{d}~2^{e}" for d, e in zip(k.dims, near[0])) + ". "
+            bucket_key = near[0]
+            entry = table.buckets[near[0]]
+            second = table.buckets[near[1]] if len(near) > 1 else None
+    best, cands = entry[0], entry[1]
+    order = [best] + [c for c in cands if c != best]
+    merged: list[int] = []
+    if second is not None:
+        # a shape between published buckets: its candidates are both nearest buckets' top k,
+        # interleaved (the nearest's first), so the tuner also times what the other neighbour ranks
+        other = [second[0]] + [c for c in second[1] if c != second[0]]
+        pairs = [c for pair in zip(order[:prune_k], other[:prune_k]) for c in pair]
+        merged = list(dict.fromkeys(pairs + order[:prune_k] + other[:prune_k]))
+        order = list(dict.fromkeys(merged + order))
+        note += "candidates from it and the next nearest. "
+    legal = {i: k.legal(k.configs[i], shape_map, limits) for i in order}
+    ranked = [k.configs[i] for i in order if legal[i]]
+    prune_k = max(prune_k, sum(legal[i] for i in merged))
+
+    def overall(exclude=()) -> list[Items]:
+        """The kernel's overall ranking, legal for this exact shape."""
+        return [c for c in (k.configs[i] for i in k.order) if c not in exclude and k.legal(c, shape_map, limits)]
+
+    from_overall = False
+    if len(ranked) < len(order):
+        note += f"{len(order) - len(ranked)} candidate(s) illegal for this exact shape dropped. "
+        if not ranked:
+            ranked = overall()[: len(order)]
+            if not ranked:
+                return Ranked(failure="no legal config")
+            note += "answered from the kernel's overall ranking. "
+            from_overall = True
+        if len(ranked) < prune_k:
+            # the bucket's candidates are mostly illegal here (say, fewer experts than the bucket's):
+            # fill up to k from the kernel's overall ranking, so a tuner still has k to time
+            ranked += overall(set(ranked))[: prune_k - len(ranked)]
+            note += "filled from the kernel's overall ranking. "
+    return Ranked(entry, bucket_key, ranked, prune_k, note, from_overall)
+
+
 def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Prediction:
     bundle = active_bundle()
     dtype_name = _dtype_name(dtype)
@@ -308,60 +380,21 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
         return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
                         f"bundle {bundle.bundle_id} has no {dtype_name} table of {kernel!r} for {device_id}")
     values = tuple(shape_map[d] for d in k.dims)
-    entry = table.measured.get(values)
-    bucket_key = bucket_of(values)
-    prune_k = k.prune_k
-    second = None
-    if entry is None:
-        entry = table.buckets.get(bucket_key)
-        if entry is None:
-            near = table.nearest(values, 2)
-            if not near:
-                return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
-                                f"bundle {bundle.bundle_id} has no buckets of {kernel!r} for {device_id}")
-            note += "nearest published bucket " + ", ".join(f"{d}~2^{e}" for d, e in zip(k.dims, near[0])) + ". "
-            bucket_key = near[0]
-            entry = table.buckets[near[0]]
-            second = table.buckets[near[1]] if len(near) > 1 else None
-    best, cands, time_us, regret, evidence = entry[0], entry[1], entry[2], entry[3], entry[4]
-    order = [best] + [c for c in cands if c != best]
-    merged: list[int] = []
-    if second is not None:
-        # a shape between published buckets: its candidates are both nearest buckets' top k,
-        # interleaved (the nearest's first), so the tuner also times what the other neighbour ranks
-        other = [second[0]] + [c for c in second[1] if c != second[0]]
-        pairs = [c for pair in zip(order[:prune_k], other[:prune_k]) for c in pair]
-        merged = list(dict.fromkeys(pairs + order[:prune_k] + other[:prune_k]))
-        order = list(dict.fromkeys(merged + order))
-        note += "candidates from it and the next nearest. "
     limits = _limits(bundle, device_id, dtype_name)
-    legal = {i: k.legal(k.configs[i], shape_map, limits) for i in order}
-    ranked = [k.configs[i] for i in order if legal[i]]
-    prune_k = max(prune_k, sum(legal[i] for i in merged))
-
-    def overall(exclude=()) -> list[Items]:
-        """The kernel's overall ranking, legal for this exact shape."""
-        return [c for c in (k.configs[i] for i in k.order) if c not in exclude and k.legal(c, shape_map, limits)]
-
-    if len(ranked) < len(order):
-        dropped = len(order) - len(ranked)
-        note += f"{dropped} candidate(s) illegal for this exact shape dropped. "
-        if not ranked:
-            fallback = overall()
-            if not fallback:
-                return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
-                                f"no config of {kernel!r} in the bundle is legal for this shape")
-            ranked = fallback[: len(order)]
-            note += "answered from the kernel's overall ranking. "
-            evidence = "predicted" if evidence == "measured" else evidence
-            time_us = None
-        elif ranked[0] != k.configs[best]:
-            time_us = None
-        if len(ranked) < prune_k:
-            # the bucket's candidates are mostly illegal here (say, fewer experts than the bucket's):
-            # fill up to k from the kernel's overall ranking, so a tuner still has k to time
-            ranked += overall(set(ranked))[: prune_k - len(ranked)]
-            note += "filled from the kernel's overall ranking. "
+    r = rank_in_table(k, table, values, shape_map, limits)
+    if r.failure == "no buckets":
+        return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+                        f"bundle {bundle.bundle_id} has no buckets of {kernel!r} for {device_id}")
+    if r.failure == "no legal config":
+        return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+                        f"no config of {kernel!r} in the bundle is legal for this shape")
+    note += r.note
+    ranked, bucket_key, prune_k = r.ranked, r.bucket_key, r.prune_k
+    time_us, regret, evidence = r.entry[2], r.entry[3], r.entry[4]
+    if r.from_overall:
+        evidence = "predicted" if evidence == "measured" else evidence
+    if r.from_overall or ranked[0] != k.configs[r.entry[0]]:
+        time_us = None
     if evidence == "predicted" and device_id not in k.trained:
         note += f"{device_id} was never measured: predicted from its specs. "
     cfg = dict(ranked[0])

@@ -1,0 +1,104 @@
+"""The pruning k measured through the runtime's own lookup path, on shapes the tables are made to not know.
+
+Training's k (`KernelModel.prune_k`) is the smallest k whose model top-k holds a config within 2% of
+the best on 95% of held-out cases. The runtime answers an unseen shape differently: from the
+prediction for its bucket's representative shape, or from the two nearest buckets interleaved,
+then drops configs illegal for the exact shape. Here every fully measured (device, dtype, shape)
+is looked up with its own measured entry taken out of the table (and its bucket too, when that
+bucket's prediction was made at this very shape), through `runtime.lookup.rank_in_table`, and the
+autotuner's rule is applied: time the first min(k, a fifth of the legal configs) candidates. The
+published k is the smallest k whose timed candidates hold a config within 2% of the measured best
+on 95% of those cases. The neighbouring buckets' predictions come from a model that saw this shape,
+so the check leans optimistic; publish takes the larger of this k and training's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+import polars as pl
+
+from zmlx_pipeline.runtime.autotune import MAX_FRACTION
+from zmlx_pipeline.runtime.lookup import _Kernel, _Table, bucket_of, rank_in_table
+
+#: a config within this factor of the measured best counts as a hit (the pruning rule's 2%)
+HIT_WITHIN = 1.02
+#: share of cases the timed candidates must hit
+HIT_SHARE = 0.95
+#: a case counts only when at least this share of its legal configs was measured
+FULL_SWEEP = 0.9
+
+
+@dataclass(frozen=True)
+class RuntimeK:
+    k: int | None          # smallest k reaching HIT_SHARE; None when no k up to max_k does
+    share: float | None    # hit share at k (at max_k when k is None)
+    cases: int             # fully measured cases replayed
+    max_k: int
+
+
+def _key(text: str) -> tuple[int, ...]:
+    return tuple(int(v) for v in text.split(","))
+
+
+def _items(config: Mapping) -> tuple:
+    return tuple(sorted(config.items()))
+
+
+def runtime_k(frame: pl.DataFrame, meta: dict, entries: Mapping[str, Mapping[str, dict]], bucket_shapes: Mapping[str, dict],
+              limits_for: Callable[[str, str], dict], n_legal: Callable[[str, str, dict], int], max_k: int,
+              devices: Sequence[str] | None = None) -> RuntimeK:
+    """Replay every fully measured case of `frame` (one kernel's features frame) through the lookup.
+
+    `entries[device][dtype]` holds the published "measured" and "buckets" dicts (keys as in the bundle),
+    `limits_for(device, dtype)` the lookup's limits, `n_legal(device, dtype, shape)` the legal configs
+    of the exact shape; k runs from 1 to `max_k` (the candidates an entry stores).
+    """
+    kernel = _Kernel(meta.get("name", "kernel"), meta)
+    dims = list(meta["dims"])
+    cols = ["device_id", "dtype", "shape_key", "shape", "config", "median_us"]
+    cases_frame = (frame.select(cols).group_by(["device_id", "dtype", "shape_key"], maintain_order=True)
+                   .agg(pl.col("shape").first(), pl.col("config"), pl.col("median_us")))
+    cases = []  # (kernel table without this shape, values, shape, limits, cap, set of hit configs)
+    for row in cases_frame.iter_rows(named=True):
+        device, dtype = row["device_id"], row["dtype"]
+        if devices is not None and device not in devices:
+            continue
+        t = entries.get(device, {}).get(dtype)
+        if not t:
+            continue
+        shape = {d: int(v) for d, v in json.loads(row["shape"]).items()}
+        if any(d not in shape for d in dims):
+            continue
+        legal_n = n_legal(device, dtype, shape)
+        times = row["median_us"]
+        if not times or legal_n <= 0 or len(times) < FULL_SWEEP * legal_n:
+            continue
+        best = min(times)
+        hits = {_items(json.loads(c)) for c, us in zip(row["config"], times) if us <= HIT_WITHIN * best}
+        values = tuple(shape[d] for d in dims)
+        bucket = ",".join(str(e) for e in bucket_of(values))
+        own = bucket_shapes.get(bucket)
+        buckets = {_key(b): e for b, e in t["buckets"].items()
+                   if not (b == bucket and own is not None and all(int(own[d]) == shape[d] for d in dims))}
+        measured = {_key(m): e for m, e in t["measured"].items() if _key(m) != values}
+        table = _Table(measured, buckets)
+        cap = max(1, int(legal_n * MAX_FRACTION))
+        cases.append((table, values, shape, limits_for(device, dtype), cap, hits))
+    if not cases:
+        return RuntimeK(None, None, 0, max_k)
+    share = None
+    for k in range(1, max_k + 1):
+        hit = 0
+        for table, values, shape, limits, cap, hits in cases:
+            r = rank_in_table(kernel, table, values, shape, limits, prune_k=k)
+            if r.failure:
+                continue
+            if any(c in hits for c in r.ranked[: min(cap, r.prune_k)]):
+                hit += 1
+        share = hit / len(cases)
+        if share >= HIT_SHARE:
+            return RuntimeK(k, share, len(cases), max_k)
+    return RuntimeK(None, share, len(cases), max_k)
