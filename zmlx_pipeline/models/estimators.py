@@ -37,6 +37,9 @@ prediction cannot drift apart. Variants (MODEL_VARIANTS):
 - `ensemble_light`: the same with `gbr_shared_light` (50 trees, not 200) and `transfer_light`
   (20 trees per device, not 60): under half the fitting time, picks that move a little either way
   (notes/learning.md, "Training and evaluation time").
+- `split_rel`: a different model for the devices seen in training (the mean of `gbr_rel`,
+  `gbr_rel_clip2`, clipped at 2x, and `gbr_rel_top`, each case's fastest configs weighted up) and
+  for new devices (`ensemble`, its unseen setting only): SeenUnseenRanker;
 
 The default was chosen by the scores of evaluate.py (leave-one-device-out on the Kernel Tuner
 files, both splits on our H100/H200 data); its weights are never fitted on the rows it is
@@ -215,14 +218,25 @@ def clear_fit_cache() -> None:
 class PipelineRanker(Ranker):
     """A scikit-learn Pipeline regressing log time, or the clipped per-case normalised log time."""
 
+    # class-level default, for rankers restored from model files saved before the attribute existed
+    top_weight: float = 0.0
+    top_scale: float = 0.1
+
     def __init__(self, features: KernelFeatures, estimator, target: str = "log_time",
-                 clip: float | None = None, name: str = "pipeline") -> None:
+                 clip: float | None = None, top_weight: float = 0.0, top_scale: float = 0.1,
+                 name: str = "pipeline") -> None:
         super().__init__(features)
         if target not in TARGETS:
             raise ModelError(f"unknown target {target!r}; expected one of {', '.join(TARGETS)}")
+        if top_weight < 0 or top_scale <= 0:
+            raise ModelError(f"top_weight must be >= 0 and top_scale > 0, got {top_weight}, {top_scale}")
+        if top_weight and target != "log_rel":
+            raise ModelError("top_weight weighs rows by log(time / case best): it needs target log_rel")
         self.pipeline = make_pipeline(features, estimator)
         self.target = target
         self.clip = clip
+        self.top_weight = top_weight
+        self.top_scale = top_scale
         self.name = name
 
     def fit(self, train: pl.DataFrame) -> "PipelineRanker":
@@ -230,9 +244,12 @@ class PipelineRanker(Ranker):
             raise ModelError(f"{self.features.kernel}: no training rows")
         train = fit_sample(train)
         y = train[self.target].to_numpy()
+        # with top_weight, a row weighs 1 + top_weight * exp(-log_rel / top_scale): each case's fastest
+        # configs count up to (1 + top_weight) times (DeviceTransferRanker's ranking-loss surrogate)
+        weight = 1.0 + self.top_weight * np.exp(-y / self.top_scale) if self.top_weight else None
         if self.clip is not None:
             y = np.minimum(y, self.clip)
-        self.pipeline = fit_cached(self.pipeline, train.select(self.features.features), y)
+        self.pipeline = fit_cached(self.pipeline, train.select(self.features.features), y, weight)
         return self
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
@@ -700,6 +717,86 @@ class CVEnsembleRanker(Ranker):
         return out
 
 
+class SeenUnseenRanker(Ranker):
+    """One model for the devices seen in training, another for new ones.
+
+    Rows of a device the ranker was trained on are scored by the mean of the `seen` members' scores,
+    each made relative to its best in the case (no selection: a fixed choice); rows of any other
+    device by the `unseen` variant, a CVEnsembleRanker that chooses its own weights by leaving
+    training devices out (only its unseen setting is fitted). The seen members see every feature,
+    the device specs included, so on a measured device they learn its own order of the configs; on a
+    new device such a model extrapolates from a handful of training devices, which the ensemble's
+    similarity-weighted members do better (notes/learning.md).
+
+    Like CVEnsembleRanker it takes `only` ("seen" or "unseen": fit just that part, and refuse rows of
+    the other kind) and `fixed` (selection() of another fit: the unseen ensemble skips its inner
+    cross-validation).
+    """
+
+    fixed: dict | None = None
+    only: str | None = None
+
+    def __init__(self, features: KernelFeatures, seen: Sequence[str], unseen: str = "ensemble",
+                 name: str = "split") -> None:
+        super().__init__(features)
+        if not seen:
+            raise ModelError("a seen/unseen ranker needs at least one seen member")
+        unknown = [m for m in (*seen, unseen) if m not in MODEL_VARIANTS]
+        if unknown:
+            raise ModelError(f"unknown member(s) {', '.join(unknown)}")
+        if any(isinstance(make_ranker(features, m), SeenUnseenRanker) for m in seen):
+            raise ModelError("a seen/unseen ranker cannot nest another")
+        if not isinstance(make_ranker(features, unseen), CVEnsembleRanker):
+            raise ModelError(f"the unseen model {unseen!r} must be a cross-validated ensemble")
+        self.seen_names = list(seen)
+        self.unseen_name = unseen
+        self.name = name
+        self.seen_rankers: dict[str, Ranker] = {}
+        self.unseen_ranker: Ranker | None = None
+        self.train_devices: list[str] = []
+
+    def fit(self, train: pl.DataFrame) -> "SeenUnseenRanker":
+        if train.is_empty():
+            raise ModelError(f"{self.features.kernel}: no training rows")
+        only = self.only
+        if only not in (None, "seen", "unseen"):
+            raise ModelError(f"setting {only!r}: expected seen, unseen or None")
+        self.train_devices = sorted(train["device_id"].unique().to_list())
+        self.seen_rankers = ({} if only == "unseen" else
+                             {m: make_ranker(self.features, m).fit(train) for m in self.seen_names})
+        self.unseen_ranker = None
+        if only != "seen":
+            ranker = make_ranker(self.features, self.unseen_name)
+            if self.fixed and self.fixed.get("unseen"):
+                ranker.fixed = self.fixed["unseen"]
+            else:
+                ranker.only = "unseen"
+            self.unseen_ranker = ranker.fit(train)
+        return self
+
+    def selection(self) -> dict:
+        """The unseen ensemble's selection (set as `fixed` on an unfitted one to skip its inner CV)."""
+        selection = getattr(self.unseen_ranker, "selection", None)
+        return {"unseen": selection() if callable(selection) else None}
+
+    def score(self, test: pl.DataFrame) -> np.ndarray:
+        seen = test["device_id"].is_in(self.train_devices).to_numpy()
+        if seen.any() and not self.seen_rankers:
+            raise ModelError(f"{self.features.kernel}: fitted for new devices only; refit without `only` "
+                             "to score a training device")
+        if (~seen).any() and self.unseen_ranker is None:
+            raise ModelError(f"{self.features.kernel}: fitted for training devices only; refit without "
+                             "`only` to score a new device")
+        out = np.zeros(test.height)
+        if seen.any():
+            part = test.filter(pl.Series(seen))
+            out[seen] = sum(relative_to_case(part, r.score(part)) for r in self.seen_rankers.values()) \
+                / len(self.seen_rankers)
+        if (~seen).any():
+            out[~seen] = self.unseen_ranker.score(test.filter(pl.Series(~seen)))
+        return out
+
+
 def _gbr(random_state: int = 0, max_iter: int = 200, learning_rate: float = 0.1) -> HistGradientBoostingRegressor:
     return HistGradientBoostingRegressor(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=31,
                                          early_stopping=False, random_state=random_state)
@@ -784,9 +881,17 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "transfer_light": lambda f: DeviceTransferRanker(f, "gbr_light", name="transfer_light"),
     "ensemble_light": lambda f: CVEnsembleRanker(f, ("prior", "transfer_light", "gbr_shared_light", "simd_aligned"),
                                                  ("prior", "transfer_light", "prior_uniform"), name="ensemble_light"),
+    # gbr_rel clipped at 2x (not 4x), and gbr_rel with each case's fast configs weighted up (as `transfer`)
+    "gbr_rel_clip2": lambda f: PipelineRanker(f, _gbr(), target="log_rel", clip=math.log(2.0), name="gbr_rel_clip2"),
+    "gbr_rel_top": lambda f: PipelineRanker(f, _gbr(), target="log_rel", clip=CLIP_LOG_REL, top_weight=4.0,
+                                            top_scale=0.1, name="gbr_rel_top"),
+    # the three gbr_rel variants averaged for the devices seen in training, the ensemble for new ones
+    # (notes/learning.md, "gbr_rel for seen devices")
+    "split_rel": lambda f: SeenUnseenRanker(f, SPLIT_REL_SEEN, "ensemble", name="split_rel"),
 }
 ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV
 ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave
+SPLIT_REL_SEEN = ("gbr_rel", "gbr_rel_clip2", "gbr_rel_top")  # split_rel's members for seen devices
 DEFAULT_MODEL = "ensemble"
 
 

@@ -703,7 +703,7 @@ def _score_fold(features: KernelFeatures, index: int, split: str, ks: Sequence[i
             ranker = make_ranker(features, model)
             if fixed and fixed.get(model):
                 ranker.fixed = fixed[model]
-            elif hasattr(ranker, "only"):  # an ensemble chooses only the setting this fold's test rows use
+            if hasattr(ranker, "only"):  # an ensemble fits only the setting this fold's test rows use
                 ranker.only = "seen" if seen.all() else "unseen" if not seen.any() else None
             scores[model] = ranker.fit(train).score(test)
         if baselines:
