@@ -90,3 +90,23 @@ def test_cases_not_swept_fully_are_skipped():
     entries = {"measured": {}, "buckets": {"6,10": _entry([0, 1, 6, 5, 2])}}
     rk = _replay(_frame([(SHAPE, partial)]), entries, {"6,10": {"rows": 64, "cols": 1024}})
     assert rk.cases == 0 and rk.k is None
+
+
+def test_dim_weights_pull_a_shape_towards_buckets_that_match_the_dimension_that_decides():
+    from zmlx_pipeline.publish.runtime_k import choose_dim_weights, replay_cases
+
+    # rows 2^7 (own bucket left out: predicted at this shape). Unweighted, three buckets are one step
+    # away and the two that differ in cols come first (key order), ranking configs 0, 1, 2; the one that
+    # matches cols ranks the case's best (config 5) first. Weighting cols makes it the nearest: k = 1.
+    shape = {"rows": 128, "cols": 1024}
+    entries = {"measured": {}, "buckets": {"7,10": _entry([0, 1]), "7,11": _entry([0, 1, 2]),
+                                            "7,9": _entry([1, 0, 2]), "8,10": _entry([5, 0])}}
+    shapes = {"7,10": dict(shape), "7,11": {"rows": 128, "cols": 2048}, "7,9": {"rows": 128, "cols": 512},
+              "8,10": {"rows": 256, "cols": 1024}}
+    frame = _frame([(shape, TIMES)])
+    plain = _replay(frame, entries, shapes)
+    assert plain.k is None or plain.k > 1
+    cases = replay_cases(frame, META, {"gpu": {"float16": entries}}, shapes, lambda d, t: LIMITS,
+                         lambda d, t, s: 40)
+    weights, rk = choose_dim_weights(META, cases, 8)
+    assert weights == {"rows": 1.0, "cols": 4.0} and rk.k == 1

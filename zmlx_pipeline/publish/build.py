@@ -274,7 +274,7 @@ def _runtime_prune_k(km: KernelModel, tables: KernelTables, meta: dict, devices:
                      progress: Progress | None) -> dict[str, Any]:
     """The published prune_k: the larger of training's and the one measured through the lookup path
     (publish/runtime_k.py), with both and the replay's hit share recorded beside it."""
-    from zmlx_pipeline.publish.runtime_k import runtime_k
+    from zmlx_pipeline.publish.runtime_k import choose_dim_weights, replay_cases
     from zmlx_pipeline.runtime.lookup import DTYPE_BYTES
 
     def limits_for(device: str, dtype: str) -> dict:
@@ -283,16 +283,19 @@ def _runtime_prune_k(km: KernelModel, tables: KernelTables, meta: dict, devices:
 
     measured = [d for d in meta["trained_devices"] if d in devices]
     max_k = min(store_k, len(tables.configs))  # an entry holds at most this many candidates
-    rk = runtime_k(km.features.frame, {**meta, "name": km.features.kernel}, tables.entries, tables.bucket_shapes,
-                   limits_for, lambda d, t, s: len(configs_for(d, t, s)), max_k, devices=measured)
+    named = {**meta, "name": km.features.kernel}
+    cases = replay_cases(km.features.frame, named, tables.entries, tables.bucket_shapes, limits_for,
+                         lambda d, t, s: len(configs_for(d, t, s)), devices=measured)
+    weights, rk = choose_dim_weights(named, cases, max_k)
     if progress:
         progress(f"{km.features.kernel}: prune k {km.prune_k} from training, {rk.k} through the lookup "
-                 f"({rk.cases} cases, hit share {rk.share})")
+                 f"({rk.cases} cases, hit share {rk.share}, dim weights {weights})")
     through_lookup = rk.k if rk.k is not None else (max_k if rk.cases else None)
     return {
         "prune_k": max(int(km.prune_k), through_lookup or 0),
         "prune_k_trained": int(km.prune_k),
         "prune_k_lookup": {"k": rk.k, "hit_share": _round(rk.share), "cases": rk.cases, "max_k": rk.max_k},
+        "dim_weights": weights,
     }
 
 

@@ -9,11 +9,14 @@ bucket's prediction was made at this very shape), through `runtime.lookup.rank_i
 autotuner's rule is applied: time the first min(k, a fifth of the legal configs) candidates. The
 published k is the smallest k whose timed candidates hold a config within 2% of the measured best
 on 95% of those cases. The neighbouring buckets' predictions come from a model that saw this shape,
-so the check leans optimistic; publish takes the larger of this k and training's.
+so the check leans optimistic; publish takes the larger of this k and training's. The same replay
+chooses each kernel's per-dimension weights of the lookup's nearest-bucket distance
+(`choose_dim_weights`), published as `dim_weights`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
@@ -29,6 +32,8 @@ HIT_WITHIN = 1.02
 HIT_SHARE = 0.95
 #: a case counts only when at least this share of its legal configs was measured
 FULL_SWEEP = 0.9
+#: per-dimension weights of the nearest-bucket distance that publish tries
+DIM_WEIGHT_CHOICES = (1.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -47,21 +52,16 @@ def _items(config: Mapping) -> tuple:
     return tuple(sorted(config.items()))
 
 
-def runtime_k(frame: pl.DataFrame, meta: dict, entries: Mapping[str, Mapping[str, dict]], bucket_shapes: Mapping[str, dict],
-              limits_for: Callable[[str, str], dict], n_legal: Callable[[str, str, dict], int], max_k: int,
-              devices: Sequence[str] | None = None) -> RuntimeK:
-    """Replay every fully measured case of `frame` (one kernel's features frame) through the lookup.
-
-    `entries[device][dtype]` holds the published "measured" and "buckets" dicts (keys as in the bundle),
-    `limits_for(device, dtype)` the lookup's limits, `n_legal(device, dtype, shape)` the legal configs
-    of the exact shape; k runs from 1 to `max_k` (the candidates an entry stores).
-    """
-    kernel = _Kernel(meta.get("name", "kernel"), meta)
+def replay_cases(frame: pl.DataFrame, meta: dict, entries: Mapping[str, Mapping[str, dict]],
+                 bucket_shapes: Mapping[str, dict], limits_for: Callable[[str, str], dict],
+                 n_legal: Callable[[str, str, dict], int], devices: Sequence[str] | None = None) -> list[tuple]:
+    """Every fully measured case of `frame` (one kernel's features frame), each with its table as an unseen
+    shape would find it: (table, values, shape, limits, the tuner's cap, configs within 2% of the best)."""
     dims = list(meta["dims"])
     cols = ["device_id", "dtype", "shape_key", "shape", "config", "median_us"]
     cases_frame = (frame.select(cols).group_by(["device_id", "dtype", "shape_key"], maintain_order=True)
                    .agg(pl.col("shape").first(), pl.col("config"), pl.col("median_us")))
-    cases = []  # (kernel table without this shape, values, shape, limits, cap, set of hit configs)
+    cases = []
     for row in cases_frame.iter_rows(named=True):
         device, dtype = row["device_id"], row["dtype"]
         if devices is not None and device not in devices:
@@ -84,9 +84,13 @@ def runtime_k(frame: pl.DataFrame, meta: dict, entries: Mapping[str, Mapping[str
         buckets = {_key(b): e for b, e in t["buckets"].items()
                    if not (b == bucket and own is not None and all(int(own[d]) == shape[d] for d in dims))}
         measured = {_key(m): e for m, e in t["measured"].items() if _key(m) != values}
-        table = _Table(measured, buckets)
         cap = max(1, int(legal_n * MAX_FRACTION))
-        cases.append((table, values, shape, limits_for(device, dtype), cap, hits))
+        cases.append((_Table(measured, buckets), values, shape, limits_for(device, dtype), cap, hits))
+    return cases
+
+
+def replay(kernel: _Kernel, cases: Sequence[tuple], max_k: int) -> RuntimeK:
+    """The smallest k (1..max_k) whose timed candidates hit on HIT_SHARE of the cases."""
     if not cases:
         return RuntimeK(None, None, 0, max_k)
     share = None
@@ -94,11 +98,50 @@ def runtime_k(frame: pl.DataFrame, meta: dict, entries: Mapping[str, Mapping[str
         hit = 0
         for table, values, shape, limits, cap, hits in cases:
             r = rank_in_table(kernel, table, values, shape, limits, prune_k=k)
-            if r.failure:
-                continue
-            if any(c in hits for c in r.ranked[: min(cap, r.prune_k)]):
+            if not r.failure and any(c in hits for c in r.ranked[: min(cap, r.prune_k)]):
                 hit += 1
         share = hit / len(cases)
         if share >= HIT_SHARE:
             return RuntimeK(k, share, len(cases), max_k)
     return RuntimeK(None, share, len(cases), max_k)
+
+
+def runtime_k(frame: pl.DataFrame, meta: dict, entries: Mapping[str, Mapping[str, dict]], bucket_shapes: Mapping[str, dict],
+              limits_for: Callable[[str, str], dict], n_legal: Callable[[str, str, dict], int], max_k: int,
+              devices: Sequence[str] | None = None) -> RuntimeK:
+    """Replay every fully measured case of `frame` through the lookup (meta's dim_weights, if any).
+
+    `entries[device][dtype]` holds the published "measured" and "buckets" dicts (keys as in the bundle),
+    `limits_for(device, dtype)` the lookup's limits, `n_legal(device, dtype, shape)` the legal configs
+    of the exact shape; k runs from 1 to `max_k` (the candidates an entry stores).
+    """
+    cases = replay_cases(frame, meta, entries, bucket_shapes, limits_for, n_legal, devices)
+    return replay(_Kernel(meta.get("name", "kernel"), meta), cases, max_k)
+
+
+def _better(a: RuntimeK, b: RuntimeK) -> bool:
+    """a beats b: reaches the share at a smaller k, or (neither reaching it) hits more cases at max_k."""
+    if a.k is not None or b.k is not None:
+        return b.k is None or (a.k is not None and a.k < b.k)
+    return (a.share or 0.0) > (b.share or 0.0)
+
+
+def choose_dim_weights(meta: dict, cases: Sequence[tuple], max_k: int,
+                       choices: Sequence[float] = DIM_WEIGHT_CHOICES) -> tuple[dict[str, float], RuntimeK]:
+    """The nearest-bucket weights (one of `choices` per dim, all 1 first) whose replay does best.
+
+    A dimension that decides the code path (topk's k: KMAX must cover it) should pull a shape towards
+    buckets that match it, even when another dimension is nearer; which dims do is read off the
+    measurements, not declared. Ties keep the plainer weights (fewest dims weighted).
+    """
+    dims = list(meta["dims"])
+    best_w = {d: 1.0 for d in dims}
+    best = replay(_Kernel(meta.get("name", "kernel"), {**meta, "dim_weights": best_w}), cases, max_k)
+    for combo in sorted(itertools.product(choices, repeat=len(dims)), key=lambda c: sum(w != 1.0 for w in c)):
+        w = dict(zip(dims, combo))
+        if w == best_w:
+            continue
+        r = replay(_Kernel(meta.get("name", "kernel"), {**meta, "dim_weights": w}), cases, max_k)
+        if _better(r, best):
+            best_w, best = w, r
+    return best_w, best

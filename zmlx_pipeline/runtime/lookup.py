@@ -103,18 +103,22 @@ class _Table:
         self.buckets = buckets
         self.bucket_keys = sorted(buckets)
 
-    def nearest(self, values: tuple[int, ...], n: int = 1) -> list[tuple[int, ...]]:
+    def nearest(self, values: tuple[int, ...], n: int = 1,
+                weights: Sequence[float] | None = None) -> list[tuple[int, ...]]:
         """The n published buckets closest to the shape in log2 space, nearest first, from its exact
-        log2, not its rounded bucket (18184 x 6144 is nearer 32768 x 4096 than 8192 x 4096)."""
+        log2, not its rounded bucket (18184 x 6144 is nearer 32768 x 4096 than 8192 x 4096); `weights`
+        scale each dimension's squared distance (the kernel's published dim_weights)."""
         logs = [math.log2(v) for v in values]
-        return sorted(self.bucket_keys, key=lambda key: sum((a - b) * (a - b) for a, b in zip(key, logs)))[:n]
+        w = weights or (1.0,) * len(logs)
+        return sorted(self.bucket_keys,
+                      key=lambda key: sum(c * (a - b) * (a - b) for a, b, c in zip(key, logs, w)))[:n]
 
 
 class _Kernel:
     """A kernel's metadata from kernels.json, with its configs as item tuples and constraints compiled."""
 
     __slots__ = ("name", "dims", "configs", "tg_param", "order", "prune_k", "constraints", "regret", "version",
-                 "trained", "_constraints_text")
+                 "trained", "dim_weights", "_constraints_text")
 
     def __init__(self, name: str, meta: dict) -> None:
         self.name = name
@@ -126,6 +130,8 @@ class _Kernel:
         self.regret = meta.get("expected_regret") or {}
         self.version = meta.get("version")
         self.trained = frozenset(meta.get("trained_devices") or ())
+        weights = meta.get("dim_weights") or {}
+        self.dim_weights = tuple(float(weights.get(d, 1.0)) for d in self.dims) if weights else None
         self._constraints_text = list(meta.get("constraints") or ())
         self.constraints: ConstraintSet | None = None
 
@@ -304,7 +310,7 @@ def rank_in_table(k: "_Kernel", table: "_Table", values: tuple[int, ...], shape_
     if entry is None:
         entry = table.buckets.get(bucket_key)
         if entry is None:
-            near = table.nearest(values, 2)
+            near = table.nearest(values, 2, k.dim_weights)
             if not near:
                 return Ranked(failure="no buckets")
             note += "nearest published bucket " + ", ".join(f"{d}~2^{e}" for d, e in zip(k.dims, near[0])) + ". "
