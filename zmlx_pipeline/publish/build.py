@@ -17,7 +17,6 @@ specs) or `default` (the catalog's default threadgroup: no model covers that cla
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -109,17 +108,6 @@ def _bucket_shapes(dims: Sequence[str], shapes: Iterable[Mapping[str, int]]) -> 
     return {b: v[1] for b, v in sorted(best.items())}
 
 
-def _lattice_shapes(dims: Sequence[str], shapes: Iterable[Mapping[str, int]],
-                    exclude: set[tuple[int, ...]]) -> dict[tuple[int, ...], dict]:
-    """Every bucket of powers of two between the shapes' smallest and largest bucket in each dim, as its
-    own centre (a shape of exact powers of two), less the buckets in `exclude`."""
-    keys = [bucket_of(int(s[d]) for d in dims) for s in shapes]
-    if not keys:
-        return {}
-    ranges = [range(min(k[i] for k in keys), max(k[i] for k in keys) + 1) for i in range(len(dims))]
-    return {b: {d: 1 << e for d, e in zip(dims, b)} for b in itertools.product(*ranges) if b not in exclude}
-
-
 class KernelTables:
     """The published tables of one kernel: its config list, and per device/dtype the measured and bucket entries."""
 
@@ -133,7 +121,6 @@ class KernelTables:
         self.entries: dict[str, dict[str, dict[str, dict]]] = defaultdict(lambda: defaultdict(
             lambda: {"buckets": {}, "measured": {}}))
         self.bucket_shapes: dict[str, dict] = {}
-        self.filled: set[str] = set()  # lattice buckets (measured devices only), kept out of the v3 cache
 
     def index(self, config_key: str, config: dict) -> int:
         i = self.config_index.get(config_key)
@@ -184,11 +171,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     else:
         dtypes = sorted(f.frame["dtype"].unique().to_list())
     buckets = _bucket_shapes(dims, measured_shapes + grid_shapes)
-    # measured devices also get every power-of-two point between the grid's extremes, so a shape between
-    # two grid shapes (matmul's M = 54 between 16 and 256) has a prediction near it, not only theirs
-    lattice = _lattice_shapes(dims, measured_shapes + grid_shapes, set(buckets)) if spec is not None else {}
-    tables.bucket_shapes = {tables.bucket_key(s): s for s in [*buckets.values(), *lattice.values()]}
-    tables.filled = {tables.bucket_key(s) for s in lattice.values()}
+    tables.bucket_shapes = {tables.bucket_key(s): s for s in buckets.values()}
     if spec is None:
         measured_configs = [json.loads(c) for c in f.frame.unique("config_key", maintain_order=True)["config"].to_list()]
     targets = [d for d in devices if (only_devices is None or d in only_devices or d in measured_devices)]
@@ -246,9 +229,8 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     pending: list = []
     n_rows = done = 0
     for device in targets:
-        shapes = [*buckets.values(), *lattice.values()] if device in measured_devices else list(buckets.values())
         for dt in dtypes:
-            for shape in shapes:
+            for shape in buckets.values():
                 cfgs = configs_for(device, dt, shape)
                 if cfgs:
                     pending.append((device, dt, shape, cfgs))
@@ -448,8 +430,6 @@ def build_autotune_v3(kernel_tables: dict[str, tuple[KernelTables, dict]], devic
             for dtype, t in tables.entries.get(device_id, {}).items():
                 for kind, source in (("measured", t["measured"]), ("predicted", t["buckets"])):
                     for key, entry in source.items():
-                        if kind == "predicted" and key in tables.filled:
-                            continue  # the v3 cache keeps the grid's buckets: the lattice would make it 6x larger
                         shape = (dict(zip(tables.dims, (int(v) for v in key.split(",")))) if kind == "measured"
                                  else tables.bucket_shapes.get(key))
                         if shape is None:
