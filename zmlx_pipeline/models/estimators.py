@@ -149,19 +149,28 @@ def fit_sample(train: pl.DataFrame, max_rows: int = MAX_FIT_ROWS, top: int = FIT
     return ranked.with_columns(draw).filter(pl.col("_top") | (pl.col("_u") < share)).drop("_top", "_u")
 
 
-def predict_distinct(pipeline: Pipeline, X: pl.DataFrame) -> np.ndarray:
-    """pipeline.predict(X), computed once per distinct feature row (rows of devices whose features a
-    model does not see repeat; prediction time grows with rows)."""
+def distinct_rows(X: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray | None]:
+    """X's distinct rows (in order of first appearance) and each row's index among them; (X, None) when
+    deduplicating would not pay (under 10,000 rows, or over 80% of them distinct)."""
     if X.height < 10_000:
-        return pipeline.predict(X)
+        return X, None
     groups = X.with_row_index("_i").group_by(X.columns, maintain_order=True).agg(pl.col("_i"))
     if groups.height > 0.8 * X.height:
-        return pipeline.predict(X)
-    pred = pipeline.predict(groups.select(X.columns))
-    rows = groups.select("_i", pl.Series("_p", pred, dtype=pl.Float64)).explode("_i")
-    out = np.empty(X.height, dtype=float)
-    out[rows["_i"].to_numpy()] = rows["_p"].to_numpy()
-    return out
+        return X, None
+    rows = groups.select("_i", pl.int_range(0, pl.len(), dtype=pl.Int64).alias("_g")).explode("_i")
+    inverse = np.empty(X.height, dtype=np.int64)
+    inverse[rows["_i"].to_numpy()] = rows["_g"].to_numpy()
+    return groups.select(X.columns), inverse
+
+
+def predict_distinct(pipeline: Pipeline, X: pl.DataFrame,
+                     distinct: tuple[pl.DataFrame, np.ndarray | None] | None = None) -> np.ndarray:
+    """pipeline.predict(X), computed once per distinct feature row (rows of devices whose features a
+    model does not see repeat; prediction time grows with rows). `distinct`: distinct_rows(X), when
+    several pipelines predict on the same X (DeviceTransferRanker: one per training device)."""
+    unique, inverse = distinct if distinct is not None else distinct_rows(X)
+    pred = np.asarray(pipeline.predict(unique), dtype=float)
+    return pred if inverse is None else pred[inverse]
 
 
 FIT_CACHE_SIZE = 256  # fitted pipelines kept by fit_cached (per process; a few MB each at most)
@@ -456,9 +465,10 @@ class DeviceTransferRanker(Ranker):
             pl.DataFrame({"device_id": ids, "_i": list(range(len(ids)))}, schema={"device_id": pl.String, "_i": pl.Int64}),
             on="device_id", how="left", maintain_order="left")["_i"].to_numpy()
         X = test.select(own.features)
+        distinct = distinct_rows(X)  # once for every device's pipeline (they all see the same columns)
         total = np.zeros(test.height)
         for j, pipeline in enumerate(self.pipelines):
-            total += weights[row_weights, j] * relative_to_case(test, predict_distinct(pipeline, X))
+            total += weights[row_weights, j] * relative_to_case(test, predict_distinct(pipeline, X, distinct))
         return total
 
 
@@ -575,17 +585,23 @@ class CVEnsembleRanker(Ranker):
     inner_test_rows: int = INNER_TEST_ROWS
     fixed: dict | None = None
     only: str | None = None
+    inner_variants: dict | None = None
+    inner_full: tuple = ()
 
     def __init__(self, features: KernelFeatures, members: Sequence[str], hedges: Sequence[str] = (),
                  step: float = 0.25, inner_rows: int = 6_000, inner_cases: int = 120,
                  inner_test_rows: int = INNER_TEST_ROWS, max_device_folds: int = 3,
-                 shape_folds: int = 2, ks: Sequence[int] = (1, 5), name: str = "ensemble") -> None:
+                 shape_folds: int = 2, ks: Sequence[int] = (1, 5), inner_variants: dict | None = None,
+                 inner_full: Sequence[str] = (), name: str = "ensemble") -> None:
         super().__init__(features)
         if not members:
             raise ModelError("an ensemble needs members")
-        unknown = [m for m in (*members, *hedges) if m not in MODEL_VARIANTS]
+        unknown = [m for m in (*members, *hedges, *(inner_variants or {}).values()) if m not in MODEL_VARIANTS]
         if unknown:
             raise ModelError(f"unknown ensemble member(s) {', '.join(unknown)}")
+        strange = [m for m in (*(inner_variants or {}), *inner_full) if m not in (*members, *hedges)]
+        if strange:
+            raise ModelError(f"inner_variants/inner_full name non-member(s) {', '.join(strange)}")
         self.member_names = list(members)
         self.hedge_names = list(hedges)
         self.step = step
@@ -595,6 +611,13 @@ class CVEnsembleRanker(Ranker):
         self.max_device_folds = max_device_folds
         self.shape_folds = shape_folds
         self.ks = list(ks)
+        # the inner selection fits inner_variants[m] in member m's place (a cheaper stand-in whose ranking
+        # is much like m's: the weights are chosen with it, the final fit uses m), and fits the members of
+        # inner_full on the inner fold's training rows rather than on the inner_rows sample (for
+        # `transfer`, whose per-device models then equal the final fit's under leave-one-device-out:
+        # fit_cached makes each once)
+        self.inner_variants = dict(inner_variants) if inner_variants else None
+        self.inner_full = tuple(inner_full)
         self.name = name
         self.rankers: dict[str, Ranker] = {}
         equal = [1.0 / len(self.member_names)] * len(self.member_names)
@@ -654,7 +677,9 @@ class CVEnsembleRanker(Ranker):
             # share of the rest (fit_sample: every case is kept; the loss needs each case's best only)
             inner_test = fit_sample(sample_cases(inner_test, self.inner_cases),
                                     max_rows=self.inner_test_rows)
-            scores = {m: relative_to_case(inner_test, make_ranker(self.features, m).fit(sample).score(inner_test))
+            stand_in = self.inner_variants or {}
+            scores = {m: relative_to_case(inner_test, make_ranker(self.features, stand_in.get(m, m)).fit(
+                          inner_train if m in self.inner_full else sample).score(inner_test))
                       for m in self._names()}
             regret = _FoldRegret(inner_test, self.ks)
             hedged = [regret.ranks(scores[h]) for h in self.hedge_names]  # the same for every weight vector
@@ -697,9 +722,24 @@ class CVEnsembleRanker(Ranker):
             self.weights_seen, self.hedge_seen, loss_seen = (
                 self._select(train, "shapes") if only != "unseen" else (list(equal), False, None))
             self.inner_scores = {"devices": loss_unseen, "shapes": loss_seen}
-        self.rankers = {m: make_ranker(self.features, m).fit(train) for m in self._names()}
+        self.rankers = {m: make_ranker(self.features, m).fit(train) for m in self.needed()}
         self.train_devices = sorted(train["device_id"].unique().to_list())
         return self
+
+    def _used(self, weights: Sequence[float], hedge: bool) -> set[str]:
+        """The members a setting's scores read: those of nonzero weight, and the hedges when it hedges."""
+        return {m for m, w in zip(self.member_names, weights) if w} | (set(self.hedge_names) if hedge else set())
+
+    def needed(self) -> list[str]:
+        """The members and hedges the fitted settings use (of both, or of `only`'s): fit fits only these.
+        A member of weight 0 that no hedge needs would be fitted and scored for nothing; leaving it out
+        changes no score (`_total` skips zero weights)."""
+        used: set[str] = set()
+        if self.only != "unseen":
+            used |= self._used(self.weights_seen, self.hedge_seen)
+        if self.only != "seen":
+            used |= self._used(self.weights_unseen, self.hedge_unseen)
+        return [m for m in self._names() if m in used]
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
         seen = test["device_id"].is_in(self.train_devices).to_numpy()
@@ -707,6 +747,12 @@ class CVEnsembleRanker(Ranker):
         if (only == "seen" and not seen.all()) or (only == "unseen" and seen.any()):
             raise ModelError(f"{self.features.kernel}: this ensemble chose its weights for "
                              f"{only} devices only; refit it without `only` to score other devices")
+        for mask, weights, hedge, kind in ((seen, self.weights_seen, self.hedge_seen, "seen"),
+                                           (~seen, self.weights_unseen, self.hedge_unseen, "unseen")):
+            missing = sorted(self._used(weights, hedge) - set(self.rankers)) if mask.any() else []
+            if missing:  # fitted with `only` (and `fixed`) for the other kind of device
+                raise ModelError(f"{self.features.kernel}: this ensemble did not fit {', '.join(missing)}, "
+                                 f"which its {kind}-device setting needs; refit it without `only`")
         scores = {m: relative_to_case(test, r.score(test)) for m, r in self.rankers.items()}
         out = np.zeros(test.height)
         for mask, weights, hedge in ((seen, self.weights_seen, self.hedge_seen),
@@ -875,6 +921,15 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "prior_rank_uniform": lambda f: PriorRanker(f, uniform=True, vendor_penalty=0.0, target="rank_pct",
                                                 name="prior_rank_uniform"),
     "ensemble": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, name="ensemble"),
+    # EXPERIMENT (round 3): inner-selection stand-ins
+    "ensemble_x1": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES,
+                                              inner_variants={"gbr_shared": "gbr_shared_light"}, name="ensemble_x1"),
+    "ensemble_x2": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES,
+                                              inner_variants={"gbr_shared": "gbr_shared_light"},
+                                              inner_full=("transfer",), name="ensemble_x2"),
+    "ensemble_x3": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES,
+                                              inner_variants={"gbr_shared": "gbr_shared_light",
+                                                              "transfer": "transfer_light"}, name="ensemble_x3"),
     # the ensemble with a quarter / a third of the boosting trees (the cost of its fits; notes/learning.md)
     "gbr_shared_light": lambda f: PipelineRanker(shared_features(f), _gbr(max_iter=50, learning_rate=0.3),
                                                  target="log_rel", clip=CLIP_LOG_REL, name="gbr_shared_light"),
