@@ -1,6 +1,7 @@
 """Speed, third round (notes/learning.md): an ensemble fits only the members its chosen settings use,
 transfer's device models share one deduplication of the test rows, the fit cache shares a per-device
-model between fits whose rows for that device are identical, and the opt-in inner-selection stand-ins."""
+model between fits whose rows for that device are identical, and left-out-device folds of a kernel run
+in one worker."""
 
 from __future__ import annotations
 
@@ -136,24 +137,6 @@ def test_transfer_shares_a_device_model_between_fits_with_identical_rows_for_it(
     one_shape_less = f.frame.filter(pl.col("shape_key") != f.frame["shape_key"].min())
     other = DeviceTransferRanker(f).fit(one_shape_less)
     assert all(p is not shared[d] for d, p in zip(other.device_ids, other.pipelines))
-
-
-def test_inner_stand_ins_are_fitted_in_the_inner_selection_only(kernel, monkeypatch):
-    f = kernel
-    calls = []
-    real = estimators.make_ranker
-    monkeypatch.setattr(estimators, "make_ranker", lambda feats, m="ensemble": calls.append(m) or real(feats, m))
-    ranker = CVEnsembleRanker(f, MEMBERS, HEDGES, inner_variants={"gbr_shared": "gbr_shared_light"})
-    ranker.fit(f.frame)
-    assert "gbr_shared_light" in calls and "gbr_shared" in calls
-    assert "gbr_shared_light" not in ranker.rankers  # the final fit is the member itself
-    assert calls.count("gbr_shared_light") == 5  # 3 device folds + 2 shape folds
-    plain = CVEnsembleRanker(f, MEMBERS, HEDGES).fit(f.frame)
-    assert plain.inner_variants is None and plain.inner_full == ()
-    with pytest.raises(ModelError, match="unknown ensemble member"):
-        CVEnsembleRanker(f, MEMBERS, HEDGES, inner_variants={"gbr_shared": "nope"})
-    with pytest.raises(ModelError, match="non-member"):
-        CVEnsembleRanker(f, MEMBERS, HEDGES, inner_full=("gbr_rel",))
 
 
 def test_left_out_device_folds_of_a_kernel_run_together_in_one_worker_with_the_same_results(

@@ -577,7 +577,9 @@ class CVEnsembleRanker(Ranker):
     `inner_rows` rows (every case's fastest configs kept) and inner folds score at most
     `inner_cases` cases and `inner_test_rows` rows (every case kept, with its fastest configs),
     which bounds their cost on big stores. With `only` ("seen" or "unseen") fit chooses just that
-    setting, for a caller whose test rows are all of one kind (evaluate.py's folds).
+    setting, for a caller whose test rows are all of one kind (evaluate.py's folds). The final fit fits
+    only the members and hedges the chosen setting(s) use (`needed`: a member of weight 0 that no
+    hedging reads is left out; scores are unchanged).
     """
 
     # class-level defaults, for rankers restored by from_state() from model files saved before these
@@ -585,23 +587,17 @@ class CVEnsembleRanker(Ranker):
     inner_test_rows: int = INNER_TEST_ROWS
     fixed: dict | None = None
     only: str | None = None
-    inner_variants: dict | None = None
-    inner_full: tuple = ()
 
     def __init__(self, features: KernelFeatures, members: Sequence[str], hedges: Sequence[str] = (),
                  step: float = 0.25, inner_rows: int = 6_000, inner_cases: int = 120,
                  inner_test_rows: int = INNER_TEST_ROWS, max_device_folds: int = 3,
-                 shape_folds: int = 2, ks: Sequence[int] = (1, 5), inner_variants: dict | None = None,
-                 inner_full: Sequence[str] = (), name: str = "ensemble") -> None:
+                 shape_folds: int = 2, ks: Sequence[int] = (1, 5), name: str = "ensemble") -> None:
         super().__init__(features)
         if not members:
             raise ModelError("an ensemble needs members")
-        unknown = [m for m in (*members, *hedges, *(inner_variants or {}).values()) if m not in MODEL_VARIANTS]
+        unknown = [m for m in (*members, *hedges) if m not in MODEL_VARIANTS]
         if unknown:
             raise ModelError(f"unknown ensemble member(s) {', '.join(unknown)}")
-        strange = [m for m in (*(inner_variants or {}), *inner_full) if m not in (*members, *hedges)]
-        if strange:
-            raise ModelError(f"inner_variants/inner_full name non-member(s) {', '.join(strange)}")
         self.member_names = list(members)
         self.hedge_names = list(hedges)
         self.step = step
@@ -611,13 +607,6 @@ class CVEnsembleRanker(Ranker):
         self.max_device_folds = max_device_folds
         self.shape_folds = shape_folds
         self.ks = list(ks)
-        # the inner selection fits inner_variants[m] in member m's place (a cheaper stand-in whose ranking
-        # is much like m's: the weights are chosen with it, the final fit uses m), and fits the members of
-        # inner_full on the inner fold's training rows rather than on the inner_rows sample (for
-        # `transfer`, whose per-device models then equal the final fit's under leave-one-device-out:
-        # fit_cached makes each once)
-        self.inner_variants = dict(inner_variants) if inner_variants else None
-        self.inner_full = tuple(inner_full)
         self.name = name
         self.rankers: dict[str, Ranker] = {}
         equal = [1.0 / len(self.member_names)] * len(self.member_names)
@@ -677,9 +666,7 @@ class CVEnsembleRanker(Ranker):
             # share of the rest (fit_sample: every case is kept; the loss needs each case's best only)
             inner_test = fit_sample(sample_cases(inner_test, self.inner_cases),
                                     max_rows=self.inner_test_rows)
-            stand_in = self.inner_variants or {}
-            scores = {m: relative_to_case(inner_test, make_ranker(self.features, stand_in.get(m, m)).fit(
-                          inner_train if m in self.inner_full else sample).score(inner_test))
+            scores = {m: relative_to_case(inner_test, make_ranker(self.features, m).fit(sample).score(inner_test))
                       for m in self._names()}
             regret = _FoldRegret(inner_test, self.ks)
             hedged = [regret.ranks(scores[h]) for h in self.hedge_names]  # the same for every weight vector
@@ -921,15 +908,6 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "prior_rank_uniform": lambda f: PriorRanker(f, uniform=True, vendor_penalty=0.0, target="rank_pct",
                                                 name="prior_rank_uniform"),
     "ensemble": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, name="ensemble"),
-    # EXPERIMENT (round 3): inner-selection stand-ins
-    "ensemble_x1": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES,
-                                              inner_variants={"gbr_shared": "gbr_shared_light"}, name="ensemble_x1"),
-    "ensemble_x2": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES,
-                                              inner_variants={"gbr_shared": "gbr_shared_light"},
-                                              inner_full=("transfer",), name="ensemble_x2"),
-    "ensemble_x3": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES,
-                                              inner_variants={"gbr_shared": "gbr_shared_light",
-                                                              "transfer": "transfer_light"}, name="ensemble_x3"),
     # the ensemble with a quarter / a third of the boosting trees (the cost of its fits; notes/learning.md)
     "gbr_shared_light": lambda f: PipelineRanker(shared_features(f), _gbr(max_iter=50, learning_rate=0.3),
                                                  target="log_rel", clip=CLIP_LOG_REL, name="gbr_shared_light"),
