@@ -149,19 +149,28 @@ def fit_sample(train: pl.DataFrame, max_rows: int = MAX_FIT_ROWS, top: int = FIT
     return ranked.with_columns(draw).filter(pl.col("_top") | (pl.col("_u") < share)).drop("_top", "_u")
 
 
-def predict_distinct(pipeline: Pipeline, X: pl.DataFrame) -> np.ndarray:
-    """pipeline.predict(X), computed once per distinct feature row (rows of devices whose features a
-    model does not see repeat; prediction time grows with rows)."""
+def distinct_rows(X: pl.DataFrame) -> tuple[pl.DataFrame, np.ndarray | None]:
+    """X's distinct rows (in order of first appearance) and each row's index among them; (X, None) when
+    deduplicating would not pay (under 10,000 rows, or over 80% of them distinct)."""
     if X.height < 10_000:
-        return pipeline.predict(X)
+        return X, None
     groups = X.with_row_index("_i").group_by(X.columns, maintain_order=True).agg(pl.col("_i"))
     if groups.height > 0.8 * X.height:
-        return pipeline.predict(X)
-    pred = pipeline.predict(groups.select(X.columns))
-    rows = groups.select("_i", pl.Series("_p", pred, dtype=pl.Float64)).explode("_i")
-    out = np.empty(X.height, dtype=float)
-    out[rows["_i"].to_numpy()] = rows["_p"].to_numpy()
-    return out
+        return X, None
+    rows = groups.select("_i", pl.int_range(0, pl.len(), dtype=pl.Int64).alias("_g")).explode("_i")
+    inverse = np.empty(X.height, dtype=np.int64)
+    inverse[rows["_i"].to_numpy()] = rows["_g"].to_numpy()
+    return groups.select(X.columns), inverse
+
+
+def predict_distinct(pipeline: Pipeline, X: pl.DataFrame,
+                     distinct: tuple[pl.DataFrame, np.ndarray | None] | None = None) -> np.ndarray:
+    """pipeline.predict(X), computed once per distinct feature row (rows of devices whose features a
+    model does not see repeat; prediction time grows with rows). `distinct`: distinct_rows(X), when
+    several pipelines predict on the same X (DeviceTransferRanker: one per training device)."""
+    unique, inverse = distinct if distinct is not None else distinct_rows(X)
+    pred = np.asarray(pipeline.predict(unique), dtype=float)
+    return pred if inverse is None else pred[inverse]
 
 
 FIT_CACHE_SIZE = 256  # fitted pipelines kept by fit_cached (per process; a few MB each at most)
@@ -456,9 +465,10 @@ class DeviceTransferRanker(Ranker):
             pl.DataFrame({"device_id": ids, "_i": list(range(len(ids)))}, schema={"device_id": pl.String, "_i": pl.Int64}),
             on="device_id", how="left", maintain_order="left")["_i"].to_numpy()
         X = test.select(own.features)
+        distinct = distinct_rows(X)  # once for every device's pipeline (they all see the same columns)
         total = np.zeros(test.height)
         for j, pipeline in enumerate(self.pipelines):
-            total += weights[row_weights, j] * relative_to_case(test, predict_distinct(pipeline, X))
+            total += weights[row_weights, j] * relative_to_case(test, predict_distinct(pipeline, X, distinct))
         return total
 
 
@@ -567,7 +577,9 @@ class CVEnsembleRanker(Ranker):
     `inner_rows` rows (every case's fastest configs kept) and inner folds score at most
     `inner_cases` cases and `inner_test_rows` rows (every case kept, with its fastest configs),
     which bounds their cost on big stores. With `only` ("seen" or "unseen") fit chooses just that
-    setting, for a caller whose test rows are all of one kind (evaluate.py's folds).
+    setting, for a caller whose test rows are all of one kind (evaluate.py's folds). The final fit fits
+    only the members and hedges the chosen setting(s) use (`needed`: a member of weight 0 that no
+    hedging reads is left out; scores are unchanged).
     """
 
     # class-level defaults, for rankers restored by from_state() from model files saved before these
@@ -697,9 +709,24 @@ class CVEnsembleRanker(Ranker):
             self.weights_seen, self.hedge_seen, loss_seen = (
                 self._select(train, "shapes") if only != "unseen" else (list(equal), False, None))
             self.inner_scores = {"devices": loss_unseen, "shapes": loss_seen}
-        self.rankers = {m: make_ranker(self.features, m).fit(train) for m in self._names()}
+        self.rankers = {m: make_ranker(self.features, m).fit(train) for m in self.needed()}
         self.train_devices = sorted(train["device_id"].unique().to_list())
         return self
+
+    def _used(self, weights: Sequence[float], hedge: bool) -> set[str]:
+        """The members a setting's scores read: those of nonzero weight, and the hedges when it hedges."""
+        return {m for m, w in zip(self.member_names, weights) if w} | (set(self.hedge_names) if hedge else set())
+
+    def needed(self) -> list[str]:
+        """The members and hedges the fitted settings use (of both, or of `only`'s): fit fits only these.
+        A member of weight 0 that no hedge needs would be fitted and scored for nothing; leaving it out
+        changes no score (`_total` skips zero weights)."""
+        used: set[str] = set()
+        if self.only != "unseen":
+            used |= self._used(self.weights_seen, self.hedge_seen)
+        if self.only != "seen":
+            used |= self._used(self.weights_unseen, self.hedge_unseen)
+        return [m for m in self._names() if m in used]
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
         seen = test["device_id"].is_in(self.train_devices).to_numpy()
@@ -707,6 +734,12 @@ class CVEnsembleRanker(Ranker):
         if (only == "seen" and not seen.all()) or (only == "unseen" and seen.any()):
             raise ModelError(f"{self.features.kernel}: this ensemble chose its weights for "
                              f"{only} devices only; refit it without `only` to score other devices")
+        for mask, weights, hedge, kind in ((seen, self.weights_seen, self.hedge_seen, "seen"),
+                                           (~seen, self.weights_unseen, self.hedge_unseen, "unseen")):
+            missing = sorted(self._used(weights, hedge) - set(self.rankers)) if mask.any() else []
+            if missing:  # fitted with `only` (and `fixed`) for the other kind of device
+                raise ModelError(f"{self.features.kernel}: this ensemble did not fit {', '.join(missing)}, "
+                                 f"which its {kind}-device setting needs; refit it without `only`")
         scores = {m: relative_to_case(test, r.score(test)) for m, r in self.rankers.items()}
         out = np.zeros(test.height)
         for mask, weights, hedge in ((seen, self.weights_seen, self.hedge_seen),

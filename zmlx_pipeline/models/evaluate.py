@@ -659,14 +659,31 @@ def fold_plan(features: KernelFeatures, split: str, enough_cases: int | None = N
 def submit_kernel(features: KernelFeatures, split: str, ks: Sequence[int] = (1, 3, 5),
                   models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True,
                   enough_cases: int | None = None, fixed: dict | None = None,
-                  pool: KernelPool | None = None) -> list[Future]:
-    """One future per scored fold of the kernel (fold_plan), each of _score_fold's (per-method frames, seconds)."""
+                  pool: KernelPool | None = None, together: bool = False) -> list[Future]:
+    """One future per scored fold of the kernel (fold_plan), each of _score_fold's (per-method frames, seconds).
+
+    `together`: in a pool of workers, all the kernel's folds are one task (one future with every fold's
+    frames), so they run in one worker and share its fit cache: leaving one device out leaves the other
+    devices' rows as they are, so a per-device `transfer` model, and an inner fold's fits on the same
+    devices, are made once per kernel rather than once per worker that scores one of its folds."""
     split = canonical_split(split)
     plan = fold_plan(features, split, enough_cases)
     args = (split, tuple(ks), tuple(models), baselines, fixed)
     if pool is None:
         pool = KernelPool({features.kernel: features}, jobs=1)
+    if together and pool.parallel and len(plan) > 1:
+        return [pool.submit(features.kernel, _score_folds, tuple(plan), *args)]
     return [pool.submit(features.kernel, _score_fold, i, *args) for i in plan]
+
+
+def _score_folds(features: KernelFeatures, indices: Sequence[int], *args) -> tuple[list[pl.DataFrame], float]:
+    """_score_fold of several folds, one after the other in one process: their frames and seconds together."""
+    parts, seconds = [], 0.0
+    for i in indices:
+        frames, s = _score_fold(features, i, *args)
+        parts += frames
+        seconds += s
+    return parts, seconds
 
 
 def gather_folds(futures: Sequence[Future], ks: Sequence[int]) -> pl.DataFrame:
@@ -769,9 +786,12 @@ def evaluate_features(
     noise = noise if noise is not None else NoiseBands()
     rows = []
     with KernelPool(features, jobs) as pool:
-        # every kernel's folds at once, the largest kernels first (the longest tasks start first)
+        # every kernel's folds at once, the largest kernels first (the longest tasks start first); under
+        # left-out devices a kernel's folds run in one worker, sharing its fits (submit_kernel's `together`)
         order = sorted(features, key=lambda k: -features[k].frame.height)
-        futures = {k: submit_kernel(features[k], split, ks, models, baselines, pool=pool) for k in order}
+        together = split == "devices" and len(features) >= 2 * pool.jobs
+        futures = {k: submit_kernel(features[k], split, ks, models, baselines, pool=pool, together=together)
+                   for k in order}
         for kernel, f in features.items():
             per_case = tied_regrets(gather_folds(futures[kernel], ks), f.frame, noise, ks)
             methods = list(models) + (baseline_names(f) if baselines else [])
