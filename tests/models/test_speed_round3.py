@@ -9,7 +9,6 @@ import numpy as np
 import polars as pl
 import pytest
 
-from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.models import estimators, evaluate as ev
 from zmlx_pipeline.models.estimators import (
     CVEnsembleRanker,
@@ -22,21 +21,14 @@ from zmlx_pipeline.models.estimators import (
     transfer_features,
 )
 from zmlx_pipeline.models.features import store_features
+from store_fixtures import DEVICES, fill as store_fill
 
-DEVICES = ("nvidia-rtx-a4000", "nvidia-rtx-a6000", "nvidia-a100-pcie-40gb")
 
 
 def fill(store, make_measurement, kernels=("k",)) -> None:
-    """test_fold_workers.py's store: 3 devices, 4 shapes, 12 configs, a formula for the times."""
-    for device_id in DEVICES:
-        store.upsert_device({**get_device(device_id).as_row(), "device_id": device_id, "in_catalog": True})
-    store.record([
-        make_measurement(device_id=d, kernel=kernel, dtype="float32", shape={"rows": rows, "cols": 1024},
-                         config={"TG": tg, "VEC": vec},
-                         median_us=(rows * (1 + i) / vec + abs(tg - 64 * rows ** 0.5) / 16 + 1) * (1 + j / 7))
-        for j, kernel in enumerate(kernels) for i, d in enumerate(DEVICES) for rows in (1, 16, 256, 4096)
-        for tg in (64, 128, 256, 1024) for vec in (1, 2, 4)
-    ])
+    """store_fixtures' store with one kernel."""
+    store_fill(store, make_measurement, kernels)
+
 
 MEMBERS = ["prior", "transfer", "gbr_shared", "simd_aligned"]
 HEDGES = ["prior", "transfer", "prior_uniform"]
