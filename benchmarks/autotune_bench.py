@@ -374,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from zmlx_pipeline.kernels.spec import Limits
     from zmlx_pipeline.pipeline.collect import GpuMeasurer, Task
     from zmlx_pipeline.runtime import load_bundle, predicted_config, tune
-    from zmlx_pipeline.runtime.autotune import MAX_FRACTION, harness_measure
+    from zmlx_pipeline.runtime.tuner import MAX_FRACTION, harness_measure
 
     device = detect_device()
     bundle = load_bundle(args.bundle or ROOT / "zmlx_pipeline" / "runtime" / "default_bundle", strict=True)

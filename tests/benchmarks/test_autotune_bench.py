@@ -221,7 +221,7 @@ def install_doubles(monkeypatch):
     from zmlx_pipeline.data import detect
     from zmlx_pipeline.pipeline import collect
 
-    autotune = importlib.import_module("zmlx_pipeline.runtime.autotune")  # the module, not the decorator
+    autotune = importlib.import_module("zmlx_pipeline.runtime.tuner")
 
     real_detect = detect.detect_device
     monkeypatch.setattr(detect, "detect_backend", lambda: "cuda")

@@ -148,7 +148,7 @@ def test_tune_times_with_inputs_rotated_over_twice_the_l2_as_collect_does(real, 
 
     from zmlx_pipeline.runtime.device import catalog_row
 
-    module = importlib.import_module("zmlx_pipeline.runtime.autotune")  # the package exports the decorator by this name
+    module = importlib.import_module("zmlx_pipeline.runtime.tuner")
     asked = []
 
     def fake_harness_measure(warmup, iters, rotate_bytes=0, timer="chain"):

@@ -30,3 +30,17 @@ def test_a_lookup_from_the_default_bundle_loads_no_heavy_library(subprocess_env)
     evidence, loaded = json.loads(out.stdout)
     assert evidence in ("measured", "predicted")
     assert loaded == []
+
+
+def test_every_export_is_the_named_object_whatever_was_imported_first(subprocess_env):
+    # a submodule named like an export (runtime/autotune.py beside the `autotune` decorator) replaced the
+    # package attribute once anything imported the submodule first: `from ... import autotune` gave a module
+    code = (
+        "import importlib, json, pkgutil\n"
+        "import zmlx_pipeline.runtime as rt\n"
+        "for m in pkgutil.iter_modules(rt.__path__):\n"
+        "    importlib.import_module('zmlx_pipeline.runtime.' + m.name)\n"
+        "print(json.dumps(sorted(n for n in rt.__all__ if type(getattr(rt, n)).__name__ == 'module')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env, check=True)
+    assert json.loads(out.stdout) == []

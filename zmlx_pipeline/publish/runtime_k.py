@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence
 
 import polars as pl
 
-from zmlx_pipeline.runtime.autotune import MAX_FRACTION
+from zmlx_pipeline.runtime.tuner import MAX_FRACTION
 from zmlx_pipeline.runtime.lookup import _Kernel, _Table, bucket_of, rank_in_table
 
 #: a config within this factor of the measured best counts as a hit (the pruning rule's 2%)

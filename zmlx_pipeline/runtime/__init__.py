@@ -15,7 +15,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "AutotuneError": "autotune", "TuneResult": "autotune", "autotune": "autotune", "tune": "autotune",
+    "AutotuneError": "tuner", "TuneResult": "tuner", "autotune": "tuner", "tune": "tuner",
     "Bundle": "bundle", "BundleError": "bundle", "BundleWarning": "bundle", "FetchError": "bundle",
     "active_bundle": "bundle", "load_bundle": "bundle", "read_bundle": "bundle",
     "BadLookup": "lookup", "Prediction": "lookup", "bucket_of": "lookup", "candidates": "lookup",
