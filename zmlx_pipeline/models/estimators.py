@@ -173,6 +173,12 @@ def predict_distinct(pipeline: Pipeline, X: pl.DataFrame,
     return pred if inverse is None else pred[inverse]
 
 
+def top_weights(log_rel: np.ndarray, top_weight: float, top_scale: float) -> np.ndarray:
+    """Row weights 1 + top_weight * exp(-log_rel / top_scale): each case's fastest configs count up to
+    (1 + top_weight) times (a ranking-loss surrogate: the order at the top is what a pick needs)."""
+    return 1.0 + top_weight * np.exp(-log_rel / top_scale)
+
+
 FIT_CACHE_SIZE = 256  # fitted pipelines kept by fit_cached (per process; a few MB each at most)
 _FIT_CACHE: "OrderedDict[str, Pipeline]" = OrderedDict()
 
@@ -253,9 +259,7 @@ class PipelineRanker(Ranker):
             raise ModelError(f"{self.features.kernel}: no training rows")
         train = fit_sample(train)
         y = train[self.target].to_numpy()
-        # with top_weight, a row weighs 1 + top_weight * exp(-log_rel / top_scale): each case's fastest
-        # configs count up to (1 + top_weight) times (DeviceTransferRanker's ranking-loss surrogate)
-        weight = 1.0 + self.top_weight * np.exp(-y / self.top_scale) if self.top_weight else None
+        weight = top_weights(y, self.top_weight, self.top_scale) if self.top_weight else None
         if self.clip is not None:
             y = np.minimum(y, self.clip)
         self.pipeline = fit_cached(self.pipeline, train.select(self.features.features), y, weight)
@@ -445,7 +449,7 @@ class DeviceTransferRanker(Ranker):
             log_rel = rows["log_rel"].to_numpy()
             pipeline = fit_cached(make_pipeline(own, _ESTIMATORS[self.estimator]()), rows.select(own.features),
                                   np.minimum(log_rel, CLIP_LOG_REL),
-                                  1.0 + self.top_weight * np.exp(-log_rel / self.top_scale))
+                                  top_weights(log_rel, self.top_weight, self.top_scale))
             self.pipelines.append(pipeline)
         return self
 

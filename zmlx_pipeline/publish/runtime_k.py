@@ -23,13 +23,10 @@ from typing import Callable, Mapping, Sequence
 
 import polars as pl
 
+from zmlx_pipeline.models.evaluate import HIT_WITHIN, PRUNE_SHARE as HIT_SHARE  # training's pruning rule
+from zmlx_pipeline.runtime.lookup import _Kernel, _parse_key, _Table, bucket_of, rank_in_table
 from zmlx_pipeline.runtime.tuner import MAX_FRACTION
-from zmlx_pipeline.runtime.lookup import _Kernel, _Table, bucket_of, rank_in_table
 
-#: a config within this factor of the measured best counts as a hit (the pruning rule's 2%)
-HIT_WITHIN = 1.02
-#: share of cases the timed candidates must hit
-HIT_SHARE = 0.95
 #: a case counts only when at least this share of its legal configs was measured
 FULL_SWEEP = 0.9
 #: per-dimension weights of the nearest-bucket distance that publish tries
@@ -42,10 +39,6 @@ class RuntimeK:
     share: float | None    # hit share at k (at max_k when k is None)
     cases: int             # fully measured cases replayed
     max_k: int
-
-
-def _key(text: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in text.split(","))
 
 
 def _items(config: Mapping) -> tuple:
@@ -81,9 +74,9 @@ def replay_cases(frame: pl.DataFrame, meta: dict, entries: Mapping[str, Mapping[
         values = tuple(shape[d] for d in dims)
         bucket = ",".join(str(e) for e in bucket_of(values))
         own = bucket_shapes.get(bucket)
-        buckets = {_key(b): e for b, e in t["buckets"].items()
+        buckets = {_parse_key(b): e for b, e in t["buckets"].items()
                    if not (b == bucket and own is not None and all(int(own[d]) == shape[d] for d in dims))}
-        measured = {_key(m): e for m, e in t["measured"].items() if _key(m) != values}
+        measured = {_parse_key(m): e for m, e in t["measured"].items() if _parse_key(m) != values}
         cap = max(1, int(legal_n * MAX_FRACTION))
         cases.append((_Table(measured, buckets), values, shape, limits_for(device, dtype), cap, hits))
     return cases
