@@ -1,0 +1,238 @@
+"""wgmma probe (GPU, Hopper): a warpgroup-MMA matmul body in mx.fast.cuda_kernel, checked and timed next to mx.matmul.
+
+    python tools/probe/wgmma_probe.py [--dtypes float16,bfloat16] [--shape M,N,K] [--variants all|quick] [--json OUT]
+
+Not part of the package: a kernel-development tool for issue 3's matmul bar (at least half of
+mx.matmul). C[M, N] = A[M, K] @ B[K, N] with both row-major, so A is K-major and B is N-major
+(wgmma's transposed-B mode, which 16-bit types allow). A threadgroup of BM / 64 warpgroups
+computes a BM x BN block; K is walked in 64-deep slabs copied by cp.async into a ring of ST
+stages, each slab in the 128-byte-swizzled layout wgmma's shared-memory descriptors describe.
+WAITN = 1 keeps one warpgroup MMA batch in flight while the next slab is issued. BSWAP says
+which of the descriptor's two byte offsets strides across 64-column atoms of B (the probe tries
+both, and keeps what the reference check accepts). Edges are not handled: M % BM, N % BN and
+K % 64 must be 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+HEADER = r"""
+__device__ __forceinline__ unsigned int wg_smem_u32(const void* p) {
+  return (unsigned int)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void wg_cp16(unsigned int dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src));
+}
+__device__ __forceinline__ void wg_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void wg_cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+__device__ __forceinline__ unsigned long long wg_desc(unsigned int addr, unsigned int lbo, unsigned int sbo) {
+  unsigned long long d = 0;
+  d |= (unsigned long long)((addr & 0x3FFFF) >> 4);
+  d |= (unsigned long long)((lbo & 0x3FFFF) >> 4) << 16;
+  d |= (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32;
+  d |= (unsigned long long)1 << 62;  // 128-byte swizzle
+  return d;
+}
+__device__ __forceinline__ void wg_store2(__half* p, float x, float y) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+}
+__device__ __forceinline__ void wg_store2(__nv_bfloat16* p, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+extern __shared__ __align__(1024) unsigned char wg_smem[];
+"""
+
+
+def mma_asm(bn: int, ab: str) -> str:
+    """One m64n{bn}k16 warpgroup MMA, f32 accumulators acc[0 .. bn/2), B transposed (N-major)."""
+    n = bn // 2
+    regs = ", ".join(f"%{i}" for i in range(n))
+    outs = ", ".join(f'"+f"(acc[{i}])' for i in range(n))
+    return (
+        f'asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n + 2}, 0;\\n'
+        f'wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ab}.{ab} {{{regs}}}, %{n}, %{n + 1}, p, 1, 1, 0, 1;\\n}}\\n"'
+        f' : {outs} : "l"(da), "l"(db), "r"(1));'
+    )
+
+
+def body(bn: int, ab: str) -> str:
+    return r"""
+  constexpr int BK = 64;
+  constexpr int NT = BM / 64 * 128;
+  constexpr int A_BYTES = BM * BK * 2;
+  constexpr int B_BYTES = BK * BN * 2;
+  constexpr int STAGE = A_BYTES + B_BYTES;
+  const int M = a_shape[0];
+  const int K = a_shape[1];
+  const int N = b_shape[1];
+  const unsigned int base = (wg_smem_u32(wg_smem) + 1023u) & ~1023u;
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int m0 = blockIdx.x * BM;
+  const int n0 = blockIdx.y * BN;
+  const int KT = K / BK;
+  constexpr int D = ST - 1 - WAITN;  // slabs in flight ahead of the one multiplied
+  float acc[BN / 2];
+  #pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+  const T* a_blk = a + (size_t)m0 * K;
+  const T* b_blk = b + n0;
+  auto load = [&](int kt) {
+    const unsigned int sa = base + (kt % ST) * STAGE;
+    const unsigned int sb = sa + A_BYTES;
+    const int k0 = kt * BK;
+    #pragma unroll
+    for (int c = 0; c < BM * 8 / NT; ++c) {
+      const int e = tid + c * NT;
+      const int r = e >> 3, ch = e & 7;
+      wg_cp16(sa + r * 128 + ((ch ^ (r & 7)) << 4), a_blk + (size_t)r * K + k0 + ch * 8);
+    }
+    #pragma unroll
+    for (int c = 0; c < BK * (BN / 8) / NT; ++c) {
+      const int e = tid + c * NT;
+      const int k = e / (BN / 8), nc = e % (BN / 8);
+      const int n2 = nc >> 3, ch = nc & 7;
+      wg_cp16(sb + n2 * (BK * 128) + k * 128 + ((ch ^ (k & 7)) << 4), b_blk + (size_t)(k0 + k) * N + nc * 8);
+    }
+  };
+  for (int s = 0; s < D; ++s) {
+    if (s < KT) load(s);
+    wg_commit();
+  }
+  const unsigned int lbo_b = BSWAP ? 1024u : (unsigned int)(BK * 128);
+  const unsigned int sbo_b = BSWAP ? (unsigned int)(BK * 128) : 1024u;
+  for (int kt = 0; kt < KT; ++kt) {
+    wg_cp_wait<D - 1>();
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (kt + D < KT) load(kt + D);
+    wg_commit();
+    const unsigned int sa = base + (kt % ST) * STAGE;
+    const unsigned int sb = sa + A_BYTES;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    #pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      const unsigned long long da = wg_desc(sa + wg * 64 * 128 + kk * 32, 16u, 1024u);
+      const unsigned long long db = wg_desc(sb + kk * 2048, lbo_b, sbo_b);
+      MMA_ASM
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(WAITN) : "memory");
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  const int warp = (tid % 128) / 32, lane = tid % 32;
+  const int row = m0 + wg * 64 + warp * 16 + (lane >> 2);
+  #pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int col = n0 + j * 8 + (lane & 3) * 2;
+    wg_store2(c + (size_t)row * N + col, acc[4 * j], acc[4 * j + 1]);
+    wg_store2(c + (size_t)(row + 8) * N + col, acc[4 * j + 2], acc[4 * j + 3]);
+  }
+""".replace("MMA_ASM", mma_asm(bn, ab))
+
+
+def smem_bytes(bm: int, bn: int, st: int) -> int:
+    return st * (bm * 64 + 64 * bn) * 2 + 1024
+
+
+def time_us(fn, mx, reps: int = 20) -> float:
+    """Median of reps host-timed batches of 10 launches (GPU-bound at these sizes)."""
+    for _ in range(3):
+        mx.eval(fn())
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        mx.eval(*[fn() for _ in range(10)])
+        out.append((time.perf_counter() - t0) / 10 * 1e6)
+    out.sort()
+    return out[len(out) // 2]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--shape", default="2048,14336,4096")
+    ap.add_argument("--variants", default="all")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    import mlx.core as mx
+
+    m, n, k = (int(v) for v in args.shape.split(","))
+    variants = [dict(BM=bm, BN=bn, ST=st, WAITN=w) for bm in (128,) for bn in (128, 256)
+                for st in (3, 4) for w in (0, 1) if smem_bytes(bm, bn, st) <= 227 * 1024 and st - 1 - w >= 1]
+    if args.variants == "quick":
+        variants = variants[:2]
+    rows = []
+    for dt in args.dtypes.split(","):
+        dtype = getattr(mx, dt)
+        ab = "f16" if dt == "float16" else "bf16"
+        kernels = {}
+
+        def kernel(v, bswap):
+            key = (v["BN"], bswap)
+            if key not in kernels:
+                kernels[key] = mx.fast.cuda_kernel(
+                    name=f"wgmma_mm_{ab}_{v['BN']}_{bswap}", input_names=["a", "b"], output_names=["c"],
+                    source=body(v["BN"], ab), header=HEADER)
+            return kernels[key]
+
+        def run(v, bswap, a, b):
+            mm, nn = a.shape[0], b.shape[1]
+            kern = kernel(v, bswap)
+            nt = v["BM"] // 64 * 128
+            return kern(inputs=[a, b], grid=(mm // v["BM"] * nt, nn // v["BN"], 1), threadgroup=(nt, 1, 1),
+                        output_shapes=[(mm, nn)], output_dtypes=[dtype],
+                        template=[("T", dtype), ("BM", v["BM"]), ("BN", v["BN"]), ("ST", v["ST"]),
+                                  ("WAITN", v["WAITN"]), ("BSWAP", bswap)],
+                        shared_memory=smem_bytes(v["BM"], v["BN"], v["ST"]))[0]
+
+        # which descriptor reading of B is right: a small product, both readings
+        ka, kb = mx.random.split(mx.random.key(3))
+        sa = mx.random.normal((256, 512), key=ka).astype(dtype)
+        sb = (mx.random.normal((512, 512), key=kb) * 512 ** -0.5).astype(dtype)
+        ref = mx.matmul(sa.astype(mx.float32), sb.astype(mx.float32))
+        good = None
+        for bswap in (0, 1):
+            try:
+                out = run(variants[0], bswap, sa, sb).astype(mx.float32)
+                err = float(mx.max(mx.abs(out - ref)))
+            except Exception as exc:  # noqa: BLE001
+                err = f"failed: {str(exc)[:800]}"
+            print(json.dumps({"dtype": dt, "check_bswap": bswap, "max_abs_err": err}), flush=True)
+            if isinstance(err, float) and err < 0.05 and good is None:
+                good = bswap
+        if good is None:
+            rows.append({"dtype": dt, "error": "no descriptor reading passed the check"})
+            continue
+        ka, kb = mx.random.split(mx.random.key(5))
+        a = mx.random.normal((m, k), key=ka).astype(dtype)
+        b = (mx.random.normal((k, n), key=kb) * k ** -0.5).astype(dtype)
+        ref = mx.matmul(a.astype(mx.float32), b.astype(mx.float32))
+        mx.eval(a, b, ref)
+        base_us = time_us(lambda: mx.matmul(a, b), mx)
+        flops = 2.0 * m * n * k
+        for v in variants:
+            row = {"dtype": dt, **v, "BSWAP": good}
+            try:
+                out = run(v, good, a, b)
+                err = float(mx.max(mx.abs(out.astype(mx.float32) - ref)))
+                us = time_us(lambda v=v: run(v, good, a, b), mx)
+                base2 = time_us(lambda: mx.matmul(a, b), mx)
+                row.update(max_abs_err=err, us=us, tflops=flops / us / 1e6, mx_us=(base_us + base2) / 2,
+                           pct_mx=100 * (base_us + base2) / 2 / us)
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = str(exc)[:800]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"shape": {"M": m, "N": n, "K": k}, "rows": rows}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
