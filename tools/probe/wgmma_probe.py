@@ -173,11 +173,12 @@ def main() -> int:
         kernels = {}
 
         def kernel(v, bswap):
-            key = (v["BN"], bswap)
+            smem = smem_bytes(v["BM"], v["BN"], v["ST"])
+            key = (v["BN"], bswap, smem)
             if key not in kernels:
                 kernels[key] = mx.fast.cuda_kernel(
                     name=f"wgmma_mm_{ab}_{v['BN']}_{bswap}", input_names=["a", "b"], output_names=["c"],
-                    source=body(v["BN"], ab), header=HEADER)
+                    source=body(v["BN"], ab), header=HEADER, shared_memory=smem)
             return kernels[key]
 
         def run(v, bswap, a, b):
@@ -187,8 +188,7 @@ def main() -> int:
             return kern(inputs=[a, b], grid=(mm // v["BM"] * nt, nn // v["BN"], 1), threadgroup=(nt, 1, 1),
                         output_shapes=[(mm, nn)], output_dtypes=[dtype],
                         template=[("T", dtype), ("BM", v["BM"]), ("BN", v["BN"]), ("ST", v["ST"]),
-                                  ("WAITN", v["WAITN"]), ("BSWAP", bswap)],
-                        shared_memory=smem_bytes(v["BM"], v["BN"], v["ST"]))[0]
+                                  ("WAITN", v["WAITN"]), ("BSWAP", bswap)])[0]
 
         # which descriptor reading of B is right: a small product, both readings
         ka, kb = mx.random.split(mx.random.key(3))
