@@ -152,6 +152,85 @@ def time_us(fn, mx, reps: int = 20) -> float:
     return out[len(out) // 2]
 
 
+class Runner:
+    """The probe's kernels for one dtype (one compiled kernel per BN, descriptor reading and ring size)."""
+
+    def __init__(self, mx, dt: str) -> None:
+        self.mx = mx
+        self.dtype = getattr(mx, dt)
+        self.ab = "f16" if dt == "float16" else "bf16"
+        self.kernels: dict = {}
+
+    def kernel(self, v: dict, bswap: int):
+        smem = smem_bytes(v["BM"], v["BN"], v["ST"])
+        key = (v["BN"], bswap, smem)
+        if key not in self.kernels:
+            self.kernels[key] = self.mx.fast.cuda_kernel(
+                name=f"wgmma_mm_{self.ab}_{v['BN']}_{bswap}", input_names=["a", "b"], output_names=["c"],
+                source=body(v["BN"], self.ab), header=HEADER, shared_memory=smem)
+        return self.kernels[key]
+
+    def run(self, v: dict, bswap: int, a, b):
+        mm, nn = a.shape[0], b.shape[1]
+        nt = v["BM"] // 64 * 128
+        return self.kernel(v, bswap)(
+            inputs=[a, b], grid=(mm // v["BM"] * nt, nn // v["BN"], 1), threadgroup=(nt, 1, 1),
+            output_shapes=[(mm, nn)], output_dtypes=[self.dtype],
+            template=[("T", self.dtype), ("BM", v["BM"]), ("BN", v["BN"]), ("ST", v["ST"]),
+                      ("WAITN", v["WAITN"]), ("BSWAP", bswap)])[0]
+
+
+def check_reading(mx, runner: Runner, v: dict, dt: str) -> int | None:
+    """Which descriptor reading of B is right: a small product under both; the first that matches."""
+    dtype = runner.dtype
+    ka, kb = mx.random.split(mx.random.key(3))
+    sa = mx.random.normal((256, 512), key=ka).astype(dtype)
+    sb = (mx.random.normal((512, 512), key=kb) * 512 ** -0.5).astype(dtype)
+    ref = mx.matmul(sa.astype(mx.float32), sb.astype(mx.float32))
+    good = None
+    for bswap in (0, 1):
+        try:
+            out = runner.run(v, bswap, sa, sb).astype(mx.float32)
+            err = float(mx.max(mx.abs(out - ref)))
+        except Exception as exc:  # noqa: BLE001
+            err = f"failed: {str(exc)[:800]}"
+        print(json.dumps({"dtype": dt, "check_bswap": bswap, "max_abs_err": err}), flush=True)
+        if isinstance(err, float) and err < 0.05 and good is None:
+            good = bswap
+    return good
+
+
+def probe_dtype(mx, dt: str, variants: list[dict], m: int, n: int, k: int) -> list[dict]:
+    """Check and time every variant for one dtype at M x N x K, mx.matmul timed around each."""
+    runner = Runner(mx, dt)
+    good = check_reading(mx, runner, variants[0], dt)
+    if good is None:
+        return [{"dtype": dt, "error": "no descriptor reading passed the check"}]
+    dtype = runner.dtype
+    ka, kb = mx.random.split(mx.random.key(5))
+    a = mx.random.normal((m, k), key=ka).astype(dtype)
+    b = (mx.random.normal((k, n), key=kb) * k ** -0.5).astype(dtype)
+    ref = mx.matmul(a.astype(mx.float32), b.astype(mx.float32))
+    mx.eval(a, b, ref)
+    base_us = time_us(lambda: mx.matmul(a, b), mx)
+    flops = 2.0 * m * n * k
+    rows = []
+    for v in variants:
+        row = {"dtype": dt, **v, "BSWAP": good}
+        try:
+            out = runner.run(v, good, a, b)
+            err = float(mx.max(mx.abs(out.astype(mx.float32) - ref)))
+            us = time_us(lambda v=v: runner.run(v, good, a, b), mx)
+            base2 = time_us(lambda: mx.matmul(a, b), mx)
+            row.update(max_abs_err=err, us=us, tflops=flops / us / 1e6, mx_us=(base_us + base2) / 2,
+                       pct_mx=100 * (base_us + base2) / 2 / us)
+        except Exception as exc:  # noqa: BLE001
+            row["error"] = str(exc)[:800]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="float16,bfloat16")
@@ -162,72 +241,13 @@ def main() -> int:
     import mlx.core as mx
 
     m, n, k = (int(v) for v in args.shape.split(","))
-    variants = [dict(BM=bm, BN=bn, ST=st, WAITN=w) for bm in (128,) for bn in (128, 256)
+    variants = [{"BM": bm, "BN": bn, "ST": st, "WAITN": w} for bm in (128,) for bn in (128, 256)
                 for st in (3, 4) for w in (0, 1) if smem_bytes(bm, bn, st) <= 227 * 1024 and st - 1 - w >= 1]
     if args.variants == "quick":
         variants = variants[:2]
     rows = []
     for dt in args.dtypes.split(","):
-        dtype = getattr(mx, dt)
-        ab = "f16" if dt == "float16" else "bf16"
-        kernels = {}
-
-        def kernel(v, bswap):
-            smem = smem_bytes(v["BM"], v["BN"], v["ST"])
-            key = (v["BN"], bswap, smem)
-            if key not in kernels:
-                kernels[key] = mx.fast.cuda_kernel(
-                    name=f"wgmma_mm_{ab}_{v['BN']}_{bswap}", input_names=["a", "b"], output_names=["c"],
-                    source=body(v["BN"], ab), header=HEADER, shared_memory=smem)
-            return kernels[key]
-
-        def run(v, bswap, a, b):
-            mm, nn = a.shape[0], b.shape[1]
-            kern = kernel(v, bswap)
-            nt = v["BM"] // 64 * 128
-            return kern(inputs=[a, b], grid=(mm // v["BM"] * nt, nn // v["BN"], 1), threadgroup=(nt, 1, 1),
-                        output_shapes=[(mm, nn)], output_dtypes=[dtype],
-                        template=[("T", dtype), ("BM", v["BM"]), ("BN", v["BN"]), ("ST", v["ST"]),
-                                  ("WAITN", v["WAITN"]), ("BSWAP", bswap)])[0]
-
-        # which descriptor reading of B is right: a small product, both readings
-        ka, kb = mx.random.split(mx.random.key(3))
-        sa = mx.random.normal((256, 512), key=ka).astype(dtype)
-        sb = (mx.random.normal((512, 512), key=kb) * 512 ** -0.5).astype(dtype)
-        ref = mx.matmul(sa.astype(mx.float32), sb.astype(mx.float32))
-        good = None
-        for bswap in (0, 1):
-            try:
-                out = run(variants[0], bswap, sa, sb).astype(mx.float32)
-                err = float(mx.max(mx.abs(out - ref)))
-            except Exception as exc:  # noqa: BLE001
-                err = f"failed: {str(exc)[:800]}"
-            print(json.dumps({"dtype": dt, "check_bswap": bswap, "max_abs_err": err}), flush=True)
-            if isinstance(err, float) and err < 0.05 and good is None:
-                good = bswap
-        if good is None:
-            rows.append({"dtype": dt, "error": "no descriptor reading passed the check"})
-            continue
-        ka, kb = mx.random.split(mx.random.key(5))
-        a = mx.random.normal((m, k), key=ka).astype(dtype)
-        b = (mx.random.normal((k, n), key=kb) * k ** -0.5).astype(dtype)
-        ref = mx.matmul(a.astype(mx.float32), b.astype(mx.float32))
-        mx.eval(a, b, ref)
-        base_us = time_us(lambda: mx.matmul(a, b), mx)
-        flops = 2.0 * m * n * k
-        for v in variants:
-            row = {"dtype": dt, **v, "BSWAP": good}
-            try:
-                out = run(v, good, a, b)
-                err = float(mx.max(mx.abs(out.astype(mx.float32) - ref)))
-                us = time_us(lambda v=v: run(v, good, a, b), mx)
-                base2 = time_us(lambda: mx.matmul(a, b), mx)
-                row.update(max_abs_err=err, us=us, tflops=flops / us / 1e6, mx_us=(base_us + base2) / 2,
-                           pct_mx=100 * (base_us + base2) / 2 / us)
-            except Exception as exc:  # noqa: BLE001
-                row["error"] = str(exc)[:800]
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+        rows += probe_dtype(mx, dt, variants, m, n, k)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"shape": {"M": m, "N": n, "K": k}, "rows": rows}, fh, indent=1)
