@@ -202,3 +202,40 @@ def test_repeats_only_time_again_what_their_timer_measured(store):
     gpu = plan_repeats(store, "nvidia-h200", [spec], 1.0, timing="gpu-cupti")
     assert {t.dtype for t in chain} == {"float16"} and {t.dtype for t in gpu} == {"float32"}
     assert len(chain) + len(gpu) == len(every) > 0
+
+
+def test_a_case_partly_timed_by_another_timer_is_refused_and_nothing_is_recorded(store):
+    from zmlx_pipeline.pipeline.collect import TimingSettings
+
+    spec = get_kernel("rmsnorm")
+    # a quick check (3 configs a shape) with the chain timer leaves every case partly measured
+    collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
+            settings=TimingSettings(timer="chain"), configs_limit=3, shapes_limit=1)
+    before = _keys_of(store)
+    with pytest.raises(CollectError, match="chain-difference timer.*--timer chain"):
+        collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
+                settings=TimingSettings(timer="gpu"), shapes_limit=1)
+    assert _keys_of(store) == before and len(store.runs()) == 1
+    # the same timer finishes the case
+    done = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
+                   settings=TimingSettings(timer="chain"), shapes_limit=1)
+    assert done.stopped == "finished" and done.done > 0
+
+
+def test_untouched_cases_may_take_another_timer(store):
+    from zmlx_pipeline.pipeline.collect import TimingSettings, mixed_timer_cases, plan
+    from zmlx_pipeline.kernels.spec import Limits
+
+    spec = get_kernel("rmsnorm")
+    collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
+            settings=TimingSettings(timer="chain"), shapes_limit=1)
+    # the first shape is complete; the rest of the grid is new: nothing is mixed
+    tasks, _ = plan(store, "nvidia-h200", [spec], ["float16"], "smoke", Limits.from_device_row(_device().row))
+    assert tasks and mixed_timer_cases(store, "nvidia-h200", tasks, "gpu-cupti") == []
+    done = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
+                   settings=TimingSettings(timer="gpu"))
+    assert done.stopped == "finished" and done.done == len(tasks)
+
+
+def _keys_of(store):
+    return sorted((r["dtype"], r["shape_key"], r["config_key"]) for r in store.measurements())

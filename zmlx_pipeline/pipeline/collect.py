@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from zmlx_pipeline import __version__
-from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.data.keys import canonical_json, mapping_key
 from zmlx_pipeline.data.noise_buckets import NOISE_BUCKETS_US, bucket_label
 from zmlx_pipeline.data.records import DTYPES, Measurement
 from zmlx_pipeline.data.store import Store
@@ -173,6 +173,37 @@ def plan(
     return tasks, already
 
 
+def _run_timers(store: Store, device_id: str) -> dict[str, str]:
+    """run_id -> the timer label its rows were measured with (runs before the gpu timer were chain-timed)."""
+    return {r["run_id"]: (r.get("settings") or {}).get("timing", TIMER_LABELS["chain"])
+            for r in store.runs(device=device_id)}
+
+
+def mixed_timer_cases(store: Store, device_id: str, tasks: Sequence[Task], timing: str) -> list[tuple[Task, str]]:
+    """The planned cases whose stored configs another timer measured: (a task of the case, that timer).
+
+    A case's configs are ranked against each other, so they must share a timer; different cases
+    (another dtype or shape) may differ, since every score is relative to the case's best.
+    """
+    if not tasks:
+        return []
+    run_timer = _run_timers(store, device_id)
+    found: dict[tuple, tuple[Task, str]] = {}
+    for spec in {t.spec.name: t.spec for t in tasks}.values():
+        timers: dict[tuple[str, str], set[str]] = {}
+        for r in store.measurements(device=device_id, kernel=spec.name, kernel_version=spec.version):
+            timers.setdefault((r["dtype"], r["shape_key"]), set()).add(
+                run_timer.get(r["run_id"], TIMER_LABELS["chain"]))
+        for t in tasks:
+            if t.spec.name != spec.name:
+                continue
+            case = (spec.name, t.dtype, mapping_key(t.shape))
+            other = sorted(timers.get(case[1:], set()) - {timing})
+            if other and case not in found:
+                found[case] = (t, other[0])
+    return list(found.values())
+
+
 def _size(shape: Mapping[str, int]) -> int:
     n = 1
     for v in shape.values():
@@ -213,6 +244,17 @@ def collect(
         measurer = GpuMeasurer(device.backend, settings)
     store.upsert_device(row)
     tasks, already = plan(store, device.device_id, specs, dtypes, preset, limits, shapes_limit, configs_limit)
+    timing = TIMER_LABELS.get(settings.timer, settings.timer)
+    mixed = mixed_timer_cases(store, device.device_id, tasks, timing)
+    if mixed:
+        task, other = mixed[0]
+        flag = {v: k for k, v in TIMER_LABELS.items()}.get(other)
+        fix = f"collect with --timer {flag}, or " if flag else ""
+        raise CollectError(
+            f"{len(mixed)} case(s) of {device.device_id} were partly measured with the {other} timer "
+            f"(first: {task.spec.name} {task.dtype} {canonical_json(task.shape)}) and this collect would time "
+            f"the rest with {timing}; a case's configs must share a timer: {fix}collect into a new --db "
+            f"and `zmlx-pipeline ingest` its shard, which replaces the older timings")
     result = CollectResult(run_id=None, device_id=device.device_id, planned=len(tasks), already=already)
     if on_plan:
         on_plan(len(tasks), already)
@@ -270,8 +312,7 @@ def plan_repeats(store: Store, device_id: str, specs: Sequence[KernelSpec], frac
     tasks = []
     threshold = int(fraction * 10_000)
     done = {(r["kernel"], r["dtype"], r["shape_key"], r["config_key"]) for r in store.repeats(device=device_id)}
-    run_timing = {r["run_id"]: (r.get("settings") or {}).get("timing", TIMER_LABELS["chain"])
-                  for r in store.runs(device=device_id)}
+    run_timing = _run_timers(store, device_id)
     for spec in specs:
         rows = store.measurements(device=device_id, kernel=spec.name, kernel_version=spec.version, status="ok")
         for r in rows:
