@@ -223,8 +223,8 @@ def test_a_case_partly_timed_by_another_timer_is_refused_and_nothing_is_recorded
 
 
 def test_untouched_cases_may_take_another_timer(store):
-    from zmlx_pipeline.pipeline.collect import TimingSettings, mixed_timer_cases, plan
     from zmlx_pipeline.kernels.spec import Limits
+    from zmlx_pipeline.pipeline.collect import TimingSettings, mixed_timer_cases, plan
 
     spec = get_kernel("rmsnorm")
     collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
