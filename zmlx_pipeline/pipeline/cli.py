@@ -125,7 +125,7 @@ _timer_option = click.option(
     "--timer", type=click.Choice(["auto", "gpu", "chain"]), default="auto", show_default=True,
     help="gpu: each kernel's duration from CUPTI (CUDA with torch installed; tells sub-10 us configs apart); "
          "chain: host-timed chains of launches (every backend); auto: gpu where it can be read. "
-         "Keep one timer per device's data.")
+         "Keep one timer per device's data; collect refuses to finish a case another timer started.")
 
 
 @cli.command()
