@@ -1,6 +1,7 @@
 """wgmma probe (GPU, Hopper): a warpgroup-MMA matmul body in mx.fast.cuda_kernel, checked and timed next to mx.matmul.
 
-    python tools/probe/wgmma_probe.py [--dtypes float16,bfloat16] [--shape M,N,K] [--variants all|quick] [--json OUT]
+    python tools/probe/wgmma_probe.py [--dtypes float16,bfloat16] [--shape M,N,K] [--variants all|quick]
+                                      [--mode speed|edges|all] [--json OUT]
 
 Not part of the package: a kernel-development tool for issue 3's matmul bar (at least half of
 mx.matmul). C[M, N] = A[M, K] @ B[K, N] with both row-major, so A is K-major and B is N-major
@@ -9,8 +10,12 @@ computes a BM x BN block; K is walked in 64-deep slabs copied by cp.async into a
 stages, each slab in the 128-byte-swizzled layout wgmma's shared-memory descriptors describe.
 WAITN = 1 keeps one warpgroup MMA batch in flight while the next slab is issued. BSWAP says
 which of the descriptor's two byte offsets strides across 64-column atoms of B (the probe tries
-both, and keeps what the reference check accepts). Edges are not handled: M % BM, N % BN and
-K % 64 must be 0.
+both, and keeps what the reference check accepts). EDGES = 1 zero-fills the copies of chunks past
+M, N or K and skips stores past M and N, so any M works, with N and K multiples of 8 (16-byte
+rows); EDGES = 0 needs M, N and K multiples of BM, BN and 64. BM = 64 is one warpgroup, for decode.
+
+Runs (the second is not yet run on a GPU): 2026-11-23, `--mode speed` before EDGES existed:
+benchmarks/results/wgmma_probe-{h200,h100,h100-run2}.json (70-78% of mx.matmul at 2048 x 14336 x 4096).
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ __device__ __forceinline__ unsigned int wg_smem_u32(const void* p) {
 }
 __device__ __forceinline__ void wg_cp16(unsigned int dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(dst), "l"(src));
+}
+__device__ __forceinline__ void wg_cp16z(unsigned int dst, const void* src, int bytes) {
+  // copies `bytes` (0 or 16) and zero-fills the rest of the 16: an edge chunk outside A or B
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void wg_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void wg_cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
@@ -74,7 +83,7 @@ def body(bn: int, ab: str) -> str:
   const int wg = tid / 128;
   const int m0 = blockIdx.x * BM;
   const int n0 = blockIdx.y * BN;
-  const int KT = K / BK;
+  const int KT = (K + BK - 1) / BK;
   constexpr int D = ST - 1 - WAITN;  // slabs in flight ahead of the one multiplied
   float acc[BN / 2];
   #pragma unroll
@@ -89,14 +98,26 @@ def body(bn: int, ab: str) -> str:
     for (int c = 0; c < BM * 8 / NT; ++c) {
       const int e = tid + c * NT;
       const int r = e >> 3, ch = e & 7;
-      wg_cp16(sa + r * 128 + ((ch ^ (r & 7)) << 4), a_blk + (size_t)r * K + k0 + ch * 8);
+      const unsigned int dst = sa + r * 128 + ((ch ^ (r & 7)) << 4);
+      if (EDGES) {  // rows past M and columns past K are zeros (K % 8 == 0: a chunk is all in or all out)
+        const bool in = m0 + r < M && k0 + ch * 8 < K;
+        wg_cp16z(dst, in ? a_blk + (size_t)r * K + k0 + ch * 8 : a, in ? 16 : 0);
+      } else {
+        wg_cp16(dst, a_blk + (size_t)r * K + k0 + ch * 8);
+      }
     }
     #pragma unroll
     for (int c = 0; c < BK * (BN / 8) / NT; ++c) {
       const int e = tid + c * NT;
       const int k = e / (BN / 8), nc = e % (BN / 8);
       const int n2 = nc >> 3, ch = nc & 7;
-      wg_cp16(sb + n2 * (BK * 128) + k * 128 + ((ch ^ (k & 7)) << 4), b_blk + (size_t)(k0 + k) * N + nc * 8);
+      const unsigned int dst = sb + n2 * (BK * 128) + k * 128 + ((ch ^ (k & 7)) << 4);
+      if (EDGES) {  // N % 8 == 0, likewise
+        const bool in = k0 + k < K && n0 + nc * 8 < N;
+        wg_cp16z(dst, in ? b_blk + (size_t)(k0 + k) * N + nc * 8 : b, in ? 16 : 0);
+      } else {
+        wg_cp16(dst, b_blk + (size_t)(k0 + k) * N + nc * 8);
+      }
     }
   };
   for (int s = 0; s < D; ++s) {
@@ -129,8 +150,8 @@ def body(bn: int, ab: str) -> str:
   #pragma unroll
   for (int j = 0; j < BN / 8; ++j) {
     const int col = n0 + j * 8 + (lane & 3) * 2;
-    wg_store2(c + (size_t)row * N + col, acc[4 * j], acc[4 * j + 1]);
-    wg_store2(c + (size_t)(row + 8) * N + col, acc[4 * j + 2], acc[4 * j + 3]);
+    if (!EDGES || (row < M && col < N)) wg_store2(c + (size_t)row * N + col, acc[4 * j], acc[4 * j + 1]);
+    if (!EDGES || (row + 8 < M && col < N)) wg_store2(c + (size_t)(row + 8) * N + col, acc[4 * j + 2], acc[4 * j + 3]);
   }
 """.replace("MMA_ASM", mma_asm(bn, ab))
 
@@ -171,13 +192,18 @@ class Runner:
         return self.kernels[key]
 
     def run(self, v: dict, bswap: int, a, b):
-        mm, nn = a.shape[0], b.shape[1]
+        mm, kk, nn = a.shape[0], a.shape[1], b.shape[1]
+        edges = v.get("EDGES", 0)
+        if edges and (kk % 8 or nn % 8):
+            raise ValueError("the edge path needs K and N multiples of 8 (16-byte rows)")
+        if not edges and (mm % v["BM"] or nn % v["BN"] or kk % 64):
+            raise ValueError("without EDGES, M, N and K must be multiples of BM, BN and 64")
         nt = v["BM"] // 64 * 128
         return self.kernel(v, bswap)(
-            inputs=[a, b], grid=(mm // v["BM"] * nt, nn // v["BN"], 1), threadgroup=(nt, 1, 1),
+            inputs=[a, b], grid=(-(-mm // v["BM"]) * nt, -(-nn // v["BN"]), 1), threadgroup=(nt, 1, 1),
             output_shapes=[(mm, nn)], output_dtypes=[self.dtype],
             template=[("T", self.dtype), ("BM", v["BM"]), ("BN", v["BN"]), ("ST", v["ST"]),
-                      ("WAITN", v["WAITN"]), ("BSWAP", bswap)])[0]
+                      ("WAITN", v["WAITN"]), ("BSWAP", bswap), ("EDGES", edges)])[0]
 
 
 def check_reading(mx, runner: Runner, v: dict, dt: str) -> int | None:
@@ -200,23 +226,25 @@ def check_reading(mx, runner: Runner, v: dict, dt: str) -> int | None:
     return good
 
 
-def probe_dtype(mx, dt: str, variants: list[dict], m: int, n: int, k: int) -> list[dict]:
-    """Check and time every variant for one dtype at M x N x K, mx.matmul timed around each."""
-    runner = Runner(mx, dt)
-    good = check_reading(mx, runner, variants[0], dt)
-    if good is None:
-        return [{"dtype": dt, "error": "no descriptor reading passed the check"}]
-    dtype = runner.dtype
-    ka, kb = mx.random.split(mx.random.key(5))
+def _operands(mx, dtype, m: int, n: int, k: int, seed: int):
+    ka, kb = mx.random.split(mx.random.key(seed))
     a = mx.random.normal((m, k), key=ka).astype(dtype)
     b = (mx.random.normal((k, n), key=kb) * k ** -0.5).astype(dtype)
     ref = mx.matmul(a.astype(mx.float32), b.astype(mx.float32))
     mx.eval(a, b, ref)
+    return a, b, ref
+
+
+def time_variants(mx, runner: Runner, good: int, dt: str, variants: list[dict], shape: tuple[int, int, int],
+                  seed: int = 5) -> list[dict]:
+    """Check and time each variant at one M x N x K, mx.matmul timed before and after each."""
+    m, n, k = shape
+    a, b, ref = _operands(mx, runner.dtype, m, n, k, seed)
     base_us = time_us(lambda: mx.matmul(a, b), mx)
     flops = 2.0 * m * n * k
     rows = []
     for v in variants:
-        row = {"dtype": dt, **v, "BSWAP": good}
+        row = {"dtype": dt, "M": m, "N": n, "K": k, **v, "BSWAP": good}
         try:
             out = runner.run(v, good, a, b)
             err = float(mx.max(mx.abs(out.astype(mx.float32) - ref)))
@@ -231,11 +259,58 @@ def probe_dtype(mx, dt: str, variants: list[dict], m: int, n: int, k: int) -> li
     return rows
 
 
+#: shapes off the tile grid (M, N, K; K and N multiples of 8) for the edge path's check
+EDGE_SHAPES = ((1, 4096, 4096), (16, 14336, 4096), (255, 4000, 4104), (300, 1032, 520), (64, 4096, 14336))
+#: decode shapes timed with the one-warpgroup (BM = 64) variants
+DECODE_SHAPES = ((1, 14336, 4096), (16, 14336, 4096), (16, 4096, 14336))
+EDGE_VARIANTS = [{"BM": bm, "BN": bn, "ST": st, "WAITN": 1, "EDGES": 1}
+                 for bm, bn, st in ((128, 128, 4), (128, 256, 4), (64, 128, 4), (64, 256, 3))]
+
+
+def check_edges(mx, runner: Runner, good: int, dt: str) -> list[dict]:
+    """The edge path against the float32 reference on shapes off the tile grid (max abs error; outputs are O(1))."""
+    rows = []
+    for m, n, k in EDGE_SHAPES:
+        a, b, ref = _operands(mx, runner.dtype, m, n, k, seed=7)
+        for v in EDGE_VARIANTS:
+            row = {"dtype": dt, "check": "edges", "M": m, "N": n, "K": k, **v}
+            try:
+                out = runner.run(v, good, a, b)
+                row["max_abs_err"] = float(mx.max(mx.abs(out.astype(mx.float32) - ref)))
+                row["ok"] = row["max_abs_err"] < 0.05
+            except Exception as exc:  # noqa: BLE001
+                row["error"] = str(exc)[:800]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def probe_dtype(mx, dt: str, variants: list[dict], shape: tuple[int, int, int], mode: str) -> list[dict]:
+    """Everything the probe does for one dtype: the descriptor check, then the speed and/or edge passes."""
+    runner = Runner(mx, dt)
+    good = check_reading(mx, runner, variants[0], dt)
+    if good is None:
+        return [{"dtype": dt, "error": "no descriptor reading passed the check"}]
+    rows = []
+    if mode in ("speed", "all"):
+        # the tile-aligned body next to the edge-checked one, at the large shape
+        both = variants + [{**v, "EDGES": 1} for v in variants]
+        rows += time_variants(mx, runner, good, dt, both, shape)
+    if mode in ("edges", "all"):
+        rows += check_edges(mx, runner, good, dt)
+        for dshape in DECODE_SHAPES:
+            rows += time_variants(mx, runner, good, dt, [v for v in EDGE_VARIANTS if v["BM"] == 64], dshape)
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dtypes", default="float16,bfloat16")
     ap.add_argument("--shape", default="2048,14336,4096")
     ap.add_argument("--variants", default="all")
+    ap.add_argument("--mode", default="all", choices=("speed", "edges", "all"),
+                    help="speed: every variant at --shape, tile-aligned and edge-checked; edges: the edge "
+                         "path on shapes off the tile grid and the decode shapes; all: both")
     ap.add_argument("--json")
     args = ap.parse_args()
     import mlx.core as mx
@@ -247,7 +322,7 @@ def main() -> int:
         variants = variants[:2]
     rows = []
     for dt in args.dtypes.split(","):
-        rows += probe_dtype(mx, dt, variants, m, n, k)
+        rows += probe_dtype(mx, dt, variants, (m, n, k), args.mode)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"shape": {"M": m, "N": n, "K": k}, "rows": rows}, fh, indent=1)
