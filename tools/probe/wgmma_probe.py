@@ -14,8 +14,9 @@ both, and keeps what the reference check accepts). EDGES = 1 zero-fills the copi
 M, N or K and skips stores past M and N, so any M works, with N and K multiples of 8 (16-byte
 rows); EDGES = 0 needs M, N and K multiples of BM, BN and 64. BM = 64 is one warpgroup, for decode.
 
-Runs (the second is not yet run on a GPU): 2026-11-23, `--mode speed` before EDGES existed:
-benchmarks/results/wgmma_probe-{h200,h100,h100-run2}.json (70-78% of mx.matmul at 2048 x 14336 x 4096).
+Recorded runs (2026-11-23, before EDGES and BM = 64 existed, so the aligned body's speed pass):
+benchmarks/results/wgmma_probe-{h200,h100,h100-run2}.json, 70-78% of mx.matmul at 2048 x 14336 x 4096.
+The edge path and BM = 64 have not run on a GPU yet.
 """
 
 from __future__ import annotations
