@@ -30,10 +30,13 @@ def _ok(task):
     return Outcome("ok", timing=Timing(5.0, 4.5, 6.0, 3, 1))
 
 
+def _row_keys(rows) -> list[tuple]:
+    return [(r["device_id"], r["kernel"], r["kernel_version"], r["dtype"], r["shape_key"], r["config_key"]) for r in rows]
+
+
 def _keys(path: Path) -> list[tuple]:
     with Store(path, read_only=True) as s:
-        rows = s.measurements()
-    return [(r["device_id"], r["kernel"], r["kernel_version"], r["dtype"], r["shape_key"], r["config_key"]) for r in rows]
+        return _row_keys(s.measurements())
 
 
 def test_second_run_measures_only_what_is_missing(store):
@@ -211,11 +214,11 @@ def test_a_case_partly_timed_by_another_timer_is_refused_and_nothing_is_recorded
     # a quick check (3 configs a shape) with the chain timer leaves every case partly measured
     collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
             settings=TimingSettings(timer="chain"), configs_limit=3, shapes_limit=1)
-    before = _keys_of(store)
+    before = sorted(_row_keys(store.measurements()))
     with pytest.raises(CollectError, match="chain-difference timer.*--timer chain"):
         collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
                 settings=TimingSettings(timer="gpu"), shapes_limit=1)
-    assert _keys_of(store) == before and len(store.runs()) == 1
+    assert sorted(_row_keys(store.measurements())) == before and len(store.runs()) == 1
     # the same timer finishes the case
     done = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
                    settings=TimingSettings(timer="chain"), shapes_limit=1)
@@ -235,7 +238,3 @@ def test_untouched_cases_may_take_another_timer(store):
     done = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
                    settings=TimingSettings(timer="gpu"))
     assert done.stopped == "finished" and done.done == len(tasks)
-
-
-def _keys_of(store):
-    return sorted((r["dtype"], r["shape_key"], r["config_key"]) for r in store.measurements())

@@ -207,13 +207,18 @@ class Runner:
                       ("WAITN", v["WAITN"]), ("BSWAP", bswap), ("EDGES", edges)])[0]
 
 
+def _operands(mx, dtype, m: int, n: int, k: int, seed: int):
+    ka, kb = mx.random.split(mx.random.key(seed))
+    a = mx.random.normal((m, k), key=ka).astype(dtype)
+    b = (mx.random.normal((k, n), key=kb) * k ** -0.5).astype(dtype)
+    ref = mx.matmul(a.astype(mx.float32), b.astype(mx.float32))
+    mx.eval(a, b, ref)
+    return a, b, ref
+
+
 def check_reading(mx, runner: Runner, v: dict, dt: str) -> int | None:
     """Which descriptor reading of B is right: a small product under both; the first that matches."""
-    dtype = runner.dtype
-    ka, kb = mx.random.split(mx.random.key(3))
-    sa = mx.random.normal((256, 512), key=ka).astype(dtype)
-    sb = (mx.random.normal((512, 512), key=kb) * 512 ** -0.5).astype(dtype)
-    ref = mx.matmul(sa.astype(mx.float32), sb.astype(mx.float32))
+    sa, sb, ref = _operands(mx, runner.dtype, 256, 512, 512, seed=3)
     good = None
     for bswap in (0, 1):
         try:
@@ -225,15 +230,6 @@ def check_reading(mx, runner: Runner, v: dict, dt: str) -> int | None:
         if isinstance(err, float) and err < 0.05 and good is None:
             good = bswap
     return good
-
-
-def _operands(mx, dtype, m: int, n: int, k: int, seed: int):
-    ka, kb = mx.random.split(mx.random.key(seed))
-    a = mx.random.normal((m, k), key=ka).astype(dtype)
-    b = (mx.random.normal((k, n), key=kb) * k ** -0.5).astype(dtype)
-    ref = mx.matmul(a.astype(mx.float32), b.astype(mx.float32))
-    mx.eval(a, b, ref)
-    return a, b, ref
 
 
 def time_variants(mx, runner: Runner, good: int, dt: str, variants: list[dict], shape: tuple[int, int, int],

@@ -185,22 +185,19 @@ def mixed_timer_cases(store: Store, device_id: str, tasks: Sequence[Task], timin
     A case's configs are ranked against each other, so they must share a timer; different cases
     (another dtype or shape) may differ, since every score is relative to the case's best.
     """
-    if not tasks:
-        return []
-    run_timer = _run_timers(store, device_id)
+    run_timer = _run_timers(store, device_id) if tasks else {}
+    timers: dict[str, dict[tuple[str, str], set[str]]] = {}  # kernel -> (dtype, shape_key) -> timers
     found: dict[tuple, tuple[Task, str]] = {}
-    for spec in {t.spec.name: t.spec for t in tasks}.values():
-        timers: dict[tuple[str, str], set[str]] = {}
-        for r in store.measurements(device=device_id, kernel=spec.name, kernel_version=spec.version):
-            timers.setdefault((r["dtype"], r["shape_key"]), set()).add(
-                run_timer.get(r["run_id"], TIMER_LABELS["chain"]))
-        for t in tasks:
-            if t.spec.name != spec.name:
-                continue
-            case = (spec.name, t.dtype, mapping_key(t.shape))
-            other = sorted(timers.get(case[1:], set()) - {timing})
-            if other and case not in found:
-                found[case] = (t, other[0])
+    for t in tasks:
+        if t.spec.name not in timers:
+            by_case = timers[t.spec.name] = {}
+            for r in store.measurements(device=device_id, kernel=t.spec.name, kernel_version=t.spec.version):
+                by_case.setdefault((r["dtype"], r["shape_key"]), set()).add(
+                    run_timer.get(r["run_id"], TIMER_LABELS["chain"]))
+        case = (t.dtype, mapping_key(t.shape))
+        other = sorted(timers[t.spec.name].get(case, set()) - {timing})
+        if other:
+            found.setdefault((t.spec.name, *case), (t, other[0]))
     return list(found.values())
 
 
