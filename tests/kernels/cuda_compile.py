@@ -61,10 +61,11 @@ def input_dtypes_of(spec, dtype) -> dict[str, str]:
     return {name: names[a.dtype] for name, a in zip(spec.inputs, arrays) if a.dtype != getattr(mx, dtype)}
 
 
-def compile_cuda(spec, config, dtype, workdir: Path, input_dtypes=None) -> subprocess.CompletedProcess:
+def compile_cuda(spec, config, dtype, workdir: Path, input_dtypes=None, arch: str = "sm_90") -> subprocess.CompletedProcess:
+    """nvcc on the translation unit; `arch` sm_90a for Hopper-only instructions (wgmma), as MLX's NVRTC targets on an H100."""
     cu = workdir / f"{spec.name}_{dtype}.cu"
     cu.write_text(translation_unit(spec, config, dtype, input_dtypes))
     return subprocess.run(
-        [nvcc(), "-std=c++17", "-arch=sm_90", "-I", str(STUB), "-c", str(cu), "-o", str(cu.with_suffix(".o"))],
+        [nvcc(), "-std=c++17", f"-gencode=arch=compute_{arch[3:]},code={arch}", "-I", str(STUB), "-c", str(cu), "-o", str(cu.with_suffix(".o"))],
         capture_output=True, text=True, timeout=300,
     )

@@ -176,11 +176,11 @@ def test_matmul_constraints_remove_illegal_tiles():
     shape = {"M": 1024, "N": 4096, "K": 4096}
     cuda = Limits(1024, 32, 49152)
     # 2 x (128 x 40 + 32 x 136) halves = 37,888 bytes of slabs: fits CUDA, not Apple's 32 KiB
-    big = {"TG": 128, "BM": 128, "BN": 128, "BK": 32, "WM": 2, "WN": 2, "STAGES": 2}
-    deep = "STAGES == 4 or BK == 64 or tg_mem_bytes < 49152"
+    big = {"TG": 128, "BM": 128, "BN": 128, "BK": 32, "WM": 2, "WN": 2, "STAGES": 2, "WG": 0}
+    deep = "WG == 1 or STAGES == 4 or BK == 64 or tg_mem_bytes < 49152"
     # on CUDA a 32-deep slab goes only in a 4-deep ring (a 2-deep one measured slowest)
     assert spec.violations(big, shape, "float16", cuda) == [deep]
-    ring = ("STAGES * (BM * (BK + 16 // dtype_bytes) + BK * (BN + 8)) * dtype_bytes"
+    ring = ("WG == 1 or STAGES * (BM * (BK + 16 // dtype_bytes) + BK * (BN + 8)) * dtype_bytes"
             " <= (101376 if tg_mem_bytes >= 49152 else tg_mem_bytes)")
     assert spec.violations(big, shape, "float16", Limits(1024, 32, 32768)) == [ring]
     # CUDA's ring is dynamic shared memory: past the 48 KiB of static memory, up to 99 KiB
@@ -194,7 +194,7 @@ def test_matmul_constraints_remove_illegal_tiles():
     assert spec.shared_memory_bytes(big, "float32", "cuda") == 71680
     assert spec.shared_memory_bytes(big, "float16", "metal") == 0
     # a 64-deep slab only in a 2-deep ring
-    assert "BK == 32 or STAGES == 2" in spec.violations({**big, "BK": 64, "STAGES": 4}, shape, "float16", cuda)
+    assert "WG == 1 or BK == 32 or STAGES == 2" in spec.violations({**big, "BK": 64, "STAGES": 4}, shape, "float16", cuda)
     # TG is the warp layout's
     assert "TG == 32 * WM * WN" in spec.violations({**big, "TG": 256}, shape, "float16", cuda)
     legal = spec.legal_configs(shape, "float16", cuda)
@@ -213,6 +213,32 @@ def test_matmul_constraints_remove_illegal_tiles():
     # decode rows get BM = 16 only, prefill rows the larger row blocks too
     assert {c["BM"] for c in spec.legal_configs({"M": 1, "N": 4096, "K": 4096}, "float16", cuda)} == {16}
     assert {c["BM"] for c in legal} == {16, 32, 64, 128}
+
+
+def test_matmul_warpgroup_path_only_on_hopper_in_16_bit():
+    spec = spec_of("matmul")
+    shape = {"M": 1024, "N": 4096, "K": 4096}
+    wg = {"TG": 256, "BM": 128, "BN": 256, "BK": 64, "WM": 2, "WN": 4, "STAGES": 4, "WG": 1}
+    hopper, ampere, apple = (Limits(1024, 32, 49152, cuda_arch=90), Limits(1024, 32, 49152, cuda_arch=80),
+                             Limits(1024, 32, 32768))
+    arch = "WG == 0 or (cuda_arch == 90 and dtype_bytes == 2)"
+    assert spec.violations(wg, shape, "float16", hopper) == []
+    assert spec.violations(wg, shape, "bfloat16", hopper) == []
+    assert spec.violations(wg, shape, "float32", hopper) == [arch]
+    assert spec.violations(wg, shape, "float16", ampere) == [arch]
+    assert arch in spec.violations(wg, shape, "float16", apple)
+    # its ring: 4 x (128 + 256) rows of 128 bytes, plus 1 KiB to align it
+    assert spec.shared_memory_bytes(wg, "float16", "cuda") == 4 * 384 * 128 + 1024
+    # two warpgroups only where M fills them; rows of 8 elements for its 16-byte copies
+    assert "WG == 0 or BM == 64 or M > 64" in spec.violations(wg, {**shape, "M": 16}, "float16", hopper)
+    assert "WG == 0 or (N % 8 == 0 and K % 8 == 0)" in spec.violations(wg, {**shape, "N": 4100}, "float16", hopper)
+    # the device's architecture reaches the limits from its catalog row
+    assert Limits.from_device_row({"architecture": "sm_90"}).cuda_arch == 90
+    assert Limits.from_device_row({"architecture": "apple9"}).cuda_arch == 0
+    legal = spec.legal_configs(shape, "float16", hopper)
+    assert {(c["BM"], c["BN"], c["STAGES"]) for c in legal if c["WG"]} == {
+        (bm, bn, st) for bm in (64, 128) for bn in (128, 256) for st in (3, 4)}
+    assert not any(c["WG"] for c in spec.legal_configs(shape, "float16", ampere))
 
 
 def test_topk_constraints():
@@ -299,7 +325,7 @@ def test_translation_unit_types_int_inputs_when_asked():
 NVCC_CASES = {
     "topk_gating": ("bfloat16", {"TG": 128, "TOKENS": 2, "EPT": 4, "KMAX": 8}),
     "moe_combine": ("float16", {"TG": 256, "VEC": 8, "ROWS": 2}),
-    "matmul": ("float32", {"TG": 128, "BM": 64, "BN": 64, "BK": 16, "WM": 2, "WN": 2, "STAGES": 3}),
+    "matmul": ("float32", {"TG": 128, "BM": 64, "BN": 64, "BK": 16, "WM": 2, "WN": 2, "STAGES": 3, "WG": 0}),
 }
 
 
@@ -310,6 +336,20 @@ def test_cuda_source_compiles(name, tmp_path):
     dtype, cfg = NVCC_CASES[name]
     result = cuda_compile.compile_cuda(spec, cfg, dtype, tmp_path, cuda_compile.input_dtypes_of(spec, dtype))
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.skipif(cuda_compile.nvcc() is None, reason="nvcc not installed")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("bm,bn", [(64, 256), (128, 128)])
+def test_matmul_warpgroup_path_compiles_for_sm90a(dtype, bm, bn, tmp_path):
+    """The wgmma path's PTX (sm_90a only); its numbers are checked on a Hopper GPU (test_gpu_kernels.py)."""
+    spec = spec_of("matmul")
+    cfg = {"TG": bm * 2, "BM": bm, "BN": bn, "BK": 64, "WM": bm // 64, "WN": 4, "STAGES": 4, "WG": 1}
+    hopper = Limits(max_threads=1024, simd_width=32, tg_mem_bytes=49152, cuda_arch=90)
+    assert not spec.violations(cfg, {"M": 2048, "N": 4096, "K": 4096}, dtype, hopper)
+    result = cuda_compile.compile_cuda(spec, cfg, dtype, tmp_path, arch="sm_90a")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "wgmma" not in cuda_compile.translation_unit(spec, cfg, dtype).split("namespace mlx::core::cu")[1]
 
 
 # -- the bodies run on the CPU: one std::thread per GPU thread, std::barrier for KBARRIER --------
@@ -381,8 +421,14 @@ inline void k_async_commit() {}
 template <int N> inline void k_async_wait() {}
 """
 
+#: "wgmma" is legal on sm_90 for 16-bit types only, never in these float32 runs: a no-op stand-in
+EMU_WGMMA = r"""
+template <typename T, int BM, int BN, int ST, int ON>
+inline void k_wg_matmul(const T*, const T*, T*, int, int, int, int, int, int) {}
+"""
+
 #: the CPU stand-in of each prelude extension
-EMU_EXTENSIONS = {"mma": EMU_MMA}
+EMU_EXTENSIONS = {"mma": EMU_MMA, "wgmma": EMU_WGMMA}
 
 _EMU_TYPES = {"float32": "float", "int32": "int"}
 
@@ -471,15 +517,15 @@ EMU_CASES = [
     ("moe_combine", {"tokens": 5, "k": 3, "hidden": 72}, {"TG": 32, "VEC": 4, "ROWS": 2}),
     # odd M, N and K (zero-filled edges, rows not 16-byte aligned), 4-deep slab rings (the second with
     # fewer slabs than stages)
-    ("matmul", {"M": 33, "N": 70, "K": 41}, {"TG": 64, "BM": 32, "BN": 32, "BK": 32, "WM": 2, "WN": 1, "STAGES": 4}),
-    ("matmul", {"M": 1, "N": 100, "K": 37}, {"TG": 64, "BM": 16, "BN": 64, "BK": 32, "WM": 1, "WN": 2, "STAGES": 4}),
+    ("matmul", {"M": 33, "N": 70, "K": 41}, {"TG": 64, "BM": 32, "BN": 32, "BK": 32, "WM": 2, "WN": 1, "STAGES": 4, "WG": 0}),
+    ("matmul", {"M": 1, "N": 100, "K": 37}, {"TG": 64, "BM": 16, "BN": 64, "BK": 32, "WM": 1, "WN": 2, "STAGES": 4, "WG": 0}),
     # odd N: the epilogue stores element by element (an even N stores row neighbours in pairs); one
     # partial 64-deep slab
-    ("matmul", {"M": 19, "N": 45, "K": 24}, {"TG": 64, "BM": 32, "BN": 32, "BK": 64, "WM": 2, "WN": 1, "STAGES": 2}),
+    ("matmul", {"M": 19, "N": 45, "K": 24}, {"TG": 64, "BM": 32, "BN": 32, "BK": 64, "WM": 2, "WN": 1, "STAGES": 2, "WG": 0}),
     # aligned rows: interior threadgroups copy whole slabs (k_copy_async16), edge ones check; several
     # K slabs, a last partial slab (K = 104), warps in a 2 x 2 layout
-    ("matmul", {"M": 40, "N": 96, "K": 104}, {"TG": 128, "BM": 32, "BN": 64, "BK": 32, "WM": 2, "WN": 2, "STAGES": 4}),
-    ("matmul", {"M": 64, "N": 128, "K": 192}, {"TG": 128, "BM": 32, "BN": 64, "BK": 64, "WM": 2, "WN": 2, "STAGES": 2}),
+    ("matmul", {"M": 40, "N": 96, "K": 104}, {"TG": 128, "BM": 32, "BN": 64, "BK": 32, "WM": 2, "WN": 2, "STAGES": 4, "WG": 0}),
+    ("matmul", {"M": 64, "N": 128, "K": 192}, {"TG": 128, "BM": 32, "BN": 64, "BK": 64, "WM": 2, "WN": 2, "STAGES": 2, "WG": 0}),
 ]
 
 

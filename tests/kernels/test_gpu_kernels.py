@@ -126,3 +126,33 @@ def test_matmul_tensor_core_tiles_on_odd_shapes(dtype, gpu_backend):
                 failures.append((shape, config, wrong))
     assert checked >= 6
     assert not failures, failures[:3]
+
+
+#: the warpgroup path's edges: rows past M, columns past N and a last partial slab of K (N and K
+#: multiples of 8), one row, and a shape of whole tiles (the unchecked copies)
+WGMMA_SHAPES = ({"M": 255, "N": 4000, "K": 4104}, {"M": 1, "N": 1032, "K": 520},
+                {"M": 300, "N": 264, "K": 136}, {"M": 256, "N": 512, "K": 512})
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_matmul_warpgroup_path_on_hopper(dtype, gpu_backend):
+    """Hopper's wgmma path (WG = 1): descriptors, swizzle and accumulator layout only run on an sm_90
+    GPU; every element of C must match the reference for each of its configs."""
+    from zmlx_pipeline.data.detect import detect_device
+    from zmlx_pipeline.kernels.harness import Launcher, check
+
+    limits = Limits.from_device_row(detect_device().row)
+    if limits.cuda_arch != 90:
+        pytest.skip("the warpgroup path needs an sm_90 (Hopper) GPU")
+    spec = get_kernel("matmul")
+    launcher = Launcher(spec, gpu_backend)
+    failures, checked = [], set()
+    for shape in WGMMA_SHAPES:
+        for config in spec.legal_configs(shape, dtype, limits):
+            if config["WG"]:
+                checked.add(tuple(config.values()))
+                wrong = check(launcher, config, shape, dtype, seed=9)
+                if wrong:
+                    failures.append((shape, config, wrong))
+    assert len(checked) == 8  # BM 64 and 128, BN 128 and 256, 3 and 4 stages
+    assert not failures, failures[:3]

@@ -384,7 +384,157 @@ template <int N>
 __device__ __forceinline__ void k_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
 """
 
-EXTENSIONS = {"mma": {"metal": METAL_MMA, "cuda": CUDA_MMA}}
+# "wgmma": Hopper's warpgroup MMA (CUDA sm_90a), a whole C tile in one call
+#   k_wg_matmul<T, BM, BN, ST, ON>(a, b, c, M, N, K, m0, n0, tid)
+#       C[m0 : m0 + BM, n0 : n0 + BN] = A @ B for row-major A[M, K] and B[K, N] of a 16-bit T,
+#       float32 accumulation, by BM / 64 warpgroups (TG = BM * 2 threads). K is walked in 64-deep
+#       slabs copied by cp.async into a ring of ST stages of 128-byte-swizzled tiles (the launch's
+#       dynamic shared memory: ST * (BM + BN) * 128 + 1024 bytes), one MMA batch kept in flight.
+#       Tiles past M, N or K are zero-filled and their stores skipped: N and K must be multiples
+#       of 8. A no-op unless ON and (T, BM, BN) is one it implements (16-bit T, BM 64 or 128,
+#       BN 128 or 256), so a body may call it under a runtime-constant branch for every config;
+#       on Metal it is always a no-op, and the kernel's constraints keep such configs off Metal.
+
+METAL_WGMMA = r"""
+// zmlx-pipeline prelude extension (metal): wgmma v1 (no warpgroup MMA on Metal: never selected)
+template <typename T, int BM, int BN, int ST, int ON>
+inline void k_wg_matmul(const device T* a, const device T* b, device T* c, int M, int N, int K,
+                        int m0, int n0, int tid) {}
+"""
+
+
+def _wgmma_instruction(bn: int, ab: str) -> str:
+    """One m64n{bn}k16 wgmma: f32 accumulators acc[0 .. bn/2) (scale-d 1: accumulate), A K-major, B N-major (transposed)."""
+    n = bn // 2
+    regs = ", ".join(f"%{i}" for i in range(n))
+    outs = ", ".join(f'"+f"(acc[{i}])' for i in range(n))
+    t = "__half" if ab == "f16" else "__nv_bfloat16"
+    return (
+        f"template <> struct k_wg_mma<{bn}, {t}> {{\n"
+        f"  static __device__ __forceinline__ void run(float* acc, unsigned long long da, unsigned long long db) {{\n"
+        f'    asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{n + 2}, 0;\\n"\n'
+        f'                 "wgmma.mma_async.sync.aligned.m64n{bn}k16.f32.{ab}.{ab} {{{regs}}}, %{n}, %{n + 1}, p, 1, 1, 0, 1;\\n}}\\n"\n'
+        f'                 : {outs} : "l"(da), "l"(db), "r"(1));\n'
+        f"  }}\n}};\n"
+    )
+
+
+CUDA_WGMMA = r"""
+// zmlx-pipeline prelude extension (cuda): wgmma v1
+extern __shared__ __align__(1024) unsigned char k_wg_smem[];
+
+__device__ __forceinline__ unsigned int k_wg_u32(const void* p) { return (unsigned int)__cvta_generic_to_shared(p); }
+
+// one 16-byte cp.async of `bytes` (16, or 0: the 16 bytes are zeros)
+__device__ __forceinline__ void k_wg_cp16(unsigned int dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(bytes));
+}
+
+// a shared-memory matrix descriptor: start address, leading and stride byte offsets, 128-byte swizzle
+__device__ __forceinline__ unsigned long long k_wg_desc(unsigned int addr, unsigned int lbo, unsigned int sbo) {
+  return (unsigned long long)((addr & 0x3FFFF) >> 4) | ((unsigned long long)((lbo & 0x3FFFF) >> 4) << 16)
+       | ((unsigned long long)((sbo & 0x3FFFF) >> 4) << 32) | ((unsigned long long)1 << 62);
+}
+
+__device__ __forceinline__ void k_wg_store2(__half* p, float x, float y) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+}
+__device__ __forceinline__ void k_wg_store2(__nv_bfloat16* p, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+
+template <int BN, typename T> struct k_wg_mma;
+WGMMA_INSTRUCTIONS
+template <typename T> struct k_wg_type { static constexpr bool ok = false; };
+template <> struct k_wg_type<__half> { static constexpr bool ok = true; };
+template <> struct k_wg_type<__nv_bfloat16> { static constexpr bool ok = true; };
+
+template <typename T, int BM, int BN, int ST, bool OK>
+struct k_wg_tile {
+  static __device__ __forceinline__ void run(const T*, const T*, T*, int, int, int, int, int, int) {}
+};
+
+template <typename T, int BM, int BN, int ST>
+struct k_wg_tile<T, BM, BN, ST, true> {
+  static __device__ __forceinline__ void run(const T* a, const T* b, T* c, int M, int N, int K, int m0, int n0, int tid) {
+    constexpr int BK = 64;                       // one slab row of A is 128 bytes: one swizzle atom
+    constexpr int NT = BM / 64 * 128;            // threads: one warpgroup per 64 rows
+    constexpr int A_BYTES = BM * BK * 2;
+    constexpr int STAGE = A_BYTES + BK * BN * 2;
+    constexpr int D = ST - 2;                    // slabs requested ahead of the one multiplied
+    const unsigned int base = (k_wg_u32(k_wg_smem) + 1023u) & ~1023u;
+    const int wg = tid / 128;
+    const int KT = (K + BK - 1) / BK;
+    // a tile inside C and K whole slabs: no per-copy checks (the checked copies cost 4-10% on the H200)
+    const bool whole = m0 + BM <= M && n0 + BN <= N && K % BK == 0;
+    float acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+    const T* a_blk = a + (size_t)m0 * K;
+    const T* b_blk = b + n0;
+    auto load = [&](int kt) {
+      const unsigned int sa = base + (kt % ST) * STAGE;
+      const unsigned int sb = sa + A_BYTES;
+      const int k0 = kt * BK;
+#pragma unroll
+      for (int i = 0; i < BM * 8 / NT; ++i) {    // A: BM rows of 8 16-byte chunks, swizzled by row
+        const int e = tid + i * NT;
+        const int r = e >> 3, ch = e & 7;
+        const bool in = whole || (m0 + r < M && k0 + ch * 8 < K);
+        k_wg_cp16(sa + r * 128 + ((ch ^ (r & 7)) << 4), in ? a_blk + (size_t)r * K + k0 + ch * 8 : a, in ? 16 : 0);
+      }
+#pragma unroll
+      for (int i = 0; i < BK * (BN / 8) / NT; ++i) {  // B: 64-column atoms of BK rows, swizzled by row
+        const int e = tid + i * NT;
+        const int k = e / (BN / 8), nc = e % (BN / 8);
+        const int atom = nc >> 3, ch = nc & 7;
+        const bool in = whole || (k0 + k < K && n0 + nc * 8 < N);
+        k_wg_cp16(sb + atom * (BK * 128) + k * 128 + ((ch ^ (k & 7)) << 4),
+                  in ? b_blk + (size_t)(k0 + k) * N + nc * 8 : b, in ? 16 : 0);
+      }
+    };
+    for (int s = 0; s < D; ++s) {
+      if (s < KT) load(s);
+      asm volatile("cp.async.commit_group;\n" ::);
+    }
+    for (int kt = 0; kt < KT; ++kt) {
+      asm volatile("cp.async.wait_group %0;\n" :: "n"(D - 1));  // slab kt has landed
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // ... and is visible to wgmma
+      __syncthreads();
+      if (kt + D < KT) load(kt + D);  // into the buffer of slab kt - 2, whose MMAs have completed
+      asm volatile("cp.async.commit_group;\n" ::);
+      const unsigned int sa = base + (kt % ST) * STAGE;
+      const unsigned int sb = sa + A_BYTES;
+      asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk) {
+        // A: 8-row groups 1024 bytes apart; B: 64-column atoms BK * 128 apart, 8-row groups 1024
+        k_wg_mma<BN, T>::run(acc, k_wg_desc(sa + wg * 64 * 128 + kk * 32, 16u, 1024u),
+                             k_wg_desc(sb + kk * 2048, (unsigned int)(BK * 128), 1024u));
+      }
+      asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // one batch stays in flight
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    const int warp = (tid % 128) / 32, lane = tid % 32;
+    const int row = m0 + wg * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = n0 + j * 8 + (lane & 3) * 2;
+      if (whole || (row < M && col < N)) k_wg_store2(c + (size_t)row * N + col, acc[4 * j], acc[4 * j + 1]);
+      if (whole || (row + 8 < M && col < N)) k_wg_store2(c + (size_t)(row + 8) * N + col, acc[4 * j + 2], acc[4 * j + 3]);
+    }
+  }
+};
+
+template <typename T, int BM, int BN, int ST, int ON>
+__device__ __forceinline__ void k_wg_matmul(const T* a, const T* b, T* c, int M, int N, int K, int m0, int n0, int tid) {
+  k_wg_tile<T, BM, BN, ST, ON != 0 && k_wg_type<T>::ok && (BM == 64 || BM == 128) && (BN == 128 || BN == 256)
+            && ST >= 3>::run(a, b, c, M, N, K, m0, n0, tid);
+}
+""".replace("WGMMA_INSTRUCTIONS", "".join(_wgmma_instruction(bn, ab) for ab in ("f16", "bf16") for bn in (128, 256)))
+
+EXTENSIONS = {"mma": {"metal": METAL_MMA, "cuda": CUDA_MMA}, "wgmma": {"metal": METAL_WGMMA, "cuda": CUDA_WGMMA}}
 
 CUDA_SOURCE = r"""
   const uint k_tid = threadIdx.x;
@@ -400,7 +550,7 @@ CUDA_ONLY_TOKENS = (
     "threadIdx", "blockIdx", "blockDim", "gridDim", "__half", "__nv_bfloat16", "cuda_fp16",
     "cuda_bf16", "rsqrtf", "expf", "sqrtf", "fmaxf", "fminf", "fabsf", "tanhf", "logf",
     "uint4", "uint2", "#pragma unroll", "if constexpr", "asm volatile", "mma.sync", "ldmatrix",
-    "cp.async", "__align__", "__cvta",
+    "cp.async", "__align__", "__cvta", "wgmma.",
 )
 METAL_ONLY_TOKENS = (
     "threadgroup_barrier", "mem_flags", "thread_position_in", "threadgroup_position_in",

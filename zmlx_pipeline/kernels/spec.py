@@ -15,9 +15,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 from zmlx_pipeline.data.keys import canonical_json, digest
 from zmlx_pipeline.kernels import prelude
+from zmlx_pipeline.runtime.constraints import limit_values
 
 #: names a constraint may use besides the config parameters and shape dimensions
-LIMIT_NAMES = ("max_threads", "simd_width", "tg_mem_bytes", "dtype_bytes")
+LIMIT_NAMES = ("max_threads", "simd_width", "tg_mem_bytes", "dtype_bytes", "cuda_arch")
 
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
@@ -69,17 +70,17 @@ class Limits:
     max_threads: int = 1024
     simd_width: int = 32
     tg_mem_bytes: int = 32768
+    cuda_arch: int = 0  # NVIDIA compute capability as 90 for sm_90; 0 off CUDA (arch-specific instructions)
 
     @classmethod
     def from_device_row(cls, row: Mapping[str, Any] | None) -> "Limits":
         """Limits of a catalog/store device row; conservative Apple-like defaults for unknown devices."""
-        if not row:
-            return cls()
-        return cls(
-            max_threads=int(row.get("max_threads_per_threadgroup") or 1024),
-            simd_width=int(row.get("simd_width") or 32),
-            tg_mem_bytes=int(row.get("threadgroup_memory_bytes") or 32768),
-        )
+        return cls(**limit_values(row))
+
+    def env(self, dtype: str) -> dict[str, int]:
+        """The limit names a constraint may use, for one dtype."""
+        return {"max_threads": self.max_threads, "simd_width": self.simd_width, "tg_mem_bytes": self.tg_mem_bytes,
+                "dtype_bytes": DTYPE_BYTES[dtype], "cuda_arch": self.cuda_arch}
 
 
 class ShapeGrid:
@@ -230,9 +231,7 @@ class KernelSpec:
 
     def violations(self, config: Mapping[str, int], shape: Mapping[str, int], dtype: str, limits: Limits) -> list[str]:
         """The constraints `config` breaks on this shape, dtype and device (empty: legal)."""
-        env: dict[str, Any] = {**shape, **config}
-        env.update(max_threads=limits.max_threads, simd_width=limits.simd_width,
-                   tg_mem_bytes=limits.tg_mem_bytes, dtype_bytes=DTYPE_BYTES[dtype])
+        env: dict[str, Any] = {**shape, **config, **limits.env(dtype)}
         broken = []
         for text, code in self._compiled.items():
             try:

@@ -35,6 +35,7 @@ from zmlx_pipeline.publish.predict import (
     top_per_case,
 )
 from zmlx_pipeline.runtime.cache import device_key, entry_key, entry_value
+from zmlx_pipeline.runtime.constraints import limit_values
 from zmlx_pipeline.runtime.lookup import bucket_of
 
 #: ranked configs kept per entry (at least the pruning k), and the most the lookup-path replay
@@ -92,9 +93,9 @@ def device_records(store) -> dict[str, dict]:
     return out
 
 
-def _limits_key(row: Mapping[str, Any]) -> tuple[int, int, int]:
-    return (int(row.get("max_threads_per_threadgroup") or 1024), int(row.get("simd_width") or 32),
-            int(row.get("threadgroup_memory_bytes") or 32768))
+def _limits_key(row: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """A device's constraint limits as a hashable key (devices alike in them share legal-config lists)."""
+    return tuple(sorted(limit_values(row).items()))
 
 
 def _bucket_shapes(dims: Sequence[str], shapes: Iterable[Mapping[str, int]]) -> dict[tuple[int, ...], dict]:
@@ -188,7 +189,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
         lk = _limits_key(devices[device])
         key = (lk, dtype, tuple(shape[d] for d in dims))
         if key not in legal_cache:
-            limits = Limits(max_threads=lk[0], simd_width=lk[1], tg_mem_bytes=lk[2])
+            limits = Limits(**dict(lk))
             legal_cache[key] = spec.legal_configs(shape, dtype, limits)
         return legal_cache[key]
 
@@ -280,7 +281,7 @@ def _runtime_prune_k(km: KernelModel, tables: KernelTables, meta: dict, devices:
 
     def limits_for(device: str, dtype: str) -> dict:
         lk = _limits_key(devices[device])
-        return {"max_threads": lk[0], "simd_width": lk[1], "tg_mem_bytes": lk[2], "dtype_bytes": DTYPE_BYTES[dtype]}
+        return {**dict(lk), "dtype_bytes": DTYPE_BYTES[dtype]}
 
     measured = [d for d in meta["trained_devices"] if d in devices]
     max_k = min(store_k, len(tables.configs))  # an entry holds at most this many candidates

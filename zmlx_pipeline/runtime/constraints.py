@@ -15,6 +15,25 @@ Env = Mapping[str, Any]
 Check = Callable[[Env], Any]
 
 
+def cuda_arch(architecture: Any) -> int:
+    """NVIDIA compute capability of a catalog architecture ("sm_90" or "sm_90a" -> 90); 0 for any other."""
+    text = str(architecture or "")
+    digits = text[3:].rstrip("abf") if text.startswith("sm_") else ""
+    return int(digits) if digits.isdigit() else 0
+
+
+def limit_values(row: Mapping[str, Any] | None) -> dict[str, int]:
+    """The device limits constraints use (max_threads, simd_width, tg_mem_bytes, cuda_arch) from a catalog,
+    store or bundle-profile row; conservative Apple-like defaults where the row is missing or silent."""
+    row = row or {}
+    return {
+        "max_threads": int(row.get("max_threads_per_threadgroup") or 1024),
+        "simd_width": int(row.get("simd_width") or 32),
+        "tg_mem_bytes": int(row.get("threadgroup_memory_bytes") or 32768),
+        "cuda_arch": cuda_arch(row.get("architecture")),
+    }
+
+
 class UnsafeConstraint(ValueError):
     "A constraint uses something other than arithmetic, comparisons, boolean logic and min/max/abs"
 

@@ -18,7 +18,7 @@ import math
 from typing import Any, Iterable, Mapping, Sequence
 
 from zmlx_pipeline.runtime.bundle import Bundle, BundleError, BundleWarning, active_bundle, on_change
-from zmlx_pipeline.runtime.constraints import ConstraintSet
+from zmlx_pipeline.runtime.constraints import ConstraintSet, limit_values
 from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
 
 EVIDENCE = ("measured", "predicted", "default")
@@ -243,12 +243,7 @@ def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
 
 def _limits(bundle: Bundle | None, device: str | None, dtype: str) -> dict[str, int]:
     prof = (bundle.profiles.get(device) if bundle is not None and device else None) or {}
-    return {
-        "max_threads": int(prof.get("max_threads_per_threadgroup") or 1024),
-        "simd_width": int(prof.get("simd_width") or 32),
-        "tg_mem_bytes": int(prof.get("threadgroup_memory_bytes") or 32768),
-        "dtype_bytes": DTYPE_BYTES.get(dtype, 4),
-    }
+    return {**limit_values(prof), "dtype_bytes": DTYPE_BYTES.get(dtype, 4)}
 
 
 def _default_tg(bundle: Bundle | None, device: str | None) -> tuple[int, str]:

@@ -97,6 +97,11 @@ inline void k_copy_async16(threadgroup T* dst, const device T* src) {
 inline void k_async_commit() {}
 template <int N> inline void k_async_wait() {}
 
+// zmlx-pipeline prelude extension (metal): wgmma v1 (no warpgroup MMA on Metal: never selected)
+template <typename T, int BM, int BN, int ST, int ON>
+inline void k_wg_matmul(const device T* a, const device T* b, device T* c, int M, int N, int K,
+                        int m0, int n0, int tid) {}
+
 // ---- source ----
 
   const uint k_tid = thread_position_in_threadgroup.x;
@@ -116,6 +121,10 @@ template <int N> inline void k_async_wait() {}
   const int M = a_shape[0];
   const int K = a_shape[1];
   const int N = b_shape[1];
+  if (WG) {  // the warpgroup-MMA path computes the whole tile (a no-op wherever WG == 0)
+    k_wg_matmul<T, BM, BN, STAGES, WG>(a, b, c, M, N, K, (int)k_block_x * BM, (int)k_block_y * BN, (int)k_tid);
+    return;
+  }
   const int tid = (int)k_tid;
   const int m0 = (int)k_block_x * BM;
   const int n0 = (int)k_block_y * BN;

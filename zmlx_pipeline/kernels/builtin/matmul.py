@@ -18,6 +18,12 @@ The grid's x axis counts row blocks and its y axis column blocks: consecutive th
 a column block of B, which keeps the weight streaming through L2 once per wave.
 TG is determined by the warp layout (`TG == 32 * WM * WN`); BM = 16 serves the decode shapes
 (M = 1..16), where a tile is mostly padding but the kernel is bound by reading B anyway.
+
+WG = 1 is a second path, for Hopper (sm_90) and 16-bit types only: the prelude's "wgmma"
+vocabulary computes the whole tile with warpgroup MMAs reading 128-byte-swizzled slabs straight
+from shared memory (no fragment loads through registers), BM / 64 warpgroups (WM = BM / 64, WN = 4
+warps each), BK = 64 and a ring of 3 or 4 stages. Measured in tools/probe/wgmma_probe.py at
+2048 x 14336 x 4096: 70-78% of mx.matmul, where the warp-MMA path reaches 40-44%.
 """
 
 from __future__ import annotations
@@ -36,6 +42,10 @@ BODY = r"""
   const int M = a_shape[0];
   const int K = a_shape[1];
   const int N = b_shape[1];
+  if (WG) {  // the warpgroup-MMA path computes the whole tile (a no-op wherever WG == 0)
+    k_wg_matmul<T, BM, BN, STAGES, WG>(a, b, c, M, N, K, (int)k_block_x * BM, (int)k_block_y * BN, (int)k_tid);
+    return;
+  }
   const int tid = (int)k_tid;
   const int m0 = (int)k_block_x * BM;
   const int n0 = (int)k_block_y * BN;
@@ -147,7 +157,8 @@ PARAMS = {
     "BK": (32, 64),
     "WM": (1, 2, 4),
     "WN": (1, 2, 4),
-    "STAGES": (2, 4),
+    "STAGES": (2, 3, 4),
+    "WG": (0, 1),
 }
 
 CONSTRAINTS = (
@@ -155,36 +166,52 @@ CONSTRAINTS = (
     "TG <= max_threads",
     # the warp-level matrix ops assume 32-lane SIMD groups
     "simd_width == 32",
-    "BM % (16 * WM) == 0 and BN % (16 * WN) == 0",
+    # -- the warp-MMA path (WG == 0), on every device --
+    "WG == 1 or (BM % (16 * WM) == 0 and BN % (16 * WN) == 0)",
     # accumulator registers: at most 16 tiles of 16x16 a warp (8 for float32, whose operands
     # also carry their TF32 halves)
-    "(BM // (16 * WM)) * (BN // (16 * WN)) <= 16 // (dtype_bytes // 2)",
+    "WG == 1 or (BM // (16 * WM)) * (BN // (16 * WN)) <= 16 // (dtype_bytes // 2)",
     # and at least two, so a fragment load feeds more than one multiply
-    "(BM // (16 * WM)) * (BN // (16 * WN)) >= 2",
+    "WG == 1 or (BM // (16 * WM)) * (BN // (16 * WN)) >= 2",
     # what kept the space to a collectable size (about 1.7 s a config to compile, check and time in one
     # process, mostly NVRTC): no one-warp threadgroups, at least two B tiles a warp, and a 64-deep
     # slab only in a 2-deep ring (a deeper one measured no faster on the H100)
     "WM * WN >= 2",
-    "BN // (16 * WN) >= 2",
-    "BK == 32 or STAGES == 2",
+    "WG == 1 or BN // (16 * WN) >= 2",
+    "WG == 1 or BK == 32 or STAGES == 2",
     # and a 32-deep slab only in a 4-deep ring where memory allows one: 32-deep in a 2-deep ring keeps
     # the least in flight and measured slowest (H100, 2048 x 14336 x 4096 fp16: 903 us against 806-831
     # for the other two), and dropping it brings a CUDA collect's compiles per dtype from 152 to 100,
     # which one process (every config of a case is timed in one) compiles within a call's 10 minutes
-    "STAGES == 4 or BK == 64 or tg_mem_bytes < 49152",
+    "WG == 1 or STAGES == 4 or BK == 64 or tg_mem_bytes < 49152",
+    "WG == 1 or STAGES != 3",
     # the ring of slabs, padded rows included (ring_bytes). It is dynamic shared memory on CUDA, where
     # every device that runs this kernel (sm_80 on: cp.async, m16n8k16) lets a kernel opt in to at
     # least 99 KiB, beyond the 48 KiB of static memory the catalog lists; Metal keeps its own limit
-    "STAGES * (BM * (BK + 16 // dtype_bytes) + BK * (BN + 8)) * dtype_bytes"
+    "WG == 1 or STAGES * (BM * (BK + 16 // dtype_bytes) + BK * (BN + 8)) * dtype_bytes"
     " <= (101376 if tg_mem_bytes >= 49152 else tg_mem_bytes)",
     # decode shapes get BM = 16 (a row block mostly padding is pointless), prefill shapes the
     # larger ones (a row block of 16 rows re-reads B for every 16 rows)
-    "min(M, 16) <= BM <= max(16, 4 * M)",
+    "WG == 1 or min(M, 16) <= BM <= max(16, 4 * M)",
+    # -- the warpgroup-MMA path (WG == 1): wgmma exists on sm_90 only, for 16-bit inputs here
+    # (float32 would need TF32 with a K-major B) --
+    "WG == 0 or (cuda_arch == 90 and dtype_bytes == 2)",
+    # BM / 64 warpgroups of 4 warps, 64-deep slabs (one 128-byte swizzle row of A), N tiles of 128 or 256
+    # (BN / 2 accumulators a thread), and 3 or 4 stages (one slab in flight or two, beside the MMA batch)
+    "WG == 0 or (WM * 64 == BM and WN == 4 and BK == 64 and BN >= 128 and STAGES >= 3)",
+    # its copies are 16-byte chunks, zero-filled past the edges: rows of 8 elements
+    "WG == 0 or (N % 8 == 0 and K % 8 == 0)",
+    # two warpgroups only where M fills them (BM = 64 serves decode: 1.0-1.5x mx.matmul in the probe)
+    "WG == 0 or BM == 64 or M > 64",
+    # its ring (ring_bytes): within the 227 KiB of shared memory a Hopper kernel may opt in to
+    "WG == 0 or STAGES * (BM + BN) * 128 + 1024 <= 232448",
 )
 
 
 def ring_bytes(config, dtype_bytes):
-    """Threadgroup memory of the slab ring (the ring constraint's left side): the launch's dynamic shared memory on CUDA."""
+    """Threadgroup memory of the slab ring (the ring constraints' left sides): the launch's dynamic shared memory on CUDA."""
+    if config.get("WG"):  # 64-deep swizzled slabs of A and B, and 1 KiB to align the ring to 1024 bytes
+        return config["STAGES"] * (config["BM"] + config["BN"]) * 128 + 1024
     v = 16 // dtype_bytes
     return config["STAGES"] * (config["BM"] * (config["BK"] + v) + config["BK"] * (config["BN"] + 8)) * dtype_bytes
 
@@ -241,7 +268,7 @@ def mlx_op(inputs, shape):
 
 SPEC = KernelSpec(
     name="matmul",
-    description="Tensor-core matmul C = A @ B (warp MMA on staged K slabs, float32 accumulation)",
+    description="Tensor-core matmul C = A @ B (warp MMA, or Hopper warpgroup MMA, on staged K slabs, float32 accumulation)",
     kernel_class="matmul",
     inputs=("a", "b"),
     outputs=("c",),
@@ -259,6 +286,6 @@ SPEC = KernelSpec(
     mlx_op=mlx_op,
     # a threadgroup computes a BM x BN tile of C with TG threads, stepping over K by BK
     tiles=TileAxes(grid={"M": ("BM",), "N": ("BN",)}, threads=("TG",), steps={"K": ("BK",)}),
-    extensions=("mma",),
+    extensions=("mma", "wgmma"),
     shared_memory=ring_bytes,
 )
