@@ -14,9 +14,14 @@ both, and keeps what the reference check accepts). EDGES = 1 zero-fills the copi
 M, N or K and skips stores past M and N, so any M works, with N and K multiples of 8 (16-byte
 rows); EDGES = 0 needs M, N and K multiples of BM, BN and 64. BM = 64 is one warpgroup, for decode.
 
-Recorded runs (2026-11-23, before EDGES and BM = 64 existed, so the aligned body's speed pass):
-benchmarks/results/wgmma_probe-{h200,h100,h100-run2}.json, 70-78% of mx.matmul at 2048 x 14336 x 4096.
-The edge path and BM = 64 have not run on a GPU yet.
+Recorded runs: benchmarks/results/wgmma_probe-{h200,h100,h100-run2}.json (the aligned body, 70-78% of
+mx.matmul at 2048 x 14336 x 4096) and wgmma_probe-all-h200.json (--mode all: the edge path passes
+every check, and BM = 64 runs decode shapes at 1.0-1.5x mx.matmul).
+
+The collected kernel's copy of this body is the prelude's "wgmma" vocabulary
+(zmlx_pipeline/kernels/prelude.py, matmul's WG = 1 path), with BSWAP, WAITN and EDGES settled
+(0, 1, and edges checked only in edge tiles). This probe keeps those knobs for experiments, so the
+two copies overlap by design: change the prelude's one for the product.
 """
 
 from __future__ import annotations
