@@ -16,7 +16,7 @@ rows); EDGES = 0 needs M, N and K multiples of BM, BN and 64. BM = 64 is one war
 
 Recorded runs: benchmarks/results/wgmma_probe-{h200,h100,h100-run2}.json (the aligned body, 70-78% of
 mx.matmul at 2048 x 14336 x 4096) and wgmma_probe-all-h200.json (--mode all: the edge path passes
-every check, and BM = 64 runs decode shapes at 1.0-1.5x mx.matmul).
+every check, and BM = 64 runs decode shapes at 0.97-1.5x mx.matmul).
 
 The collected kernel's copy of this body is the prelude's "wgmma" vocabulary
 (zmlx_pipeline/kernels/prelude.py, matmul's WG = 1 path), with BSWAP, WAITN and EDGES settled
