@@ -51,3 +51,11 @@ def test_describe_lists_what_kernels_json_needs():
     assert set(d["parameters"]) == {"TG", "VEC", "ROWS"}
     assert "TG <= max_threads" in d["constraints"]
     assert d["shape_grid"]["smoke"] and d["configs"] == 6 * 4 * 3
+
+
+def test_every_limit_a_constraint_sees_is_a_declared_limit_name():
+    from zmlx_pipeline.kernels.spec import LIMIT_NAMES
+
+    env = Limits(cuda_arch=90).env("float16")
+    assert sorted(env) == sorted(LIMIT_NAMES)
+    assert env["cuda_arch"] == 90 and env["dtype_bytes"] == 2

@@ -79,8 +79,7 @@ class Limits:
 
     def env(self, dtype: str) -> dict[str, int]:
         """The limit names a constraint may use, for one dtype."""
-        return {"max_threads": self.max_threads, "simd_width": self.simd_width, "tg_mem_bytes": self.tg_mem_bytes,
-                "dtype_bytes": DTYPE_BYTES[dtype], "cuda_arch": self.cuda_arch}
+        return {**vars(self), "dtype_bytes": DTYPE_BYTES[dtype]}  # every field is a limit name
 
 
 class ShapeGrid:
