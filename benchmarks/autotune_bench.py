@@ -249,6 +249,11 @@ def score_shape(kernel: str, shape: dict, legal: int, first: dict, second: dict,
         "repeat_regret": (ok[again_best] / ok[best_key]) if again_best in ok else None,
         "repeat_h2h_regret": h2h_again, "repeat_h2h_rounds": h2h_again_rounds,
         "evidence": evidence,
+        # every legal config's first-pass time and what the tuner timed (in order, with its own times), so
+        # another bundle's candidates can be replayed on these very shapes without a GPU
+        "exhaustive_us": {k: (round(v, 4) if v is not None else None) for k, v in first.items()},
+        "pruned": [{"config": config_key(t["config"]), "status": t["status"], "median_us": t["median_us"]}
+                   for t in (tuned.timed if tuned is not None else [])],
     }
 
 

@@ -88,7 +88,9 @@ def table(*pairs) -> dict:
 
 
 def tuned(config, timed=3):
-    return SimpleNamespace(config=config, timed=[{}] * timed, source="timed", median_us=9.8)
+    runs = [{"config": config, "status": "ok", "median_us": 9.8}] + \
+        [{"config": {"TG": 32 * (i + 1)}, "status": "failed", "median_us": None} for i in range(timed - 1)]
+    return SimpleNamespace(config=config, timed=runs, source="timed", median_us=9.8)
 
 
 def test_score_shape_times_a_pair_once_and_reports_both_scores():
@@ -109,6 +111,10 @@ def test_score_shape_times_a_pair_once_and_reports_both_scores():
     assert row["h2h_rounds"][1] == {"first": "best", "pick_us": 9.9, "best_us": 10.0}
     assert row["repeat_h2h_rounds"][0] == {"first": "repeat_best", "repeat_best_us": 10.1, "best_us": 10.0}
     assert row["exhaustive_ok"] == 2 and row["pruned_timed"] == 3 and row["pick_us_own"] == 9.8
+    # kept for replaying another bundle offline: every first-pass time, failures as None, and what was timed
+    assert row["exhaustive_us"] == {bench.config_key(A): 10.0, bench.config_key(B): 10.5, bench.config_key(C): None}
+    assert [p["config"] for p in row["pruned"]] == [bench.config_key(B), '{"TG": 32}', '{"TG": 64}']
+    assert row["pruned"][0]["median_us"] == 9.8 and row["pruned"][1]["status"] == "failed"
 
 
 def test_score_shape_pick_equal_to_best_is_exactly_one_without_timing():
@@ -245,8 +251,9 @@ def install_doubles(monkeypatch):
         from zmlx_pipeline.kernels.spec import Limits
 
         row = real_detect(info={"device_name": "NVIDIA H100 80GB HBM3"}, backend="cuda", gpu_cores=132).row
-        return SimpleNamespace(config=spec.legal_configs(shape, dtype, Limits.from_device_row(row))[1],
-                               timed=[{}] * 4, source="timed", median_us=9.5)
+        legal = spec.legal_configs(shape, dtype, Limits.from_device_row(row))
+        return SimpleNamespace(config=legal[1], source="timed", median_us=9.5,
+                               timed=[{"config": c, "status": "ok", "median_us": 9.5} for c in legal[:4]])
 
     made = []
 

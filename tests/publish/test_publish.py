@@ -138,3 +138,35 @@ def test_every_bucket_is_published_also_shapes_larger_than_the_l2(real_bundle):
     for device in ("nvidia-h100-sxm", "nvidia-h200"):
         published = json.loads((root / tables[device]).read_text())["kernels"]["rmsnorm"]["float16"]["buckets"]
         assert set(published) == set(meta["buckets"]), device
+
+
+def test_measured_devices_get_the_models_ranking_at_every_point_between_the_grid_buckets(real_bundle):
+    # the power-of-two box of rmsnorm's grids (rows 2^0..2^15, cols 2^10..2^14) less the grid's own buckets
+    root = latest_dir(real_bundle[1])
+    meta = json.loads((root / "kernels.json").read_text())["kernels"]["rmsnorm"]
+    tables = json.loads((root / "tables.json").read_text())["devices"]
+    grid = set(meta["buckets"])
+    box = {f"{r},{c}" for r in range(16) for c in range(10, 15)}
+    assert grid < box
+    measured = meta["trained_devices"]
+    assert measured == ["nvidia-h100-sxm@32sm"]
+    for device in tables:
+        t = json.loads((root / tables[device]).read_text())["kernels"]["rmsnorm"]
+        for dtype, table in t.items():
+            if device in measured:
+                assert set(table["between"]) == box - grid, (device, dtype)
+                best, cands, us, regret, evidence, n_legal = table["between"]["10,13"]
+                assert best == cands[0] and len(cands) == meta["stored_k"] and evidence == "predicted"
+                assert us > 0 and n_legal > len(cands)
+            else:  # an autotuner runs only where a device was measured; others keep the grid's buckets
+                assert "between" not in table, (device, dtype)
+
+
+def test_between_points_cover_the_box_of_every_dimension_and_skip_taken_buckets():
+    from zmlx_pipeline.publish.build import _between_shapes
+
+    shapes = [{"M": 1, "N": 4096}, {"M": 16, "N": 4096}, {"M": 8, "N": 1024}]
+    got = _between_shapes(["M", "N"], shapes, {(0, 12), (4, 12), (3, 10)})
+    assert {(s["M"], s["N"]) for s in got} == {(m, n) for m in (1, 2, 4, 8, 16) for n in (1024, 2048, 4096)} \
+        - {(1, 4096), (16, 4096), (8, 1024)}
+    assert _between_shapes(["M"], [], set()) == []

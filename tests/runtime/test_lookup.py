@@ -145,3 +145,34 @@ def test_the_config_is_legal_for_the_exact_shape(real_bundle):
         # where the bucket's own candidates are mostly illegal (odd cols: VEC 1 only), the list is
         # filled from the kernel's overall ranking, so a tuner still has k configs to time
         assert len(p.candidates) == min(p.prune_k, len(legal)), (shape, p.candidates, p.note)
+
+
+def _between_kernel(prune_k=2):
+    from zmlx_pipeline.runtime.lookup import _Kernel
+
+    configs = [{"TG": 32 << i} for i in range(8)]
+    return _Kernel("toy", {"dims": ["rows", "cols"], "configs": configs, "prune_k": prune_k})
+
+
+def _entry(order, us=1.0, regret=1.01):
+    return [order[0], order, us, regret, "predicted", 8]
+
+
+def test_a_shape_between_buckets_leads_with_the_models_ranking_at_its_own_point_and_keeps_the_neighbours():
+    from zmlx_pipeline.runtime.lookup import _Table, rank_in_table
+
+    k = _between_kernel()
+    buckets = {(9, 13): _entry([0, 1, 2]), (12, 13): _entry([3, 4, 5])}
+    own = _entry([6, 1, 7], us=9.0, regret=1.03)
+    values, shape = (1078, 9216), {"rows": 1078, "cols": 9216}  # bucket (10, 13): no grid shape there
+    plain = rank_in_table(k, _Table({}, buckets), values, shape, {})
+    assert [c[0][1] for c in plain.ranked[:4]] == [32, 256, 64, 512]  # the two neighbours, interleaved
+    assert plain.bucket_key == (9, 13) and plain.prune_k == 4
+    r = rank_in_table(k, _Table({}, buckets, {(10, 13): own}), values, shape, {})
+    # the model's pick at 1024 x 8192 first, then each neighbour's best, then each list's second
+    assert [dict(c)["TG"] for c in r.ranked[:5]] == [2048, 32, 256, 64, 512]
+    assert r.prune_k == 5 and r.bucket_key == (10, 13) and r.entry is own
+    assert "the model's ranking at rows~2^10, cols~2^13" in r.note
+    # a shape in a published bucket, or measured, never reads the between points
+    inside = rank_in_table(k, _Table({}, buckets, {(9, 13): own}), (500, 8192), {"rows": 500, "cols": 8192}, {})
+    assert inside.entry is buckets[(9, 13)] and [dict(c)["TG"] for c in inside.ranked][:2] == [32, 64]

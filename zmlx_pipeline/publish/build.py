@@ -110,6 +110,20 @@ def _bucket_shapes(dims: Sequence[str], shapes: Iterable[Mapping[str, int]]) -> 
     return {b: v[1] for b, v in sorted(best.items())}
 
 
+def _between_shapes(dims: Sequence[str], shapes: Iterable[Mapping[str, int]],
+                    taken: set[tuple[int, ...]]) -> list[dict]:
+    """Every power-of-two point inside the shapes' bounding box (per dimension, log2-rounded) whose bucket
+    no shape holds: where an unseen shape falls between the grid's buckets."""
+    import itertools
+
+    shapes = list(shapes)
+    if not shapes or not dims:
+        return []
+    exps = [[bucket_of([int(s[d])])[0] for s in shapes] for d in dims]
+    axes = [range(min(e), max(e) + 1) for e in exps]
+    return [{d: 1 << e for d, e in zip(dims, point)} for point in itertools.product(*axes) if point not in taken]
+
+
 class KernelTables:
     """The published tables of one kernel: its config list, and per device/dtype the measured and bucket entries."""
 
@@ -206,7 +220,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
                 return _round(regret[label])
         return None
 
-    def flush(pending: list) -> None:
+    def flush(pending: list, kind: str = "buckets") -> None:
         rows = candidate_rows(f, pending)
         if rows.is_empty():
             return
@@ -220,29 +234,36 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
         ).join(times, on=list(CASE), how="left")
         for row in grouped.iter_rows(named=True):
             idx = [tables.index(k, json.loads(c)) for k, c in zip(row["config_key"], row["config"])]
-            for r, i in enumerate(idx):
-                tables.weight[i] += 1.0 / (r + 1)
+            if kind == "buckets":  # the overall ranking stays the grid's vote
+                for r, i in enumerate(idx):
+                    tables.weight[i] += 1.0 / (r + 1)
             shape = json.loads(row["shape"])
             t = row["_log_time"]
             pred_us = _round(math.exp(t)) if t is not None and not math.isnan(t) else None
-            tables.entries[row["device_id"]][row["dtype"]]["buckets"][tables.bucket_key(shape)] = [
+            table = tables.entries[row["device_id"]][row["dtype"]]
+            table.setdefault(kind, {})[tables.bucket_key(shape)] = [
                 idx[0], idx, pred_us, expected(row["device_id"]), "predicted", int(row["n_legal"])]
 
-    pending: list = []
-    n_rows = done = 0
-    for device in targets:
-        for dt in dtypes:
-            for shape in buckets.values():
-                cfgs = configs_for(device, dt, shape)
-                if cfgs:
-                    pending.append((device, dt, shape, cfgs))
-                    n_rows += len(cfgs)
-        done += 1
-        if n_rows >= CHUNK_ROWS or done == len(targets):
-            if progress:
-                progress(f"{f.kernel}: scored {done} of {len(targets)} devices")
-            flush(pending)
-            pending, n_rows = [], 0
+    # the model's rankings at the power-of-two points between the grid's buckets, for the devices that
+    # were measured (where an autotuner runs); the lookup merges one with the nearest buckets' lists
+    between = _between_shapes(dims, measured_shapes + grid_shapes, set(buckets)) if spec is not None else []
+    for kind, shapes, devs in (("buckets", list(buckets.values()), targets),
+                               ("between", between, [d for d in targets if d in measured_devices])):
+        pending: list = []
+        n_rows = done = 0
+        for device in devs:
+            for dt in dtypes:
+                for shape in shapes:
+                    cfgs = configs_for(device, dt, shape)
+                    if cfgs:
+                        pending.append((device, dt, shape, cfgs))
+                        n_rows += len(cfgs)
+            done += 1
+            if n_rows >= CHUNK_ROWS or done == len(devs):
+                if progress:
+                    progress(f"{f.kernel}: scored {done} of {len(devs)} devices ({kind})")
+                flush(pending, kind)
+                pending, n_rows = [], 0
     order = sorted(range(len(tables.configs)), key=lambda i: (-tables.weight.get(i, 0.0), i))
     row_dim = next((d for d in ROW_DIMS if d in dims), dims[-1] if dims else None)
     meta = {
@@ -510,7 +531,7 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
         "table_files": len(set(device_files.values())),
         "profiles": len(profiles),
         "measured_devices": sorted(measured_devices),
-        "entries": sum(len(t["buckets"]) + len(t["measured"]) for tb, _ in kernel_tables.values()
+        "entries": sum(len(t["buckets"]) + len(t["measured"]) + len(t.get("between", ())) for tb, _ in kernel_tables.values()
                        for per in tb.entries.values() for t in per.values()),
     }
     return files, summary

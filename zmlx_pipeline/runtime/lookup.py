@@ -94,14 +94,16 @@ class Prediction:
 
 
 class _Table:
-    """One (device, kernel, dtype): measured shapes and model buckets, as ready answers."""
+    """One (device, kernel, dtype): measured shapes and model buckets, as ready answers; `between` holds the
+    model's rankings at power-of-two points between the grid's buckets (only ever merged, never alone)."""
 
-    __slots__ = ("measured", "buckets", "bucket_keys")
+    __slots__ = ("measured", "buckets", "bucket_keys", "between")
 
-    def __init__(self, measured: dict, buckets: dict) -> None:
+    def __init__(self, measured: dict, buckets: dict, between: dict | None = None) -> None:
         self.measured = measured
         self.buckets = buckets
         self.bucket_keys = sorted(buckets)
+        self.between = between or {}
 
     def nearest(self, values: tuple[int, ...], n: int = 1,
                 weights: Sequence[float] | None = None) -> list[tuple[int, ...]]:
@@ -187,6 +189,7 @@ def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table]
                 out[(kernel, dtype)] = _Table(
                     {_parse_key(k): v for k, v in t.get("measured", {}).items()},
                     {_parse_key(k): v for k, v in t.get("buckets", {}).items()},
+                    {_parse_key(k): v for k, v in t.get("between", {}).items()},
                 )
     except (BundleError, KeyError, TypeError, ValueError, AttributeError) as exc:
         import warnings
@@ -292,37 +295,48 @@ class Ranked:
         self.failure = failure
 
 
+def _order(entry: list) -> list[int]:
+    """An entry's candidates, its best first."""
+    return [entry[0]] + [c for c in entry[1] if c != entry[0]]
+
+
 def rank_in_table(k: "_Kernel", table: "_Table", values: tuple[int, ...], shape_map: dict, limits: dict,
                   prune_k: int | None = None) -> Ranked:
-    """The measured entry for this exact shape, else its bucket's, else both nearest buckets' interleaved;
+    """The measured entry for this exact shape, else its bucket's, else both nearest buckets' interleaved
+    (led by the model's ranking at the shape's own power-of-two point when the bundle has one there);
     candidates illegal for the exact shape dropped and, when too few are left, filled from the kernel's
     overall ranking. `prune_k` overrides the kernel's (publish tries several)."""
     prune_k = k.prune_k if prune_k is None else prune_k
     note = ""
     entry = table.measured.get(values)
     bucket_key = bucket_of(values)
-    second = None
+    lists: list[list[int]] = []
     if entry is None:
         entry = table.buckets.get(bucket_key)
         if entry is None:
             near = table.nearest(values, 2, k.dim_weights)
             if not near:
                 return Ranked(failure="no buckets")
-            note += "nearest published bucket " + ", ".join(f"{d}~2^{e}" for d, e in zip(k.dims, near[0])) + ". "
-            bucket_key = near[0]
-            entry = table.buckets[near[0]]
-            second = table.buckets[near[1]] if len(near) > 1 else None
-    best, cands = entry[0], entry[1]
-    order = [best] + [c for c in cands if c != best]
+            own = table.between.get(bucket_key)
+            lists = [_order(e) for e in ([own] if own else []) + [table.buckets[b] for b in near]]
+            if own:
+                note += "the model's ranking at " + ", ".join(f"{d}~2^{e}" for d, e in zip(k.dims, bucket_key))
+                note += ", merged with the nearest published buckets. "
+                entry = own
+            else:
+                note += "nearest published bucket " + ", ".join(f"{d}~2^{e}" for d, e in zip(k.dims, near[0])) + ". "
+                bucket_key = near[0]
+                entry = table.buckets[near[0]]
+    order = _order(entry)
     merged: list[int] = []
-    if second is not None:
-        # a shape between published buckets: its candidates are both nearest buckets' top k,
-        # interleaved (the nearest's first), so the tuner also times what the other neighbour ranks
-        other = [second[0]] + [c for c in second[1] if c != second[0]]
-        pairs = [c for pair in zip(order[:prune_k], other[:prune_k]) for c in pair]
-        merged = list(dict.fromkeys(pairs + order[:prune_k] + other[:prune_k]))
+    if len(lists) > 1:
+        # a shape between published buckets: its candidates are the top k of each list, interleaved
+        # (the first list's first), so the tuner also times what every neighbour ranks
+        heads = [lst[:prune_k] for lst in lists]
+        rounds = [c for i in range(prune_k) for lst in heads if i < len(lst) for c in (lst[i],)]
+        merged = list(dict.fromkeys(rounds))
         order = list(dict.fromkeys(merged + order))
-        note += "candidates from it and the next nearest. "
+        note += "candidates from each, interleaved. " if len(lists) > 2 else "candidates from it and the next nearest. "
     legal = {i: k.legal(k.configs[i], shape_map, limits) for i in order}
     ranked = [k.configs[i] for i in order if legal[i]]
     prune_k = max(prune_k, sum(legal[i] for i in merged))
