@@ -5,7 +5,10 @@ store) gets, per dtype and shape bucket, the model's ranked configs (the best ST
 runtime can still drop ones illegal for an exact shape), the predicted time of the pick and the
 expected regret; every shape measured on a device also gets its measured ranking. Buckets are
 the shapes of the kernel's grids and the measured shapes, each dimension rounded to a power of
-two (one representative shape per bucket, the one closest to the bucket's centre). Built-in
+two (one representative shape per bucket, the one closest to the bucket's centre). Devices that were
+measured also get the model's ranking at every power-of-two point of a built-in kernel's grid box that
+no bucket holds (`between`): the lookup merges it with the nearest buckets' lists for a shape there,
+so an autotuner between grid shapes also times what the model ranks at its own point. Built-in
 kernels (and any kernel whose registered spec matches the measured parameters) rank only the
 configs legal on that device and shape; imported kernels rank the configs that were measured.
 
