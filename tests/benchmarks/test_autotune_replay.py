@@ -46,19 +46,21 @@ def row_and_candidates():
 
 def test_a_table_best_among_the_candidates_is_a_hit_and_one_outside_is_a_miss(row_and_candidates):
     legal, cands = row_and_candidates
-    outside = next(c for c in legal if c not in cands)
+    outside, failed = [c for c in legal if c not in cands][:2]
     times = {key(c): 20.0 for c in legal}
     times[key(cands[-1])] = 10.1  # the last candidate the tuner times: within 2% of the best
     times[key(outside)] = 10.0
-    times[key(legal[0]) if legal[0] not in (outside, cands[-1]) else key(legal[1])] = None  # a failed config
+    times[key(failed)] = None
     row = {"kernel": "rmsnorm", "shape": SHAPE, "exhaustive_us": times}
     [hit] = replay.replay_rows([row], "nvidia-h200", "float16")
     assert hit["hit"] and hit["regret"] == pytest.approx(1.01) and hit["timed"] == len(cands)
+    assert hit["first_regret"] == pytest.approx(2.0)  # the untimed lookup answer: the first candidate
     times[key(cands[-1])] = 12.0
     [miss] = replay.replay_rows([row], "nvidia-h200", "float16")
     assert not miss["hit"] and miss["regret"] == pytest.approx(1.2)
     s = replay.summarize([hit, miss])
     assert (s["shapes"], s["hits"], s["hit_share"]) == (2, 1, 0.5)
+    assert s["first_hits"] == 0 and s["first_regret_geomean"] == pytest.approx(2.0)
     assert s["misses"] == [("rmsnorm", SHAPE, 1.2)]
 
 
