@@ -29,17 +29,20 @@ def replay_rows(rows: list[dict], device: str, dtype: str) -> list[dict]:
     from zmlx_pipeline.kernels.registry import get_kernel
     from zmlx_pipeline.runtime.tuner import pruned_candidates
 
+    def items(config: dict) -> tuple:  # a config's identity, whatever JSON spelling the bench wrote
+        return tuple(sorted((k, int(v)) for k, v in config.items()))
+
     out = []
     for row in rows:
-        table = {k: v for k, v in (row.get("exhaustive_us") or {}).items()}
+        table = {items(json.loads(k)): v for k, v in (row.get("exhaustive_us") or {}).items()}
         ok = {k: v for k, v in table.items() if v is not None}
         if not ok:
             continue
         best = min(ok.values())
-        legal = [json.loads(k) for k in table]
+        legal = [dict(k) for k in table]
         spec = get_kernel(row["kernel"])
         cands, _ = pruned_candidates(spec, row["shape"], dtype, legal, device=device)
-        times = [ok.get(json.dumps({k: int(v) for k, v in c.items()}, sort_keys=True)) for c in cands]
+        times = [ok.get(items(c)) for c in cands]
         fastest = min((t for t in times if t is not None), default=None)
         out.append({"kernel": row["kernel"], "shape": row["shape"], "legal": len(legal), "timed": len(cands),
                     "regret": fastest / best if fastest else None,

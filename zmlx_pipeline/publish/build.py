@@ -20,6 +20,7 @@ specs) or `default` (the catalog's default threadgroup: no model covers that cla
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -117,8 +118,6 @@ def _between_shapes(dims: Sequence[str], shapes: Iterable[Mapping[str, int]],
                     taken: set[tuple[int, ...]]) -> list[dict]:
     """Every power-of-two point inside the shapes' bounding box (per dimension, log2-rounded) whose bucket
     no shape holds: where an unseen shape falls between the grid's buckets."""
-    import itertools
-
     shapes = list(shapes)
     if not shapes or not dims:
         return []
@@ -534,7 +533,7 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
         "table_files": len(set(device_files.values())),
         "profiles": len(profiles),
         "measured_devices": sorted(measured_devices),
-        "entries": sum(len(t["buckets"]) + len(t["measured"]) + len(t.get("between", ())) for tb, _ in kernel_tables.values()
-                       for per in tb.entries.values() for t in per.values()),
+        "entries": sum(len(kind) for tb, _ in kernel_tables.values()  # measured, buckets and between
+                       for per in tb.entries.values() for t in per.values() for kind in t.values()),
     }
     return files, summary

@@ -333,8 +333,7 @@ def rank_in_table(k: "_Kernel", table: "_Table", values: tuple[int, ...], shape_
         # a shape between published buckets: its candidates are the top k of each list, interleaved
         # (the first list's first), so the tuner also times what every neighbour ranks
         heads = [lst[:prune_k] for lst in lists]
-        rounds = [c for i in range(prune_k) for lst in heads if i < len(lst) for c in (lst[i],)]
-        merged = list(dict.fromkeys(rounds))
+        merged = list(dict.fromkeys(lst[i] for i in range(prune_k) for lst in heads if i < len(lst)))
         order = list(dict.fromkeys(merged + order))
         note += "candidates from each, interleaved. " if len(lists) > 2 else "candidates from it and the next nearest. "
     legal = {i: k.legal(k.configs[i], shape_map, limits) for i in order}
