@@ -76,6 +76,16 @@ def best_from_store(db: str, device_id: str, spec, dtype: str, shape: dict, top:
     return [r["config"] for r in sorted(rows, key=lambda r: r["median_us"])[:top]]
 
 
+def best_by(ok: list, param: str) -> dict:
+    """The fastest config and its median time for each value of one parameter (values as strings)."""
+    best: dict = {}
+    for config, o in ok:
+        key = str(config.get(param))
+        if key not in best or o.timing.median_us < best[key]["us"]:
+            best[key] = {"config": config, "us": o.timing.median_us}
+    return dict(sorted(best.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kernels", default=",".join(s.name for s in builtin_kernels()))
@@ -85,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", help="take the best config measured in this store instead of sweeping")
     ap.add_argument("--top", type=int, default=1, help="with --db: re-time this many of the best stored configs")
     ap.add_argument("--rounds", type=int, default=1, help="time the best config and MLX's op alternately this many times")
+    ap.add_argument("--by", help="also report the best config for each value of this parameter")
     ap.add_argument("--json", dest="json_out", help="write every figure here")
     args = ap.parse_args(argv)
 
@@ -147,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                 row["pct_mx_matmul"] = 100 * row["tflops"] / peak[dtype]
             if mlx_t:
                 row["vs_mlx"] = us / mlx_t.median_us
+            if args.by:
+                row["best_by"] = best_by(ok, args.by)
             if mlx_t and args.rounds > 1:
                 ratios = []
                 for _ in range(args.rounds):

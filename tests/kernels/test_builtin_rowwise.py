@@ -213,13 +213,16 @@ def test_kernel_versions_differ():
 COMPILE_CASES = (
     ("add_rmsnorm", {"TG": 256, "VEC": 8, "ROWS": 2}, "float16"),
     ("layernorm", {"TG": 128, "VEC": 8, "ROWS": 1}, "bfloat16"),
-    ("softmax", {"TG": 1024, "VEC": 4, "ROWS": 1}, "float32"),
+    ("softmax", {"TG": 1024, "VEC": 4, "ROWS": 1, "CACHE": 2}, "float32"),
+    ("softmax", {"TG": 512, "VEC": 8, "ROWS": 2, "CACHE": 1}, "float16"),
+    ("softmax", {"TG": 256, "VEC": 8, "ROWS": 1, "CACHE": 0}, "bfloat16"),
     ("swiglu", {"TG": 256, "VEC": 8, "EPT": 2}, "bfloat16"),
 )
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-@pytest.mark.parametrize("name,config,dtype", COMPILE_CASES, ids=[c[0] for c in COMPILE_CASES])
+@pytest.mark.parametrize("name,config,dtype", COMPILE_CASES,
+                         ids=[f"{c[0]}-{c[2]}" for c in COMPILE_CASES])
 def test_cuda_translation_unit_compiles(name, config, dtype, tmp_path):
     spec = spec_of(name)
     assert spec.violations(config, {"rows": 4096, "cols": 14336}, dtype, Limits()) == []

@@ -59,3 +59,16 @@ def test_every_limit_a_constraint_sees_is_a_declared_limit_name():
     env = Limits(cuda_arch=90).env("float16")
     assert sorted(env) == sorted(LIMIT_NAMES)
     assert env["cuda_arch"] == 90 and env["dtype_bytes"] == 2
+
+
+def test_declared_features_are_checked_when_the_kernel_is_built():
+    spec = get_kernel("softmax")
+    assert spec.describe()["features"] == dict(spec.features) and spec.features
+    with pytest.raises(KernelSpecError, match="unknown name"):
+        spec.replace(features={"share": "TG / width"})
+    with pytest.raises(KernelSpecError, match="must be an identifier"):
+        spec.replace(features={"TG": "TG * 2"})
+    with pytest.raises(KernelSpecError, match="feature 'p'"):
+        spec.replace(features={"p": "TG ** 2"})
+    # a feature describes the config, not the code: the kernel's version does not move
+    assert spec.replace(features={}).version == spec.version

@@ -17,6 +17,7 @@ from zmlx_pipeline.models.features import (
     measurements_frame,
     store_features,
 )
+from zmlx_pipeline.models.estimators import shared_features
 
 M3, A100 = "apple-m3-max-40c", "nvidia-a100-pcie-40gb"
 
@@ -127,3 +128,27 @@ def test_rows_versus_row_length(store, make_measurement):
     assert {"shape_ratio_cols_rows", "ratio_TG_cols", "ratio_TG_rows"} <= set(f.numeric)
     row = f.frame.filter((pl.col("shape_log2_rows") == 3) & (pl.col("shape_log2_cols") == 12)).row(0, named=True)
     assert row["shape_ratio_cols_rows"] == pytest.approx(12 - 3)
+    # softmax declares features of CACHE and ROWS; data of a space without them gets none
+    assert not [c for c in f.frame.columns if c.startswith("cfg_x_")]
+
+
+def test_declared_features_say_how_much_of_a_row_is_cached(store, make_measurement):
+    add_devices(store, M3)
+    configs = [{"TG": 512, "VEC": 4, "ROWS": 1, "CACHE": c} for c in (0, 1, 2)] + [
+        {"TG": 1024, "VEC": 8, "ROWS": 2, "CACHE": 2}]
+    store.record([make_measurement(device_id=M3, kernel="softmax", shape={"rows": 64, "cols": cols},
+                                   config=config, median_us=10.0 + i)
+                  for cols in (4096, 32768) for i, config in enumerate(configs)])
+    f = store_features(store)["softmax"]
+    assert {"cfg_x_reg_floats", "cfg_x_row_cached"} <= set(f.numeric)
+    # the shared models (config, shape and ratio columns) read them too
+    assert {"cfg_x_reg_floats", "cfg_x_row_cached"} <= set(shared_features(f).numeric)
+    got = {(2 ** round(r["shape_log2_cols"]), json.loads(r["config"])["CACHE"],
+            json.loads(r["config"])["TG"]): (r["cfg_x_reg_floats"], r["cfg_x_row_cached"])
+           for r in f.frame.iter_rows(named=True)}
+    # F = CACHE * min(16384 / TG, 32) floats a thread; TG / ROWS threads a row
+    assert got[(4096, 0, 512)] == (0.0, 0.0)
+    assert got[(4096, 1, 512)] == (32.0, 1.0)  # 512 x 32 covers 4096
+    assert got[(32768, 1, 512)] == (32.0, 0.5)
+    assert got[(32768, 2, 512)] == (64.0, 1.0)
+    assert got[(32768, 2, 1024)] == (32.0, pytest.approx(512 * 32 / 32768))

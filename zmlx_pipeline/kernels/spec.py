@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from zmlx_pipeline.data.keys import canonical_json, digest
 from zmlx_pipeline.kernels import prelude
-from zmlx_pipeline.runtime.constraints import limit_values
+from zmlx_pipeline.runtime.constraints import UnsafeConstraint, compile_constraint, limit_values
 
 #: names a constraint may use besides the config parameters and shape dimensions
 LIMIT_NAMES = ("max_threads", "simd_width", "tg_mem_bytes", "dtype_bytes", "cuda_arch")
@@ -156,6 +156,10 @@ class KernelSpec:
     tolerance: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     mlx_op: Callable[..., Any] | None = None  # MLX's own op for the same function, for comparisons
     tiles: TileAxes | None = None  # how a config tiles the shape (launch-geometry features); None: not tiled
+    # derived features the models read beside the raw parameters: name -> an expression of config
+    # params and shape dims in the constraints' arithmetic (runtime/constraints.py), such as the
+    # share of a row a config holds in registers. They do not change the kernel's code or version.
+    features: Mapping[str, str] = field(default_factory=dict)
     extensions: tuple[str, ...] = ()  # optional prelude vocabularies the body uses (prelude.EXTENSIONS)
     # bytes of dynamic threadgroup memory a config's launch requests on CUDA, for the body's
     # KSHARED_DYN arrays: (config, dtype_bytes) -> bytes; None: none (Metal arrays are static)
@@ -180,6 +184,7 @@ class KernelSpec:
             if unknown:
                 raise KernelSpecError(f"kernel {self.name!r}: constraint {text!r} uses unknown name(s) {', '.join(sorted(unknown))}")
             self._compiled[text] = code
+        self._check_features()
         if self.tiles is not None:
             dims, params = self.tiles.names()
             unknown = sorted(dims - set(self.shape_grid.dims)) + sorted(params - set(self.params))
@@ -193,6 +198,21 @@ class KernelSpec:
         leaks = prelude.foreign_tokens(self.body + self.helpers, None)
         if leaks:
             raise KernelSpecError(f"kernel {self.name!r}: body uses backend-specific token(s) {', '.join(leaks)}; use the prelude vocabulary")
+
+    def _check_features(self) -> None:
+        allowed = set(self.params) | set(self.shape_grid.dims)
+        for name, text in self.features.items():
+            if not name.isidentifier() or name in allowed:
+                raise KernelSpecError(f"kernel {self.name!r}: feature name {name!r} must be an identifier "
+                                      "that is not a parameter or shape dim")
+            try:
+                compile_constraint(text)
+                unknown = set(compile(text, "<feature>", "eval").co_names) - allowed - {"min", "max", "abs"}
+            except (UnsafeConstraint, SyntaxError) as exc:
+                raise KernelSpecError(f"kernel {self.name!r}: feature {name!r} = {text!r}: {exc}") from None
+            if unknown:
+                raise KernelSpecError(f"kernel {self.name!r}: feature {name!r} = {text!r} uses unknown name(s) "
+                                      f"{', '.join(sorted(unknown))}: only parameters and shape dims")
 
     def replace(self, **changes: Any) -> "KernelSpec":
         """A copy with some fields changed, re-validated (constraints and body are checked again)."""
@@ -268,6 +288,7 @@ class KernelSpec:
             "parameters": {k: list(v) for k, v in self.params.items()},
             "threadgroup_parameter": self.threadgroup_param,
             "constraints": list(self.constraints),
+            "features": dict(self.features),
             "configs": len(self.configs()),
             "shape_dims": list(self.shape_grid.dims),
             "shape_grid": self.shape_grid.as_dict(),

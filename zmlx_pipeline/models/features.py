@@ -7,7 +7,9 @@ the device specs of the `devices` table, plus
   threads of a launch (product of the threadgroup/block-size parameters) against the device's
   SIMD width and thread limit; non-numeric parameters as categories;
 - ratios of config parameters to shape dims (log2 p - log2 d), and of shape dims to each
-  other (rows vs row length), for dims that vary.
+  other (rows vs row length), for dims that vary;
+- the kernel's declared derived features (`cfg_x_*`, KernelSpec.features, models/derived.py),
+  which say what a parameter means for the shape (softmax: the share of a row held in registers).
 The column set is derived per kernel from the JSON keys of its configs and shapes, so our
 kernels (TG, VEC, ROWS, ...) and imported ones (block_size_x, tile_size_y, ...) work alike.
 - launch geometry relative to the device, for kernels whose tile axes are known (`geo_*`, see
@@ -28,6 +30,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from zmlx_pipeline.models.derived import derived_columns
 from zmlx_pipeline.kernels.spec import TileAxes
 
 CASE = ("device_id", "kernel", "dtype", "shape_key")
@@ -257,6 +260,10 @@ def kernel_features(
             ratio_exprs.append((pl.col(f"shape_log2_{a}") - pl.col(f"shape_log2_{b}")).alias(f"shape_ratio_{a}_{b}"))
             numeric.append(f"shape_ratio_{a}_{b}")
     df = df.with_columns(ratio_exprs)
+    derived = derived_columns(declared_features(kernel), params, numeric_dims)
+    if derived:
+        df = df.with_columns(derived)
+        numeric += [e.meta.output_name() for e in derived]
     declared = tiles if tiles is not None else declared_tiles(kernel)
     axis_cols = _axis_features(df, declared, numeric_dims) if declared is not None else []
     if not axis_cols:
@@ -345,6 +352,13 @@ def declared_tiles(kernel: str) -> TileAxes | None:
     the registry does not know (imported data) or one that declares none."""
     spec = _registered(kernel)
     return spec.tiles if spec is not None else None
+
+
+def declared_features(kernel: str) -> dict[str, str]:
+    """The derived features the registered kernel of this name declares (KernelSpec.features); empty
+    for a kernel the registry does not know (imported data)."""
+    spec = _registered(kernel)
+    return dict(spec.features) if spec is not None else {}
 
 
 def named_tiles(params: Sequence[str], dims: Sequence[str]) -> TileAxes | None:

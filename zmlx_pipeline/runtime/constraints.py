@@ -38,14 +38,25 @@ class UnsafeConstraint(ValueError):
     "A constraint uses something other than arithmetic, comparisons, boolean logic and min/max/abs"
 
 
-_FUNCS = {"min": min, "max": max, "abs": abs}
+#: how the nodes that are not plain operators evaluate, for numbers (constraints, the runtime); a
+#: caller may pass its own, so that the same whitelisted text builds, say, polars column expressions
+PYTHON_NODES: Mapping[str, Callable[..., Any]] = {
+    "not": operator.not_,
+    "and": lambda parts, env: all(p(env) for p in parts),
+    "or": lambda parts, env: any(p(env) for p in parts),
+    "compare": lambda ops, values: all(op(a, b) for op, a, b in zip(ops, values, values[1:])),
+    "if": lambda test, body, orelse, env: body(env) if test(env) else orelse(env),
+    "min": min,
+    "max": max,
+    "abs": abs,
+}
 
 
-def _compile(node) -> Check:  # noqa: C901 - one branch per accepted node type
+def _compile(node, nodes: Mapping[str, Callable[..., Any]] = PYTHON_NODES) -> Check:  # noqa: C901 - one branch per node type
     import ast
 
     if isinstance(node, ast.Expression):
-        return _compile(node.body)
+        return _compile(node.body, nodes)
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, bool)):
         value = node.value
         return lambda env: value
@@ -58,20 +69,19 @@ def _compile(node) -> Check:  # noqa: C901 - one branch per accepted node type
         op = ops.get(type(node.op))
         if op is None:
             raise UnsafeConstraint(f"operator {type(node.op).__name__} is not allowed")
-        left, right = _compile(node.left), _compile(node.right)
+        left, right = _compile(node.left, nodes), _compile(node.right, nodes)
         return lambda env: op(left(env), right(env))
     if isinstance(node, ast.UnaryOp):
-        ops = {ast.Not: operator.not_, ast.USub: operator.neg, ast.UAdd: operator.pos}
+        ops = {ast.Not: nodes["not"], ast.USub: operator.neg, ast.UAdd: operator.pos}
         op = ops.get(type(node.op))
         if op is None:
             raise UnsafeConstraint(f"operator {type(node.op).__name__} is not allowed")
-        operand = _compile(node.operand)
+        operand = _compile(node.operand, nodes)
         return lambda env: op(operand(env))
     if isinstance(node, ast.BoolOp):
-        parts = [_compile(v) for v in node.values]
-        if isinstance(node.op, ast.And):
-            return lambda env: all(p(env) for p in parts)
-        return lambda env: any(p(env) for p in parts)
+        parts = [_compile(v, nodes) for v in node.values]
+        combine = nodes["and"] if isinstance(node.op, ast.And) else nodes["or"]
+        return lambda env: combine(parts, env)
     if isinstance(node, ast.Compare):
         cmp = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
                ast.Gt: operator.gt, ast.GtE: operator.ge}
@@ -80,27 +90,25 @@ def _compile(node) -> Check:  # noqa: C901 - one branch per accepted node type
             if type(op) not in cmp:
                 raise UnsafeConstraint(f"comparison {type(op).__name__} is not allowed")
             ops.append(cmp[type(op)])
-        terms = [_compile(node.left)] + [_compile(c) for c in node.comparators]
-
-        def compare(env: Env) -> bool:
-            values = [t(env) for t in terms]
-            return all(op(a, b) for op, a, b in zip(ops, values, values[1:]))
-
-        return compare
+        terms = [_compile(node.left, nodes)] + [_compile(c, nodes) for c in node.comparators]
+        compare = nodes["compare"]
+        return lambda env: compare(ops, [t(env) for t in terms])
     if isinstance(node, ast.IfExp):
-        test, body, orelse = _compile(node.test), _compile(node.body), _compile(node.orelse)
-        return lambda env: body(env) if test(env) else orelse(env)
+        test, body, orelse = (_compile(n, nodes) for n in (node.test, node.body, node.orelse))
+        choose = nodes["if"]
+        return lambda env: choose(test, body, orelse, env)
     if isinstance(node, ast.Call):
-        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
+        if not isinstance(node.func, ast.Name) or node.func.id not in ("min", "max", "abs") or node.keywords:
             raise UnsafeConstraint("only min(), max() and abs() may be called")
-        fn = _FUNCS[node.func.id]
-        args = [_compile(a) for a in node.args]
+        fn = nodes[node.func.id]
+        args = [_compile(a, nodes) for a in node.args]
         return lambda env: fn(*(a(env) for a in args))
     raise UnsafeConstraint(f"{type(node).__name__} is not allowed in a constraint")
 
 
-def compile_constraint(text: str) -> Check:
-    """A function env -> truthy for one constraint; UnsafeConstraint if the text is not plain arithmetic."""
+def compile_constraint(text: str, nodes: Mapping[str, Callable[..., Any]] = PYTHON_NODES) -> Check:
+    """A function env -> truthy for one constraint; UnsafeConstraint if the text is not plain arithmetic.
+    `nodes`: how the non-operator nodes evaluate (PYTHON_NODES: on numbers)."""
     import ast
 
     if len(text) > 500:
@@ -109,7 +117,7 @@ def compile_constraint(text: str) -> Check:
         tree = ast.parse(text, mode="eval")
     except SyntaxError as exc:
         raise UnsafeConstraint(f"not an expression: {exc.msg}") from None
-    return _compile(tree)
+    return _compile(tree, nodes)
 
 
 class ConstraintSet:

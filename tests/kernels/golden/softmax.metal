@@ -44,8 +44,10 @@ inline void k_store(device T* p, const thread float* vals) {
 
   constexpr int S = TG / ROWS;
   constexpr int NW = S / 32;
-  constexpr int F = (32768 / TG < 64) ? 32768 / TG : 64;
-  constexpr int NC = (F / VEC > 0) ? F / VEC : 1;
+  constexpr int FB = (CACHE == 2) ? 32768 : 16384;
+  constexpr int FM = (CACHE == 2) ? 64 : 32;
+  constexpr int F = (CACHE == 0) ? 0 : ((FB / TG < FM) ? FB / TG : FM);
+  constexpr int NC = (CACHE == 0) ? 0 : ((F / VEC > 0) ? F / VEC : 1);
   KSHARED float k_max[TG / 32];
   KSHARED float k_sum[TG / 32];
   const int rows = x_shape[0];
@@ -55,7 +57,7 @@ inline void k_store(device T* p, const thread float* vals) {
   const int row = k_block_x * ROWS + sub;
   const bool active = row < rows;
   const size_t base = (size_t)(active ? row : 0) * (size_t)cols;
-  float r[NC][VEC];
+  float r[NC > 0 ? NC : 1][VEC];
   float m = KLOWEST;
   float s = 0.0f;
   if (active) {

@@ -6,17 +6,21 @@ from zmlx_pipeline.kernels.builtin.rmsnorm import ROW_CONSTRAINTS, ROW_PARAMS, r
 from zmlx_pipeline.kernels.spec import KernelSpec, load_grid
 
 # ROWS rows per threadgroup, S = TG / ROWS threads per row, VEC contiguous elements per access.
-# A thread keeps up to F values of its row in registers, so a row up to S * F long is read from
-# memory once and exponentiated once: the first pass loads the cached chunks and takes their max,
-# then turns them into exp(v - thread max) in place. Columns past the cache (long rows at small
-# TG) keep an online (max, sum) and are read again in the second pass. F shrinks as TG grows so
-# that a threadgroup's cache stays near 128 KB of registers. The (max, sum) pairs are merged
+# CACHE sets how much of its row a thread keeps in registers: up to F values, F chosen so that a
+# threadgroup's cache is about 0, 64 KB or 128 KB of registers (CACHE 0, 1, 2). A row up to S * F
+# long is read from memory once and exponentiated once: the first pass loads the cached chunks and
+# takes their max, then turns them into exp(v - thread max) in place. Columns past the cache keep
+# an online (max, sum) and are read again in the second pass, as MLX's looped softmax does: a
+# small cache leaves room for more threadgroups per SM, whose loads overlap one another's reduce
+# and store, and the second read of a recent row mostly hits L2. The (max, sum) pairs are merged
 # across the SIMD group, then across the row's SIMD groups through threadgroup memory.
 BODY = r"""
   constexpr int S = TG / ROWS;
   constexpr int NW = S / 32;
-  constexpr int F = (32768 / TG < 64) ? 32768 / TG : 64;
-  constexpr int NC = (F / VEC > 0) ? F / VEC : 1;
+  constexpr int FB = (CACHE == 2) ? 32768 : 16384;
+  constexpr int FM = (CACHE == 2) ? 64 : 32;
+  constexpr int F = (CACHE == 0) ? 0 : ((FB / TG < FM) ? FB / TG : FM);
+  constexpr int NC = (CACHE == 0) ? 0 : ((F / VEC > 0) ? F / VEC : 1);
   KSHARED float k_max[TG / 32];
   KSHARED float k_sum[TG / 32];
   const int rows = x_shape[0];
@@ -26,7 +30,7 @@ BODY = r"""
   const int row = k_block_x * ROWS + sub;
   const bool active = row < rows;
   const size_t base = (size_t)(active ? row : 0) * (size_t)cols;
-  float r[NC][VEC];
+  float r[NC > 0 ? NC : 1][VEC];
   float m = KLOWEST;
   float s = 0.0f;
   if (active) {
@@ -116,22 +120,29 @@ def mlx_op(inputs, shape):
 
 SPEC = KernelSpec(
     name="softmax",
-    description="softmax over the last axis, row held in registers: one read, one exp (attention, vocab)",
+    description="softmax over the last axis, row held in registers or read twice (attention, vocab)",
     kernel_class="row_reduction",
     inputs=("x",),
     outputs=("y",),
     body=BODY,
-    params=ROW_PARAMS,
+    params={**ROW_PARAMS, "CACHE": (0, 1, 2)},
     constraints=ROW_CONSTRAINTS,
     shape_grid=load_grid("softmax"),
     launch=row_launch,
     make_inputs=make_inputs,
     reference=reference,
-    # read x once, write y (a row longer than the register cache is read twice; not counted)
+    # read x once, write y (a row longer than the register cache is read twice, mostly from L2;
+    # not counted)
     bytes_moved=lambda s, b: 2.0 * s["rows"] * s["cols"] * b,
     flops=lambda s: 7.0 * s["rows"] * s["cols"],
     # outputs are probabilities down to ~1/cols: an absolute tolerance of 1e-3 would pass a
     # kernel that is off by a factor on long rows, so it is tightened below the defaults
     tolerance={"float32": (1e-4, 1e-6), "float16": (1e-2, 1e-5), "bfloat16": (5e-2, 1e-5)},
     mlx_op=mlx_op,
+    # what CACHE means for a row (the body's F, in floats a thread keeps): the share of the row
+    # read only once, and the registers that cost (fewer threadgroups fit on a core)
+    features={
+        "reg_floats": "CACHE * min(16384 // TG, 32)",
+        "row_cached": "min(1, (TG // ROWS) * CACHE * min(16384 // TG, 32) / cols)",
+    },
 )
