@@ -10,6 +10,7 @@ import pytest
 
 from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.data.importers import import_files
+from zmlx_pipeline.models.estimators import shared_features
 from zmlx_pipeline.models.features import (
     FeatureError,
     device_distances,
@@ -17,7 +18,6 @@ from zmlx_pipeline.models.features import (
     measurements_frame,
     store_features,
 )
-from zmlx_pipeline.models.estimators import shared_features
 
 M3, A100 = "apple-m3-max-40c", "nvidia-a100-pcie-40gb"
 

@@ -15,7 +15,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 from zmlx_pipeline.data.keys import canonical_json, digest
 from zmlx_pipeline.kernels import prelude
-from zmlx_pipeline.runtime.constraints import UnsafeConstraint, compile_constraint, limit_values
+from zmlx_pipeline.runtime.constraints import (
+    UnsafeConstraint,
+    compile_constraint,
+    limit_values,
+)
 
 #: names a constraint may use besides the config parameters and shape dimensions
 LIMIT_NAMES = ("max_threads", "simd_width", "tg_mem_bytes", "dtype_bytes", "cuda_arch")

@@ -30,8 +30,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from zmlx_pipeline.models.derived import derived_columns
 from zmlx_pipeline.kernels.spec import TileAxes
+from zmlx_pipeline.models.derived import derived_columns
 
 CASE = ("device_id", "kernel", "dtype", "shape_key")
 TARGETS = ("log_time", "log_rel", "log_med", "rank_pct")  # what a model may regress (see case_targets)
