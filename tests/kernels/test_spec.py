@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from zmlx_pipeline.kernels.registry import get_kernel
-from zmlx_pipeline.kernels.spec import KernelSpecError, Limits, ShapeGrid
+from zmlx_pipeline.kernels.spec import Feature, KernelSpecError, Limits, ShapeGrid
 
 
 def test_constraints_remove_illegal_configs():
@@ -63,7 +63,11 @@ def test_every_limit_a_constraint_sees_is_a_declared_limit_name():
 
 def test_declared_features_are_checked_when_the_kernel_is_built():
     spec = get_kernel("softmax")
-    assert spec.describe()["features"] == dict(spec.features) and spec.features
+    assert spec.features and spec.describe()["features"] == {
+        name: {"expr": text, "per_device": True} for name, text in spec.features.items()}
+    assert get_kernel("layernorm").describe()["features"]["trips"]["per_device"] is False
+    with pytest.raises(KernelSpecError, match="unknown name"):
+        spec.replace(features={"share": Feature("TG / width", per_device=False)})
     with pytest.raises(KernelSpecError, match="unknown name"):
         spec.replace(features={"share": "TG / width"})
     with pytest.raises(KernelSpecError, match="must be an identifier"):

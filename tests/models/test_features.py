@@ -10,7 +10,7 @@ import pytest
 
 from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.data.importers import import_files
-from zmlx_pipeline.models.estimators import shared_features
+from zmlx_pipeline.models.estimators import shared_features, transfer_features
 from zmlx_pipeline.models.features import (
     FeatureError,
     device_distances,
@@ -152,3 +152,18 @@ def test_declared_features_say_how_much_of_a_row_is_cached(store, make_measureme
     assert got[(32768, 1, 512)] == (32.0, 0.5)
     assert got[(32768, 2, 512)] == (64.0, 1.0)
     assert got[(32768, 2, 1024)] == (32.0, pytest.approx(512 * 32 / 32768))
+    # read by the per-device models too (Feature.per_device is True for a plain expression)
+    assert {"cfg_x_reg_floats", "cfg_x_row_cached"} <= set(transfer_features(f).numeric)
+
+
+def test_a_feature_kept_out_of_per_device_models(store, make_measurement):
+    add_devices(store, M3)
+    store.record([make_measurement(device_id=M3, kernel="layernorm", shape={"rows": 64, "cols": cols},
+                                   config={"TG": tg, "VEC": 4, "ROWS": rows}, median_us=5.0 + tg / 64)
+                  for cols in (768, 4096) for tg in (128, 256) for rows in (1, 2)])
+    f = store_features(store)["layernorm"]
+    assert "cfg_xs_trips" in f.numeric and "cfg_xs_trips" in shared_features(f).numeric
+    assert "cfg_xs_trips" not in transfer_features(f).numeric
+    row = f.frame.filter((pl.col("shape_log2_cols") > 9.5) & (pl.col("shape_log2_cols") < 9.6)
+                         & (pl.col("cfg_TG") == 256) & (pl.col("cfg_ROWS") == 2)).row(0, named=True)
+    assert row["cfg_xs_trips"] == pytest.approx(768 / (128 * 4))  # 1.5: a partial last iteration

@@ -68,6 +68,17 @@ class TileAxes:
 
 
 @dataclass(frozen=True)
+class Feature:
+    """A derived feature of a kernel (KernelSpec.features): an expression of config params and shape
+    dims. `per_device` False keeps it out of the per-device config models that a new device borrows
+    from its neighbours (models/estimators.py: transfer), for a feature that helps rank a seen
+    device's configs across shapes but, there, hurts the ranking on a device left out."""
+
+    expr: str
+    per_device: bool = True
+
+
+@dataclass(frozen=True)
 class Limits:
     """The device limits constraints are checked against (the same model of legality on every backend)."""
 
@@ -162,8 +173,9 @@ class KernelSpec:
     tiles: TileAxes | None = None  # how a config tiles the shape (launch-geometry features); None: not tiled
     # derived features the models read beside the raw parameters: name -> an expression of config
     # params and shape dims in the constraints' arithmetic (runtime/constraints.py), such as the
-    # share of a row a config holds in registers. They do not change the kernel's code or version.
-    features: Mapping[str, str] = field(default_factory=dict)
+    # share of a row a config holds in registers, or a Feature. They do not change the kernel's code
+    # or version.
+    features: Mapping[str, str | Feature] = field(default_factory=dict)
     extensions: tuple[str, ...] = ()  # optional prelude vocabularies the body uses (prelude.EXTENSIONS)
     # bytes of dynamic threadgroup memory a config's launch requests on CUDA, for the body's
     # KSHARED_DYN arrays: (config, dtype_bytes) -> bytes; None: none (Metal arrays are static)
@@ -205,7 +217,8 @@ class KernelSpec:
 
     def _check_features(self) -> None:
         allowed = set(self.params) | set(self.shape_grid.dims)
-        for name, text in self.features.items():
+        for name, feature in self.features.items():
+            text = feature.expr if isinstance(feature, Feature) else feature
             if not name.isidentifier() or name in allowed:
                 raise KernelSpecError(f"kernel {self.name!r}: feature name {name!r} must be an identifier "
                                       "that is not a parameter or shape dim")
@@ -217,6 +230,10 @@ class KernelSpec:
             if unknown:
                 raise KernelSpecError(f"kernel {self.name!r}: feature {name!r} = {text!r} uses unknown name(s) "
                                       f"{', '.join(sorted(unknown))}: only parameters and shape dims")
+
+    def derived_features(self) -> dict[str, Feature]:
+        """The declared features, each as a Feature (a plain expression is read by every model)."""
+        return {name: f if isinstance(f, Feature) else Feature(f) for name, f in self.features.items()}
 
     def replace(self, **changes: Any) -> "KernelSpec":
         """A copy with some fields changed, re-validated (constraints and body are checked again)."""
@@ -292,7 +309,8 @@ class KernelSpec:
             "parameters": {k: list(v) for k, v in self.params.items()},
             "threadgroup_parameter": self.threadgroup_param,
             "constraints": list(self.constraints),
-            "features": dict(self.features),
+            "features": {name: {"expr": f.expr, "per_device": f.per_device}
+                         for name, f in self.derived_features().items()},
             "configs": len(self.configs()),
             "shape_dims": list(self.shape_grid.dims),
             "shape_grid": self.shape_grid.as_dict(),

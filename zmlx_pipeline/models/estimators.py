@@ -62,12 +62,23 @@ import numpy as np
 import polars as pl
 from sklearn.base import clone
 from sklearn.compose import ColumnTransformer
-from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor, RandomForestRegressor
+from sklearn.ensemble import (
+    ExtraTreesRegressor,
+    HistGradientBoostingRegressor,
+    RandomForestRegressor,
+)
 from sklearn.neighbors import KDTree
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder
 
-from zmlx_pipeline.models.features import CASE, DISTANCE_SPECS, TARGETS, KernelFeatures, device_distances
+from zmlx_pipeline.models.features import (
+    CASE,
+    DISTANCE_SPECS,
+    SHARED_ONLY_PREFIX,
+    TARGETS,
+    KernelFeatures,
+    device_distances,
+)
 
 CLIP_LOG_REL = math.log(4.0)  # configs 4x slower than the case's best are all just "bad"
 VENDOR_PENALTY = 2.0          # in units of the normalised spec distance
@@ -403,9 +414,11 @@ def _device_table(frame: pl.DataFrame) -> pl.DataFrame:
 def transfer_features(features: KernelFeatures, geometry: bool | None = None) -> KernelFeatures:
     """The features of one device's config model: config, shape and ratio columns (no device columns;
     with `geometry`, the launch geometry relative to the device, which moves with the test device;
-    None: the geometry a kernel declares, see shared_features)."""
+    None: the geometry a kernel declares, see shared_features), less the declared features a kernel
+    keeps out of per-device models (Feature.per_device False)."""
     shared = shared_features(features, geometry=geometry)
-    return replace(shared, categorical=tuple(c for c in shared.categorical if not c.startswith("dev_")))
+    return replace(shared, numeric=tuple(c for c in shared.numeric if not c.startswith(SHARED_ONLY_PREFIX)),
+                   categorical=tuple(c for c in shared.categorical if not c.startswith("dev_")))
 
 
 class DeviceTransferRanker(Ranker):

@@ -9,7 +9,8 @@ the device specs of the `devices` table, plus
 - ratios of config parameters to shape dims (log2 p - log2 d), and of shape dims to each
   other (rows vs row length), for dims that vary;
 - the kernel's declared derived features (`cfg_x_*`, KernelSpec.features, models/derived.py),
-  which say what a parameter means for the shape (softmax: the share of a row held in registers).
+  which say what a parameter means for the shape (softmax: the share of a row held in registers);
+  `cfg_xs_*` for those kept out of the per-device models (Feature.per_device False).
 The column set is derived per kernel from the JSON keys of its configs and shapes, so our
 kernels (TG, VEC, ROWS, ...) and imported ones (block_size_x, tile_size_y, ...) work alike.
 - launch geometry relative to the device, for kernels whose tile axes are known (`geo_*`, see
@@ -30,7 +31,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import polars as pl
 
-from zmlx_pipeline.kernels.spec import TileAxes
+from zmlx_pipeline.kernels.spec import Feature, TileAxes
 from zmlx_pipeline.models.derived import derived_columns
 
 CASE = ("device_id", "kernel", "dtype", "shape_key")
@@ -260,7 +261,10 @@ def kernel_features(
             ratio_exprs.append((pl.col(f"shape_log2_{a}") - pl.col(f"shape_log2_{b}")).alias(f"shape_ratio_{a}_{b}"))
             numeric.append(f"shape_ratio_{a}_{b}")
     df = df.with_columns(ratio_exprs)
-    derived = derived_columns(declared_features(kernel), params, numeric_dims)
+    declared_derived = declared_features(kernel)
+    derived = (derived_columns({n: f.expr for n, f in declared_derived.items() if f.per_device}, params, numeric_dims)
+               + derived_columns({n: f.expr for n, f in declared_derived.items() if not f.per_device}, params,
+                                 numeric_dims, prefix=SHARED_ONLY_PREFIX))
     if derived:
         df = df.with_columns(derived)
         numeric += [e.meta.output_name() for e in derived]
@@ -304,6 +308,9 @@ def case_targets() -> list[pl.Expr]:
         .otherwise(0.0).alias("rank_pct"),
     ]
 
+
+#: the column prefix of a declared feature kept out of the per-device models (Feature.per_device False)
+SHARED_ONLY_PREFIX = "cfg_xs_"
 
 #: a time that implies more than this many times the device's memory bandwidth, for a working set
 #: larger than its L2, cannot be a real run of the kernel (seen: small-M matmuls timed at 6.7 us for
@@ -354,11 +361,11 @@ def declared_tiles(kernel: str) -> TileAxes | None:
     return spec.tiles if spec is not None else None
 
 
-def declared_features(kernel: str) -> dict[str, str]:
+def declared_features(kernel: str) -> dict[str, Feature]:
     """The derived features the registered kernel of this name declares (KernelSpec.features); empty
     for a kernel the registry does not know (imported data)."""
     spec = _registered(kernel)
-    return dict(spec.features) if spec is not None else {}
+    return spec.derived_features() if spec is not None else {}
 
 
 def named_tiles(params: Sequence[str], dims: Sequence[str]) -> TileAxes | None:

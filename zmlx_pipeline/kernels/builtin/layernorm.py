@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from zmlx_pipeline.kernels.builtin.rmsnorm import ROW_CONSTRAINTS, ROW_PARAMS, row_launch
-from zmlx_pipeline.kernels.spec import KernelSpec, load_grid
+from zmlx_pipeline.kernels.builtin.rmsnorm import (
+    ROW_CONSTRAINTS,
+    ROW_PARAMS,
+    row_launch,
+)
+from zmlx_pipeline.kernels.spec import Feature, KernelSpec, load_grid
 
 EPS = 1e-5
 
@@ -112,4 +116,8 @@ SPEC = KernelSpec(
     bytes_moved=lambda s, b: (2 * s["rows"] * s["cols"] + 2 * s["cols"]) * b,
     flops=lambda s: 8.0 * s["rows"] * s["cols"],
     mlx_op=mlx_op,
+    # the iterations each thread makes along its row (768 and 1536 columns leave a partial last
+    # one). Kept out of the per-device models: there it made the ranking on a left-out device worse
+    # (notes/learning.md)
+    features={"trips": Feature("cols / ((TG // ROWS) * VEC)", per_device=False)},
 )
