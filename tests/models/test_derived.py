@@ -5,6 +5,8 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
+from zmlx_pipeline.kernels.registry import builtin_kernels, get_kernel
+from zmlx_pipeline.kernels.spec import Limits
 from zmlx_pipeline.models.derived import derived_columns
 from zmlx_pipeline.runtime.constraints import UnsafeConstraint, compile_constraint
 
@@ -43,3 +45,25 @@ def test_the_grammar_is_the_constraints_whitelist():
         derived_columns({"bad": "__import__('os').getpid()"}, ["TG"], [])
     with pytest.raises(UnsafeConstraint):
         derived_columns({"bad": "TG ** 2"}, ["TG"], [])
+
+
+@pytest.mark.parametrize("name", [s.name for s in builtin_kernels() if s.features])
+def test_every_builtin_feature_is_finite_on_its_legal_configs_and_matches_python(name):
+    spec = get_kernel(name)
+    rows = []
+    for shape in spec.shape_grid.shapes("full")[::3]:
+        for config in spec.legal_configs(shape, "float16", Limits(cuda_arch=90))[::5]:
+            rows.append({**{"c_" + k: v for k, v in config.items()}, **{"s_" + k: v for k, v in shape.items()}})
+    assert rows
+    frame = pl.DataFrame(rows)
+    features = spec.derived_features()
+    for prefix, per_device in (("cfg_x_", True), ("cfg_xs_", False)):
+        chosen = {n: f.expr for n, f in features.items() if f.per_device is per_device}
+        out = frame.with_columns(derived_columns(chosen, list(spec.params), list(spec.shape_grid.dims), prefix=prefix))
+        for n, text in chosen.items():
+            column = out[prefix + n]
+            assert column.null_count() == 0, (name, n)
+            check = compile_constraint(text)
+            for row, value in zip(rows[:50], column.to_list()):
+                env = {k[2:]: v for k, v in row.items()}
+                assert value == pytest.approx(float(check(env))), (name, n, env)

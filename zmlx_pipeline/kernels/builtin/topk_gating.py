@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from zmlx_pipeline.kernels.spec import KernelSpec, Launch, load_grid
+from zmlx_pipeline.kernels.spec import Feature, KernelSpec, Launch, load_grid
 
 # The comparator everywhere: (va, ia) before (vb, ib) when va > vb, or equal values and ia < ib.
 BODY = r"""
@@ -205,4 +205,8 @@ SPEC = KernelSpec(
     # one comparison per logit, and per selected logit a subtract, exp, add and divide
     flops=lambda s: float(s["tokens"] * (s["experts"] + 4 * s["k"])),
     mlx_op=mlx_op,
+    # the passes each thread makes over a token's experts, and the threadgroups launched; kept out of
+    # the per-device models, where they did not help a left-out device (notes/learning.md)
+    features={"trips": Feature("experts / ((TG // TOKENS) * EPT)", per_device=False),
+              "threadgroups": Feature("tokens / TOKENS", per_device=False)},
 )
