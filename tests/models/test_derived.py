@@ -57,9 +57,9 @@ def test_every_builtin_feature_is_finite_on_its_legal_configs_and_matches_python
     assert rows
     frame = pl.DataFrame(rows)
     features = spec.derived_features()
+    out = frame.with_columns(derived_columns(features, list(spec.params), list(spec.shape_grid.dims)))
     for prefix, per_device in (("cfg_x_", True), ("cfg_xs_", False)):
         chosen = {n: f.expr for n, f in features.items() if f.per_device is per_device}
-        out = frame.with_columns(derived_columns(chosen, list(spec.params), list(spec.shape_grid.dims), prefix=prefix))
         for n, text in chosen.items():
             column = out[prefix + n]
             assert column.null_count() == 0, (name, n)

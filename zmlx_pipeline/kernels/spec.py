@@ -16,8 +16,10 @@ from typing import Any, Callable, Mapping, Sequence
 from zmlx_pipeline.data.keys import canonical_json, digest
 from zmlx_pipeline.kernels import prelude
 from zmlx_pipeline.runtime.constraints import (
+    FUNCTIONS,
     UnsafeConstraint,
     compile_constraint,
+    expression_names,
     limit_values,
 )
 
@@ -196,7 +198,7 @@ class KernelSpec:
                 code = compile(text, f"<constraint of {self.name}>", "eval")
             except SyntaxError as exc:
                 raise KernelSpecError(f"kernel {self.name!r}: constraint {text!r} is not an expression: {exc.msg}") from None
-            unknown = set(code.co_names) - allowed - {"min", "max", "abs"}
+            unknown = set(code.co_names) - allowed - set(FUNCTIONS)
             if unknown:
                 raise KernelSpecError(f"kernel {self.name!r}: constraint {text!r} uses unknown name(s) {', '.join(sorted(unknown))}")
             self._compiled[text] = code
@@ -224,7 +226,7 @@ class KernelSpec:
                                       "that is not a parameter or shape dim")
             try:
                 compile_constraint(text)
-                unknown = set(compile(text, "<feature>", "eval").co_names) - allowed - {"min", "max", "abs"}
+                unknown = expression_names(text) - allowed
             except (UnsafeConstraint, SyntaxError) as exc:
                 raise KernelSpecError(f"kernel {self.name!r}: feature {name!r} = {text!r}: {exc}") from None
             if unknown:

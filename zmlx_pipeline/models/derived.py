@@ -9,7 +9,13 @@ from typing import Any, Mapping, Sequence
 
 import polars as pl
 
-from zmlx_pipeline.runtime.constraints import compile_constraint
+from zmlx_pipeline.kernels.spec import Feature
+from zmlx_pipeline.runtime.constraints import compile_constraint, expression_names
+
+#: column prefixes of the declared features: read by every model, or kept out of the per-device
+#: models (Feature.per_device False; models/estimators.py: transfer_features)
+PER_DEVICE_PREFIX = "cfg_x_"
+SHARED_ONLY_PREFIX = "cfg_xs_"
 
 
 def _expr(value: Any) -> pl.Expr:
@@ -32,20 +38,24 @@ POLARS_NODES = {
 }
 
 
-def derived_columns(features: Mapping[str, str], params: Sequence[str], dims: Sequence[str],
-                    prefix: str = "cfg_x_") -> list[pl.Expr]:
-    """One Float64 column `<prefix><name>` per declared feature, over a frame whose config params are
-    `c_<param>` and shape dims `s_<dim>` columns (models/features.py's layout). Arithmetic is IEEE
-    (x / 0 is infinite, so min(1, x / 0) is 1); a row whose final value is not finite gets null. A feature naming a param or dim the frame lacks (data of
-    an older config space) is left out."""
+def derived_columns(features: Mapping[str, str | Feature], params: Sequence[str],
+                    dims: Sequence[str]) -> list[pl.Expr]:
+    """One Float64 column per declared feature (a plain expression is a Feature read by every model),
+    `cfg_x_<name>`, or `cfg_xs_<name>` when kept out of the per-device models, over a frame whose
+    config params are `c_<param>` and shape dims `s_<dim>` columns (models/features.py's layout).
+    Arithmetic is IEEE (x / 0 is infinite, so min(1, x / 0) is 1); a row whose final value is not
+    finite gets null. A feature naming a param or dim the frame lacks (data of an older config
+    space) is left out."""
     known = set(params) | set(dims)
     env = {**{p: pl.col("c_" + p).cast(pl.Float64) for p in params},
            **{d: pl.col("s_" + d).cast(pl.Float64) for d in dims}}
     out = []
-    for name, text in features.items():
-        build = compile_constraint(text, POLARS_NODES)  # refuses anything but the whitelist
-        if set(compile(text, "<feature>", "eval").co_names) - {"min", "max", "abs"} - known:
+    for name, feature in features.items():
+        feature = feature if isinstance(feature, Feature) else Feature(feature)
+        build = compile_constraint(feature.expr, POLARS_NODES)  # refuses anything but the whitelist
+        if expression_names(feature.expr) - known:
             continue
         value = _expr(build(env)).cast(pl.Float64)
+        prefix = PER_DEVICE_PREFIX if feature.per_device else SHARED_ONLY_PREFIX
         out.append(pl.when(value.is_finite()).then(value).otherwise(None).alias(prefix + name))
     return out

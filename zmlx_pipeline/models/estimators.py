@@ -62,23 +62,13 @@ import numpy as np
 import polars as pl
 from sklearn.base import clone
 from sklearn.compose import ColumnTransformer
-from sklearn.ensemble import (
-    ExtraTreesRegressor,
-    HistGradientBoostingRegressor,
-    RandomForestRegressor,
-)
+from sklearn.ensemble import ExtraTreesRegressor, HistGradientBoostingRegressor, RandomForestRegressor
 from sklearn.neighbors import KDTree
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder
 
-from zmlx_pipeline.models.features import (
-    CASE,
-    DISTANCE_SPECS,
-    SHARED_ONLY_PREFIX,
-    TARGETS,
-    KernelFeatures,
-    device_distances,
-)
+from zmlx_pipeline.models.derived import SHARED_ONLY_PREFIX
+from zmlx_pipeline.models.features import CASE, DISTANCE_SPECS, TARGETS, KernelFeatures, device_distances
 
 CLIP_LOG_REL = math.log(4.0)  # configs 4x slower than the case's best are all just "bad"
 VENDOR_PENALTY = 2.0          # in units of the normalised spec distance

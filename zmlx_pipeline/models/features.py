@@ -261,10 +261,7 @@ def kernel_features(
             ratio_exprs.append((pl.col(f"shape_log2_{a}") - pl.col(f"shape_log2_{b}")).alias(f"shape_ratio_{a}_{b}"))
             numeric.append(f"shape_ratio_{a}_{b}")
     df = df.with_columns(ratio_exprs)
-    declared_derived = declared_features(kernel)
-    derived = (derived_columns({n: f.expr for n, f in declared_derived.items() if f.per_device}, params, numeric_dims)
-               + derived_columns({n: f.expr for n, f in declared_derived.items() if not f.per_device}, params,
-                                 numeric_dims, prefix=SHARED_ONLY_PREFIX))
+    derived = derived_columns(declared_features(kernel), params, numeric_dims)
     if derived:
         df = df.with_columns(derived)
         numeric += [e.meta.output_name() for e in derived]
@@ -308,9 +305,6 @@ def case_targets() -> list[pl.Expr]:
         .otherwise(0.0).alias("rank_pct"),
     ]
 
-
-#: the column prefix of a declared feature kept out of the per-device models (Feature.per_device False)
-SHARED_ONLY_PREFIX = "cfg_xs_"
 
 #: a time that implies more than this many times the device's memory bandwidth, for a working set
 #: larger than its L2, cannot be a real run of the kernel (seen: small-M matmuls timed at 6.7 us for

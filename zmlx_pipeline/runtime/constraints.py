@@ -38,6 +38,15 @@ class UnsafeConstraint(ValueError):
     "A constraint uses something other than arithmetic, comparisons, boolean logic and min/max/abs"
 
 
+#: the functions an expression may call
+FUNCTIONS = ("min", "max", "abs")
+
+
+def expression_names(text: str) -> set[str]:
+    """The names an expression reads, less the functions it may call (SyntaxError if it is not one)."""
+    return set(compile(text, "<expression>", "eval").co_names) - set(FUNCTIONS)
+
+
 #: how the nodes that are not plain operators evaluate, for numbers (constraints, the runtime); a
 #: caller may pass its own, so that the same whitelisted text builds, say, polars column expressions
 PYTHON_NODES: Mapping[str, Callable[..., Any]] = {
@@ -98,7 +107,7 @@ def _compile(node, nodes: Mapping[str, Callable[..., Any]] = PYTHON_NODES) -> Ch
         choose = nodes["if"]
         return lambda env: choose(test, body, orelse, env)
     if isinstance(node, ast.Call):
-        if not isinstance(node.func, ast.Name) or node.func.id not in ("min", "max", "abs") or node.keywords:
+        if not isinstance(node.func, ast.Name) or node.func.id not in FUNCTIONS or node.keywords:
             raise UnsafeConstraint("only min(), max() and abs() may be called")
         fn = nodes[node.func.id]
         args = [_compile(a, nodes) for a in node.args]

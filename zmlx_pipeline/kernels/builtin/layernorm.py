@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from zmlx_pipeline.kernels.builtin.rmsnorm import (
-    ROW_CONSTRAINTS,
-    ROW_PARAMS,
-    row_launch,
-)
+from zmlx_pipeline.kernels.builtin.rmsnorm import ROW_CONSTRAINTS, ROW_PARAMS, row_launch
 from zmlx_pipeline.kernels.spec import Feature, KernelSpec, load_grid
 
 EPS = 1e-5
