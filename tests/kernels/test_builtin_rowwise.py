@@ -101,8 +101,8 @@ def test_grids_are_sized_as_agreed(name):
     assert spec.shape_grid.dims == ("rows", "cols")
     assert 4 <= len(spec.shape_grid.shapes("smoke")) <= 6
     full = spec.shape_grid.shapes("full")
-    # at most 60: a full grid must collect in a few minutes per GPU (softmax 42 shapes, swiglu 56)
-    assert 12 <= len(full) <= 60
+    # at most 48: a full grid must collect in a few calls per GPU (softmax's 42 shapes took two H200 calls)
+    assert 12 <= len(full) <= 48
     # token counts: powers of two up to 32768
     assert all(s["rows"] & (s["rows"] - 1) == 0 and s["rows"] <= 32768 for s in full)
     thin = spec.shape_grid.shapes("thin")

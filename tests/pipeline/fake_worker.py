@@ -1,8 +1,6 @@
 """Test double of a measuring worker (unit tests only): speaks kernels/worker.py's protocol without a GPU.
 
 Each item's fake time derives from its index; the item with index FAKE_FATAL (env) reports a broken GPU.
-With FAKE_LOG (env) set, each worker appends a line to that file: its job file's name, its item
-indices and the PTX cache directory it was given.
 """
 
 from __future__ import annotations
@@ -15,10 +13,6 @@ import sys
 def main(path: str) -> int:
     with open(path) as fh:
         job = json.load(fh)
-    if os.environ.get("FAKE_LOG"):
-        with open(os.environ["FAKE_LOG"], "a") as fh:
-            fh.write(json.dumps({"job": os.path.basename(path), "items": [it["i"] for it in job["items"]],
-                                 "cache": os.environ.get("MLX_PTX_CACHE_DIR")}) + "\n")
     print(json.dumps({"ready": len(job["items"]), "pid": os.getpid()}), flush=True)
     if sys.stdin.readline().strip() != "go":
         return 0

@@ -10,7 +10,7 @@ import pytest
 from zmlx_pipeline.kernels.harness import GpuUnhealthy
 from zmlx_pipeline.kernels.registry import get_kernel
 from zmlx_pipeline.pipeline.collect import Task, TimingSettings
-from zmlx_pipeline.pipeline.parallel import _compile_key, case_key, compile_shares, measure_in_workers, partition
+from zmlx_pipeline.pipeline.parallel import case_key, measure_in_workers, partition
 
 FAKE = (str(Path(__file__).with_name("fake_worker.py")),)
 
@@ -90,48 +90,3 @@ def test_a_broken_gpu_in_a_worker_raises_after_the_results_before_it(monkeypatch
         for item in measure_in_workers(tasks, {"rmsnorm": "rmsnorm"}, "cuda", TimingSettings(), 1, worker=FAKE):
             got.append(item)
     assert [tasks.index(t) for t, _ in got] == [0, 1, 2]
-
-
-def test_compile_shares_hold_each_distinct_kernel_once_on_its_smallest_shape():
-    tasks = _tasks(shapes=(256, 64))
-    shares = compile_shares(tasks, 4)
-    picks = [i for s in shares for i in s]
-    assert len(shares) == 4
-    assert len(picks) == len({_compile_key(t) for t in tasks}) == 12
-    assert {_compile_key(tasks[i]) for i in picks} == {_compile_key(t) for t in tasks}
-    assert all(tasks[i].shape["rows"] == 64 for i in picks)
-    assert len(compile_shares(tasks, 64)) == 12  # never more shares than kernels
-
-
-def _log_lines(path):
-    import json
-
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def test_few_groups_get_a_compile_pass_over_every_job_sharing_one_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "log"))
-    tasks = _tasks(dtypes=("float16",))  # one (kernel, dtype) group: one timing worker
-    got = list(measure_in_workers(tasks, {"rmsnorm": "rmsnorm"}, "cuda", TimingSettings(), 3, worker=FAKE))
-    assert sorted(t.shape["rows"] * 100 + t.config["TG"] for t, _ in got) == sorted(
-        t.shape["rows"] * 100 + t.config["TG"] for t in tasks)
-    lines = _log_lines(tmp_path / "log")
-    compile_jobs = [x for x in lines if x["job"].startswith("compile")]
-    timing_jobs = [x for x in lines if x["job"].startswith("worker")]
-    assert len(compile_jobs) == 3 and len(timing_jobs) == 1
-    assert sorted(i for x in compile_jobs for i in x["items"]) == list(range(6))  # the 6 configs at 64 rows
-    caches = {x["cache"] for x in lines}
-    assert len(caches) == 1 and None not in caches
-    assert not os.path.exists(caches.pop())  # private to the collect, removed with it
-
-
-def test_no_compile_pass_without_spare_jobs_on_metal_or_when_off(tmp_path, monkeypatch):
-    log = tmp_path / "log"
-    monkeypatch.setenv("FAKE_LOG", str(log))
-    tasks = _tasks()  # two groups
-    for backend, jobs, pre in (("cuda", 2, True), ("metal", 4, True), ("cuda", 4, False)):
-        log.write_text("")
-        got = list(measure_in_workers(tasks, {"rmsnorm": "rmsnorm"}, backend, TimingSettings(), jobs,
-                                      worker=FAKE, precompile=pre))
-        assert len(got) == len(tasks)
-        assert sorted(x["job"] for x in _log_lines(log)) == ["worker0.json", "worker1.json"], (backend, jobs, pre)

@@ -6,11 +6,6 @@ in the launching process); timing must not overlap. So the tasks are split into 
 kernels each must compile; every worker compiles its
 share at once, and when all are ready, the parent lets them measure in turn. Results stream back as
 they are made, so the caller records each one at once and a stop loses nothing measured.
-
-With fewer (kernel, dtype) groups than jobs (a collect of one or two kernels), a compile-only pass
-first spreads every distinct kernel over all the jobs: MLX's CUDA backend keeps compiled kernels in
-a PTX disk cache (MLX_PTX_CACHE_DIR, here private to the collect), so the grouped workers then load
-them instead of compiling.
 """
 
 from __future__ import annotations
@@ -36,23 +31,6 @@ def _compile_key(task) -> tuple:
 def case_key(task) -> tuple:
     """The (kernel, dtype, shape) a task belongs to: its configs are compared with each other."""
     return (task.spec.name, task.dtype, tuple(sorted(task.shape.items())))
-
-
-def _size(shape: Mapping[str, int]) -> int:
-    return math.prod(int(v) for v in shape.values())
-
-
-def compile_shares(tasks: Sequence, jobs: int) -> list[list[int]]:
-    """Indices of one task per distinct (kernel, dtype, config), on its smallest shape, dealt round robin
-    over at most `jobs` shares: the compile-only pass, which times nothing, so any split will do."""
-    first: dict[tuple, int] = {}
-    for i, t in enumerate(tasks):
-        key = _compile_key(t)
-        if key not in first or _size(t.shape) < _size(tasks[first[key]].shape):
-            first[key] = i
-    picks = sorted(first.values())
-    n = max(1, min(jobs, len(picks)))
-    return [picks[w::n] for w in range(n) if picks[w::n]]
 
 
 def partition(tasks: Sequence, jobs: int) -> list[list[int]]:
@@ -88,43 +66,31 @@ def measure_in_workers(
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     worker: Sequence[str] = ("-m", "zmlx_pipeline.kernels.worker"),
-    precompile: bool = True,
 ) -> Iterator[tuple[object, Outcome]]:
     """Yield (task, outcome) as workers measure; stops at `deadline` (clock time) once the case in
-    progress is finished, leaving the rest. `precompile`: run the compile-only pass (CUDA only, and
-    only when there are fewer timing shares than jobs).
+    progress is finished, leaving the rest.
 
     Raises GpuUnhealthy when a worker reports a launch that broke the GPU.
     """
     shares = partition(tasks, jobs)
     with tempfile.TemporaryDirectory(prefix="zmlx-collect-") as tmp:
-        # a cache private to this collect: nothing compiled by another run (or another kernel source
-        # under the same name) can be loaded
-        env = {**os.environ, "MLX_PTX_CACHE_DIR": os.path.join(tmp, "ptx")}
-
-        def start(name: str, share: Sequence[int]) -> subprocess.Popen:
-            job = {
-                "backend": backend,
-                "settings": dataclasses.asdict(settings),
-                "items": [{"i": i, "ref": kernel_refs[tasks[i].spec.name], "dtype": tasks[i].dtype,
-                           "shape": dict(tasks[i].shape), "config": dict(tasks[i].config)} for i in share],
-            }
-            path = os.path.join(tmp, f"{name}.json")
-            with open(path, "w") as fh:
-                json.dump(job, fh)
-            with open(os.path.join(tmp, f"{name}.log"), "w") as log:
-                return subprocess.Popen(
-                    [sys.executable, *worker, path], env=env,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
-                )
-
-        pre = compile_shares(tasks, jobs) if backend == "cuda" and precompile and len(shares) < jobs else []
-        if len(pre) > len(shares):
-            _compile_only([start(f"compile{w}", share) for w, share in enumerate(pre)])
         procs = []
         try:
             for w, share in enumerate(shares):
-                procs.append(start(f"worker{w}", share))
+                job = {
+                    "backend": backend,
+                    "settings": dataclasses.asdict(settings),
+                    "items": [{"i": i, "ref": kernel_refs[tasks[i].spec.name], "dtype": tasks[i].dtype,
+                               "shape": dict(tasks[i].shape), "config": dict(tasks[i].config)} for i in share],
+                }
+                path = os.path.join(tmp, f"job{w}.json")
+                with open(path, "w") as fh:
+                    json.dump(job, fh)
+                log = open(os.path.join(tmp, f"worker{w}.log"), "w")
+                procs.append(subprocess.Popen(
+                    [sys.executable, *worker, path],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, bufsize=1,
+                ))
             ready = []
             for p in procs:  # every worker compiles at once; wait for all before any timing
                 line = _read_line(p)
@@ -166,27 +132,6 @@ def measure_in_workers(
                         stream.close()
                     except OSError:
                         pass
-
-
-def _compile_only(procs: Sequence[subprocess.Popen]) -> None:
-    """Let compile-only workers compile (into the shared PTX cache) and send them away untimed; a
-    kernel one of them failed to compile is compiled again, and its failure recorded, when measured."""
-    try:
-        for p in procs:
-            _read_line(p)
-    finally:
-        for p in procs:
-            for stream in (p.stdin, p.stdout):  # a closed stdin tells the worker not to measure
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 def _read_line(proc) -> dict | None:
