@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from zmlx_pipeline.kernels.registry import builtin_kernels, get_kernel
-from zmlx_pipeline.kernels.spec import Limits
+from zmlx_pipeline.kernels.spec import Feature, Limits
 from zmlx_pipeline.models.derived import derived_columns
 from zmlx_pipeline.runtime.constraints import UnsafeConstraint, compile_constraint
 
@@ -14,7 +14,7 @@ FRAME = pl.DataFrame({"c_TG": [128, 256, 512, 1024], "c_ROWS": [1, 2, 1, 4], "s_
 
 
 def columns(features: dict) -> dict:
-    out = FRAME.with_columns(derived_columns(features, ["TG", "ROWS"], ["cols"]))
+    out = FRAME.with_columns(derived_columns({n: Feature(t) for n, t in features.items()}, ["TG", "ROWS"], ["cols"]))
     return {c: out[c].to_list() for c in out.columns if c.startswith("cfg_x_")}
 
 
@@ -42,9 +42,9 @@ def test_a_feature_naming_a_param_the_data_lacks_is_left_out():
 
 def test_the_grammar_is_the_constraints_whitelist():
     with pytest.raises(UnsafeConstraint):
-        derived_columns({"bad": "__import__('os').getpid()"}, ["TG"], [])
+        derived_columns({"bad": Feature("__import__('os').getpid()")}, ["TG"], [])
     with pytest.raises(UnsafeConstraint):
-        derived_columns({"bad": "TG ** 2"}, ["TG"], [])
+        derived_columns({"bad": Feature("TG ** 2")}, ["TG"], [])
 
 
 @pytest.mark.parametrize("name", [s.name for s in builtin_kernels() if s.features])

@@ -38,11 +38,10 @@ POLARS_NODES = {
 }
 
 
-def derived_columns(features: Mapping[str, str | Feature], params: Sequence[str],
+def derived_columns(features: Mapping[str, Feature], params: Sequence[str],
                     dims: Sequence[str]) -> list[pl.Expr]:
-    """One Float64 column per declared feature (a plain expression is a Feature read by every model),
-    `cfg_x_<name>`, or `cfg_xs_<name>` when kept out of the per-device models, over a frame whose
-    config params are `c_<param>` and shape dims `s_<dim>` columns (models/features.py's layout).
+    """One Float64 column per declared feature (KernelSpec.derived_features), `cfg_x_<name>`, or
+    `cfg_xs_<name>` when kept out of the per-device models, over a frame whose config params are `c_<param>` and shape dims `s_<dim>` columns (models/features.py's layout).
     Arithmetic is IEEE (x / 0 is infinite, so min(1, x / 0) is 1); a row whose final value is not
     finite gets null. A feature naming a param or dim the frame lacks (data of an older config
     space) is left out."""
@@ -51,7 +50,6 @@ def derived_columns(features: Mapping[str, str | Feature], params: Sequence[str]
            **{d: pl.col("s_" + d).cast(pl.Float64) for d in dims}}
     out = []
     for name, feature in features.items():
-        feature = feature if isinstance(feature, Feature) else Feature(feature)
         build = compile_constraint(feature.expr, POLARS_NODES)  # refuses anything but the whitelist
         if expression_names(feature.expr) - known:
             continue
