@@ -458,3 +458,33 @@ def test_killed_writer_leaves_only_whole_batches(tmp_path, subprocess_env):
     assert set(per_run.values()) == {n}
     assert len(per_run) >= committed + 1
     assert set(per_run) <= {r["run_id"] for r in runs}
+
+
+def _key(m):
+    return (m.device_id, m.kernel, m.kernel_version, m.dtype, m.shape_key, m.config_key)
+
+
+def test_deleted_measurements_are_gone_and_measured_again_as_missing(store, make_measurement):
+    rows = [make_measurement(config={"threadgroup": tg}) for tg in (32, 64, 128)]
+    store.record(rows)
+    assert store.delete_measurements([_key(rows[0]), _key(rows[2])]) == 2
+    assert store.delete_measurements([_key(rows[0])]) == 0  # already gone
+    assert store.delete_measurements([]) == 0
+    assert [r["config"] for r in store.measurements()] == [{"threadgroup": 64}]
+    m = rows[0]
+    assert (m.dtype, m.shape_key, m.config_key) not in store.measured_keys(m.device_id, m.kernel, m.kernel_version)
+    again = make_measurement(config={"threadgroup": 32}, run_id="run-2", median_us=12.5)
+    assert store.record([again]) == 1  # the next collect stores the key anew
+    assert {r["config"]["threadgroup"]: r["median_us"] for r in store.measurements()} == {32: 12.5, 64: 10.0}
+
+
+def test_delete_refuses_a_short_key_and_a_read_only_store(store, make_measurement, tmp_path):
+    m = make_measurement()
+    store.record([m])
+    with pytest.raises(StoreError, match="a measurement key has 6 parts"):
+        store.delete_measurements([_key(m)[:5]])
+    assert len(store.measurements()) == 1
+    with Store(store.path, read_only=True) as ro:
+        with pytest.raises(StoreError, match="read-only"):
+            ro.delete_measurements([_key(m)])
+    assert len(store.measurements()) == 1

@@ -9,7 +9,7 @@ import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Union
+from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 import duckdb
 
@@ -601,6 +601,26 @@ class Store:
                 f"none of {len(rows)} measurements were recorded in {self.path}: {_first_line(err)}"
             ) from err
         return int(added)
+
+    def delete_measurements(self, keys: Iterable[Sequence[str]]) -> int:
+        """Delete the measurements of these (device_id, kernel, kernel_version, dtype, shape_key, config_key)
+        keys in one transaction, so that the next collect measures them again; returns rows deleted."""
+        self._require_writable("delete measurements")
+        rows = [tuple(k) for k in keys]
+        if any(len(k) != len(_KEY_COLUMNS) for k in rows):
+            raise StoreError(f"a measurement key has {len(_KEY_COLUMNS)} parts: {', '.join(_KEY_COLUMNS)}")
+        if not rows:
+            return 0
+        columns = [list(col) for col in zip(*rows)]
+        select = ", ".join(f"unnest(?::VARCHAR[]) AS {c}" for c in _KEY_COLUMNS)
+        try:
+            with self._transaction() as con:
+                (deleted,) = con.execute(
+                    f"DELETE FROM measurements WHERE ({', '.join(_KEY_COLUMNS)}) IN (SELECT {select})", columns,
+                ).fetchone()
+        except duckdb.Error as err:
+            raise StoreError(f"nothing was deleted from {self.path}: {_first_line(err)}") from err
+        return int(deleted)
 
     def record_repeat(self, measurements: Iterable[Measurement]) -> int:
         """Store repeated timings of already-measured keys (one per key and run); returns rows added."""

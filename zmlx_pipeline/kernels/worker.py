@@ -25,7 +25,7 @@ def _emit(obj: dict[str, Any]) -> None:
 def main(path: str) -> int:
     import mlx.core as mx
 
-    from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, mx_dtype
+    from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, compile_decoy, mx_dtype
     from zmlx_pipeline.kernels.registry import get_kernel
     from zmlx_pipeline.pipeline.collect import GpuMeasurer, Task, TimingSettings
 
@@ -51,6 +51,7 @@ def main(path: str) -> int:
             compiled += 1
         except Exception:  # noqa: BLE001 - recorded when measured
             pass
+    compile_decoy(job["backend"])  # timed first in this worker's turn (harness.settle): compiled now, not then
     mx.synchronize()
     mx.clear_cache()
     _emit({"ready": compiled})

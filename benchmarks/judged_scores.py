@@ -1,0 +1,87 @@
+"""The figures issue 4 is judged by, for one model variant, on a store: one table per split.
+
+    python benchmarks/judged_scores.py --db STORE [--model NAME] [--split shapes,devices] [--jobs N] [--json FILE]
+
+- shapes: per kernel, regret@1 and @3 (geometric mean) over the held-out-shape cases of the H100 and the H200
+  together (the bar: @1 <= 1.03, @3 <= 1.01, better than every baseline), and the best baseline's figures;
+- devices: per kernel, regret@1 (and @5) over every left-out device's cases (our data: @1 <= 1.05; Kernel
+  Tuner files: @1 <= 1.10 and @5 <= 1.05), and the best baseline at the same k.
+The folds, models and baselines are evaluate.py's (submit_kernel), run in --jobs worker processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+JUDGED_SHAPE_DEVICES = ("nvidia-h100-sxm", "nvidia-h200")
+
+
+def pooled(per_case, ks, devices=None):
+    """{method: {k: geometric mean regret}} over the per-case rows (of some devices)."""
+    import polars as pl
+
+    if devices is not None:
+        per_case = per_case.filter(pl.col("device_id").is_in(list(devices)))
+    out = per_case.group_by("method").agg(pl.len().alias("cases"),
+                                          *[pl.col(f"r{k}").log().mean().exp().alias(f"r{k}") for k in ks])
+    return {r["method"]: r for r in out.to_dicts()}
+
+
+def main() -> int:
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.evaluate import KernelPool, gather_folds, kernel_features_of, submit_kernel
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--split", default="shapes,devices")
+    ap.add_argument("--kernels", default=None, help="comma-separated (default: every kernel)")
+    ap.add_argument("--jobs", type=int, default=None)
+    ap.add_argument("--json", default=None, help="also write the figures here")
+    args = ap.parse_args()
+    with Store(args.db, read_only=True) as store:
+        features = kernel_features_of(store, args.kernels.split(",") if args.kernels else None)
+    ks = (1, 3, 5)
+    report: dict = {"model": args.model, "splits": {}}
+    for split in args.split.split(","):
+        t0 = time.perf_counter()
+        with KernelPool(features, args.jobs) as pool:
+            order = sorted(features, key=lambda k: -features[k].frame.height)
+            futures = {k: submit_kernel(features[k], split, ks, (args.model,), True, pool=pool,
+                                        together=split == "devices") for k in order}
+            per_kernel = {k: gather_folds(futures[k], ks) for k in order}
+        rows = []
+        print(f"\n{split} ({time.perf_counter() - t0:.0f} s), model {args.model}")
+        for kernel in sorted(per_kernel):
+            per_case = per_kernel[kernel]
+            if per_case.is_empty():
+                continue
+            imported = not any(d in JUDGED_SHAPE_DEVICES for d in per_case["device_id"].unique().to_list())
+            devices = JUDGED_SHAPE_DEVICES if split == "shapes" else None
+            scores = pooled(per_case, ks, devices)
+            if args.model not in scores:
+                continue
+            show = (1, 3) if split == "shapes" else ((1, 5) if imported else (1,))
+            mine = scores.pop(args.model)
+            best = {k: min(scores.items(), key=lambda kv: kv[1][f"r{k}"]) if scores else (None, None) for k in show}
+            row = {"kernel": kernel, "cases": mine["cases"], **{f"model_r{k}": round(mine[f"r{k}"], 4) for k in show},
+                   **{f"baseline_r{k}": (best[k][0], round(best[k][1][f"r{k}"], 4)) for k in show if best[k][0]}}
+            rows.append(row)
+            cells = "  ".join(f"@{k} {mine[f'r{k}']:.4f} (best baseline {best[k][0]} {best[k][1][f'r{k}']:.4f})"
+                              for k in show if best[k][0])
+            print(f"  {kernel:18s} cases {mine['cases']:4d}  {cells}")
+        report["splits"][split] = rows
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
