@@ -17,8 +17,11 @@ own: `train` (train_models: fit, held-out pruning k, save, register, every kerne
 --jobs worker processes (default: one per CPU, as the CLI). Printed per stage: wall seconds, the
 CPU seconds (user + system) of the stage's process and of its worker processes together (on a
 busy shared machine the wall time grows, the CPU time much less), the peak resident memory of the
-stage's process and of the largest worker (ru_maxrss), plus the load average while it ran, since
-the machine may be shared. --stores-only builds the stores in --work and stops; --timeout stops
+stage's process, of its largest worker and of all of them together, plus the load average while it
+ran, since the machine may be shared. Memory is read from /proc (VmHWM, VmRSS), sampled every 0.2 s
+for the workers: ru_maxrss would not do, since on Linux a child's ru_maxrss starts at its parent's
+peak (it is carried over exec), so a stage started by a process that built the 1M store reported
+that process's 3.1 GB. --stores-only builds the stores in --work and stops; --timeout stops
 a stage after that many seconds and says so.
 """
 
@@ -33,6 +36,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -108,6 +112,73 @@ def _cpu(who) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _status_kib(pid: int | str, field: str) -> int | None:
+    """A memory field of /proc/PID/status in KiB (VmHWM: the process's own peak; VmRSS: now), or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _descendants(root: int) -> list[int]:
+    """The pids below `root` (from /proc/*/stat), Linux only; [] elsewhere."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for e in entries:
+        try:
+            with open(f"/proc/{e}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(e))
+    out, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+class MemorySampler:
+    """Samples, every `interval` s while running, the peak (VmHWM) of each descendant process and the
+    resident memory of this process and its descendants together (the stage's footprint)."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        self.interval = interval
+        self.worker_peak_kib = 0
+        self.total_peak_kib = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> None:
+        me = os.getpid()
+        total = _status_kib(me, "VmRSS") or 0
+        for pid in _descendants(me):
+            self.worker_peak_kib = max(self.worker_peak_kib, _status_kib(pid, "VmHWM") or 0)
+            total += _status_kib(pid, "VmRSS") or 0
+        self.total_peak_kib = max(self.total_peak_kib, total)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> "MemorySampler":
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def run_stage(db: Path, stage: str, model: str | None = None, jobs: int | None = None) -> dict:
     """One stage in this process: its wall and CPU seconds (its workers' included), peak RSS and what it produced."""
     from zmlx_pipeline.data.store import Store
@@ -120,22 +191,24 @@ def run_stage(db: Path, stage: str, model: str | None = None, jobs: int | None =
     load_before = os.getloadavg()[0]
     cpu0 = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    if stage == "train":
-        with Store(db) as store:
-            rows = train_models(store, model=model, models_dir=db.parent / f"{db.stem}-models", jobs=jobs)
-        detail = {r["kernel_filter"]: {"prune_k": r["scores"].get("prune_k"), "rows": r["params"]["rows"],
-                                       "train_s": r["scores"].get("train_s")} for r in rows}
-    else:
-        split = stage.split("-", 1)[1]
-        with Store(db, read_only=True) as store:
-            result = evaluate(store, split, models=(model,), jobs=jobs)
-        detail = {"result_rows": len(result["results"])}
-    wall = time.perf_counter() - t0
+    with MemorySampler() as sampler:
+        if stage == "train":
+            with Store(db) as store:
+                rows = train_models(store, model=model, models_dir=db.parent / f"{db.stem}-models", jobs=jobs)
+            detail = {r["kernel_filter"]: {"prune_k": r["scores"].get("prune_k"), "rows": r["params"]["rows"],
+                                           "train_s": r["scores"].get("train_s")} for r in rows}
+        else:
+            split = stage.split("-", 1)[1]
+            with Store(db, read_only=True) as store:
+                result = evaluate(store, split, models=(model,), jobs=jobs)
+            detail = {"result_rows": len(result["results"])}
+        wall = time.perf_counter() - t0
     cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - cpu0  # workers are reaped by now
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    worker_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    # VmHWM is this process's own peak (ru_maxrss starts at the parent's, see the module docstring)
+    peak_kib = _status_kib("self", "VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"stage": stage, "model": model, "jobs": jobs, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-            "peak_rss_mib": round(peak_kib / 1024, 1), "worker_peak_rss_mib": round(worker_kib / 1024, 1),
+            "peak_rss_mib": round(peak_kib / 1024, 1), "worker_peak_rss_mib": round(sampler.worker_peak_kib / 1024, 1),
+            "total_peak_rss_mib": round(sampler.total_peak_kib / 1024, 1),
             "load_before": round(load_before, 2), "load_after": round(os.getloadavg()[0], 2), "detail": detail}
 
 
@@ -162,7 +235,8 @@ def measure(db: Path, label: str, rows: int, model: str | None, jobs: int | None
         result = json.loads(stdout.strip().splitlines()[-1])
         result.update(store=label, rows=rows)
         _log(f"  {label:9s} {stage:16s} wall {result['wall_s']:8.2f} s  cpu {result['cpu_s']:8.2f} s  "
-             f"peak {result['peak_rss_mib']:8.1f} MiB (worker {result['worker_peak_rss_mib']:.1f})  "
+             f"peak {result['peak_rss_mib']:7.1f} MiB (worker {result['worker_peak_rss_mib']:.1f}, "
+             f"all {result['total_peak_rss_mib']:.1f})  "
              f"load {result['load_before']:.1f}->{result['load_after']:.1f}")
         out.append(result)
     return out

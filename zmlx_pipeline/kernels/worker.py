@@ -25,7 +25,7 @@ def _emit(obj: dict[str, Any]) -> None:
 def main(path: str) -> int:
     import mlx.core as mx
 
-    from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, compile_decoy, mx_dtype
+    from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, compile_decoy, make_inputs
     from zmlx_pipeline.kernels.registry import get_kernel
     from zmlx_pipeline.pipeline.collect import GpuMeasurer, Task, TimingSettings
 
@@ -46,7 +46,7 @@ def main(path: str) -> int:
     compiled = 0
     for t in smallest.values():
         try:
-            inputs = t.spec.make_inputs(t.shape, mx_dtype(t.dtype), mx.random.key(0))
+            inputs = make_inputs(t.spec, t.shape, t.dtype, mx.random.key(0))
             mx.eval(by_name[t.spec.name](inputs, t.config, t.shape, t.dtype))
             compiled += 1
         except Exception:  # noqa: BLE001 - recorded when measured
