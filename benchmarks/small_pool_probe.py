@@ -24,17 +24,14 @@ import sys
 
 sys.path.insert(0, os.getcwd())
 
+from order_probe import parse_case  # noqa: E402 - this folder is on sys.path when run as a script
+
 DEFAULT_CASES = (
     "moe_combine:tokens=1,k=2,hidden=4096:float16",
     "moe_combine:tokens=1,k=2,hidden=4096:float32",
     "moe_combine:tokens=1,k=4,hidden=2880:bfloat16",
     "moe_combine:tokens=1,k=8,hidden=2048:float16",  # w is 16 bytes: never in the pool (control)
 )
-
-
-def parse_case(text: str):
-    kernel, shape, dtype = text.split(":")
-    return kernel, {k: int(v) for k, v in (kv.split("=") for kv in shape.split(","))}, dtype
 
 
 def main() -> int:
