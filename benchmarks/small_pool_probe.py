@@ -66,7 +66,7 @@ def main() -> int:
         times = {v: {json.dumps(c, sort_keys=True): [] for c in configs} for v in makers}
         for r in range(args.rounds):
             for variant, make in makers.items():
-                n = max(1, min(4, -(-rotate // max(1, spec.bytes_moved(shape, harness.DTYPE_BYTES[dtype])))))
+                n = harness.input_set_count(spec, shape, dtype, rotate)
                 sets = [make(spec, shape, dtype, mx.random.key(1000 * r + 7919 * (i + 1))) for i in range(n)]
                 mx.eval(sets)
                 for c in configs:

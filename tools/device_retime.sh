@@ -13,7 +13,11 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 DB=/tmp/zp.duckdb
 [ -f $DB ] || python3 -m zmlx_pipeline ingest --db $DB data/
 KERNELS="-k rmsnorm -k add_rmsnorm -k layernorm -k softmax -k swiglu -k topk_gating -k moe_combine"
-[ "${SELECT:-first}" = small ] && KERNELS="-k ${KERNEL:-moe_combine}"
+SELECTOR=(tools/retime_first.py --skip-kernel matmul); TAG=retime
+if [ "${SELECT:-first}" = small ]; then
+  KERNELS="-k ${KERNEL:-moe_combine}"
+  SELECTOR=(tools/retime_small_inputs.py --kernel "${KERNEL:-moe_combine}"); TAG=retime-small
+fi
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
 for pct in ${VARIANTS:-100 50 25}; do
   if [ "$pct" != 100 ]; then
@@ -27,14 +31,8 @@ for pct in ${VARIANTS:-100 50 25}; do
   dev=$(python3 -m zmlx_pipeline devices --json | python3 -c "import json,sys; print(json.load(sys.stdin)['current']['device_id'])")
   safe=$(echo "$dev" | tr -c 'A-Za-z0-9.\n-' '-')
   echo "== $dev ($pct%)"
-  if [ "${SELECT:-first}" = small ]; then
-    python3 tools/retime_small_inputs.py --db $DB --device "$dev" --kernel "${KERNEL:-moe_combine}" --delete \
-      > "$OUT/retime-small-$safe.txt"
-    tail -1 "$OUT/retime-small-$safe.txt"
-  else
-    python3 tools/retime_first.py --db $DB --device "$dev" --skip-kernel matmul --delete > "$OUT/retime-$safe.txt"
-    tail -1 "$OUT/retime-$safe.txt"
-  fi
+  python3 "${SELECTOR[@]}" --db $DB --device "$dev" --delete > "$OUT/$TAG-$safe.txt"
+  tail -1 "$OUT/$TAG-$safe.txt"
   python3 -m zmlx_pipeline collect --db $DB --preset $preset $KERNELS --budget "${BUDGET:-150s}" -j 16 2>&1 \
     | tr '\r' '\n' | grep -v '^collect ' | tail -12
   if [ "$pct" != 100 ]; then unset CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo quit | nvidia-cuda-mps-control; fi

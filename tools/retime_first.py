@@ -32,22 +32,36 @@ def first_in_blocks(rows: list[dict]) -> list[dict]:
     return out
 
 
-def main(argv=None) -> int:
-    from zmlx_pipeline.data.store import Store
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parser(doc: str) -> argparse.ArgumentParser:
+    """The options every retime tool takes: --db, --device, --delete, --json."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--db", required=True)
     ap.add_argument("--device", required=True)
-    ap.add_argument("--skip-kernel", action="append", default=[], help="leave this kernel's rows alone")
     ap.add_argument("--delete", action="store_true", help="delete the rows (else only list them)")
     ap.add_argument("--json", action="store_true")
-    args = ap.parse_args(argv)
-    with Store(args.db, read_only=not args.delete) as store:
-        measured = store.measurements(device=args.device)
+    return ap
+
+
+def select_rows(db: str, device: str, select, delete: bool) -> tuple[list[dict], int]:
+    """The rows `select` picks from one device's measurements, and how many were deleted (with `delete`,
+    in one transaction, so that the next collect of the same preset times exactly those keys again)."""
+    from zmlx_pipeline.data.store import Store
+
+    with Store(db, read_only=not delete) as store:
+        measured = store.measurements(device=device)
         if not measured:
-            raise SystemExit(f"no measurements of device {args.device!r} in {args.db}")
-        rows = [r for r in first_in_blocks(measured) if r["kernel"] not in args.skip_kernel]
-        deleted = store.delete_measurements([tuple(r[c] for c in KEY) for r in rows]) if args.delete else 0
+            raise SystemExit(f"no measurements of device {device!r} in {db}")
+        rows = select(measured)
+        deleted = store.delete_measurements([tuple(r[c] for c in KEY) for r in rows]) if delete else 0
+    return rows, deleted
+
+
+def main(argv=None) -> int:
+    ap = parser(__doc__)
+    ap.add_argument("--skip-kernel", action="append", default=[], help="leave this kernel's rows alone")
+    args = ap.parse_args(argv)
+    rows, deleted = select_rows(args.db, args.device, lambda measured: [
+        r for r in first_in_blocks(measured) if r["kernel"] not in args.skip_kernel], args.delete)
     kernels = sorted({r["kernel"] for r in rows})
     if args.json:
         print(json.dumps({"rows": [{c: r[c] for c in (*KEY, "shape", "config", "median_us")} for r in rows],

@@ -14,21 +14,22 @@ read (the kernel reads only its shape), so its cases need no new timing.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-KEY = ("device_id", "kernel", "kernel_version", "dtype", "shape_key", "config_key")
+from retime_first import parser, select_rows  # noqa: E402 - the retime tools' options and store step
 
 
 def small_input_cases(rows: list[dict]) -> set[tuple[str, str, str]]:
     """The (kernel, dtype, shape_key) cases of these rows with an input of 1 to SMALL_POOL_BYTES bytes."""
     import mlx.core as mx
 
-    from zmlx_pipeline.kernels.harness import SMALL_POOL_BYTES, mx_dtype
+    from zmlx_pipeline.kernels.harness import in_small_pool, mx_dtype
     from zmlx_pipeline.kernels.registry import get_kernel
 
     specs, out, seen = {}, set(), set()
@@ -45,40 +46,31 @@ def small_input_cases(rows: list[dict]) -> set[tuple[str, str, str]]:
         spec = specs[r["kernel"]]
         if spec is None or r["kernel_version"] != spec.version:
             continue
-        sizes = [a.nbytes for a in spec.make_inputs(r["shape"], mx_dtype(r["dtype"]), mx.random.key(0))]
-        if any(0 < n <= SMALL_POOL_BYTES for n in sizes):
+        if any(in_small_pool(a) for a in spec.make_inputs(r["shape"], mx_dtype(r["dtype"]), mx.random.key(0))):
             out.add(case)
     return out
 
 
 def main(argv=None) -> int:
-    from zmlx_pipeline.data.store import Store
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--db", required=True)
-    ap.add_argument("--device", required=True)
+    ap = parser(__doc__)
     ap.add_argument("--kernel", action="append", default=[], help="only this kernel's rows (repeatable)")
-    ap.add_argument("--delete", action="store_true", help="delete the rows (else only list them)")
-    ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    with Store(args.db, read_only=not args.delete) as store:
-        measured = store.measurements(device=args.device)
-        if not measured:
-            raise SystemExit(f"no measurements of device {args.device!r} in {args.db}")
-        if args.kernel:
-            measured = [r for r in measured if r["kernel"] in args.kernel]
-        cases = small_input_cases(measured)
-        rows = [r for r in measured if (r["kernel"], r["dtype"], r["shape_key"]) in cases]
-        deleted = store.delete_measurements([tuple(r[c] for c in KEY) for r in rows]) if args.delete else 0
-    kernels = sorted({k for k, _, _ in cases})
+
+    def select(measured: list[dict]) -> list[dict]:
+        mine = [r for r in measured if not args.kernel or r["kernel"] in args.kernel]
+        small = small_input_cases(mine)
+        return [r for r in mine if (r["kernel"], r["dtype"], r["shape_key"]) in small]
+
+    rows, deleted = select_rows(args.db, args.device, select, args.delete)
+    per_case = Counter((r["kernel"], r["dtype"], r["shape_key"]) for r in rows)
+    shapes = {(r["kernel"], r["dtype"], r["shape_key"]): r["shape"] for r in rows}
+    kernels = sorted({k for k, _, _ in per_case})
     if args.json:
-        print(json.dumps({"cases": sorted(cases), "rows": len(rows), "kernels": kernels, "deleted": deleted}))
+        print(json.dumps({"cases": sorted(per_case), "rows": len(rows), "kernels": kernels, "deleted": deleted}))
     else:
-        for kernel, dtype, shape_key in sorted(cases):
-            shape = next(r["shape"] for r in rows if (r["kernel"], r["dtype"], r["shape_key"]) == (kernel, dtype, shape_key))
-            n = sum(1 for r in rows if (r["kernel"], r["dtype"], r["shape_key"]) == (kernel, dtype, shape_key))
-            print(f"{kernel:12s} {dtype:9s} {json.dumps(shape, sort_keys=True):42s} {n:4d} rows")
-        print(f"{len(cases)} cases, {len(rows)} rows{f', {deleted} deleted' if args.delete else ''}; "
+        for case, n in sorted(per_case.items()):
+            print(f"{case[0]:12s} {case[1]:9s} {json.dumps(shapes[case], sort_keys=True):42s} {n:4d} rows")
+        print(f"{len(per_case)} cases, {len(rows)} rows{f', {deleted} deleted' if args.delete else ''}; "
               f"kernels: {' '.join(kernels)}")
     return 0
 

@@ -47,6 +47,11 @@ class Outcome:
 SMALL_POOL_BYTES = 8
 
 
+def in_small_pool(array) -> bool:
+    """Whether MLX CUDA would allocate this array (evaluated or not) from its managed small pool."""
+    return 0 < array.nbytes <= SMALL_POOL_BYTES
+
+
 def device_resident(arrays: list) -> list:
     """The arrays, each of at most SMALL_POOL_BYTES bytes swapped for an equal view into a larger buffer,
     so that no kernel input sits in MLX CUDA's managed small pool: a kernel reading from there pays page
@@ -56,7 +61,7 @@ def device_resident(arrays: list) -> list:
 
     out = []
     for a in arrays:
-        if 0 < a.nbytes <= SMALL_POOL_BYTES:
+        if in_small_pool(a):
             pad = mx.zeros((2 * SMALL_POOL_BYTES // a.itemsize,), dtype=a.dtype)
             a = mx.concatenate([a.reshape(-1), pad])[: a.size].reshape(a.shape)
         out.append(a)
@@ -231,12 +236,17 @@ def gpu_healthy() -> bool:
         return False
 
 
+def input_set_count(spec: KernelSpec, shape, dtype: str, rotate_bytes: int, max_sets: int = 4) -> int:
+    """How many input sets timing rotates through: enough to move rotate_bytes, at most max_sets."""
+    size = max(1.0, float(spec.bytes_moved(shape, DTYPE_BYTES[dtype])))
+    return int(max(1, min(max_sets, math.ceil(rotate_bytes / size))))
+
+
 def input_sets(spec: KernelSpec, shape, dtype: str, seed: int, rotate_bytes: int, max_sets: int = 4) -> list:
     """Enough distinct input sets that rotating through them does not just time the cache."""
     import mlx.core as mx
 
-    size = max(1.0, float(spec.bytes_moved(shape, DTYPE_BYTES[dtype])))
-    n = int(max(1, min(max_sets, math.ceil(rotate_bytes / size))))
+    n = input_set_count(spec, shape, dtype, rotate_bytes, max_sets)
     sets = [make_inputs(spec, shape, dtype, mx.random.key(seed + 7919 * (i + 1))) for i in range(n)]
     mx.eval(sets)
     return sets
