@@ -25,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from retime_first import parser, select_rows  # noqa: E402 - the retime tools' options and store step
 
 
-def small_input_cases(rows: list[dict]) -> set[tuple[str, str, str]]:
-    """The (kernel, dtype, shape_key) cases of these rows with an input of 1 to SMALL_POOL_BYTES bytes."""
+def small_input_cases(rows: list[dict]) -> set[tuple[str, str, str, str]]:
+    """The (kernel, kernel_version, dtype, shape_key) cases of these rows, of the installed kernel version,
+    with an input of 1 to SMALL_POOL_BYTES bytes."""
     import mlx.core as mx
 
     from zmlx_pipeline.kernels.harness import in_small_pool, mx_dtype
@@ -34,7 +35,7 @@ def small_input_cases(rows: list[dict]) -> set[tuple[str, str, str]]:
 
     specs, out, seen = {}, set(), set()
     for r in rows:
-        case = (r["kernel"], r["dtype"], r["shape_key"])
+        case = (r["kernel"], r["kernel_version"], r["dtype"], r["shape_key"])
         if case in seen:
             continue
         seen.add(case)
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     def select(measured: list[dict]) -> list[dict]:
         mine = [r for r in measured if not args.kernel or r["kernel"] in args.kernel]
         small = small_input_cases(mine)
-        return [r for r in mine if (r["kernel"], r["dtype"], r["shape_key"]) in small]
+        return [r for r in mine if (r["kernel"], r["kernel_version"], r["dtype"], r["shape_key"]) in small]
 
     rows, deleted = select_rows(args.db, args.device, select, args.delete)
     per_case = Counter((r["kernel"], r["dtype"], r["shape_key"]) for r in rows)
