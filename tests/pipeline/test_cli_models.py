@@ -165,6 +165,18 @@ def test_an_empty_store_says_what_to_do(store):
         assert result.output.startswith("Error: the store has no ok measurements: run `zmlx-pipeline run`")
 
 
+@pytest.mark.parametrize("command", [("train",), ("evaluate", "--split", "shapes"), ("models",)])
+def test_a_mistyped_db_path_is_refused_and_left_uncreated(tmp_path, command):
+    """A command that reads measurements leaves no empty store behind at a wrong --db (train opens it writable)."""
+    where = tmp_path / "stores"
+    where.mkdir()
+    missing = where / "typo.duckdb"
+    result = invoke(*command, "--db", missing)
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: no store at {missing}: run ") and result.output.count("\n") == 1
+    assert list(where.iterdir()) == []
+
+
 def test_a_kernel_tuner_file_of_another_kernel_imports_and_evaluates(tmp_path):
     """Hotspot (calculate_temp, 11 parameters of its own) on an A100 and an A4000: no kernel-specific code."""
     db = tmp_path / "hotspot.duckdb"

@@ -40,8 +40,13 @@ def _user_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-def _open_store(db: Path | None, read_only: bool = False) -> Store:
+def _open_store(db: Path | None, read_only: bool = False, must_exist: bool = False) -> Store:
+    """The store at --db (or the default), closed with the command. `must_exist`: a command that only works
+    on stored measurements refuses a missing path instead of leaving an empty store there (a typo in --db)."""
     path = db or default_db_path()
+    if must_exist and not path.exists():
+        raise click.ClickException(f"no store at {path}: run `zmlx-pipeline run`, import or collect first, "
+                                   "or pass another --db")
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
     store = Store(path, read_only=read_only)
@@ -217,7 +222,7 @@ def repeat(db, kernel_names, fraction, budget, jobs, timer, as_json) -> None:
     if device.backend not in ("cuda", "metal"):
         raise click.ClickException(f"no Metal or CUDA backend on this machine (MLX runs on the {device.backend}): "
                                    "repeat on the GPU the measurements came from")
-    result = stage.repeat(_open_store(db), device, specs, fraction=fraction, budget_s=budget_s,
+    result = stage.repeat(_open_store(db, must_exist=True), device, specs, fraction=fraction, budget_s=budget_s,
                           settings=stage.TimingSettings(timer=timer), jobs=jobs, kernel_refs=refs)
     if as_json:
         emit(result.as_dict(), True)

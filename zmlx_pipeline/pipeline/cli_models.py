@@ -112,7 +112,7 @@ def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL
     from zmlx_pipeline.models.train import train_models
 
-    store = _open_store(db)
+    store = _open_store(db, must_exist=True)
     rows = train_models(store, kernels=_split(kernel_names) or None, devices=_split(device_ids) or None,
                         model=model_name or DEFAULT_MODEL,
                         models_dir=models_dir, jobs=jobs,
