@@ -7,6 +7,9 @@
 - devices: per kernel, regret@1 (and @5) over every left-out device's cases (our data: @1 <= 1.05; Kernel
   Tuner files: @1 <= 1.10 and @5 <= 1.05), and the best baseline at the same k.
 The folds, models and baselines are evaluate.py's (submit_kernel), run in --jobs worker processes.
+With --bootstrap N (default 2000; 0: off) each model figure also gets a 95% interval from resampling the
+cases, and `beats` (the share of the same resamples, paired by case, in which the model's geometric mean is
+below the best baseline's): how firmly a figure meets or misses its bar, given this many cases.
 """
 
 from __future__ import annotations
@@ -33,6 +36,41 @@ def pooled(per_case, ks, devices=None):
     return {r["method"]: r for r in out.to_dicts()}
 
 
+def bootstrap(per_case, method: str, baseline: str | None, k: int, devices=None, draws: int = 2000,
+              seed: int = 0) -> dict:
+    """The model's geometric-mean regret@k with a 95% interval over `draws` resamples of its cases, and the
+    share of resamples in which it is below `baseline`'s (paired: a resample draws cases both methods scored,
+    and both are averaged over them; None without a baseline)."""
+    import numpy as np
+    import polars as pl
+
+    from zmlx_pipeline.models.features import CASE
+
+    if devices is not None:
+        per_case = per_case.filter(pl.col("device_id").is_in(list(devices)))
+    keys = [c for c in CASE if c in per_case.columns]
+
+    def logs(name, alias):
+        rows = per_case.filter(pl.col("method") == name, pl.col(f"r{k}").is_not_null())
+        return rows.select(*keys, pl.col(f"r{k}").log().alias(alias))
+
+    rng = np.random.default_rng(seed)
+    mine = logs(method, "m")
+    if mine.is_empty():
+        return {"lo": None, "hi": None, "beats": None}
+    m = mine["m"].to_numpy()
+    means = m[rng.integers(0, m.size, size=(draws, m.size))].mean(axis=1)
+    lo, hi = np.exp(np.percentile(means, [2.5, 97.5]))
+    beats = None
+    if baseline is not None:
+        both = mine.join(logs(baseline, "b"), on=keys, how="inner")
+        if not both.is_empty():
+            draw = rng.integers(0, both.height, size=(draws, both.height))
+            diff = both["m"].to_numpy() - both["b"].to_numpy()
+            beats = float((diff[draw].mean(axis=1) < 0).mean())
+    return {"lo": float(lo), "hi": float(hi), "beats": beats}
+
+
 def main() -> int:
     from zmlx_pipeline.data.store import Store
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL
@@ -45,6 +83,8 @@ def main() -> int:
     ap.add_argument("--kernels", default=None, help="comma-separated (default: every kernel)")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--json", default=None, help="also write the figures here")
+    ap.add_argument("--bootstrap", type=int, default=2000,
+                    help="resamples of the cases for each figure's 95%% interval (0: none)")
     args = ap.parse_args()
     with Store(args.db, read_only=True) as store:
         features = kernel_features_of(store, args.kernels.split(",") if args.kernels else None)
@@ -73,9 +113,21 @@ def main() -> int:
             best = {k: min(scores.items(), key=lambda kv: kv[1][f"r{k}"]) if scores else (None, None) for k in show}
             row = {"kernel": kernel, "cases": mine["cases"], **{f"model_r{k}": round(mine[f"r{k}"], 4) for k in show},
                    **{f"baseline_r{k}": (best[k][0], round(best[k][1][f"r{k}"], 4)) for k in show if best[k][0]}}
+            spread = {k: bootstrap(per_case, args.model, best[k][0], k, devices, args.bootstrap)
+                      for k in show} if args.bootstrap else {}
+            row.update({f"model_r{k}_ci95": [round(b["lo"], 4), round(b["hi"], 4)] for k, b in spread.items()
+                        if b["lo"] is not None})
+            row.update({f"beats_baseline_r{k}": b["beats"] for k, b in spread.items() if b["beats"] is not None})
             rows.append(row)
-            cells = "  ".join(f"@{k} {mine[f'r{k}']:.4f} (best baseline {best[k][0]} {best[k][1][f'r{k}']:.4f})"
-                              for k in show if best[k][0])
+
+            def cell(k):
+                b = spread.get(k) or {}
+                ci = f" [95% {b['lo']:.4f}-{b['hi']:.4f}]" if b.get("lo") is not None else ""
+                beats = f"; model below it in {b['beats']:.0%} of resamples" if b.get("beats") is not None else ""
+                return (f"@{k} {mine[f'r{k}']:.4f}{ci} (best baseline {best[k][0]} "
+                        f"{best[k][1][f'r{k}']:.4f}{beats})")
+
+            cells = "  ".join(cell(k) for k in show if best[k][0])
             print(f"  {kernel:18s} cases {mine['cases']:4d}  {cells}")
         report["splits"][split] = rows
     if args.json:
