@@ -235,7 +235,14 @@ def test_heatmaps_use_the_two_parameters_that_matter(reports):
 def test_errors_are_one_line_report_errors(tmp_path):
     with Store(tmp_path / "empty.duckdb") as empty:
         with pytest.raises(ReportError, match="no ok measurements"):
-            build_report(empty, tmp_path / "out")
+            build_report(empty, tmp_path / "out" / "deeper")
+        assert not (tmp_path / "out").exists()  # a failed report leaves no folder it made
+        found = tmp_path / "mine"
+        (found / "keep.txt").parent.mkdir()
+        (found / "keep.txt").write_text("x")
+        with pytest.raises(ReportError, match="no ok measurements"):
+            build_report(empty, found)
+        assert (found / "keep.txt").read_text() == "x"  # a folder it found stays, with its files
     with Store(tmp_path / "one.duckdb") as one:
         fill_store(one, devices=("nvidia-rtx-a4000",))
         with pytest.raises(ReportError, match="no ok measurements of kernel"):

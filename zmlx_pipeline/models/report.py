@@ -753,7 +753,17 @@ def prepare_out(out: Path) -> Path:
 
 def build_report(store, out: Path, split: str = "shapes", kernels=None, model: str = DEFAULT_MODEL,
                  heatmaps_per_kernel: int = HEATMAPS_PER_KERNEL, db: str = "") -> dict:
-    """The whole report of the store under a split, written to `out` (index.html, PNGs, scores.json)."""
+    """The whole report of the store under a split, written to `out` (index.html, PNGs, scores.json).
+    A report that fails leaves no directory it created itself (a folder it found is left as it was)."""
+    created = [p for p in (Path(out), *Path(out).parents) if not p.exists()]
     out = prepare_out(out)
-    data = report_data(store, split, kernels, model, heatmaps_per_kernel)
+    try:
+        data = report_data(store, split, kernels, model, heatmaps_per_kernel)
+    except BaseException:
+        for directory in created:  # innermost first; rmdir refuses a folder that is not empty
+            try:
+                directory.rmdir()
+            except OSError:
+                break
+        raise
     return write_report(data, out, db)
