@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,11 +13,10 @@ import pytest
 from zmlx_pipeline.data.noise_buckets import bucket_label
 from zmlx_pipeline.kernels.harness import Outcome
 from zmlx_pipeline.kernels.timing import Timing
+from bench_scripts import load as load_script, script_path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "autotune_bench.py"
-_spec = importlib.util.spec_from_file_location("autotune_bench", SCRIPT)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+
+bench = load_script("autotune_bench")
 
 
 def ok(us: float) -> Outcome:
@@ -215,7 +213,7 @@ def test_no_gpu_exits_2_with_one_line(monkeypatch, capsys):
 
 
 def test_help_runs_as_a_script():
-    result = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True, timeout=60,
+    result = subprocess.run([sys.executable, str(script_path("autotune_bench")), "--help"], capture_output=True, text=True, timeout=60,
                             check=False)
     assert result.returncode == 0
     assert "--h2h-rounds" in result.stdout and "--no-h2h" in result.stdout

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,11 +11,10 @@ from zmlx_pipeline.runtime import load_bundle
 from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
 from zmlx_pipeline.runtime.lookup import clear_cache
 from zmlx_pipeline.runtime.tuner import pruned_candidates
+from bench_scripts import load as load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "autotune_replay.py"
-_spec = importlib.util.spec_from_file_location("autotune_replay", SCRIPT)
-replay = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(replay)
+
+replay = load_script("autotune_replay")
 
 SHAPE = {"rows": 1078, "cols": 9216}
 

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import polars as pl
 import pytest
-
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "judged_scores.py"
+from bench_scripts import load as load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("judged_scores", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("judged_scores")
 
 
 def cases(method, regrets, device="d0"):

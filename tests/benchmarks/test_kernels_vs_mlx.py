@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
+from bench_scripts import load as load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels_vs_mlx.py"
-_spec = importlib.util.spec_from_file_location("kernels_vs_mlx", SCRIPT)
-kvm = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(kvm)
+
+kvm = load_script("kernels_vs_mlx")
 
 
 def outcome(us: float):

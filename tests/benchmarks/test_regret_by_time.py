@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import polars as pl
 
 from zmlx_pipeline.data.noise_buckets import bucket_index, bucket_label
-
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "regret_by_time.py"
+from bench_scripts import load as load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("regret_by_time", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("regret_by_time")
 
 
 def test_bucket_expression_matches_bucket_index_at_and_between_edges():

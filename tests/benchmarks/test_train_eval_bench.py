@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_scripts import load as load_script, script_path
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "train_eval_bench.py"
+
+PATH = script_path("train_eval_bench")
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
 
@@ -26,10 +27,7 @@ PEAK = ("import json, sys; sys.path.insert(0, {root!r}); import importlib.util a
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("train_eval_bench", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_eval_bench")
 
 
 def test_a_stage_started_by_a_big_parent_reports_its_own_peak():

@@ -161,10 +161,11 @@ def test_foreign_duckdb_file_is_refused(tmp_path):
     assert table_names(path) == {"not_ours"}
 
 
-def test_read_only_open_of_missing_store_creates_nothing(tmp_path):
+@pytest.mark.parametrize("flags", [{"read_only": True}, {"create": False}])
+def test_open_of_missing_store_without_create_creates_nothing(tmp_path, flags):
     path = tmp_path / "nowhere" / "s.duckdb"
     with pytest.raises(StoreError, match="no store at"):
-        Store(path, read_only=True)
+        Store(path, **flags)
     assert not path.parent.exists()
 
 

@@ -341,9 +341,10 @@ def _open_error(path: Path, err: duckdb.Error) -> StoreError:
     return StoreError(f"cannot open store {path}: {text}")
 
 
-def _connect(path: Path, read_only: bool) -> duckdb.DuckDBPyConnection:
-    """Open a DuckDB connection, mapping lock, corruption and missing-file errors."""
-    if read_only and not path.exists():
+def _connect(path: Path, read_only: bool, create: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open a DuckDB connection, mapping lock, corruption and missing-file errors. A missing file is
+    created only when opening writable with `create`."""
+    if (read_only or not create) and not path.exists():
         raise StoreError(f"no store at {path}: run a collect, import or ingest first, or pass another --db")
     if not read_only:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -371,10 +372,12 @@ def _measurement_row(m: Measurement, measured_at: datetime) -> tuple:
 class Store:
     """One DuckDB file holding devices, runs, measurements, repeats, models and bundles."""
 
-    def __init__(self, path: str | os.PathLike | None = None, read_only: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, read_only: bool = False, create: bool = True) -> None:
+        """`create=False`: refuse a path with no store (StoreError) instead of creating an empty one there, for
+        a writer that only works on stored measurements (train, repeat): a typo in --db leaves nothing behind."""
         self.path = Path(path).expanduser() if path is not None else default_db_path()
         self.read_only = read_only
-        self._con: duckdb.DuckDBPyConnection | None = _connect(self.path, read_only)
+        self._con: duckdb.DuckDBPyConnection | None = _connect(self.path, read_only, create)
         try:
             self._open_schema()
         except BaseException:

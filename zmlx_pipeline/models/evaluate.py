@@ -111,13 +111,12 @@ class EvaluationError(ValueError):
     "The evaluation cannot be run as asked"
 
 
-def fit_threads(rows: int | None = None):
+def fit_threads():
     """A context limiting scikit-learn's OpenMP threads to one for the fits in this process, as in a worker.
 
     Parallelism comes from worker processes (--jobs); OpenMP threads inside a fit only cost time here: the
     fits are capped at estimators.MAX_FIT_ROWS rows, and on 2 cores a 200-tree fit of 50,000 rows took 1.1 s on one
-    thread and 5.2 s on two (`train -j 1` on the committed data: 91 s against 241 s). `rows` is accepted
-    for callers that pass a kernel's size; it no longer changes anything.
+    thread and 5.2 s on two (`train -j 1` on the committed data: 91 s against 241 s).
     """
     from threadpoolctl import threadpool_limits
 
@@ -716,7 +715,7 @@ def _score_fold(features: KernelFeatures, index: int, split: str, ks: Sequence[i
     train, test = _fold_rows(frame, split, train_filter, test_filter)
     seen = test["device_id"].is_in(train["device_id"].unique().to_list())
     scores: dict[str, np.ndarray] = {}
-    with fit_threads(frame.height):
+    with fit_threads():
         for model in models:
             ranker = make_ranker(features, model)
             if fixed and fixed.get(model):

@@ -173,7 +173,7 @@ def _heldout_result(features: KernelFeatures, submitted: tuple[str | None, list]
 def _fit_task(features: KernelFeatures, model: str) -> tuple[Ranker, float]:
     """A kernel's final fit (a KernelPool task): the ranker and its seconds."""
     start = time.perf_counter()
-    with fit_threads(features.frame.height):
+    with fit_threads():
         ranker = fit_kernel_model(features, model)
     return ranker, time.perf_counter() - start
 

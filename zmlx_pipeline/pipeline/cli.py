@@ -44,12 +44,7 @@ def _open_store(db: Path | None, read_only: bool = False, must_exist: bool = Fal
     """The store at --db (or the default), closed with the command. `must_exist`: a command that only works
     on stored measurements refuses a missing path instead of leaving an empty store there (a typo in --db)."""
     path = db or default_db_path()
-    if must_exist and not path.exists():
-        raise click.ClickException(f"no store at {path}: run `zmlx-pipeline run`, import or collect first, "
-                                   "or pass another --db")
-    if not read_only:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    store = Store(path, read_only=read_only)
+    store = Store(path, read_only=read_only, create=not must_exist)
     click.get_current_context().call_on_close(store.close)
     return store
 
