@@ -294,8 +294,10 @@ class PriorRanker(Ranker):
         }, schema={"device_id": pl.String, "_train_device": pl.String, "_ddist": pl.Float64})
 
     def _cases(self, frame: pl.DataFrame) -> pl.DataFrame:
+        # in the frame's order: the KD-tree's choice among equally near shapes follows the order of its
+        # points, and polars' group_by order without maintain_order changes from call to call
         dims = [f"shape_log2_{d}" for d in self.features.shape_dims]
-        return frame.group_by(CASE).agg([pl.col(c).first() for c in dims])
+        return frame.group_by(CASE, maintain_order=True).agg([pl.col(c).first() for c in dims])
 
     def fit(self, train: pl.DataFrame) -> "PriorRanker":
         if train.is_empty():
@@ -314,19 +316,20 @@ class PriorRanker(Ranker):
         query per group, never a cross join (the cost grows with cases, not cases squared).
         """
         dims = [f"shape_log2_{d}" for d in self.features.shape_dims]
+        queries = {key[0]: (q.select(CASE), q.select(dims).to_numpy() if dims else None)
+                   for key, q in tc.partition_by("kernel", as_dict=True).items()}  # the same for every group
         parts = []
         for key, group in self._train_cases.partition_by(["kernel", "device_id", "dtype"], as_dict=True).items():
-            kernel = key[0]
-            query = tc.filter(pl.col("kernel") == kernel)
-            if query.is_empty():
+            if key[0] not in queries:
                 continue
+            query, points = queries[key[0]]
             k = min(self.neighbours, group.height)
             if dims:
-                dist, idx = KDTree(group.select(dims).to_numpy()).query(query.select(dims).to_numpy(), k=k)
+                dist, idx = KDTree(group.select(dims).to_numpy()).query(points, k=k)
             else:
                 dist, idx = np.zeros((query.height, k)), np.tile(np.arange(k), (query.height, 1))
             found = group.select([pl.col(c).alias("_t_" + c) for c in CASE])[idx.reshape(-1)]
-            parts.append(pl.concat([query.select(CASE)[np.repeat(np.arange(query.height), k)], found,
+            parts.append(pl.concat([query[np.repeat(np.arange(query.height), k)], found,
                                     pl.DataFrame({"_sd": dist.reshape(-1)})], how="horizontal"))
         if not parts:
             return pl.DataFrame(schema={**{c: pl.String for c in CASE}, **{"_t_" + c: pl.String for c in CASE},
@@ -506,30 +509,44 @@ def _positions_in_runs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class _FoldRegret:
     """Per fold of the inner selection: the mean over cases of the mean over ks of log(best time among
     the top k by score / best time), for many score vectors on one frame. Ranks by score, ties by
-    config_key (as evaluate.case_regrets); the case and config codes are built once per fold."""
+    config_key (as evaluate.case_regrets).
+
+    Everything that does not depend on the scores is built once per fold: the rows sorted by case then
+    config (so a stable sort by score keeps ties in config order), each case's run of rows, each row's
+    position in its run and each case's best time. A score vector then costs two stable argsorts."""
 
     def __init__(self, frame: pl.DataFrame, ks: Sequence[int]) -> None:
         keys = frame.select(pl.concat_str([pl.col(c) for c in CASE], separator="\x1f")).to_series().to_numpy()
-        self.case = np.unique(keys, return_inverse=True)[1].reshape(-1)
-        self.config = np.unique(frame["config_key"].to_numpy(), return_inverse=True)[1].reshape(-1)
-        self.median = frame["median_us"].to_numpy().astype(float)
+        case = np.unique(keys, return_inverse=True)[1].reshape(-1)
+        config = np.unique(frame["config_key"].to_numpy(), return_inverse=True)[1].reshape(-1)
+        median = frame["median_us"].to_numpy().astype(float)
+        small = np.int16 if case.size == 0 or case.max() < np.iinfo(np.int16).max else np.int64
         self.ks = list(ks)
+        self._by_config = np.lexsort((config, case))  # rows by case, then config
+        self._by_row = np.argsort(case, kind="stable")  # rows by case, then row order
+        self._case = case[self._by_config].astype(small)  # the same runs in either order
+        self._median = median[self._by_config]
+        position, self._starts = _positions_in_runs(self._case)
+        self._top = {k: position < k for k in self.ks}
+        self._position = position + 1.0
+        self._best = np.minimum.reduceat(self._median, self._starts) if case.size else np.zeros(0)
+
+    def _order(self, scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Indices into `rows` ordering them by case, then score (NaN last), ties as `rows` has them."""
+        by_score = np.argsort(np.asarray(scores, dtype=float)[rows], kind="stable")
+        return by_score[np.argsort(self._case[by_score], kind="stable")]
 
     def ranks(self, scores: np.ndarray) -> np.ndarray:
         """Each row's ordinal rank (1 = lowest score) in its case, ties in row order (interleave's ranks)."""
-        order = np.lexsort((np.asarray(scores, dtype=float), self.case))  # stable: ties keep row order
-        out = np.empty(order.size, dtype=float)
-        out[order] = _positions_in_runs(self.case[order])[0] + 1.0
+        out = np.empty(self._by_row.size, dtype=float)
+        out[self._by_row[self._order(scores, self._by_row)]] = self._position
         return out
 
     def mean(self, scores: np.ndarray) -> float:
-        order = np.lexsort((self.config, np.asarray(scores, dtype=float), self.case))
-        case, median = self.case[order], self.median[order]
-        rank, starts = _positions_in_runs(case)
-        best = np.minimum.reduceat(median, starts)
-        total = np.zeros(starts.size)
+        median = self._median[self._order(scores, self._by_config)]
+        total = np.zeros(self._starts.size)
         for k in self.ks:
-            total += np.log(np.minimum.reduceat(np.where(rank < k, median, np.inf), starts) / best)
+            total += np.log(np.minimum.reduceat(np.where(self._top[k], median, np.inf), self._starts) / self._best)
         return float((total / len(self.ks)).mean())
 
 
