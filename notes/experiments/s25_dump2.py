@@ -1,3 +1,5 @@
+"""Held-out ensemble scores per kernel, fitted as evaluate fits them, with the selection patched by
+s25_avgsel (AVG_TOL=0: the unpatched selection). Writes /tmp/s25/{SPLIT}-{TAG}-{kernel}.parquet."""
 import sys, os, polars as pl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import s25_avgsel  # noqa: patches the selection
@@ -21,7 +23,7 @@ def one(kernel):
             seen = test["device_id"].is_in(train["device_id"].unique().to_list())
             r = make_ranker(f, "ensemble"); r.only = "seen" if seen.all() else "unseen" if not seen.any() else None
             s = r.fit(train).score(test)
-            out.append(test.select(*CASE, "config_key", "median_us").with_columns(pl.Series("_s", s), pl.lit(name).alias("fold")))
+            out.append(test.select(*CASE, "config_key", "config", "median_us").with_columns(pl.Series("_s", s), pl.lit(name).alias("fold")))
         pl.concat(out).write_parquet(f"/tmp/s25/{SPLIT}-{TAG}-{kernel}.parquet")
         return kernel
 if __name__ == "__main__":

@@ -17,12 +17,8 @@ def topk_diverse(scores, cfgs, k, d=2):
         if j not in picked: picked.append(j)
     return picked
 
-def topk_gap(scores, cfgs, k, gap=0.02):
-    # skip configs whose predicted score is within `gap` of a picked one AND differ by one param only
-    return topk_diverse(scores, cfgs, k, d=2)
-
 rules = {"plain": topk_plain, "div2": lambda s, c, k: topk_diverse(s, c, k, 2), "div3": lambda s, c, k: topk_diverse(s, c, k, 3)}
-for path in sorted(glob.glob("/tmp/s25/scores-*.parquet")):
+for path in sorted(glob.glob("/tmp/s25/shapes-base-*.parquet")):
     df = pl.read_parquet(path).filter(pl.col("device_id").is_in(DEV))
     res = {r: {1: [], 3: [], 5: []} for r in rules}
     for key, g in df.group_by(CASE):
@@ -33,7 +29,7 @@ for path in sorted(glob.glob("/tmp/s25/scores-*.parquet")):
             for k in (1, 3, 5):
                 idx = fn(s, cfgs, k)
                 res[r][k].append(t[idx].min() / best)
-    kern = path.split("scores-")[1][:-8]
+    kern = path.split("shapes-base-")[1][:-8]
     line = f"{kern:12s} n={len(res['plain'][1]):4d} "
     for r in rules:
         line += f"| {r}: " + " ".join(f"{np.exp(np.mean(np.log(res[r][k]))):.4f}" for k in (1, 3, 5)) + " "
