@@ -3,6 +3,13 @@ and the held-out folds that keep the final fit's ensemble selection."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
 import polars as pl
 import pytest
@@ -19,6 +26,7 @@ from zmlx_pipeline.models.estimators import (
 )
 from zmlx_pipeline.models.evaluate import EvaluationError, KernelPool, check_jobs, evaluate
 from zmlx_pipeline.models.features import CASE, store_features
+from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.models.train import train_models
 from store_fixtures import DEVICES, fill
 
@@ -198,3 +206,123 @@ def test_fits_in_this_process_use_one_openmp_thread():
     with fit_threads():
         openmp = [p for p in threadpool_info() if p["user_api"] == "openmp"]
         assert openmp and all(p["num_threads"] == 1 for p in openmp)
+
+
+# ------------------------------------------------------------------------------------------
+# stopping: a stopped or killed parent leaves no workers and no pool folder behind
+
+_POOL_SCRIPT = '''
+import os, sys, time
+from pathlib import Path
+
+
+def sleepy(features, markers):
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a task that will not stop for Ctrl-C (a long compiled call)
+    Path(markers, f"{os.getpid()}.pid").write_text("")
+    time.sleep(120)
+    return features.kernel
+
+
+if __name__ == "__main__":
+    import signal
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.pipeline.cli import terminate_as_interrupt
+
+    ev.PARALLEL_MIN_ROWS = 0
+    terminate_as_interrupt()
+    with Store(sys.argv[1], read_only=True) as store:
+        features = ev.kernel_features_of(store)
+    try:
+        with ev.KernelPool(features, jobs=2) as pool:
+            [f.result() for f in [pool.submit(k, sleepy, sys.argv[2]) for k in features]]
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(3)
+'''
+
+posix_only = pytest.mark.skipif(os.name != "posix", reason="signals and /proc: POSIX")
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie that nobody reaped counts as exited)."""
+    status = Path(f"/proc/{pid}/status")
+    if status.parent.parent.is_dir() and Path("/proc/self").exists():
+        try:
+            return "\nState:\tZ" in status.read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _wait(predicate, timeout: float) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def _busy_pool(tmp_path, make_measurement):
+    """A process whose KernelPool has two workers, each in a two-minute task; (process, worker pids, temp folder)."""
+    db = tmp_path / "pool.duckdb"
+    with Store(db) as writable:
+        fill(writable, make_measurement)
+    script, markers, tmp = tmp_path / "pool_script.py", tmp_path / "markers", tmp_path / "tmp"
+    script.write_text(_POOL_SCRIPT)
+    markers.mkdir()
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, str(script), str(db), str(markers)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "TMPDIR": str(tmp)})
+    if not _wait(lambda: len(list(markers.iterdir())) == 2, 120):
+        proc.kill()
+        pytest.fail(f"the workers never started: {proc.communicate()}")
+    return proc, [int(p.stem) for p in markers.iterdir()], tmp
+
+
+@posix_only
+@pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
+def test_a_stopped_parent_stops_its_busy_workers_and_removes_its_folder(tmp_path, make_measurement, how):
+    proc, workers, tmp = _busy_pool(tmp_path, make_measurement)
+    assert list(tmp.glob("zmlx-pool-*"))
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)   # the parent only, as `kill` or a scheduler does
+    else:
+        os.killpg(proc.pid, signal.SIGINT)  # the whole group, as Ctrl-C in a terminal does
+    out, err = proc.communicate(timeout=60)  # the tasks sleep for 120 s: waiting for them would time out
+    assert proc.returncode == 3 and "interrupted" in out, err
+    assert _wait(lambda: all(_gone(pid) for pid in workers), 10)
+    assert not list(tmp.glob("zmlx-pool-*"))
+
+
+@posix_only
+def test_workers_of_a_killed_parent_exit_and_the_next_pool_sweeps_its_folder(tmp_path, make_measurement):
+    proc, workers, tmp = _busy_pool(tmp_path, make_measurement)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert _wait(lambda: all(_gone(pid) for pid in workers), 10)
+    left = list(tmp.glob("zmlx-pool-*"))
+    assert len(left) == 1  # SIGKILL: nothing in the parent could run
+    assert ev.sweep_pool_folders(tmp) == left and not left[0].exists()
+
+
+@posix_only
+def test_the_sweep_keeps_the_folders_of_live_processes(tmp_path):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folders = {who: tmp_path / f"zmlx-pool-{pid}-abc" for who, pid in
+               (("me", os.getpid()), ("parent", os.getppid()), ("dead", dead.pid))}
+    for folder in folders.values():
+        folder.mkdir()
+        (folder / "0.arrow").write_bytes(b"x")
+    (tmp_path / "zmlx-pool-notapid").mkdir()
+    assert ev.sweep_pool_folders(tmp_path) == [folders["dead"]]
+    assert folders["me"].exists() and folders["parent"].exists() and (tmp_path / "zmlx-pool-notapid").exists()

@@ -128,3 +128,23 @@ def test_fit_sample_keeps_each_case_fast_configs(store, make_measurement):
     best = frame.filter(pl.col("log_rel") == 0).select("device_id", "shape_key", "config_key")
     assert best.join(small, on=["device_id", "shape_key", "config_key"], how="anti").is_empty()
     assert fit_sample(frame, max_rows=20, top=1).equals(small)  # same seed, same rows
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, RuntimeError])
+def test_a_train_stopped_while_registering_keeps_the_models_before_and_no_stray_file(store, make_measurement,
+                                                                                       monkeypatch, stop):
+    fill(store, make_measurement, kernels=("a", "b"))
+    real, calls = store.add_model, []
+
+    def add_model(row):
+        calls.append(row["kernel_filter"])
+        if len(calls) == 2:
+            raise stop("stopped")
+        return real(row)
+
+    monkeypatch.setattr(store, "add_model", add_model)
+    with pytest.raises(stop):
+        train_models(store, jobs=1)
+    folder = Path(store.path).parent / "models"
+    assert [r["kernel_filter"] for r in store.models()] == calls[:1]
+    assert sorted(p.name for p in folder.iterdir()) == [Path(r["path"]).name for r in store.models()]

@@ -57,7 +57,11 @@ import math
 import multiprocessing
 import os
 import pickle
+import re
+import shutil
+import signal
 import tempfile
+import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -168,6 +172,47 @@ class _FrameUnpickler(pickle.Unpickler):
 
 
 _WORKER_FRAMES: dict[str, pl.DataFrame] = {}
+POOL_PREFIX = "zmlx-pool-"  # + the parent's pid + "-": a pool folder whose process is gone is swept
+_PARENT_POLL_S = 0.5
+
+
+def _worker_init(parent: int) -> None:
+    """In a new worker: leave Ctrl-C to the parent (KernelPool stops its workers when the parent is
+    interrupted) and exit once the parent is gone. A worker waits on the task queue, whose pipe it holds
+    open itself, so without this a killed parent's workers would live on and hold its memory and output."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(_PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="zmlx-parent-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def sweep_pool_folders(base: str | Path | None = None) -> list[Path]:
+    """Removes the pool folders (KernelPool's Arrow copies of the feature frames, hundreds of MB on a big
+    store) that killed processes left in `base` (default: the temp folder); returns them. POSIX only: it
+    asks whether the owner is alive with signal 0, which on Windows would end the process."""
+    if os.name != "posix":
+        return []
+    swept = []
+    for path in Path(base or tempfile.gettempdir()).glob(f"{POOL_PREFIX}*-*"):
+        match = re.fullmatch(rf"{POOL_PREFIX}(\d+)-.+", path.name)
+        if match and path.is_dir() and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
+            swept.append(path)
+    return swept
 
 
 def _worker_call(meta: KernelFeatures, path: str, fn: Callable, args: tuple) -> bytes:
@@ -183,6 +228,25 @@ def _worker_call(meta: KernelFeatures, path: str, fn: Callable, args: tuple) -> 
     return buf.getvalue()
 
 
+class _WakingFuture(Future):
+    """A Future whose result() waits in short naps, so that Ctrl-C and SIGTERM reach the waiting main thread
+    within _WAKE_S. A wait without a timeout was seen to sleep through them until a task ended (Python runs
+    signal handlers in the main thread; the signal may land on one of the pool's threads)."""
+
+    def result(self, timeout=None):
+        if timeout is not None:
+            return super().result(timeout)
+        while True:
+            try:
+                return super().result(_WAKE_S)
+            except TimeoutError:
+                if self.done():  # the task itself raised TimeoutError
+                    raise
+
+
+_WAKE_S = 0.25
+
+
 class KernelPool:
     """Runs independent per-kernel tasks `fn(features, *args)` (folds, fits) in `jobs` worker processes,
     or in this process when jobs is 1 or the kernels hold under PARALLEL_MIN_ROWS rows in all.
@@ -193,6 +257,10 @@ class KernelPool:
     not depend on `jobs`. `fn` must be a module-level function. Use as a context manager; `submit` returns a Future.
     A script that uses workers needs the usual `if __name__ == "__main__":` guard (a spawned worker
     imports the main module; the CLI and `python -m zmlx_pipeline` are safe).
+
+    Stopping: when the with-block ends in an exception (Ctrl-C included), the workers are terminated
+    rather than waited for; workers ignore Ctrl-C themselves and exit when their parent dies (even by
+    SIGKILL), and a pool's folder left by a killed process is removed by the next pool that starts.
     """
 
     def __init__(self, features: dict[str, KernelFeatures], jobs: int | None = None) -> None:
@@ -207,17 +275,31 @@ class KernelPool:
 
     def __enter__(self) -> "KernelPool":
         if self.parallel:
-            self._tmp = tempfile.TemporaryDirectory(prefix="zmlx-pool-")
+            sweep_pool_folders()
+            self._tmp = tempfile.TemporaryDirectory(prefix=f"{POOL_PREFIX}{os.getpid()}-")
             env = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
                    "POLARS_MAX_THREADS": str(max(1, default_jobs() // self.jobs))}
             self._saved_env = {k: os.environ.get(k) for k in env}
             os.environ.update(env)  # what the spawned workers start with
-            self._executor = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"))
+            self._executor = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
+                                                 initializer=_worker_init, initargs=(os.getpid(),))
         return self
 
-    def __exit__(self, *exc) -> None:
+    def _stop_workers(self) -> None:
+        """Terminates the workers: their results are no longer wanted, and a fit runs for seconds."""
+        stop = getattr(self._executor, "terminate_workers", None)  # Python 3.14
+        if stop is not None:
+            stop()
+            return
+        for process in list((getattr(self._executor, "_processes", None) or {}).values()):
+            if process.is_alive():
+                process.terminate()
+
+    def __exit__(self, exc_type, *exc) -> None:
         try:
             if self._executor is not None:
+                if exc_type is not None:
+                    self._stop_workers()
                 self._executor.shutdown(wait=True, cancel_futures=True)
         finally:
             self._executor = None
@@ -251,7 +333,7 @@ class KernelPool:
             return done
         meta, path = self._ref(kernel)
         inner = self._executor.submit(_worker_call, meta, path, fn, args)
-        outer: Future = Future()
+        outer: Future = _WakingFuture()
         frame = self.features[kernel].frame
 
         def unpack(f: Future) -> None:

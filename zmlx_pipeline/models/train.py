@@ -256,7 +256,7 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
                    "params": params, "versions": versions, "scores": scores, "path": _stored_path(store, path)}
             try:
                 store.add_model(row)
-            except Exception:
+            except BaseException:  # Ctrl-C and SIGTERM (the CLI makes it an interrupt) included
                 path.unlink(missing_ok=True)  # an unregistered file would only confuse
                 raise
             rows.append(row)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -391,6 +393,20 @@ from zmlx_pipeline.pipeline.cli_models import register as _register_models  # no
 _register_models(cli)
 
 
+def terminate_as_interrupt() -> None:
+    """SIGTERM (a scheduler's or `kill`'s stop) unwinds like Ctrl-C, where Python's default would end the
+    process on the spot: open store transactions roll back, worker processes are stopped, temporary files
+    are removed, and click prints "Aborted!" (exit 1). A second SIGTERM ends the process at once."""
+
+    def handler(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
 def main() -> None:
     """Console-script entry point."""
+    terminate_as_interrupt()
     cli(prog_name="zmlx-pipeline")
