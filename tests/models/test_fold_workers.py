@@ -288,10 +288,22 @@ def _busy_pool(tmp_path, make_measurement):
     return proc, [int(p.stem) for p in markers.iterdir()], tmp
 
 
+@pytest.fixture
+def busy_pool(tmp_path, make_measurement):
+    """_busy_pool's process, its group killed afterwards whatever the test did (a failed test leaves nothing)."""
+    started = _busy_pool(tmp_path, make_measurement)
+    yield started
+    try:
+        os.killpg(started[0].pid, signal.SIGKILL)  # the workers are in its process group
+    except ProcessLookupError:
+        pass
+    started[0].communicate()
+
+
 @posix_only
 @pytest.mark.parametrize("how", ["sigterm", "ctrl-c"])
-def test_a_stopped_parent_stops_its_busy_workers_and_removes_its_folder(tmp_path, make_measurement, how):
-    proc, workers, tmp = _busy_pool(tmp_path, make_measurement)
+def test_a_stopped_parent_stops_its_busy_workers_and_removes_its_folder(busy_pool, how):
+    proc, workers, tmp = busy_pool
     assert list(tmp.glob("zmlx-pool-*"))
     if how == "sigterm":
         proc.send_signal(signal.SIGTERM)   # the parent only, as `kill` or a scheduler does
@@ -304,8 +316,8 @@ def test_a_stopped_parent_stops_its_busy_workers_and_removes_its_folder(tmp_path
 
 
 @posix_only
-def test_workers_of_a_killed_parent_exit_and_the_next_pool_sweeps_its_folder(tmp_path, make_measurement):
-    proc, workers, tmp = _busy_pool(tmp_path, make_measurement)
+def test_workers_of_a_killed_parent_exit_and_the_next_pool_sweeps_its_folder(busy_pool):
+    proc, workers, tmp = busy_pool
     proc.kill()
     proc.wait(timeout=10)
     assert _wait(lambda: all(_gone(pid) for pid in workers), 10)
