@@ -98,6 +98,25 @@ def test_a_small_store_stays_in_process(store, make_measurement):
         assert not pool.parallel and pool.submit("k", lambda f: f.kernel).result() == "k"
 
 
+def test_a_pool_made_before_the_features_decides_by_the_stores_ok_rows(store, make_measurement, monkeypatch):
+    fill(store, make_measurement)  # 2 kernels x 3 devices x 48 rows
+    store.record([make_measurement(kernel="k", device_id=DEVICES[0], status="timeout", median_us=None,
+                                   config={"TG": 32, "VEC": 1})])
+    assert ev.ok_rows(store) == 288 and ev.ok_rows(store, "k") == 144
+    assert ev.ok_rows(store, ["k"], [DEVICES[0]]) == 48 and ev.ok_rows(store, "nope") == 0
+    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 145)
+    assert not KernelPool(None, jobs=2, rows=ev.ok_rows(store, "k")).parallel
+    with KernelPool(None, jobs=2, rows=ev.ok_rows(store)) as pool:
+        assert pool.parallel and len(pool._executor._processes) == 2  # started with the block
+        features = store_features(store)
+        pool.attach(features)
+        assert pool.submit("k2", _kernel_of).result() == "k2"
+
+
+def _kernel_of(features) -> str:
+    return features.kernel
+
+
 def test_train_keeps_the_selection_in_held_out_folds_and_the_same_scores_in_workers(
         store, make_measurement, monkeypatch):
     fill(store, make_measurement)

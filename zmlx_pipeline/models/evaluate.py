@@ -52,6 +52,7 @@ Rows carry `regret_tied_geomean`, `hit_tied` (share of cases inside the band), `
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import multiprocessing
@@ -215,6 +216,10 @@ def sweep_pool_folders(base: str | Path | None = None) -> list[Path]:
     return swept
 
 
+def _ready() -> None:
+    """A worker's first task: nothing, once its imports are done (KernelPool starts its workers with it)."""
+
+
 def _worker_call(meta: KernelFeatures, path: str, fn: Callable, args: tuple) -> bytes:
     """In a worker: fn(features, *args) on the kernel's frame (read memory-mapped once per worker), pickled."""
     frame = _WORKER_FRAMES.get(path)
@@ -263,10 +268,14 @@ class KernelPool:
     SIGKILL), and a pool's folder left by a killed process is removed by the next pool that starts.
     """
 
-    def __init__(self, features: dict[str, KernelFeatures], jobs: int | None = None) -> None:
+    def __init__(self, features: dict[str, KernelFeatures] | None, jobs: int | None = None,
+                 rows: int | None = None) -> None:
+        """`features` None: given later (attach), and `rows` (the store's ok measurements of those kernels)
+        decides whether to use workers; they start with the block, so their start overlaps the features'."""
         self.features = features
         self.jobs = check_jobs(jobs)
-        rows = sum(f.frame.height for f in features.values())
+        if rows is None:
+            rows = sum(f.frame.height for f in (features or {}).values())
         self.parallel = self.jobs > 1 and rows >= PARALLEL_MIN_ROWS
         self._executor: ProcessPoolExecutor | None = None
         self._tmp: tempfile.TemporaryDirectory | None = None
@@ -283,7 +292,13 @@ class KernelPool:
             os.environ.update(env)  # what the spawned workers start with
             self._executor = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_worker_init, initargs=(os.getpid(),))
+            for _ in range(self.jobs):  # start every worker now (each imports the models package, about 1.5 s)
+                self._executor.submit(_ready)
         return self
+
+    def attach(self, features: dict[str, KernelFeatures]) -> None:
+        """The kernels' features, for a pool made without them."""
+        self.features = features
 
     def _stop_workers(self) -> None:
         """Terminates the workers: their results are no longer wanted, and a fit runs for seconds."""
@@ -850,10 +865,12 @@ def evaluate_features(
     label_model: bool = False,
     noise: NoiseBands | None = None,
     jobs: int | None = None,
+    pool: KernelPool | None = None,
 ) -> dict:
     """evaluate() on prepared feature frames (one per kernel); `noise` gives the tie bands
     (None: no repeats known, so the fallback band, and the result says so); `jobs` worker
-    processes score the folds (KernelPool, which checks it; None: one per CPU, 1: in this process)."""
+    processes score the folds (KernelPool, which checks it; None: one per CPU, 1: in this process),
+    or an entered `pool` does (its features are set to these)."""
     split = canonical_split(split)
     ks = tuple(int(k) for k in ks)
     if not ks or min(ks) < 1:
@@ -867,7 +884,8 @@ def evaluate_features(
     labels = {models[0]: "model"} if label_model and len(models) == 1 else {}
     noise = noise if noise is not None else NoiseBands()
     rows = []
-    with KernelPool(features, jobs) as pool:
+    with (KernelPool(features, jobs) if pool is None else contextlib.nullcontext(pool)) as pool:
+        pool.attach(features)
         # every kernel's folds at once, the largest kernels first (the longest tasks start first); under
         # left-out devices a kernel's folds run in one worker, sharing its fits (submit_kernel's `together`)
         order = sorted(features, key=lambda k: -features[k].frame.height)
@@ -894,8 +912,19 @@ def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
     """
     split = canonical_split(split)
     jobs = check_jobs(jobs)  # before the features are read, which takes a while on a big store
-    features = kernel_features_of(store, kernels)
-    return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store), jobs=jobs)
+    with KernelPool(None, jobs, rows=ok_rows(store, kernels)) as pool:  # workers start while the features are read
+        features = kernel_features_of(store, kernels)
+        return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store),
+                                 pool=pool)
+
+
+def ok_rows(store, kernels=None, devices=None) -> int:
+    """The store's ok measurements of these kernels on these devices (None: all): what decides, before the
+    features are built, whether a KernelPool uses workers."""
+    kernels = None if kernels is None else set([kernels] if isinstance(kernels, str) else kernels)
+    devices = None if devices is None else set([devices] if isinstance(devices, str) else devices)
+    return sum(r["by_status"].get("ok", 0) for r in store.summary()
+               if (kernels is None or r["kernel"] in kernels) and (devices is None or r["device"] in devices))
 
 
 def kernel_features_of(store, kernels=None, devices=None) -> dict[str, KernelFeatures]:

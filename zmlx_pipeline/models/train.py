@@ -47,6 +47,7 @@ from zmlx_pipeline.models.evaluate import (
     fold_plan,
     gather_folds,
     kernel_features_of,
+    ok_rows,
     prune_k as prune_k_of,
     submit_kernel,
     summarize,
@@ -170,6 +171,26 @@ def _heldout_result(features: KernelFeatures, submitted: tuple[str | None, list]
     }
 
 
+def _save(f: KernelFeatures, model: str, devices, folder: Path, ranker: Ranker, store) -> dict:
+    """Saves a kernel's model file; returns its registry row, the versions and scores still to be filled in."""
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    model_id = _model_id(f.kernel, now)
+    fingerprint = data_fingerprint(f.frame)
+    frame = f.frame
+    params = {
+        "model": model, "kernel": f.kernel, "kernel_version": f.kernel_version,
+        "device_filter": None if devices is None else sorted([devices] if isinstance(devices, str) else devices),
+        "devices": sorted(frame["device_id"].unique().to_list()),
+        "rows": frame.height, "cases": frame.select(CASE).n_unique(),
+        "shapes": frame["shape_key"].n_unique(), "dtypes": sorted(frame["dtype"].unique().to_list()),
+    }
+    path = folder / f"{model_id}{SUFFIX}"
+    params["file_sha256"] = save_model(ranker, path, meta={"model_id": model_id, "kernel": f.kernel,
+                                                           "data_fingerprint": fingerprint, "model": model})
+    return {"model_id": model_id, "kernel_filter": f.kernel, "created_at": now, "data_fingerprint": fingerprint,
+            "params": params, "versions": None, "scores": None, "path": _stored_path(store, path)}
+
+
 def _fit_task(features: KernelFeatures, model: str) -> tuple[Ranker, float]:
     """A kernel's final fit (a KernelPool task): the ranker and its seconds."""
     start = time.perf_counter()
@@ -219,11 +240,14 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
     if getattr(store, "read_only", False):
         raise StoreError(f"cannot register models: store {store.path} is open read-only; open it writable")
     jobs = check_jobs(jobs)
-    features = kernel_features_of(store, kernels, devices)
     folder = Path(models_dir) if models_dir is not None else default_models_dir(store)
     versions = package_versions()
     rows = []
-    with KernelPool(features, jobs) as pool:
+    saved: dict[str, dict] = {}  # the registry rows of saved model files, until they are registered
+    # the workers start while the features are read
+    with KernelPool(None, jobs, rows=ok_rows(store, kernels, devices)) as pool:
+        features = kernel_features_of(store, kernels, devices)
+        pool.attach(features)
         order = sorted(features, key=lambda k: -features[k].frame.height)  # the longest tasks first
         fits = {}
         for kernel in order:
@@ -233,33 +257,21 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
         held: dict[str, tuple] = {}
         for kernel in order if heldout else ():
             held[kernel] = submit_heldout(features[kernel], model, fits[kernel].result()[0], pool)
-        for kernel, f in features.items():
-            ranker, fit_s = fits[kernel].result()
-            scores = _heldout_result(f, held[kernel]) if heldout else {"prune_k": None, "prune_split": None}
-            now = datetime.now(timezone.utc).replace(tzinfo=None)
-            model_id = _model_id(kernel, now)
-            fingerprint = data_fingerprint(f.frame)
-            frame = f.frame
-            params = {
-                "model": model, "kernel": kernel, "kernel_version": f.kernel_version,
-                "device_filter": None if devices is None else sorted([devices] if isinstance(devices, str) else devices),
-                "devices": sorted(frame["device_id"].unique().to_list()),
-                "rows": frame.height, "cases": frame.select(CASE).n_unique(),
-                "shapes": frame["shape_key"].n_unique(), "dtypes": sorted(frame["dtype"].unique().to_list()),
-            }
-            path = folder / f"{model_id}{SUFFIX}"
-            params["file_sha256"] = save_model(ranker, path, meta={"model_id": model_id, "kernel": kernel,
-                                                                   "data_fingerprint": fingerprint, "model": model})
-            fold_s = sum(fut.result()[1] for fut in held[kernel][1]) if heldout else 0.0
-            scores.update(fit_s=round(fit_s, 3), train_s=round(fit_s + fold_s, 3))
-            row = {"model_id": model_id, "kernel_filter": kernel, "created_at": now, "data_fingerprint": fingerprint,
-                   "params": params, "versions": versions, "scores": scores, "path": _stored_path(store, path)}
-            try:
+        try:
+            for kernel in order:  # saved while the workers score the held-out folds
+                saved[kernel] = _save(features[kernel], model, devices, folder, fits[kernel].result()[0], store)
+            for kernel, f in features.items():  # registered once the held-out scores are in
+                fit_s = fits[kernel].result()[1]
+                scores = _heldout_result(f, held[kernel]) if heldout else {"prune_k": None, "prune_split": None}
+                fold_s = sum(fut.result()[1] for fut in held[kernel][1]) if heldout else 0.0
+                scores.update(fit_s=round(fit_s, 3), train_s=round(fit_s + fold_s, 3))
+                row = {**saved[kernel], "versions": versions, "scores": scores}
                 store.add_model(row)
-            except BaseException:  # Ctrl-C and SIGTERM (the CLI makes it an interrupt) included
-                path.unlink(missing_ok=True)  # an unregistered file would only confuse
-                raise
-            rows.append(row)
+                del saved[kernel]
+                rows.append(row)
+        finally:  # an error or a stop (Ctrl-C, SIGTERM): a saved file that is not registered would only confuse
+            for row in saved.values():
+                model_path(store, row).unlink(missing_ok=True)
     return rows
 
 
