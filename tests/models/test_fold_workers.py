@@ -231,12 +231,11 @@ def test_fits_in_this_process_use_one_openmp_thread():
 # stopping: a stopped or killed parent leaves no workers and no pool folder behind
 
 _POOL_SCRIPT = '''
-import os, sys, time
+import os, signal, sys, time
 from pathlib import Path
 
 
 def sleepy(features, markers):
-    import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a task that will not stop for Ctrl-C (a long compiled call)
     Path(markers, f"{os.getpid()}.pid").write_text("")
     time.sleep(120)
@@ -244,7 +243,6 @@ def sleepy(features, markers):
 
 
 if __name__ == "__main__":
-    import signal
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
     from zmlx_pipeline.data.store import Store
     from zmlx_pipeline.models import evaluate as ev
@@ -266,12 +264,11 @@ posix_only = pytest.mark.skipif(os.name != "posix", reason="signals and /proc: P
 
 
 def _gone(pid: int) -> bool:
-    """The process has exited (a zombie that nobody reaped counts as exited)."""
-    status = Path(f"/proc/{pid}/status")
-    if status.parent.parent.is_dir() and Path("/proc/self").exists():
+    """The process has exited (a zombie that nobody reaped counts as exited; without /proc, signal 0 asks)."""
+    if Path("/proc/self").exists():
         try:
-            return "\nState:\tZ" in status.read_text()
-        except (FileNotFoundError, ProcessLookupError):
+            return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+        except FileNotFoundError:
             return True
     try:
         os.kill(pid, 0)
@@ -289,8 +286,10 @@ def _wait(predicate, timeout: float) -> bool:
     return predicate()
 
 
-def _busy_pool(tmp_path, make_measurement):
-    """A process whose KernelPool has two workers, each in a two-minute task; (process, worker pids, temp folder)."""
+@pytest.fixture
+def busy_pool(tmp_path, make_measurement):
+    """A process whose KernelPool has two workers, each in a two-minute task: (process, worker pids, temp
+    folder). Its process group (the workers too) is killed afterwards, so a failed test leaves nothing."""
     db = tmp_path / "pool.duckdb"
     with Store(db) as writable:
         fill(writable, make_measurement)
@@ -304,19 +303,12 @@ def _busy_pool(tmp_path, make_measurement):
     if not _wait(lambda: len(list(markers.iterdir())) == 2, 120):
         proc.kill()
         pytest.fail(f"the workers never started: {proc.communicate()}")
-    return proc, [int(p.stem) for p in markers.iterdir()], tmp
-
-
-@pytest.fixture
-def busy_pool(tmp_path, make_measurement):
-    """_busy_pool's process, its group killed afterwards whatever the test did (a failed test leaves nothing)."""
-    started = _busy_pool(tmp_path, make_measurement)
-    yield started
+    yield proc, [int(p.stem) for p in markers.iterdir()], tmp
     try:
-        os.killpg(started[0].pid, signal.SIGKILL)  # the workers are in its process group
+        os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    started[0].communicate()
+    proc.communicate()
 
 
 @posix_only
