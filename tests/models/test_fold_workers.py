@@ -268,7 +268,7 @@ def _gone(pid: int) -> bool:
     if Path("/proc/self").exists():
         try:
             return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between open and read
             return True
     try:
         os.kill(pid, 0)
