@@ -23,6 +23,11 @@ for the workers: ru_maxrss would not do, since on Linux a child's ru_maxrss star
 peak (it is carried over exec), so a stage started by a process that built the 1M store reported
 that process's 3.1 GB. --stores-only builds the stores in --work and stops; --timeout stops
 a stage after that many seconds and says so.
+
+First it times a fixed piece of work, the kind that dominates the stages (one 200-tree boosting fit
+of 50,000 synthetic rows on one core, best of 3), and prints it as the machine's speed: the same code
+on the same store ran 25% slower on one 2-core machine than on another (notes/learning.md, session 27),
+so wall times from different machines compare only through it.
 """
 
 from __future__ import annotations
@@ -46,6 +51,28 @@ STAGES = ("train", "evaluate-shapes", "evaluate-devices")
 
 def _log(msg: str) -> None:
     print(msg, flush=True)
+
+
+def machine_speed(rows: int = 50_000, trees: int = 200, repeats: int = 3) -> dict:
+    """Seconds of one fixed boosting fit on one core (the best of `repeats`): how fast this machine
+    runs the work that dominates the stages, to compare figures measured on different machines."""
+    import numpy as np
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_limits
+
+    rng = np.random.default_rng(0)
+    X = rng.random((rows, 12))
+    y = np.sin(6 * X[:, 0]) + X[:, 1] * X[:, 2] + 0.1 * rng.standard_normal(rows)
+    best = math.inf
+    with threadpool_limits(1):
+        for _ in range(repeats):
+            model = HistGradientBoostingRegressor(max_iter=trees, max_leaf_nodes=31, early_stopping=False,
+                                                  random_state=0)
+            t = time.perf_counter()
+            model.fit(X, y)
+            best = min(best, time.perf_counter() - t)
+    return {"store": "machine", "stage": "calibration", "rows": rows, "trees": trees,
+            "fit_s": round(best, 3), "cpus": os.cpu_count()}
 
 
 def build_committed(path: Path, data: Path, kernel_tuner: Path | None) -> int:
@@ -275,13 +302,16 @@ def main(argv: list[str] | None = None) -> None:
         _log(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, OMP_NUM_THREADS="
              f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}, model {args.model or DEFAULT_MODEL}, "
              f"jobs {args.jobs or 'default (one per CPU)'}")
+        speed = machine_speed()
+        _log(f"machine: one {speed['trees']}-tree boosting fit of {speed['rows']:,} rows on one core takes "
+             f"{speed['fit_s']:.2f} s (best of 3)")
         t = time.perf_counter()
         n = build_committed(committed, args.data, kt)
         _log(f"committed store: {n} measurements from {args.data}"
              + (f" and the Kernel Tuner files in {kt}" if kt else " (no Kernel Tuner files found)")
              + f" ({time.perf_counter() - t:.1f} s to build)")
-        results = [] if args.skip_committed or args.stores_only else measure(
-            committed, "committed", n, args.model, args.jobs, args.timeout)
+        results = [speed] + ([] if args.skip_committed or args.stores_only else measure(
+            committed, "committed", n, args.model, args.jobs, args.timeout))
         if not args.skip_resampled:
             big = work / "resampled.duckdb"
             t = time.perf_counter()

@@ -68,3 +68,24 @@ def test_descendants_include_grandchildren_and_not_self():
         assert os.getpid() not in bench._descendants(os.getpid())
     finally:
         proc.wait()
+
+
+def test_machine_speed_times_the_same_fit_on_one_core(monkeypatch):
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_info
+
+    bench = load()
+    seen = []
+    real_fit = HistGradientBoostingRegressor.fit
+
+    def fit(self, X, y, *args, **kwargs):
+        seen.append(([p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp"], X.sum()))
+        return real_fit(self, X, y, *args, **kwargs)
+
+    monkeypatch.setattr(HistGradientBoostingRegressor, "fit", fit)
+    out = bench.machine_speed(rows=2_000, trees=5, repeats=2)
+    assert len(seen) == 2
+    assert all(threads and set(threads) == {1} for threads, _ in seen)   # one core, whatever the machine has
+    assert seen[0][1] == seen[1][1]                                       # the same data every time
+    assert out["rows"] == 2_000 and out["trees"] == 5 and out["fit_s"] > 0
+    assert bench.machine_speed(rows=2_000, trees=5, repeats=1)["rows"] == 2_000
