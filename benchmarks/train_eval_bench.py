@@ -26,8 +26,8 @@ a stage after that many seconds and says so.
 
 First it times a fixed piece of work, the kind that dominates the stages (one 200-tree boosting fit
 of 50,000 synthetic rows on one core, best of 3), and prints it as the machine's speed: the same code
-on the same store ran 25% slower on one 2-core machine than on another (notes/learning.md, session 27),
-so wall times from different machines compare only through it.
+on the same store took 116 s on one 2-core machine and 143-183 s on others (notes/learning.md, sessions
+27-28), so wall times from different machines compare only through it.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def machine_speed(rows: int = 50_000, trees: int = 200, repeats: int = 3) -> dic
     this machine runs the work that dominates the stages, to compare figures measured on different machines."""
     import numpy as np
 
-    from zmlx_pipeline.models.estimators import _gbr
+    from zmlx_pipeline.models.estimators import boosting_regressor
     from zmlx_pipeline.models.evaluate import fit_threads
 
     rng = np.random.default_rng(0)
@@ -67,7 +67,7 @@ def machine_speed(rows: int = 50_000, trees: int = 200, repeats: int = 3) -> dic
     best = math.inf
     with fit_threads():
         for _ in range(repeats):
-            model = _gbr(max_iter=trees)
+            model = boosting_regressor(max_iter=trees)
             t = time.perf_counter()
             model.fit(X, y)
             best = min(best, time.perf_counter() - t)

@@ -14,10 +14,10 @@ class WeightedRel(E.PipelineRanker):
         return self
 
 V = E.MODEL_VARIANTS
-V["gbr_rel_100"] = lambda f: E.PipelineRanker(f, E._gbr(max_iter=100, learning_rate=0.2), target="log_rel", clip=E.CLIP_LOG_REL, name="gbr_rel_100")
-V["gbr_rel_50"] = lambda f: E.PipelineRanker(f, E._gbr(max_iter=50, learning_rate=0.3), target="log_rel", clip=E.CLIP_LOG_REL, name="gbr_rel_50")
-V["gbr_rel_400"] = lambda f: E.PipelineRanker(f, E._gbr(max_iter=400, learning_rate=0.05), target="log_rel", clip=E.CLIP_LOG_REL, name="gbr_rel_400")
-V["gbr_rel_w"] = lambda f: WeightedRel(f, E._gbr(), name="gbr_rel_w")
-V["gbr_rel_w100"] = lambda f: WeightedRel(f, E._gbr(max_iter=100, learning_rate=0.2), name="gbr_rel_w100")
-V["gbr_rel_c2"] = lambda f: E.PipelineRanker(f, E._gbr(), target="log_rel", clip=np.log(2.0), name="gbr_rel_c2")
+V["gbr_rel_100"] = lambda f: E.PipelineRanker(f, E.boosting_regressor(max_iter=100, learning_rate=0.2), target="log_rel", clip=E.CLIP_LOG_REL, name="gbr_rel_100")
+V["gbr_rel_50"] = lambda f: E.PipelineRanker(f, E.boosting_regressor(max_iter=50, learning_rate=0.3), target="log_rel", clip=E.CLIP_LOG_REL, name="gbr_rel_50")
+V["gbr_rel_400"] = lambda f: E.PipelineRanker(f, E.boosting_regressor(max_iter=400, learning_rate=0.05), target="log_rel", clip=E.CLIP_LOG_REL, name="gbr_rel_400")
+V["gbr_rel_w"] = lambda f: WeightedRel(f, E.boosting_regressor(), name="gbr_rel_w")
+V["gbr_rel_w100"] = lambda f: WeightedRel(f, E.boosting_regressor(max_iter=100, learning_rate=0.2), name="gbr_rel_w100")
+V["gbr_rel_c2"] = lambda f: E.PipelineRanker(f, E.boosting_regressor(), target="log_rel", clip=np.log(2.0), name="gbr_rel_c2")
 V["ensemble_rel5"] = lambda f: E.CVEnsembleRanker(f, E.ENSEMBLE_MEMBERS + ("gbr_rel",), E.ENSEMBLE_HEDGES, name="ensemble_rel5")

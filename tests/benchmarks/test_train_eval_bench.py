@@ -74,18 +74,21 @@ def test_machine_speed_times_the_same_fit_on_one_core(monkeypatch):
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_info
 
+    from zmlx_pipeline.models.estimators import boosting_regressor
+
     bench = load()
     seen = []
     real_fit = HistGradientBoostingRegressor.fit
 
     def fit(self, X, y, *args, **kwargs):
-        seen.append(([p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp"], X.sum()))
+        seen.append(([p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp"], X.sum(), self.get_params()))
         return real_fit(self, X, y, *args, **kwargs)
 
     monkeypatch.setattr(HistGradientBoostingRegressor, "fit", fit)
     out = bench.machine_speed(rows=2_000, trees=5, repeats=2)
     assert len(seen) == 2
-    assert all(threads and set(threads) == {1} for threads, _ in seen)   # one core, whatever the machine has
-    assert seen[0][1] == seen[1][1]                                       # the same data every time
-    assert out["rows"] == 2_000 and out["trees"] == 5 and out["fit_s"] > 0
-    assert bench.machine_speed(rows=2_000, trees=5, repeats=1)["rows"] == 2_000
+    assert all(threads and set(threads) == {1} for threads, _, _ in seen)   # one core, whatever the machine has
+    assert seen[0][1] == seen[1][1]                                          # the same data every time
+    # the very model the stages fit (estimators.boosting_regressor), not a look-alike
+    assert all(params == boosting_regressor(max_iter=5).get_params() for _, _, params in seen)
+    assert out["rows"] == 2_000 and out["trees"] == 5 and out["repeats"] == 2 and out["fit_s"] > 0

@@ -131,14 +131,14 @@ def test_evaluation_folds_fit_only_the_part_they_score(features, cheap, monkeypa
 
 
 def test_top_weighting_needs_the_relative_target_and_sane_parameters(features):
-    from zmlx_pipeline.models.estimators import PipelineRanker, _gbr
+    from zmlx_pipeline.models.estimators import PipelineRanker, boosting_regressor
 
     with pytest.raises(ModelError, match="needs target log_rel"):
-        PipelineRanker(features, _gbr(), target="log_time", top_weight=4.0)
+        PipelineRanker(features, boosting_regressor(), target="log_time", top_weight=4.0)
     with pytest.raises(ModelError, match="top_weight must be"):
-        PipelineRanker(features, _gbr(), target="log_rel", top_weight=-1.0)
+        PipelineRanker(features, boosting_regressor(), target="log_rel", top_weight=-1.0)
     with pytest.raises(ModelError, match="top_weight must be"):
-        PipelineRanker(features, _gbr(), target="log_rel", top_weight=1.0, top_scale=0.0)
+        PipelineRanker(features, boosting_regressor(), target="log_rel", top_weight=1.0, top_scale=0.0)
 
 
 def test_top_weighting_changes_the_fit_and_gbr_rel_stays_unweighted(features):

@@ -854,7 +854,9 @@ class SeenUnseenRanker(Ranker):
         return out
 
 
-def _gbr(random_state: int = 0, max_iter: int = 200, learning_rate: float = 0.1) -> HistGradientBoostingRegressor:
+def boosting_regressor(random_state: int = 0, max_iter: int = 200, learning_rate: float = 0.1) -> HistGradientBoostingRegressor:
+    """The gradient-boosting regressor of the `gbr*` members (200 trees of 31 leaves, no early stopping):
+    public, since the benchmarks time this very model as the machine's speed."""
     return HistGradientBoostingRegressor(max_iter=max_iter, learning_rate=learning_rate, max_leaf_nodes=31,
                                          early_stopping=False, random_state=random_state)
 
@@ -909,13 +911,13 @@ _DEVICE_RELATIVE = ("cfg_log2_threads_per_simd", "cfg_log2_threads_per_max", "cf
 
 
 MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
-    "gbr": lambda f: PipelineRanker(f, _gbr(), target="log_time", name="gbr"),
-    "gbr_rel": lambda f: PipelineRanker(f, _gbr(), target="log_rel", clip=CLIP_LOG_REL, name="gbr_rel"),
+    "gbr": lambda f: PipelineRanker(f, boosting_regressor(), target="log_time", name="gbr"),
+    "gbr_rel": lambda f: PipelineRanker(f, boosting_regressor(), target="log_rel", clip=CLIP_LOG_REL, name="gbr_rel"),
     "rf_rel": lambda f: PipelineRanker(f, _forest(RandomForestRegressor), target="log_rel", clip=CLIP_LOG_REL,
                                        name="rf_rel"),
     "et_rel": lambda f: PipelineRanker(f, _forest(ExtraTreesRegressor), target="log_rel", clip=CLIP_LOG_REL,
                                        name="et_rel"),
-    "gbr_shared": lambda f: PipelineRanker(shared_features(f), _gbr(), target="log_rel", clip=CLIP_LOG_REL,
+    "gbr_shared": lambda f: PipelineRanker(shared_features(f), boosting_regressor(), target="log_rel", clip=CLIP_LOG_REL,
                                            name="gbr_shared"),
     "et_shared": lambda f: PipelineRanker(shared_features(f), _forest(ExtraTreesRegressor), target="log_rel",
                                           clip=CLIP_LOG_REL, name="et_shared"),
@@ -927,20 +929,20 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "transfer_et": lambda f: DeviceTransferRanker(f, "et", top_weight=0.0, name="transfer_et"),
     "transfer_geo": lambda f: DeviceTransferRanker(f, "gbr", geometry=True, name="transfer_geo"),
     "simd_aligned": lambda f: AlignmentRanker(f, name="simd_aligned"),
-    "gbr_med": lambda f: PipelineRanker(shared_features(f, geometry=True), _gbr(), target="log_med",
+    "gbr_med": lambda f: PipelineRanker(shared_features(f, geometry=True), boosting_regressor(), target="log_med",
                                         clip=CLIP_LOG_REL, name="gbr_med"),
     "prior_rank_uniform": lambda f: PriorRanker(f, uniform=True, vendor_penalty=0.0, target="rank_pct",
                                                 name="prior_rank_uniform"),
     "ensemble": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, name="ensemble"),
     # the ensemble with a quarter / a third of the boosting trees (the cost of its fits; notes/learning.md)
-    "gbr_shared_light": lambda f: PipelineRanker(shared_features(f), _gbr(max_iter=50, learning_rate=0.3),
+    "gbr_shared_light": lambda f: PipelineRanker(shared_features(f), boosting_regressor(max_iter=50, learning_rate=0.3),
                                                  target="log_rel", clip=CLIP_LOG_REL, name="gbr_shared_light"),
     "transfer_light": lambda f: DeviceTransferRanker(f, "gbr_light", name="transfer_light"),
     "ensemble_light": lambda f: CVEnsembleRanker(f, ("prior", "transfer_light", "gbr_shared_light", "simd_aligned"),
                                                  ("prior", "transfer_light", "prior_uniform"), name="ensemble_light"),
     # gbr_rel clipped at 2x (not 4x), and gbr_rel with each case's fast configs weighted up (as `transfer`)
-    "gbr_rel_clip2": lambda f: PipelineRanker(f, _gbr(), target="log_rel", clip=math.log(2.0), name="gbr_rel_clip2"),
-    "gbr_rel_top": lambda f: PipelineRanker(f, _gbr(), target="log_rel", clip=CLIP_LOG_REL, top_weight=4.0,
+    "gbr_rel_clip2": lambda f: PipelineRanker(f, boosting_regressor(), target="log_rel", clip=math.log(2.0), name="gbr_rel_clip2"),
+    "gbr_rel_top": lambda f: PipelineRanker(f, boosting_regressor(), target="log_rel", clip=CLIP_LOG_REL, top_weight=4.0,
                                             top_scale=0.1, name="gbr_rel_top"),
     # the three gbr_rel variants averaged for the devices seen in training, the ensemble for new ones
     # (notes/learning.md, "gbr_rel for seen devices")
