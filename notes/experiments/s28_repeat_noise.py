@@ -4,24 +4,29 @@ by the config's time, and how many of a kernel's judged held-out-shape cases sit
     python notes/experiments/s28_repeat_noise.py [STORE] [KERNEL]   (default /work/bench/committed.duckdb swiglu)
 """
 import sys
+from pathlib import Path
 
-import duckdb
+import polars as pl
 
-store = sys.argv[1] if len(sys.argv) > 1 else "/work/bench/committed.duckdb"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from judged_scores import JUDGED_SHAPE_DEVICES  # noqa: E402
+
+from zmlx_pipeline.data.store import Store  # noqa: E402
+
+store_path = sys.argv[1] if len(sys.argv) > 1 else "/work/bench/committed.duckdb"
 kernel = sys.argv[2] if len(sys.argv) > 2 else "swiglu"
-con = duckdb.connect(store, read_only=True)
-keys = "device_id, kernel, kernel_version, dtype, shape_key, config_key"
-print(con.sql(f"""
-    select r.device_id,
-           case when m.median_us < 2 then 'a: under 2 us' when m.median_us < 5 then 'b: 2-5 us'
-                when m.median_us < 20 then 'c: 5-20 us' else 'd: 20 us and up' end as bucket,
-           count(*) as configs,
-           median(abs(r.median_us - m.median_us) / least(r.median_us, m.median_us)) as median_diff,
-           quantile_cont(abs(r.median_us - m.median_us) / least(r.median_us, m.median_us), 0.9) as p90_diff
-    from repeats r join measurements m using ({keys})
-    where m.kernel = ? and m.status = 'ok' group by all order by 1, 2""", params=[kernel]))
-print(con.sql("""
-    with cases as (select device_id, dtype, shape_key, min(median_us) as best from measurements
-                   where kernel = ? and status = 'ok' and device_id in ('nvidia-h100-sxm', 'nvidia-h200') group by all)
-    select device_id, count(*) as cases, count(*) filter (where best < 2) as best_under_2us,
-           count(*) filter (where best < 5) as best_under_5us from cases group by 1 order by 1""", params=[kernel]))
+with Store(store_path, read_only=True) as store:
+    pairs = pl.DataFrame([p for p in store.repeat_pairs() if p["kernel"] == kernel])
+    rows = pl.DataFrame([m for m in store.measurements(kernel=kernel, status="ok")
+                         if m["device_id"] in JUDGED_SHAPE_DEVICES]).select("device_id", "dtype", "shape_key", "median_us")
+
+# difference over the faster of the two timings
+diff = (pl.col("repeat_us") - pl.col("median_us")).abs() / pl.min_horizontal("repeat_us", "median_us")
+bucket = (pl.when(pl.col("median_us") < 2).then(pl.lit("a: under 2 us")).when(pl.col("median_us") < 5).then(pl.lit("b: 2-5 us"))
+          .when(pl.col("median_us") < 20).then(pl.lit("c: 5-20 us")).otherwise(pl.lit("d: 20 us and up")))
+print(pairs.with_columns(bucket=bucket, diff=diff).group_by("device_id", "bucket")
+      .agg(configs=pl.len(), median_diff=pl.col("diff").median(), p90_diff=pl.col("diff").quantile(0.9, "linear"))
+      .sort("device_id", "bucket"))
+cases = rows.group_by("device_id", "dtype", "shape_key").agg(best=pl.col("median_us").min())
+print(cases.group_by("device_id").agg(cases=pl.len(), best_under_2us=(pl.col("best") < 2).sum(),
+                                      best_under_5us=(pl.col("best") < 5).sum()).sort("device_id"))
