@@ -173,7 +173,7 @@ def test_shard_with_invalid_rows_rolls_back_devices_and_runs_too(store, make_mea
     )
     con.close()
     with Store(tmp_path / "central.duckdb") as central:
-        with pytest.raises(BadShard, match="could not be ingested, the store is unchanged: .*CHECK"):
+        with pytest.raises(BadShard, match=r"bad.parquet, row \d+: unknown status 'exploded'.*the store is unchanged"):
             ingest_shard(central, tmp_path / "bad.parquet")
         assert contents(central) == ([], [], [])
         assert ingest_shard(central, shard)["added"] == 6
@@ -270,3 +270,89 @@ def test_a_key_measured_again_keeps_its_newest_timing_in_either_order(make_measu
             assert [m["median_us"] for m in central.measurements()] == [7.0]
             assert [p["repeat_us"] for p in central.repeat_pairs()] == [7.1]
             assert ingest_shard(central, new) == {"rows": 1, "added": 0, "skipped": 1}
+
+
+def _rewrite(shard, out, replace_sql: str, where: str = "TRUE") -> None:
+    """Copy `shard` to `out` with `replace_sql` (a REPLACE clause body) applied to the rows `where` picks."""
+    con = duckdb.connect()
+    con.execute(
+        f"COPY (SELECT * REPLACE ({replace_sql}) FROM (SELECT *, row_number() OVER () AS _n FROM read_parquet(?)) "
+        f"WHERE {where} UNION ALL BY NAME SELECT * FROM (SELECT *, row_number() OVER () AS _n FROM read_parquet(?)) "
+        f"WHERE NOT ({where})) TO 'PLACEHOLDER' (FORMAT parquet)".replace("PLACEHOLDER", str(out)),
+        [str(shard), str(shard)],
+    )
+    con.close()
+
+
+BAD_ROWS = {
+    "nan time": ("CAST('nan' AS DOUBLE) AS median_us", "status = 'ok'", "finite positive median_us"),
+    "negative time": ("-3.0 AS median_us", "status = 'ok'", "finite positive median_us"),
+    "zero time": ("0.0 AS median_us", "status = 'ok'", "finite positive median_us"),
+    "infinite time": ("CAST('inf' AS DOUBLE) AS median_us", "status = 'ok'", "finite positive median_us"),
+    "nan p90": ("CAST('nan' AS DOUBLE) AS p90_us", "status = 'ok'", "p10_us / p90_us"),
+    "future timestamp": ("TIMESTAMP '2999-01-01 00:00:00' AS measured_at", "TRUE", "in the future"),
+    "config not json": ("'{TG: 64' AS config", "TRUE", "config is not a JSON object"),
+    "config a list": ("'[64]' AS config", "TRUE", "config is not a JSON object"),
+    "shape not json": ("'rows=4' AS shape", "TRUE", "shape is not a JSON object"),
+    "negative samples": ("-1 AS samples", "TRUE", "samples must be 0 or more"),
+    "key of another config": ("'sha256:0000000000000000' AS config_key", "TRUE", "is not the key of config"),
+    "config missing a parameter": ("'{}' AS config, 'sha256:44136fa355b3678a' AS config_key", "_n = 2",
+                                   "config names parameters"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ROWS))
+def test_a_bad_row_refuses_the_shard_naming_file_row_and_reason(case, store, make_measurement, tmp_path):
+    replace_sql, where, reason = BAD_ROWS[case]
+    fill(store, make_measurement, MAC)
+    shard = tmp_path / "mac.parquet"
+    export_shard(store, shard)
+    bad = tmp_path / "bad.parquet"
+    _rewrite(shard, bad, replace_sql, where)
+    with Store(tmp_path / "central.duckdb") as central:
+        assert ingest_shard(central, shard)["added"] == 6
+        before = contents(central)
+        with pytest.raises(BadShard) as info:
+            ingest_shard(central, bad)
+        message = str(info.value)
+        assert "\n" not in message
+        assert message.startswith(f"{bad}, row ") and reason in message, message
+        assert message.endswith("nothing was ingested, the store is unchanged")
+        assert contents(central) == before
+
+
+def test_a_bad_ok_row_never_replaces_a_good_timing(make_measurement, tmp_path):
+    with Store(tmp_path / "a.duckdb") as a:
+        fill(a, make_measurement, MAC)
+        a.export_shard(tmp_path / "good.parquet")
+    _rewrite(tmp_path / "good.parquet", tmp_path / "bad.parquet",
+             "CAST('nan' AS DOUBLE) AS median_us, TIMESTAMP '2100-01-01' AS measured_at", "status = 'ok'")
+    with Store(tmp_path / "central.duckdb") as central:
+        ingest_shard(central, tmp_path / "good.parquet")
+        good = contents(central)
+        with pytest.raises(BadShard):
+            ingest_shard(central, tmp_path / "bad.parquet")
+        assert contents(central) == good
+
+
+def test_a_directory_ingest_is_all_or_nothing(make_measurement, tmp_path):
+    shards = tmp_path / "shards"
+    with Store(tmp_path / "a.duckdb") as a:
+        fill(a, make_measurement, MAC)
+        a.export_shard(shards / "a.parquet")
+    with Store(tmp_path / "b.duckdb") as b:
+        fill(b, make_measurement, GPU)
+        b.export_shard(shards / "b.parquet")
+    _rewrite(shards / "b.parquet", shards / "c.parquet", "-1.0 AS median_us", "status = 'ok'")
+    with Store(tmp_path / "central.duckdb") as central:
+        with pytest.raises(BadShard, match=r"c\.parquet, row \d+: an ok row needs a finite positive median_us"):
+            ingest_shards(central, [shards])
+        assert contents(central) == ([], [], [])  # a.parquet and b.parquet, checked first, did not go in either
+        (shards / "c.parquet").unlink()
+        assert ingest_shards(central, [shards])["files"] == 2
+
+
+def test_an_empty_directory_is_an_error_not_a_silent_success(store, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BadShard, match="no .parquet shard in this directory"):
+        ingest_shards(store, [tmp_path / "empty"])

@@ -147,7 +147,7 @@ def test_run_on_an_empty_data_directory_is_a_one_line_error(tmp_path):
                     "--bundle-dir", str(tmp_path / "b"))
     assert result.exit_code == 1, result.output
     errors = [line for line in result.output.splitlines() if not line.startswith("... ")]  # progress on stderr
-    assert len(errors) == 1 and errors[0].startswith("Error: the store has no ok measurements"), result.output
+    assert len(errors) == 1 and errors[0].endswith("empty: no .parquet shard in this directory"), result.output
 
 
 
@@ -162,3 +162,25 @@ def test_repeat_without_a_gpu_is_a_one_line_error():
     result = invoke("repeat", "-k", "rmsnorm")
     assert result.exit_code == 1
     assert result.output.startswith("Error: no Metal or CUDA backend") and result.output.count("\n") == 1
+
+
+def test_ingest_of_a_directory_with_one_bad_shard_is_one_line_and_changes_nothing(filled, tmp_path):
+    import duckdb
+
+    shards = tmp_path / "shards"
+    filled.export_shard(shards / "good.parquet")
+    con = duckdb.connect()
+    con.execute(
+        "COPY (SELECT * REPLACE (CASE WHEN status = 'ok' THEN -1.0 ELSE median_us END AS median_us) "
+        f"FROM read_parquet(?)) TO '{shards / 'neg.parquet'}' (FORMAT parquet)", [str(shards / "good.parquet")],
+    )
+    con.close()
+    db = str(tmp_path / "central.duckdb")
+    result = invoke("ingest", "--db", db, str(shards))
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "neg.parquet, row " in lines[0], lines
+    assert "an ok row needs a finite positive median_us, not -1.0; nothing was ingested" in lines[0]
+    con = duckdb.connect(db, read_only=True)
+    assert con.execute("SELECT count(*) FROM measurements").fetchone() == (0,)  # good.parquet did not go in
+    con.close()

@@ -54,20 +54,16 @@ def shard_paths(source: str | os.PathLike) -> list[Path]:
     """The shards a path names: a directory's *.parquet files (sorted), or the file itself."""
     source = Path(source)
     if source.is_dir():
-        return sorted(p for p in source.glob("*.parquet") if p.is_file())
+        found = sorted(p for p in source.glob("*.parquet") if p.is_file())
+        if not found:
+            raise BadShard(f"{source}: no .parquet shard in this directory")
+        return found
     if source.is_file():
         return [source]
     raise BadShard(f"{source}: no such shard file or directory")
 
 
 def ingest_shards(store: Store, sources: Iterable[str | os.PathLike]) -> dict:
-    """Ingest every shard the sources name, each in its own transaction; returns totals and per-file counts."""
-    totals = {"files": 0, "rows": 0, "added": 0, "skipped": 0, "replaced": 0, "per_file": {}}
-    for source in sources:
-        for shard in shard_paths(source):
-            counts = store.ingest_shard(shard)
-            totals["files"] += 1
-            for key in ("rows", "added", "skipped", "replaced"):
-                totals[key] += counts.get(key, 0)
-            totals["per_file"][str(shard)] = counts
-    return totals
+    """Ingest every shard the sources name, all or nothing (one transaction); returns totals and per-file counts."""
+    shards = [shard for source in sources for shard in shard_paths(source)]
+    return store.ingest_shards(shards)

@@ -6,14 +6,14 @@ import json
 import os
 import re
 import uuid
-from contextlib import contextmanager
-from datetime import datetime, timezone
+from contextlib import contextmanager, suppress
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 import duckdb
 
-from zmlx_pipeline.data.keys import canonical_json
+from zmlx_pipeline.data.keys import canonical_json, mapping_key
 from zmlx_pipeline.data.records import STATUSES, Measurement
 
 RUN_STATUSES = ("running", "finished", "interrupted", "failed", "imported")
@@ -811,11 +811,34 @@ class Store:
     def ingest_shard(self, path: str | os.PathLike) -> dict:
         """Merge one shard in one transaction (idempotent); returns {'rows', 'added', 'skipped'}, and
         'replaced' when the shard re-measured keys the store had older timings of (the newest wins)."""
-        self._require_writable("ingest a shard")
-        shard = Path(path)
-        if not shard.is_file():
-            raise BadShard(f"{shard}: no such shard file")
-        columns = _shard_columns(self._conn, shard)
+        return self.ingest_shards([path])["per_file"][str(Path(path))]
+
+    def ingest_shards(self, paths: Sequence[str | os.PathLike]) -> dict:
+        """Merge shards all or nothing: every row of every file is checked first, and one transaction
+        takes them all, so a bad file (named in the error with its row and reason) leaves the store as it was."""
+        self._require_writable("ingest shards")
+        shards = [Path(p) for p in paths]
+        if not shards:
+            raise BadShard("no shard to ingest: name .parquet files or directories holding them")
+        for shard in shards:
+            if not shard.is_file():
+                raise BadShard(f"{shard}: no such shard file")
+        per_file: dict[str, dict] = {}
+        try:
+            with self._transaction() as con:
+                for shard in shards:
+                    per_file[str(shard)] = self._ingest_one(con, shard)
+        except duckdb.Error as err:
+            raise BadShard(f"{shard} could not be ingested, the store is unchanged: {_first_line(err)}") from err
+        totals = {"files": len(shards), "rows": 0, "added": 0, "skipped": 0, "replaced": 0, "per_file": per_file}
+        for counts in per_file.values():
+            for key in ("rows", "added", "skipped", "replaced"):
+                totals[key] += counts.get(key, 0)
+        return totals
+
+    def _ingest_one(self, con: duckdb.DuckDBPyConnection, shard: Path) -> dict:
+        """Check one shard's rows and merge them inside the caller's transaction."""
+        columns = _shard_columns(con, shard)
 
         def col(name: str) -> str:
             """The shard's column, or NULL where an optional column is absent."""
@@ -852,26 +875,97 @@ class Store:
             + ", ".join(f"{c} = excluded.{c}" for c in updated)
             + " WHERE excluded.measured_at > measurements.measured_at"
         )
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _zmlx_shard AS SELECT * FROM read_parquet(?, file_row_number = true)",
+            [str(shard)],
+        )
         try:
-            with self._transaction() as con:
-                con.execute("CREATE OR REPLACE TEMP TABLE _zmlx_shard AS SELECT * FROM read_parquet(?)", [str(shard)])
-                (rows,) = con.execute("SELECT count(*) FROM _zmlx_shard").fetchone()
-                con.execute(devices_sql)
-                con.execute(runs_sql)
-                con.execute(_REPLACED_SQL)
-                (replaced,) = con.execute("SELECT count(*) FROM _zmlx_replaced").fetchone()
-                con.execute(_DROP_REPLACED_REPEATS_SQL)
-                (changed,) = con.execute(measurements_sql).fetchone()  # inserted plus replaced
-                if "repeats" in columns:
-                    con.execute(_INGEST_REPEATS_SQL)
-                con.execute("DROP TABLE _zmlx_shard")
-                con.execute("DROP TABLE _zmlx_replaced")
-        except duckdb.Error as err:
-            raise BadShard(f"{shard} could not be ingested, the store is unchanged: {_first_line(err)}") from err
+            _check_shard_rows(con, shard)
+            (rows,) = con.execute("SELECT count(*) FROM _zmlx_shard").fetchone()
+            con.execute(devices_sql)
+            con.execute(runs_sql)
+            con.execute(_REPLACED_SQL)
+            (replaced,) = con.execute("SELECT count(*) FROM _zmlx_replaced").fetchone()
+            con.execute(_DROP_REPLACED_REPEATS_SQL)
+            (changed,) = con.execute(measurements_sql).fetchone()  # inserted plus replaced
+            if "repeats" in columns:
+                con.execute(_INGEST_REPEATS_SQL)
+        finally:
+            with suppress(duckdb.Error):  # after a failed statement the rollback drops them
+                con.execute("DROP TABLE IF EXISTS _zmlx_shard")
+                con.execute("DROP TABLE IF EXISTS _zmlx_replaced")
         result = {"rows": int(rows), "added": int(changed) - int(replaced), "skipped": int(rows) - int(changed)}
         if replaced:
             result["replaced"] = int(replaced)
         return result
+
+
+# Row checks of an incoming shard: (reason, SQL condition that is true for a bad row). Clock skew
+# between a collecting machine and this one is allowed for up to FUTURE_SKEW.
+FUTURE_SKEW = timedelta(hours=1)
+_ROW_CHECKS = (
+    ("unknown status {status!r} (expected one of " + ", ".join(STATUSES) + ")",
+     "status IS NULL OR status NOT IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")"),
+    ("an ok row needs a finite positive median_us, not {median_us!r}",
+     "status = 'ok' AND (median_us IS NULL OR NOT isfinite(median_us) OR median_us <= 0)"),
+    ("p10_us / p90_us must be finite and positive when given, not {p10_us!r} / {p90_us!r}",
+     "(p10_us IS NOT NULL AND (NOT isfinite(p10_us) OR p10_us <= 0)) "
+     "OR (p90_us IS NOT NULL AND (NOT isfinite(p90_us) OR p90_us <= 0))"),
+    ("a timing must be non-negative, not {median_us!r}",
+     "median_us IS NOT NULL AND (isnan(median_us) OR median_us < 0)"),
+    ("samples must be 0 or more, not {samples!r}", "samples IS NULL OR samples < 0"),
+    ("measured_at {measured_at} is in the future", "measured_at IS NULL OR measured_at > ?"),
+    ("config is not a JSON object: {config!r}",
+     "config IS NULL OR NOT json_valid(config) OR json_type(config) <> 'OBJECT'"),
+    ("shape is not a JSON object: {shape!r}",
+     "shape IS NULL OR NOT json_valid(shape) OR json_type(shape) <> 'OBJECT'"),
+)
+
+
+def _check_shard_rows(con: duckdb.DuckDBPyConnection, shard: Path) -> None:
+    """Refuse a shard holding a row the store must not take: BadShard names the file, the row and why."""
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    fields = ("file_row_number", "status", "median_us", "p10_us", "p90_us", "samples", "measured_at", "config", "shape")
+    for reason, condition in _ROW_CHECKS:
+        params = [now + FUTURE_SKEW] if "?" in condition else []
+        found = con.execute(
+            f"SELECT {', '.join(fields)}, count(*) OVER () FROM _zmlx_shard WHERE {condition} "
+            "ORDER BY file_row_number LIMIT 1", params
+        ).fetchone()
+        if found:
+            row = dict(zip(fields, found))
+            raise BadShard(_bad_row(shard, row["file_row_number"], reason.format(**row), found[-1]))
+    # Keys must be the canonical hash of what they name, or two timings of one config would pass as two.
+    for column, key_column in (("config", "config_key"), ("shape", "shape_key")):
+        pairs = con.execute(
+            f"SELECT {column}, {key_column}, min(file_row_number), count(*) FROM _zmlx_shard GROUP BY 1, 2"
+        ).fetchall()
+        for text, key, first_row, count in pairs:
+            if mapping_key(json.loads(text)) != key:
+                raise BadShard(_bad_row(shard, first_row, f"{key_column} {key!r} is not the key of {column} {text}", count))
+    # Every config of one kernel version names the same parameters (as does the store's).
+    sets = con.execute(
+        "SELECT kernel, kernel_version, list_sort(json_keys(config::JSON)) AS params, min(file_row_number), count(*) "
+        "FROM _zmlx_shard GROUP BY ALL ORDER BY 4"
+    ).fetchall()
+    first: dict[tuple[str, str], tuple[list[str], int]] = {}
+    for kernel, version, params, first_row, count in sets:
+        stored = con.execute(
+            "SELECT list_sort(json_keys(config::JSON)) FROM measurements WHERE kernel = ? AND kernel_version = ? LIMIT 1",
+            [kernel, version],
+        ).fetchone()
+        expected = (stored[0], None) if stored else first.setdefault((kernel, version), (params, first_row))
+        if list(params) != list(expected[0]):
+            raise BadShard(_bad_row(
+                shard, first_row,
+                f"{kernel} ({version}) config names parameters {list(params)}, but its other configs name "
+                f"{list(expected[0])}", count))
+
+
+def _bad_row(shard: Path, row: int, reason: str, count: int) -> str:
+    """One line: which file and row, why, how many rows share the problem, and that nothing went in."""
+    more = f" ({count - 1} more rows like it)" if count > 1 else ""
+    return f"{shard}, row {int(row) + 1}: {reason}{more}; nothing was ingested, the store is unchanged"
 
 
 def _fsync_dir(directory: Path) -> None:
