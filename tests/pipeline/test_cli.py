@@ -184,3 +184,23 @@ def test_ingest_of_a_directory_with_one_bad_shard_is_one_line_and_changes_nothin
     con = duckdb.connect(db, read_only=True)
     assert con.execute("SELECT count(*) FROM measurements").fetchone() == (0,)  # good.parquet did not go in
     con.close()
+
+
+@pytest.mark.parametrize("command", [("summary",), ("ingest", "DATA"), ("collect", "-k", "rmsnorm")])
+def test_a_db_path_under_a_regular_file_is_one_line(tmp_path, command):
+    (tmp_path / "plain").write_text("x")
+    args = [a if a != "DATA" else str(tmp_path) for a in command]
+    result = invoke(*args, "--db", str(tmp_path / "plain" / "store.duckdb"))
+    assert result.exit_code == 1 and result.exception is None or isinstance(result.exception, SystemExit), result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), result.output
+    assert "Traceback" not in result.output
+
+
+def test_export_under_a_regular_file_is_one_line_and_writes_nothing(filled, tmp_path):
+    (tmp_path / "plain").write_text("x")
+    result = invoke("export", "--db", str(filled.path), str(tmp_path / "plain" / "out.parquet"))
+    assert result.exit_code == 1, result.output
+    assert result.output.strip() == (f"Error: cannot put the shard at {tmp_path / 'plain' / 'out.parquet'}: "
+                                     f"{tmp_path / 'plain'} is a file, not a directory; choose another path")
+    assert (tmp_path / "plain").read_text() == "x"

@@ -341,13 +341,24 @@ def _open_error(path: Path, err: duckdb.Error) -> StoreError:
     return StoreError(f"cannot open store {path}: {text}")
 
 
+def make_parent(path: Path, what: str) -> None:
+    """Create the directory a file goes into, or raise StoreError saying why it cannot be (one line)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), path.parent)
+        raise StoreError(f"cannot put the {what} at {path}: {blocker} is a file, not a directory; choose another path") from None
+    except OSError as exc:
+        raise StoreError(f"cannot create {path.parent} for the {what}: {exc.strerror or exc}") from None
+
+
 def _connect(path: Path, read_only: bool, create: bool = True) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB connection, mapping lock, corruption and missing-file errors. A missing file is
     created only when opening writable with `create`."""
     if (read_only or not create) and not path.exists():
         raise StoreError(f"no store at {path}: run a collect, import or ingest first, or pass another --db")
     if not read_only:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_parent(path, "store")
     try:
         return duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as err:
@@ -768,7 +779,7 @@ class Store:
     def export_shard(self, path: str | os.PathLike, device: str | None = None) -> int:
         """Write measurements (of one device, or all) as one zstd Parquet shard, atomically; returns rows."""
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
+        make_parent(target, "shard")
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         where, params = _where({"device": device}, prefix="m.")
         select = ", ".join(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from zmlx_pipeline.publish.models import DEFAULT_PRUNE_K, ModelSourceError, load_models
-from zmlx_pipeline.publish.writer import PublishError, write_bundle
+from zmlx_pipeline.publish.writer import PublishError, check_publish_dir, write_bundle
 
 __all__ = ["DEFAULT_PRUNE_K", "ModelSourceError", "PublishError", "publish"]
 
@@ -34,6 +34,7 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
 
     from zmlx_pipeline.publish.build import build_contents
 
+    check_publish_dir(to_dir if versioned else Path(to_dir).parent)  # before minutes of building, not after
     if progress:
         progress("loading models")
     # Many small fits and predictions: one thread each is several times faster than contending OpenMP pools.

@@ -80,10 +80,35 @@ def write_files(directory: Path, blobs: Mapping[str, bytes], manifest: dict) -> 
     _fsync_dir(directory)
 
 
+def check_publish_dir(directory: str | os.PathLike) -> None:
+    """Refuse a publish directory that cannot be written (a file on its path, no permission) before any work."""
+    root = Path(directory)
+    blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise PublishError(f"cannot publish to {root}: {blocker} is a file, not a directory; choose another --to")
+    existing = next(p for p in (root, *root.parents) if p.exists())
+    try:
+        existing.joinpath(".zmlx-write-probe").mkdir()
+        existing.joinpath(".zmlx-write-probe").rmdir()
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise PublishError(f"cannot publish to {root}: {existing} is not writable ({exc.strerror or exc}); "
+                           "choose another --to") from None
+
+
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def swap_latest(to_dir: Path, name: str) -> None:
     """Point `latest` at a version: write a temp file, fsync, os.replace it over the old pointer."""
     fd, tmp = tempfile.mkstemp(prefix=f".{LATEST}.", dir=to_dir)
     try:
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes it private; readers of the bundle need it
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(name + "\n")
             fh.flush()
@@ -109,7 +134,7 @@ def write_bundle(to_dir: str | os.PathLike, files: Mapping[str, Any], fields: Ma
     try:
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".publish-", dir=parent))
-        os.chmod(tmp, 0o755)  # mkdtemp makes it private; a published bundle is for others to read (and serve)
+        os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes it private; a bundle is for others to read
     except OSError as exc:
         raise PublishError(f"cannot write a bundle under {parent}: {exc.strerror or exc}") from None
     try:

@@ -194,9 +194,12 @@ def resolve_dir(path: Path) -> Path:
 def read_dir(path: str | os.PathLike, source: str | None = None) -> Bundle:
     """A verified bundle from a local directory (or publish root); raises BundleError."""
     p = Path(path).expanduser()
-    if not p.exists():
-        raise BundleError(f"{p}: no such bundle directory")
-    root = resolve_dir(p)
+    try:
+        if not p.exists():
+            raise BundleError(f"{p}: no such bundle directory")
+        root = resolve_dir(p)
+    except OSError as exc:  # a directory or pointer this process may not read
+        raise BundleError(f"{p}: cannot read the bundle ({exc.strerror or exc})") from None
 
     def read(name: str) -> bytes:
         try:

@@ -1,0 +1,98 @@
+"""Bundle files on disk: readable by others as ordinary files are, path problems refused before any work."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.publish import PublishError, publish
+from zmlx_pipeline.publish.writer import check_publish_dir, write_bundle
+from zmlx_pipeline.runtime import bundle as bundle_mod
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test and put the old one back."""
+    old = os.umask(0o022)
+    os.umask(old)
+    yield lambda mask: os.umask(mask)
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask,file_mode,dir_mode", [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775), (0o077, 0o600, 0o700)])
+def test_bundle_files_and_latest_pointer_follow_the_umask(umask, tmp_path, mask, file_mode, dir_mode):
+    umask(mask)
+    manifest, path = write_bundle(tmp_path / "pub", {"kernels.json": {"a": 1}}, {"schema": "x"})
+    assert _mode(tmp_path / "pub" / "latest") == file_mode  # was 0600 whatever the umask
+    assert _mode(path) == dir_mode
+    assert _mode(path / "kernels.json") == file_mode and _mode(path / "manifest.json") == file_mode
+
+
+def test_a_publish_path_under_a_regular_file_is_refused_at_once(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(PublishError, match=r"f is a file, not a directory; choose another --to"):
+        check_publish_dir(tmp_path / "f" / "bundles")
+    with Store(tmp_path / "empty.duckdb") as store:  # the path check comes before anything is read or built
+        started = time.perf_counter()
+        with pytest.raises(PublishError, match="is a file, not a directory"):
+            publish(store, tmp_path / "f" / "bundles")
+        assert time.perf_counter() - started < 5
+
+
+def test_an_unwritable_publish_directory_is_refused_before_building(tmp_path, monkeypatch):
+    target = tmp_path / "ro"
+    target.mkdir()
+    real_mkdir = Path.mkdir
+
+    def refuse(self, *args, **kwargs):
+        if self.parent == target:
+            raise PermissionError(13, "Permission denied")
+        return real_mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(PublishError, match=r"ro is not writable \(Permission denied\); choose another --to"):
+        check_publish_dir(target / "sub")
+
+
+def test_a_bundle_the_process_cannot_read_is_refused_with_one_warning(toy_bundle, tmp_path, monkeypatch, fresh_runtime):
+    _, publish_dir = toy_bundle
+    before = bundle_mod.load_bundle(publish_dir)
+    real_read = Path.read_bytes
+
+    def unreadable(self):
+        if self.name == "manifest.json":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", unreadable)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kept = bundle_mod.load_bundle(publish_dir)
+    assert len(caught) == 1 and "Permission denied" in str(caught[0].message)
+    assert kept is not None and kept.bundle_id == before.bundle_id  # the one in use keeps answering
+    with pytest.raises(bundle_mod.BundleError, match="Permission denied"):
+        bundle_mod.load_bundle(publish_dir, strict=True)
+
+
+def test_an_unreadable_latest_pointer_is_a_bundle_error_not_a_traceback(tmp_path, monkeypatch):
+    write_bundle(tmp_path / "pub", {"kernels.json": {"a": 1}}, {"schema": "x"})
+    real_read = Path.read_text
+
+    def unreadable(self, *args, **kwargs):
+        if self.name == "latest":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", unreadable)
+    with pytest.raises(bundle_mod.BundleError, match=r"cannot read the bundle \(Permission denied\)"):
+        bundle_mod.read_dir(tmp_path / "pub")
