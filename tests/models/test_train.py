@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -148,3 +149,33 @@ def test_a_train_stopped_while_registering_keeps_the_models_before_and_no_stray_
     folder = Path(store.path).parent / "models"
     assert [r["kernel_filter"] for r in store.models()] == calls[:1]
     assert sorted(p.name for p in folder.iterdir()) == [Path(r["path"]).name for r in store.models()]
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_killed_trains_unregistered_model_and_temp_files_are_removed_by_the_next_train(store, make_measurement):
+    fill(store, make_measurement)
+    (first,) = train_models(store, model="prior")
+    folder = Path(store.path).parent / "models"
+    registered = folder / Path(first["path"]).name
+    dead = _dead_pid()
+    # what `kill -9` leaves: a saved model never registered, its half-written sibling, the pending list
+    orphan = folder / "k-20260101T000000Z.zmodel"
+    orphan.write_bytes(b"x" * 1000)
+    half = folder / f".k-20260101T000001Z.zmodel.tmp-{dead}-abcd1234"
+    half.write_bytes(b"x")
+    (folder / f".pending-{dead}").write_text(f"{orphan.name}\n{registered.name}\n")
+    live = folder / f".k-20260101T000002Z.zmodel.tmp-{os.getpid()}-abcd1234"  # a running process's: kept
+    live.write_bytes(b"x")
+    (second,) = train_models(store, model="prior")
+    assert not orphan.exists() and not half.exists() and not (folder / f".pending-{dead}").exists()
+    assert registered.is_file() and live.is_file()  # a registered model is never swept
+    assert (folder / Path(second["path"]).name).is_file()
+    assert not list(folder.glob(f".pending-{os.getpid()}"))  # this run registered what it noted

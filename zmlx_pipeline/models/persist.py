@@ -219,6 +219,59 @@ def save_model(ranker: Ranker, path: str | os.PathLike, meta: dict | None = None
     return digest
 
 
+PENDING_PREFIX = ".pending-"  # a list of model files a running train saved and has not registered yet
+
+
+def mark_pending(folder: Path, path: Path) -> None:
+    """Note (before saving it) a model file this process is about to save, so that a killed run's file is found."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / f"{PENDING_PREFIX}{os.getpid()}", "a", encoding="utf-8") as fh:
+        fh.write(path.name + "\n")
+
+
+def clear_pending(folder: Path) -> None:
+    """This process registered (or removed) every model file it noted."""
+    (folder / f"{PENDING_PREFIX}{os.getpid()}").unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_orphans(folder: Path, registered: set[str]) -> list[Path]:
+    """Remove what a killed train left in `folder`: its temp files and its saved, never-registered models.
+
+    Only files of processes that no longer run are touched, and never a file `registered` names
+    (file names of the registry's model paths). Returns the files removed.
+    """
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for entry in folder.iterdir():
+        pid_text = None
+        if entry.name.startswith(PENDING_PREFIX):
+            pid_text = entry.name[len(PENDING_PREFIX):]
+        elif entry.name.startswith(".") and ".tmp-" in entry.name:
+            pid_text = entry.name.split(".tmp-", 1)[1].split("-", 1)[0]
+        if pid_text is None or not pid_text.isdigit() or _alive(int(pid_text)):
+            continue
+        if entry.name.startswith(PENDING_PREFIX):
+            for name in entry.read_text(encoding="utf-8").split():
+                target = folder / Path(name).name
+                if target.name not in registered and target.is_file():
+                    target.unlink()
+                    removed.append(target)
+        entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
 def file_sha256(path: str | os.PathLike) -> str:
     """sha256 of a file's bytes, as "sha256:<64 hex>"."""
     h = hashlib.sha256()

@@ -53,7 +53,14 @@ from zmlx_pipeline.models.evaluate import (
     summarize,
 )
 from zmlx_pipeline.models.features import CASE, KernelFeatures
-from zmlx_pipeline.models.persist import SUFFIX, load_model_file, save_model
+from zmlx_pipeline.models.persist import (
+    SUFFIX,
+    clear_pending,
+    load_model_file,
+    mark_pending,
+    save_model,
+    sweep_orphans,
+)
 
 # Held-out folds are scored until this many cases are (all folds on small data): the 95% coverage
 # of a few hundred spread cases is already stable, and each fold refits the model.
@@ -185,6 +192,7 @@ def _save(f: KernelFeatures, model: str, devices, folder: Path, ranker: Ranker, 
         "shapes": frame["shape_key"].n_unique(), "dtypes": sorted(frame["dtype"].unique().to_list()),
     }
     path = folder / f"{model_id}{SUFFIX}"
+    mark_pending(folder, path)
     params["file_sha256"] = save_model(ranker, path, meta={"model_id": model_id, "kernel": f.kernel,
                                                            "data_fingerprint": fingerprint, "model": model})
     return {"model_id": model_id, "kernel_filter": f.kernel, "created_at": now, "data_fingerprint": fingerprint,
@@ -241,6 +249,7 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
         raise StoreError(f"cannot register models: store {store.path} is open read-only; open it writable")
     jobs = check_jobs(jobs)
     folder = Path(models_dir) if models_dir is not None else default_models_dir(store)
+    sweep_orphans(folder, {model_path(store, row).name for row in store.models()})  # what a killed train left
     versions = package_versions()
     rows = []
     saved: dict[str, dict] = {}  # the registry rows of saved model files, until they are registered
@@ -272,6 +281,7 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
         finally:  # an error or a stop (Ctrl-C, SIGTERM): a saved file that is not registered would only confuse
             for row in saved.values():
                 model_path(store, row).unlink(missing_ok=True)
+            clear_pending(folder)
     return rows
 
 
