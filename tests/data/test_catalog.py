@@ -277,7 +277,9 @@ def test_driver_names_match_their_row(name, device_id):
     assert match_device(name).id == device_id
 
 
-@pytest.mark.parametrize("name", ["RTX 6000", "RTX 4000", "TITAN X", "GTX 1060", "NVIDIA GH200", "RX 7900", "RTX PRO 6000"])
+@pytest.mark.parametrize(
+    "name", ["RTX 6000", "RTX 4000", "TITAN X", "GTX 1060", "NVIDIA GH200", "RX 7900", "RTX PRO 6000"]
+)
 def test_names_shared_by_several_cards_match_none(name):
     assert match_device(name) is None
 
