@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from zmlx_pipeline.data.catalog import (
+    NUMERIC_FIELDS,
     DeviceSpec,
     UnknownDevice,
+    catalog_sources,
     get_device,
     load_catalog,
     match_device,
@@ -40,13 +43,16 @@ def test_validate_catalog_reports_each_kind_of_problem():
     wrong_source = DeviceSpec.from_json({**_json_row(good), "id": "x-3", "name": "X Three", "aliases": ["X3"],
                                          "sources": {**good.sources, "gpu_cores": "nowhere"}})
     clash = DeviceSpec.from_json({**_json_row(good), "id": "x-4", "name": "X Four", "aliases": ["Tesla T4"]})
-    problems = validate_catalog((good, good, bad_figure, uncited, wrong_source, clash))
+    no_arch_source = DeviceSpec.from_json({**_json_row(good), "id": "x-5", "name": "X Five", "aliases": ["X5"],
+                                           "sources": {k: v for k, v in good.sources.items() if k != "architecture"}})
+    problems = validate_catalog((good, good, bad_figure, uncited, wrong_source, clash, no_arch_source))
     text = "\n".join(problems)
     assert "'nvidia-t4': duplicate id" in text
     assert "'x-1': clock_mhz must be a positive number" in text
     assert "'x-2': l2_bytes cites no source" in text
     assert "'x-3': gpu_cores cites undeclared source 'nowhere'" in text
     assert "alias 'Tesla T4' is listed by more than one device" in text
+    assert "'x-5': architecture cites no source" in text
 
 
 def _json_row(spec: DeviceSpec) -> dict:
@@ -92,21 +98,198 @@ def test_apple_limits_slc_and_clock_per_generation():
     assert get_device("apple-m3-max-40c").architecture == "apple9"
 
 
-def test_enough_non_apple_gpus_across_generations():
-    devices = load_catalog()
-    assert sum(d.vendor != "apple" for d in devices) >= 40
-    families = {d.family for d in devices if d.vendor == "nvidia"}
-    assert {"kepler", "pascal", "volta", "turing", "ampere", "ada", "hopper"} <= families
-    for device_id in ("nvidia-tesla-k80", "nvidia-tesla-k40", "nvidia-p100-pcie-16gb", "nvidia-v100-pcie-16gb",
-                      "nvidia-v100-sxm2-16gb", "nvidia-t4", "nvidia-a10", "nvidia-a30", "nvidia-a40",
-                      "nvidia-a100-pcie-40gb", "nvidia-a100-sxm4-40gb", "nvidia-a100-sxm4-80gb", "nvidia-rtx-a4000",
-                      "nvidia-rtx-a5000", "nvidia-rtx-a6000", "nvidia-l4", "nvidia-l40s", "nvidia-h100-pcie",
-                      "nvidia-h100-sxm", "nvidia-h200", "nvidia-gtx-1080-ti", "nvidia-rtx-2080-ti", "nvidia-rtx-3060",
-                      "nvidia-rtx-3080", "nvidia-rtx-3090", "nvidia-rtx-4070", "nvidia-rtx-4080", "nvidia-rtx-4090",
-                      "nvidia-titan-v", "amd-mi50", "amd-mi60", "amd-mi100", "amd-mi210", "amd-mi250", "amd-mi250x",
-                      "amd-mi300x", "amd-radeon-pro-w6600", "amd-radeon-pro-w6800", "amd-radeon-pro-w7800",
-                      "amd-radeon-pro-w7900"):
-        get_device(device_id)
+# The GPUs people tune on, by family: each id must be a row of that vendor and family.
+FAMILY_ROWS = {
+    ("nvidia", "kepler"): ["tesla-k20", "tesla-k20x", "tesla-k40", "tesla-k80", "gtx-680", "gtx-780", "gtx-780-ti",
+                           "gtx-titan", "gtx-titan-black"],
+    ("nvidia", "maxwell"): ["gtx-750-ti", "gtx-970", "gtx-980", "gtx-980-ti", "gtx-titan-x", "tesla-m40", "tesla-m60",
+                            "tesla-m4"],
+    ("nvidia", "pascal"): ["gtx-1060-6gb", "gtx-1070", "gtx-1070-ti", "gtx-1080", "gtx-1080-ti", "titan-x-pascal",
+                           "titan-xp", "p100-pcie-16gb", "p100-sxm2", "tesla-p40", "tesla-p4", "quadro-p6000"],
+    ("nvidia", "volta"): ["v100-pcie-16gb", "v100-pcie-32gb", "v100-sxm2-16gb", "v100-sxm2-32gb", "v100-sxm3-32gb",
+                          "v100s-pcie", "titan-v"],
+    ("nvidia", "turing"): ["gtx-1650", "gtx-1660", "gtx-1660-ti", "gtx-1660-super", "rtx-2060", "rtx-2060-super",
+                           "rtx-2070", "rtx-2070-super", "rtx-2080", "rtx-2080-super", "rtx-2080-ti", "titan-rtx", "t4",
+                           "quadro-rtx-4000", "quadro-rtx-5000", "quadro-rtx-6000", "quadro-rtx-8000"],
+    ("nvidia", "ampere"): ["a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "a10", "a30", "a40",
+                           "a2", "a16", "rtx-3050", "rtx-3060", "rtx-3060-ti", "rtx-3070", "rtx-3070-ti", "rtx-3080",
+                           "rtx-3080-ti", "rtx-3090", "rtx-3090-ti", "rtx-a2000", "rtx-a4000", "rtx-a4500", "rtx-a5000",
+                           "rtx-a6000"],
+    ("nvidia", "ada"): ["l4", "l40", "l40s", "rtx-4060", "rtx-4060-ti", "rtx-4070", "rtx-4070-super", "rtx-4070-ti",
+                        "rtx-4070-ti-super", "rtx-4080", "rtx-4080-super", "rtx-4090", "rtx-2000-ada", "rtx-4000-ada",
+                        "rtx-4500-ada", "rtx-5000-ada", "rtx-6000-ada"],
+    ("nvidia", "hopper"): ["h100-pcie", "h100-sxm", "h100-nvl", "h200", "gh200-96gb", "gh200-144gb"],
+    ("nvidia", "blackwell"): ["b200", "rtx-5060", "rtx-5060-ti", "rtx-5070", "rtx-5070-ti", "rtx-5080", "rtx-5090",
+                              "rtx-pro-6000-blackwell"],
+    ("amd", "gcn5"): ["mi25", "mi50", "mi60"],
+    ("amd", "cdna1"): ["mi100"],
+    ("amd", "cdna2"): ["mi210", "mi250", "mi250x"],
+    ("amd", "cdna3"): ["mi300a", "mi300x", "mi325x"],
+    ("amd", "cdna4"): ["mi350x", "mi355x"],
+    ("amd", "rdna1"): ["radeon-rx-5500-xt", "radeon-rx-5600-xt", "radeon-rx-5700", "radeon-rx-5700-xt",
+                       "radeon-pro-w5700"],
+    ("amd", "rdna2"): ["radeon-rx-6600", "radeon-rx-6600-xt", "radeon-rx-6650-xt", "radeon-rx-6700",
+                       "radeon-rx-6700-xt", "radeon-rx-6750-xt", "radeon-rx-6800", "radeon-rx-6800-xt",
+                       "radeon-rx-6900-xt", "radeon-rx-6950-xt", "radeon-pro-w6600", "radeon-pro-w6800"],
+    ("amd", "rdna3"): ["radeon-rx-7600", "radeon-rx-7600-xt", "radeon-rx-7700-xt", "radeon-rx-7800-xt",
+                       "radeon-rx-7900-gre", "radeon-rx-7900-xt", "radeon-rx-7900-xtx", "radeon-pro-w7600",
+                       "radeon-pro-w7700", "radeon-pro-w7800", "radeon-pro-w7900"],
+    ("amd", "rdna4"): ["radeon-rx-9060-xt", "radeon-rx-9070", "radeon-rx-9070-xt"],
+}
+
+# Which architectures (sm_XX compute capability, gfx LLVM target) each family spans.
+FAMILY_ARCHITECTURES = {
+    "kepler": {"sm_30", "sm_35", "sm_37"}, "maxwell": {"sm_50", "sm_52"}, "pascal": {"sm_60", "sm_61"},
+    "volta": {"sm_70"}, "turing": {"sm_75"}, "ampere": {"sm_80", "sm_86"}, "ada": {"sm_89"}, "hopper": {"sm_90"},
+    "blackwell": {"sm_100", "sm_103", "sm_120"},
+    "gcn5": {"gfx900", "gfx906"}, "cdna1": {"gfx908"}, "cdna2": {"gfx90a"}, "cdna3": {"gfx942"}, "cdna4": {"gfx950"},
+    "rdna1": {"gfx1010", "gfx1011", "gfx1012"}, "rdna2": {"gfx1030", "gfx1031", "gfx1032"},
+    "rdna3": {"gfx1100", "gfx1101", "gfx1102"}, "rdna4": {"gfx1200", "gfx1201"},
+}
+
+# FP32 lanes per SM/CU (an FMA is two FLOPs); RDNA3/4 and CDNA4 figures count two FP32 per lane per clock.
+FP32_LANES = {
+    "sm_30": 192, "sm_35": 192, "sm_37": 192, "sm_50": 128, "sm_52": 128, "sm_60": 64, "sm_61": 128, "sm_70": 64,
+    "sm_75": 64, "sm_80": 64, "sm_86": 128, "sm_89": 128, "sm_90": 128, "sm_100": 128, "sm_120": 128,
+    "gfx900": 64, "gfx906": 64, "gfx908": 64, "gfx90a": 64, "gfx942": 64, "gfx950": 128,
+    "gfx1010": 64, "gfx1012": 64, "gfx1030": 64, "gfx1031": 64, "gfx1032": 64,
+    "gfx1100": 128, "gfx1101": 128, "gfx1102": 128, "gfx1200": 128, "gfx1201": 128,
+}
+
+# (low, high) bounds a discrete NVIDIA/AMD GPU's figure lies in; a typo (an extra zero, MB for GB) falls outside.
+PLAUSIBLE = {
+    "memory_bandwidth_gbps": (80, 10_000), "clock_mhz": (700, 3_300), "fp32_tflops": (1.0, 200.0),
+    "memory_gb": (2, 300), "l2_bytes": (512 * 1024, 256 * 2**20),
+}
+CORE_RANGE = {"sms": (5, 200), "cus": (20, 320)}
+SPEC_FIELDS = {*NUMERIC_FIELDS, "architecture"}
+
+
+def _gpus() -> list[DeviceSpec]:
+    return [d for d in load_catalog() if d.vendor != "apple"]
+
+
+@pytest.mark.parametrize("vendor, family", list(FAMILY_ROWS))
+def test_every_family_has_the_rows_people_tune_on(vendor, family):
+    for name in FAMILY_ROWS[(vendor, family)]:
+        spec = get_device(f"{vendor}-{name}")
+        assert (spec.vendor, spec.family) == (vendor, family), spec.id
+        assert spec.backend == {"nvidia": "cuda", "amd": "rocm"}[vendor]
+        assert spec.core_unit == {"nvidia": "sms", "amd": "cus"}[vendor]
+
+
+def test_every_gpu_row_is_in_a_known_family_with_its_architecture():
+    for spec in _gpus():
+        assert (spec.vendor, spec.family) in FAMILY_ROWS, spec.id
+        assert spec.architecture in FAMILY_ARCHITECTURES[spec.family], spec.id
+        assert re.fullmatch(r"sm_\d{2,3}" if spec.vendor == "nvidia" else r"gfx[0-9a-f]{3,4}", spec.architecture)
+
+
+def test_gpu_figures_are_plausible():
+    for spec in _gpus():
+        for fname, (low, high) in PLAUSIBLE.items():
+            assert low <= getattr(spec, fname) <= high, f"{spec.id}: {fname} = {getattr(spec, fname)}"
+        low, high = CORE_RANGE[spec.core_unit]
+        assert low <= spec.gpu_cores <= high, spec.id
+        assert spec.l2_bytes % (64 * 1024) == 0, f"{spec.id}: L2 of {spec.l2_bytes} bytes is not whole 64 KiB"
+        assert isinstance(spec.gpu_cores, int) and isinstance(spec.clock_mhz, int)
+
+
+def test_fp32_is_cores_times_lanes_times_two_times_clock():
+    for spec in _gpus():
+        expected = spec.gpu_cores * FP32_LANES[spec.architecture] * 2 * spec.clock_mhz / 1e6
+        assert spec.fp32_tflops == pytest.approx(expected, rel=0.03), f"{spec.id}: {spec.fp32_tflops} vs {expected:.2f}"
+
+
+def test_gpu_limits_are_the_class_values():
+    for spec in _gpus():
+        assert spec.max_threads_per_threadgroup == 1024 and spec.default_threadgroup == 256
+        if spec.vendor == "nvidia":
+            assert (spec.simd_width, spec.threadgroup_memory_bytes) == (32, 49152), spec.id
+        else:
+            assert spec.simd_width == (32 if spec.family.startswith("rdna") else 64), spec.id
+            assert spec.threadgroup_memory_bytes == (160 * 1024 if spec.architecture == "gfx950" else 65536), spec.id
+
+
+def test_every_gpu_figure_cites_a_declared_source_with_title_and_url():
+    sources = catalog_sources()
+    for spec in _gpus():
+        assert set(spec.sources) == SPEC_FIELDS, spec.id
+        for source_id in spec.sources.values():
+            assert sources[source_id]["title"], source_id
+            if not source_id.startswith("convention-"):
+                assert sources[source_id]["url"].startswith("https://"), source_id
+
+
+def test_no_name_or_alias_names_two_rows():
+    owners: dict[str, set[str]] = {}
+    for spec in load_catalog():
+        for label in (spec.name, *spec.aliases):
+            owners.setdefault(normalize_name(label), set()).add(spec.name)
+    assert {key: names for key, names in owners.items() if len(names) > 1} == {}
+    for spec in _gpus():
+        for label in (spec.name, *spec.aliases):
+            assert match_device(label).id == spec.id, label
+
+
+def test_ids_are_unique_vendor_slugs():
+    ids = [d.id for d in load_catalog()]
+    assert len(ids) == len(set(ids))
+    for spec in load_catalog():
+        assert re.fullmatch(rf"{spec.vendor}-[a-z0-9]+(-[a-z0-9]+)*", spec.id), spec.id
+
+
+@pytest.mark.parametrize(
+    "name, device_id",
+    [
+        ("NVIDIA GeForce RTX 3090", "nvidia-rtx-3090"),
+        ("GeForce GTX 1080 Ti", "nvidia-gtx-1080-ti"),
+        ("Tesla K20Xm", "nvidia-tesla-k20x"),
+        ("Tesla K20c", "nvidia-tesla-k20"),
+        ("Tesla M40 24GB", "nvidia-tesla-m40"),
+        ("GeForce GTX TITAN X", "nvidia-gtx-titan-x"),
+        ("NVIDIA TITAN X (Pascal)", "nvidia-titan-x-pascal"),
+        ("GeForce GTX TITAN Black", "nvidia-gtx-titan-black"),
+        ("GeForce GTX 1060 6GB", "nvidia-gtx-1060-6gb"),
+        ("Tesla V100-SXM3-32GB", "nvidia-v100-sxm3-32gb"),
+        ("Quadro RTX 8000", "nvidia-quadro-rtx-8000"),
+        ("NVIDIA GeForce RTX 2070 SUPER", "nvidia-rtx-2070-super"),
+        ("NVIDIA RTX A2000 12GB", "nvidia-rtx-a2000"),
+        ("NVIDIA GeForce RTX 4070 Ti", "nvidia-rtx-4070-ti"),
+        ("NVIDIA GeForce RTX 4070 Ti SUPER", "nvidia-rtx-4070-ti-super"),
+        ("NVIDIA RTX 4000 Ada Generation", "nvidia-rtx-4000-ada"),
+        ("NVIDIA GH200 480GB", "nvidia-gh200-96gb"),
+        ("NVIDIA B200", "nvidia-b200"),
+        ("NVIDIA GeForce RTX 5090", "nvidia-rtx-5090"),
+        ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "nvidia-rtx-pro-6000-blackwell"),
+        ("AMD Instinct MI300A", "amd-mi300a"),
+        ("AMD Instinct MI355X", "amd-mi355x"),
+        ("AMD Instinct MI250X", "amd-mi250x"),
+        ("AMD Radeon RX 7900 XT", "amd-radeon-rx-7900-xt"),
+        ("Radeon RX 7900 XTX", "amd-radeon-rx-7900-xtx"),
+        ("AMD Radeon RX 9070", "amd-radeon-rx-9070"),
+        ("AMD Radeon RX 9070 XT", "amd-radeon-rx-9070-xt"),
+        ("AMD Radeon(TM) PRO W7700", "amd-radeon-pro-w7700"),
+        ("AMD Radeon RX 5700 XT", "amd-radeon-rx-5700-xt"),
+    ],
+)
+def test_driver_names_match_their_row(name, device_id):
+    assert match_device(name).id == device_id
+
+
+@pytest.mark.parametrize(
+    "name", ["RTX 6000", "RTX 4000", "TITAN X", "GTX 1060", "NVIDIA GH200", "RX 7900", "RTX PRO 6000"]
+)
+def test_names_shared_by_several_cards_match_none(name):
+    assert match_device(name) is None
+
+
+def test_per_gpu_rows_of_multi_gpu_boards_and_newest_figures():
+    assert get_device("nvidia-tesla-m60").memory_gb == 8 and get_device("nvidia-a16").memory_gb == 16
+    b200 = get_device("nvidia-b200")
+    assert (b200.gpu_cores, b200.architecture, b200.l2_bytes) == (148, "sm_100", 129536 * 1024)
+    assert get_device("nvidia-rtx-5090").architecture == "sm_120"
+    assert get_device("amd-mi355x").architecture == "gfx950" and get_device("amd-mi300a").l2_bytes == 24 * 2**20
 
 
 def test_vendor_limits():

@@ -204,6 +204,8 @@ def validate_catalog(devices: tuple[DeviceSpec, ...] | None = None, sources: dic
                 problems.append(f"{where}: {fname} must be a positive number, got {value!r}")
             elif fname not in spec.sources:
                 problems.append(f"{where}: {fname} cites no source")
+        if "architecture" not in spec.sources:
+            problems.append(f"{where}: architecture cites no source")
         for fname, source_id in spec.sources.items():
             if source_id not in sources:
                 problems.append(f"{where}: {fname} cites undeclared source {source_id!r}")
