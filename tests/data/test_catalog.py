@@ -11,9 +11,9 @@ import pytest
 from zmlx_pipeline.data.catalog import (
     DeviceSpec,
     UnknownDevice,
+    arch_generation,
     get_device,
     load_catalog,
-    arch_generation,
     match_device,
     match_gpu_arch,
     normalize_name,

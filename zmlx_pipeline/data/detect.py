@@ -9,7 +9,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from zmlx_pipeline.data.catalog import DeviceSpec, arch_generation, match_device, match_gpu_arch
+from zmlx_pipeline.data.catalog import (
+    DeviceSpec,
+    arch_generation,
+    match_device,
+    match_gpu_arch,
+)
 
 CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 _IOREG_CORES = re.compile(r'"gpu-core-count"\s*=\s*(\d+)')
