@@ -17,7 +17,6 @@ from zmlx_pipeline.data.detect import (
     detect_device,
     parse_ioreg,
     parse_sysctl_brand,
-    parse_sysctl_model,
     slug,
 )
 
@@ -173,10 +172,10 @@ def test_ioreg_gives_name_and_cores_when_mlx_names_no_device():
     assert found.device_id == "apple-m3-pro-14c" and found.reported_name == "Apple M3 Pro" and found.gpu_cores == 14
 
 
-def test_parse_ioreg_reads_cores_model_and_driver_class():
+def test_parse_ioreg_reads_cores_and_model():
     text = next(m["ioreg"] for m in MACS if m["label"].startswith("M4 10-core"))
-    assert parse_ioreg(text) == detect.IoregGpu(gpu_cores=10, model="Apple M4", accelerator="AGXAcceleratorG16G")
-    assert parse_ioreg("") == detect.IoregGpu(gpu_cores=None, model=None, accelerator=None)
+    assert parse_ioreg(text) == detect.IoregGpu(gpu_cores=10, model="Apple M4")
+    assert parse_ioreg("") == detect.IoregGpu(gpu_cores=None, model=None)
     assert parse_ioreg(None).gpu_cores is None
 
 
@@ -189,12 +188,6 @@ def test_parse_ioreg_reads_cores_model_and_driver_class():
 ])
 def test_parse_sysctl_brand(text, brand):
     assert parse_sysctl_brand(text) == brand
-
-
-def test_parse_sysctl_model():
-    assert parse_sysctl_model("hw.model: Mac15,9\n") == "Mac15,9"
-    assert parse_sysctl_model("Mac15,13\n") == "Mac15,13"
-    assert parse_sysctl_model("") is None
 
 
 def test_probes_run_the_commands_thinly(monkeypatch):

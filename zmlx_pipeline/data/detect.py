@@ -19,9 +19,7 @@ from zmlx_pipeline.data.catalog import (
 CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 _IOREG_CORES = re.compile(r'"gpu-core-count"\s*=\s*(\d+)')
 _IOREG_MODEL = re.compile(r'"model"\s*=\s*"([^"]*)"')
-_IOREG_CLASS = re.compile(r"<class (AGXAccelerator\w*)")
 _SYSCTL_BRAND = re.compile(r"^(?:machdep\.cpu\.brand_string:\s*)?(.+?)\s*$", re.MULTILINE)
-_SYSCTL_MODEL = re.compile(r"^(?:hw\.model:\s*)?(\S+)\s*$", re.MULTILINE)
 
 
 def slug(text: str) -> str:
@@ -67,16 +65,13 @@ class IoregGpu:
 
     gpu_cores: int | None
     model: str | None  # "Apple M4"
-    accelerator: str | None  # the driver class, e.g. "AGXAcceleratorG16G" (generation 16)
 
 
 def parse_ioreg(text: str | None) -> IoregGpu:
-    """The core count, chip name and driver class in ioreg's AGXAccelerator listing (None where absent)."""
-    text = text or ""
-    cores, model, klass = _IOREG_CORES.search(text), _IOREG_MODEL.search(text), _IOREG_CLASS.search(text)
+    """The core count and chip name in ioreg's AGXAccelerator listing (None where absent)."""
+    cores, model = _IOREG_CORES.search(text or ""), _IOREG_MODEL.search(text or "")
     return IoregGpu(gpu_cores=int(cores.group(1)) if cores else None,
-                    model=model.group(1).strip() or None if model else None,
-                    accelerator=klass.group(1) if klass else None)
+                    model=(model.group(1).strip() or None) if model else None)
 
 
 def parse_sysctl_brand(text: str | None) -> str | None:
@@ -87,12 +82,6 @@ def parse_sysctl_brand(text: str | None) -> str | None:
             if found and found.group(1):
                 return found.group(1)
     return None
-
-
-def parse_sysctl_model(text: str | None) -> str | None:
-    """The Mac model identifier in `sysctl hw.model` output ("hw.model: Mac15,9" -> "Mac15,9")."""
-    found = _SYSCTL_MODEL.search((text or "").strip())
-    return found.group(1) if found else None
 
 
 def _command_output(args: list[str]) -> str | None:
