@@ -30,7 +30,7 @@ NUMERIC_FIELDS = (
 VENDOR_PREFIXES = ("nvidia", "amd", "apple")
 # Apple's GPU architecture name as Metal reports it (MTLDevice.architecture.name, MLX's
 # device_info()["architecture"]): "applegpu_g" + generation (13 = M1 ... 17 = M5) + tier letter
-# (p phone, g base, s Pro/Max, c M1 Max, d Ultra).
+# (p phone, g base, s Pro and Max, c M1 Max, d Ultra; notes/apple-gpu-arch.md).
 GPU_ARCH = re.compile(r"applegpu_g(\d{2})([a-z])")
 
 
