@@ -13,10 +13,12 @@ from zmlx_pipeline.data.catalog import (
     NUMERIC_FIELDS,
     DeviceSpec,
     UnknownDevice,
+    arch_generation,
     catalog_sources,
     get_device,
     load_catalog,
     match_device,
+    match_gpu_arch,
     normalize_name,
     validate_catalog,
 )
@@ -28,6 +30,7 @@ APPLE_VARIANTS = {
     "m2": [8, 10], "m2-pro": [16, 19], "m2-max": [30, 38], "m2-ultra": [60, 76],
     "m3": [8, 10], "m3-pro": [14, 18], "m3-max": [30, 40], "m3-ultra": [60, 80],
     "m4": [8, 10], "m4-pro": [16, 20], "m4-max": [32, 40],
+    "m5": [10], "m5-pro": [20], "m5-max": [40],
 }
 
 
@@ -73,7 +76,7 @@ def test_every_apple_variant_is_present_with_its_core_count():
         for n in cores:
             spec = get_device(f"apple-{chip}-{n}c")
             assert spec.gpu_cores == n and spec.vendor == "apple" and spec.backend == "metal"
-    assert sum(d.vendor == "apple" for d in load_catalog()) == 30
+    assert sum(d.vendor == "apple" for d in load_catalog()) == 33
 
 
 @pytest.mark.parametrize(
@@ -405,3 +408,61 @@ def test_catalog_loads_as_package_data():
 
     assert resources.files("zmlx_pipeline.data").joinpath("catalog.json").is_file()
     assert load_catalog() is load_catalog()
+
+
+def test_m5_family_figures():
+    m5, pro, mx = get_device("apple-m5-10c"), get_device("apple-m5-pro-20c"), get_device("apple-m5-max-40c")
+    assert (m5.gpu_cores, m5.memory_bandwidth_gbps, m5.memory_gb, m5.clock_mhz) == (10, 153, 32, 1740)
+    assert (pro.gpu_cores, pro.memory_bandwidth_gbps, pro.memory_gb) == (20, 307, 64)
+    assert (mx.gpu_cores, mx.memory_bandwidth_gbps, mx.memory_gb) == (40, 614, 128)
+    assert m5.fp32_tflops == pytest.approx(10 * 128 * 2 * 1.74e9 / 1e12, abs=0.01)
+    assert (m5.gpu_arch, mx.gpu_arch) == ("applegpu_g17g", "applegpu_g17s")
+    assert match_device("Apple M5 Max", gpu_cores=40) is mx and match_device("Apple M5", gpu_cores=10) is m5
+    assert match_device("Apple M5 Max", gpu_cores=32) is None  # no published binned M5 Max yet
+
+
+@pytest.mark.parametrize("family, generation", [("m1", 13), ("m2", 14), ("m3", 15), ("m4", 16), ("m5", 17)])
+def test_every_apple_row_has_the_gpu_arch_of_its_generation(family, generation):
+    rows = [d for d in load_catalog() if d.vendor == "apple" and d.family == family]
+    assert rows and all(arch_generation(d.gpu_arch) == generation for d in rows)
+    assert all(d.sources["gpu_arch"] in ("recorded-apple-gpu-arch", "mlx-metal-device-arch") for d in rows)
+
+
+def test_non_apple_rows_have_no_gpu_arch():
+    assert all(d.gpu_arch is None for d in load_catalog() if d.vendor != "apple")
+
+
+@pytest.mark.parametrize("text, generation", [
+    ("applegpu_g13g", 13), ("applegpu_g15s", 15), ("APPLEGPU_G17S", 17), ("applegpu_g18p", 18),
+    ("apple9", None), ("sm_90", None), ("", None), (None, None), ("applegpu_g16", None),
+])
+def test_arch_generation(text, generation):
+    assert arch_generation(text) == generation
+
+
+def test_match_gpu_arch_uses_generation_and_cores():
+    assert match_gpu_arch("applegpu_g15s", 30).id == "apple-m3-max-30c"
+    assert match_gpu_arch("applegpu_g15s", 14).id == "apple-m3-pro-14c"
+    assert match_gpu_arch("applegpu_g15g", 14).id == "apple-m3-pro-14c"  # tier letter not needed with cores
+    assert match_gpu_arch("applegpu_g14d").id == "apple-m2-ultra-76c"  # one chip: the full one
+    assert match_gpu_arch("applegpu_g16s") is None  # M4 Pro or M4 Max: no guess without cores
+    assert match_gpu_arch("applegpu_g15s", 36) is None
+    assert match_gpu_arch("applegpu_g18s", 40) is None and match_gpu_arch("applegpu_g18s") is None
+
+
+def test_validate_catalog_checks_gpu_arch():
+    m3 = get_device("apple-m3-max-40c")
+    bad = DeviceSpec.from_json({**_json_row(m3), "id": "x-5", "name": "X Five", "aliases": [], "gpu_arch": "apple9"})
+    uncited = DeviceSpec.from_json({**_json_row(m3), "id": "x-6", "name": "X Six", "aliases": [], "gpu_cores": 41,
+                                    "sources": {k: v for k, v in m3.sources.items() if k != "gpu_arch"}})
+    other_gen = DeviceSpec.from_json({**_json_row(m3), "id": "x-7", "name": "X Seven", "aliases": [], "gpu_cores": 42,
+                                      "gpu_arch": "applegpu_g16s"})
+    same_cores = DeviceSpec.from_json({**_json_row(m3), "id": "x-8", "name": "X Eight", "aliases": []})
+    nvidia = DeviceSpec.from_json({**_json_row(get_device("nvidia-t4")), "id": "x-9", "name": "X Nine", "aliases": [],
+                                   "gpu_arch": "applegpu_g15s"})
+    text = "\n".join(validate_catalog((m3, bad, uncited, other_gen, same_cores, nvidia)))
+    assert "'x-5': gpu_arch must look like 'applegpu_g15s', got 'apple9'" in text
+    assert "'x-6': gpu_arch cites no source" in text
+    assert "'x-7': gpu_arch generation 16 differs from the rest of family 'm3' (15)" in text
+    assert "'x-8': generation 15 with 40 cores also names 'apple-m3-max-40c'" in text
+    assert "'x-9': gpu_arch is for Apple rows only" in text

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from zmlx_pipeline.data import detect
-from zmlx_pipeline.data.detect import apple_gpu_core_count, cuda_sm_count, detect_backend, detect_device, slug
+from zmlx_pipeline.data.detect import (
+    apple_gpu_core_count,
+    cuda_sm_count,
+    detect_backend,
+    detect_device,
+    parse_ioreg,
+    parse_sysctl_brand,
+    slug,
+)
+
+# What real Macs reported, each with where it was published (see the file's comments).
+MACS = tomllib.loads((Path(__file__).parent / "fixtures" / "apple_macs.toml").read_text(encoding="utf-8"))["mac"]
 
 
 def test_h200_on_cuda_is_the_catalog_row():
@@ -118,3 +131,78 @@ def test_importing_detect_does_not_import_mlx(subprocess_env):
     code = "import sys, zmlx_pipeline.data.detect; print('mlx.core' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("mac", MACS, ids=[m["label"] for m in MACS])
+def test_recorded_mac_maps_to_its_catalog_row(mac, monkeypatch):
+    # nothing of the machine running the test may leak in: the record's texts are all there is
+    monkeypatch.setattr(detect, "apple_gpu_core_count", lambda: pytest.fail("probed this machine's ioreg"))
+    monkeypatch.setattr(detect, "apple_chip_name", lambda: pytest.fail("probed this machine's sysctl"))
+    found = detect_device(dict(mac.get("device_info", {})), backend="metal", gpu_cores=mac.get("gpu_cores"),
+                          ioreg=mac.get("ioreg", ""), chip_name=parse_sysctl_brand(mac.get("sysctl")))
+    if mac["expect"] == "unknown":
+        assert not found.known and found.spec is None and found.device_id.startswith("unknown-")
+        assert found.row["flagged_unknown"] is True and found.row["in_catalog"] is False
+    else:
+        assert found.known and found.device_id == mac["expect"]
+        assert found.spec.gpu_arch.startswith("applegpu_g")
+        reported = mac.get("device_info", {}).get("architecture")
+        if reported:  # the row's generation is the one the Mac reported
+            assert found.spec.gpu_arch[:12] == reported[:12]
+
+
+def test_the_fixtures_cover_every_apple_generation_and_binned_variants():
+    expected = {m["expect"] for m in MACS}
+    assert {f"m{g}" for g in range(1, 6)} <= {e.split("-")[1] for e in expected if e != "unknown"}
+    assert {"apple-m3-pro-14c", "apple-m3-max-30c", "apple-m2-max-30c"} <= expected  # binned
+    assert "unknown" in expected
+
+
+def test_future_generation_gets_an_id_from_what_it_reported():
+    found = detect_device({"architecture": "applegpu_g18s"}, backend="metal", gpu_cores=40, ioreg="")
+    assert found.device_id == "unknown-applegpu-g18s" and found.architecture == "applegpu_g18s"
+    named = detect_device({"device_name": "Apple M6 Max", "architecture": "applegpu_g18s"}, backend="metal",
+                          gpu_cores=40, ioreg="")
+    assert named.device_id == "unknown-apple-m6-max" and named.gpu_cores == 40
+
+
+def test_ioreg_gives_name_and_cores_when_mlx_names_no_device():
+    text = next(m["ioreg"] for m in MACS if m["label"].startswith("M3 Pro 14-core"))
+    found = detect_device({"architecture": "applegpu_g15s"}, backend="metal", ioreg=text)
+    assert found.device_id == "apple-m3-pro-14c" and found.reported_name == "Apple M3 Pro" and found.gpu_cores == 14
+
+
+def test_parse_ioreg_reads_cores_and_model():
+    text = next(m["ioreg"] for m in MACS if m["label"].startswith("M4 10-core"))
+    assert parse_ioreg(text) == detect.IoregGpu(gpu_cores=10, model="Apple M4")
+    assert parse_ioreg("") == detect.IoregGpu(gpu_cores=None, model=None)
+    assert parse_ioreg(None).gpu_cores is None
+
+
+@pytest.mark.parametrize("text, brand", [
+    ("Apple M3 Max\n", "Apple M3 Max"),
+    ("machdep.cpu.brand_string: Apple M1 Pro\n", "Apple M1 Pro"),
+    ("machdep.cpu.core_count: 8\nmachdep.cpu.brand_string: Apple M1 \nmachdep.cpu.thread_count: 8\n", "Apple M1"),
+    ("", None),
+    (None, None),
+])
+def test_parse_sysctl_brand(text, brand):
+    assert parse_sysctl_brand(text) == brand
+
+
+def test_probes_run_the_commands_thinly(monkeypatch):
+    calls = []
+
+    def run(args, **kwargs):
+        calls.append(args)
+        out = '"model" = "Apple M4 Max"\n"gpu-core-count" = 32\n' if args[0] == "ioreg" else "Apple M4 Max\n"
+        return subprocess.CompletedProcess(args, 0, out, "")
+
+    monkeypatch.setattr(detect.sys, "platform", "darwin")
+    monkeypatch.setattr(detect.subprocess, "run", run)
+    assert detect.apple_gpu_core_count() == 32 and detect.apple_chip_name() == "Apple M4 Max"
+    found = detect_device({"architecture": "applegpu_g16s"}, backend="metal")
+    assert found.device_id == "apple-m4-max-32c" and found.reported_name == "Apple M4 Max"
+    assert [c[0] for c in calls] == ["ioreg", "sysctl", "ioreg", "sysctl"]
+    monkeypatch.setattr(detect.sys, "platform", "linux")
+    assert detect.apple_chip_name() is None and detect.ioreg_text() is None

@@ -167,3 +167,17 @@ def test_a_feature_kept_out_of_per_device_models(store, make_measurement):
     row = f.frame.filter((pl.col("shape_log2_cols") > 9.5) & (pl.col("shape_log2_cols") < 9.6)
                          & (pl.col("cfg_TG") == 256) & (pl.col("cfg_ROWS") == 2)).row(0, named=True)
     assert row["cfg_xs_trips"] == pytest.approx(768 / (128 * 4))  # 1.5: a partial last iteration
+
+
+def test_apple_gpu_generation_is_a_feature_only_where_an_apple_chip_is(store, make_measurement):
+    fill_rmsnorm(store, make_measurement, devices=(M3, A100, "apple-m1-max-32c"))
+    f = store_features(store)["rmsnorm"]
+    assert "dev_gpu_generation" in f.numeric and "dev_gpu_generation" in f.device_features
+    by_device = dict(f.frame.group_by("device_id").agg(pl.col("dev_gpu_generation").unique()).iter_rows())
+    assert by_device == {M3: [15.0], "apple-m1-max-32c": [13.0], A100: [0.0]}
+
+
+def test_features_of_other_devices_are_unchanged_by_the_generation(store, make_measurement):
+    fill_rmsnorm(store, make_measurement, devices=(A100, "nvidia-h100-sxm"))
+    f = store_features(store)["rmsnorm"]
+    assert "dev_gpu_generation" not in f.frame.columns and not any("generation" in c for c in f.features)

@@ -28,6 +28,10 @@ NUMERIC_FIELDS = (
 )
 # Leading words that say who made the chip, not which chip it is.
 VENDOR_PREFIXES = ("nvidia", "amd", "apple")
+# Apple's GPU architecture name as Metal reports it (MTLDevice.architecture.name, MLX's
+# device_info()["architecture"]): "applegpu_g" + generation (13 = M1 ... 17 = M5) + tier letter
+# (p phone, g base, s Pro and Max, c M1 Max, d Ultra; notes/apple-gpu-arch.md).
+GPU_ARCH = re.compile(r"applegpu_g(\d{2})([a-z])")
 
 
 class UnknownDevice(LookupError):
@@ -64,6 +68,7 @@ class DeviceSpec:
     notes: str | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     core_limited_from: str | None = None
+    gpu_arch: str | None = None  # Apple rows: the architecture name Metal reports, e.g. "applegpu_g15s"
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> "DeviceSpec":
@@ -105,6 +110,12 @@ def normalize_name(name: str) -> str:
     while words and words[0] in VENDOR_PREFIXES:
         words = words[1:]
     return " ".join(words)
+
+
+def arch_generation(gpu_arch: str | None) -> int | None:
+    """The GPU generation of an Apple architecture name ("applegpu_g15s" -> 15); None for any other text."""
+    found = GPU_ARCH.fullmatch(str(gpu_arch or "").strip().lower())
+    return int(found.group(1)) if found else None
 
 
 def _token_key(name: str) -> str:
@@ -180,6 +191,36 @@ def match_device(name: str, gpu_cores: int | None = None) -> DeviceSpec | None:
     return _pick(candidates, gpu_cores) if candidates else None
 
 
+@lru_cache(maxsize=1)
+def _by_generation() -> dict[int, tuple[DeviceSpec, ...]]:
+    """Apple rows by the generation of their `gpu_arch`."""
+    index: dict[int, list[DeviceSpec]] = {}
+    for spec in load_catalog():
+        generation = arch_generation(spec.gpu_arch)
+        if generation is not None:
+            index.setdefault(generation, []).append(spec)
+    return {k: tuple(v) for k, v in index.items()}
+
+
+def match_gpu_arch(gpu_arch: str, gpu_cores: int | None = None) -> DeviceSpec | None:
+    """The Apple row a reported architecture name and core count identify; None when they name no row or several.
+
+    Within a generation every row has its own core count (validate_catalog checks it), so generation and
+    cores decide; the tier letter is not needed for that, which keeps a chip whose letter differs from
+    the catalog's (Pro and Max share "s") matched. Without a core count only the exact name counts, and
+    only when it names one chip (its binned variants: the full chip, as match_device does).
+    """
+    generation = arch_generation(gpu_arch)
+    rows = _by_generation().get(generation, ()) if generation is not None else ()
+    if gpu_cores is not None:
+        same = [spec for spec in rows if spec.gpu_cores == gpu_cores]
+        return same[0] if len(same) == 1 else None
+    exact = [spec for spec in rows if spec.gpu_arch == gpu_arch.strip().lower()]
+    if not exact or len({spec.name for spec in exact}) > 1:
+        return None
+    return max(exact, key=lambda spec: spec.gpu_cores)
+
+
 def validate_catalog(devices: tuple[DeviceSpec, ...] | None = None, sources: dict[str, Any] | None = None) -> list[str]:
     """Problems in the catalog (empty when sound): ids, aliases, figures and their citations."""
     devices = load_catalog() if devices is None else devices
@@ -218,7 +259,35 @@ def validate_catalog(devices: tuple[DeviceSpec, ...] | None = None, sources: dic
     all_aliases = [alias for spec in devices for alias in spec.aliases]
     for alias in sorted({a for a in all_aliases if all_aliases.count(a) > 1}):
         problems.append(f"alias {alias!r} is listed by more than one device")
+    problems += _gpu_arch_problems(devices)
     for source_id, source in sources.items():
         if not source.get("title"):
             problems.append(f"source {source_id!r}: no title")
+    return problems
+
+
+def _gpu_arch_problems(devices: tuple[DeviceSpec, ...]) -> list[str]:
+    """`gpu_arch`: on every Apple row and no other, well formed, cited, one generation per family, and one
+    row per (generation, core count), which is what match_gpu_arch relies on."""
+    problems: list[str] = []
+    family_generation: dict[str, int] = {}
+    owner: dict[tuple[int, int], DeviceSpec] = {}
+    for spec in devices:
+        where = f"device {spec.id!r}"
+        if spec.vendor != "apple":
+            if spec.gpu_arch is not None:
+                problems.append(f"{where}: gpu_arch is for Apple rows only")
+            continue
+        generation = arch_generation(spec.gpu_arch)
+        if generation is None or spec.gpu_arch != spec.gpu_arch.lower():
+            problems.append(f"{where}: gpu_arch must look like 'applegpu_g15s', got {spec.gpu_arch!r}")
+            continue
+        if "gpu_arch" not in spec.sources:
+            problems.append(f"{where}: gpu_arch cites no source")
+        if family_generation.setdefault(spec.family, generation) != generation:
+            problems.append(f"{where}: gpu_arch generation {generation} differs from the rest of family "
+                            f"{spec.family!r} ({family_generation[spec.family]})")
+        other = owner.setdefault((generation, spec.gpu_cores), spec)
+        if other is not spec:
+            problems.append(f"{where}: generation {generation} with {spec.gpu_cores} cores also names {other.id!r}")
     return problems

@@ -9,10 +9,17 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from zmlx_pipeline.data.catalog import DeviceSpec, match_device
+from zmlx_pipeline.data.catalog import (
+    DeviceSpec,
+    arch_generation,
+    match_device,
+    match_gpu_arch,
+)
 
 CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
 _IOREG_CORES = re.compile(r'"gpu-core-count"\s*=\s*(\d+)')
+_IOREG_MODEL = re.compile(r'"model"\s*=\s*"([^"]*)"')
+_SYSCTL_BRAND = re.compile(r"^(?:machdep\.cpu\.brand_string:\s*)?(.+?)\s*$", re.MULTILINE)
 
 
 def slug(text: str) -> str:
@@ -52,6 +59,52 @@ class DetectedDevice:
         }
 
 
+@dataclass(frozen=True)
+class IoregGpu:
+    """What `ioreg -rc AGXAccelerator -d 1` says about the Apple GPU."""
+
+    gpu_cores: int | None
+    model: str | None  # "Apple M4"
+
+
+def parse_ioreg(text: str | None) -> IoregGpu:
+    """The core count and chip name in ioreg's AGXAccelerator listing (None where absent)."""
+    cores, model = _IOREG_CORES.search(text or ""), _IOREG_MODEL.search(text or "")
+    return IoregGpu(gpu_cores=int(cores.group(1)) if cores else None,
+                    model=(model.group(1).strip() or None) if model else None)
+
+
+def parse_sysctl_brand(text: str | None) -> str | None:
+    """The chip name in `sysctl -n machdep.cpu.brand_string` (or `sysctl machdep.cpu.brand_string`) output."""
+    for line in (text or "").splitlines():
+        if "brand_string" in line or ":" not in line:
+            found = _SYSCTL_BRAND.match(line.strip())
+            if found and found.group(1):
+                return found.group(1)
+    return None
+
+
+def _command_output(args: list[str]) -> str | None:
+    """Stdout of a macOS probe command, or None off macOS or when it cannot run."""
+    if sys.platform != "darwin":
+        return None
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def ioreg_text() -> str | None:
+    """The AGXAccelerator entry of macOS's IORegistry (None off macOS)."""
+    return _command_output(["ioreg", "-rc", "AGXAccelerator", "-d", "1"])
+
+
+def apple_chip_name() -> str | None:
+    """The chip name macOS reports (sysctl's brand string, else ioreg's model), for an MLX that names no device."""
+    return parse_sysctl_brand(_command_output(["sysctl", "-n", "machdep.cpu.brand_string"])) or parse_ioreg(
+        ioreg_text()).model
+
+
 def _mlx():
     import mlx.core as mx  # lazy: importing this module must not load MLX
 
@@ -70,16 +123,7 @@ def detect_backend() -> str:
 
 def apple_gpu_core_count() -> int | None:
     """The GPU core count macOS's IORegistry reports (AGXAccelerator), or None off macOS or on failure."""
-    if sys.platform != "darwin":
-        return None
-    try:
-        out = subprocess.run(
-            ["ioreg", "-rc", "AGXAccelerator", "-d", "1"], capture_output=True, text=True, timeout=10, check=False
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    found = _IOREG_CORES.search(out or "")
-    return int(found.group(1)) if found else None
+    return parse_ioreg(ioreg_text()).gpu_cores
 
 
 def cuda_sm_count() -> int | None:
@@ -99,10 +143,33 @@ def cuda_sm_count() -> int | None:
     return count.value if count.value > 0 else None
 
 
+def match_apple(name: str, gpu_arch: str, gpu_cores: int | None) -> DeviceSpec | None:
+    """The catalog row of an Apple GPU from its name, architecture name and core count; None rather than a guess.
+
+    The name decides when it names a catalog chip (binned variants by core count); a reported architecture
+    of another generation than that row's is a contradiction and matches nothing. Without a name, or with
+    one the catalog does not know, the architecture's generation and the core count decide (match_gpu_arch),
+    so a future generation (applegpu_g18s) stays unknown whatever its core count.
+    """
+    generation = arch_generation(gpu_arch)
+    if name and match_device(name) is not None:
+        spec = match_device(name, gpu_cores)
+        if spec is not None and generation is not None and arch_generation(spec.gpu_arch) != generation:
+            return None
+        return spec
+    return match_gpu_arch(gpu_arch, gpu_cores) if generation is not None else None
+
+
 def detect_device(
-    info: dict[str, Any] | None = None, *, backend: str | None = None, gpu_cores: int | None = None
+    info: dict[str, Any] | None = None, *, backend: str | None = None, gpu_cores: int | None = None,
+    ioreg: str | None = None, chip_name: str | None = None,
 ) -> DetectedDevice:
-    """The current device (or the one `info` describes), matched to the catalog; unknown names stay unknown."""
+    """The current device (or the one `info` describes), matched to the catalog; unknown names stay unknown.
+
+    On Metal, `ioreg` (the text of `ioreg -rc AGXAccelerator -d 1`) gives the core count and, with
+    `chip_name` (sysctl's brand string), the name when MLX reports none (MLX before device_name); both
+    are read from this Mac when `ioreg` is not given.
+    """
     if info is None:
         info = dict(_mlx().device_info())
     if backend is None:
@@ -115,9 +182,17 @@ def detect_device(
             device_id="cpu-" + slug(label), reported_name=name, architecture=architecture, backend="cpu",
             gpu_cores=None, spec=None, known=False, core_limited=False, info=dict(info),
         )
-    if gpu_cores is None:
-        gpu_cores = apple_gpu_core_count() if backend == "metal" else cuda_sm_count() if backend == "cuda" else None
-    spec = match_device(name, gpu_cores)
+    if backend == "metal":
+        report = parse_ioreg(ioreg) if ioreg is not None else None  # None: probe this Mac
+        if gpu_cores is None:
+            gpu_cores = report.gpu_cores if report is not None else apple_gpu_core_count()
+        if not name:
+            name = (chip_name or (report.model if report is not None else apple_chip_name()) or "").strip()
+        spec = match_apple(name, architecture, gpu_cores)
+    else:
+        if gpu_cores is None and backend == "cuda":
+            gpu_cores = cuda_sm_count()
+        spec = match_device(name, gpu_cores)
     core_limited = False
     if spec is not None and backend == "cuda" and gpu_cores is not None and gpu_cores < spec.gpu_cores:
         spec, core_limited = spec.with_core_limit(gpu_cores, reported_name=name), True

@@ -98,6 +98,13 @@ class KernelFeatures:
         return tuple(c for c in self.features if c.startswith(("cfg_", "ratio_")))
 
 
+def family_generations() -> dict[str, int]:
+    """Apple chip family -> GPU generation of its catalog `gpu_arch` ("m3" -> 15, from "applegpu_g15s")."""
+    from zmlx_pipeline.data.catalog import arch_generation, load_catalog
+
+    return {spec.family: arch_generation(spec.gpu_arch) for spec in load_catalog() if spec.gpu_arch}
+
+
 def devices_frame(store) -> pl.DataFrame:
     """The store's devices as a polars frame of the spec columns (numbers as floats)."""
     rows = store.devices()
@@ -182,6 +189,12 @@ def kernel_features(
     exprs.append((_log2(pl.col("memory_bandwidth_gbps")) - _log2(pl.col("gpu_cores"))).alias("dev_log2_bw_per_core"))
     exprs.append((_log2(pl.col("gpu_cores")) + _log2(pl.col("clock_mhz"))).alias("dev_log2_core_clock"))
     numeric += ["dev_log2_bw_per_core", "dev_log2_core_clock"]
+    # Apple GPU generation (13 = M1 ... 17 = M5; 0 for any other device), only when an Apple chip is among
+    # the rows: frames of other devices keep exactly the columns they had, and so the models fitted on them.
+    generation = pl.col("family").replace_strict(family_generations(), default=None, return_dtype=pl.Float64)
+    if df.select(generation.is_not_null().any()).item():
+        exprs.append(generation.fill_null(0.0).alias("dev_gpu_generation"))
+        numeric.append("dev_gpu_generation")
     for c in DEVICE_CATEGORICAL:
         exprs.append(pl.col(c).fill_null("unknown").alias(f"dev_{c}"))
         categorical.append(f"dev_{c}")

@@ -362,6 +362,51 @@ def _collect_first(store, budget: str):
                                  kernel_refs={s.name: s.name for s in specs}).as_dict()
 
 
+@cli.command()
+@_db_option
+@click.option("--budget", default="30m", show_default=True,
+              help="Stop starting new measurements after this long (90s, 10m, 1h); run again to add more.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="Directory the shard is written to.")
+@output_options
+@_user_errors
+def contribute(db, budget, out_dir, as_json) -> None:
+    """Time every built-in kernel on this machine's GPU within a budget and write one shard to send in."""
+    from zmlx_pipeline.data.detect import detect_device
+    from zmlx_pipeline.kernels.registry import builtin_kernels
+    from zmlx_pipeline.pipeline.contribute import contribute as make_shard
+
+    budget_s = _budget(budget)
+    device = detect_device()
+    if device.backend not in ("cuda", "metal"):
+        raise click.ClickException(
+            f"no Metal or CUDA backend on this machine (MLX runs on the {device.backend}): contribute on "
+            "Apple silicon, or on an NVIDIA GPU with `pip install 'mlx[cuda13]'`"
+        )
+    specs = builtin_kernels()
+
+    def on_plan(n: int, already: int) -> None:
+        if not as_json:
+            click.echo(f"{device.device_id}: {n} measurements to make, {already} already in the store; "
+                       f"stopping after {budget}", err=True)
+
+    made = make_shard(_open_store(db), device, out_dir, specs, budget_s=budget_s,
+                      jobs=(os.cpu_count() or 1) if device.backend == "cuda" else 1,
+                      kernel_refs={s.name: s.name for s in specs}, on_plan=on_plan)
+    if as_json:
+        emit(made.as_dict(), True)
+        return
+    left = made.collected.remaining
+    click.echo(f"wrote {made.rows} measurements of {made.device_id} to {made.path} "
+               f"({made.path.stat().st_size / 1024:.1f} KiB)"
+               + (f"; {left} left, run the same command again to add them" if left else ""))
+    if not made.known:
+        click.echo(f"this GPU ({device.reported_name or device.architecture}) is not in the catalog yet: "
+                   "the shard records what MLX reported about it")
+    click.echo(f"send {made.path.name} to the zmlx-pipeline maintainers (a pull request adding it under data/); "
+               "it holds the timings, what MLX reported about the GPU and this machine's host name")
+
+
 @cli.command("import")
 @_db_option
 @click.option("--device", default=None, help="Catalog id or name of the GPU the files were measured on (default: from each file).")
