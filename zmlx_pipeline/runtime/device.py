@@ -53,3 +53,20 @@ def catalog_row(device_id: str) -> dict[str, Any] | None:
             pass
     spec = match_device(device_id)
     return spec.as_row() if spec is not None else None
+
+
+def zmlx_names(family: str, variant: str, vendor: str | None) -> tuple[str, str]:
+    """ZMLX's spelling of a chip: ("M3", "Max") for Apple, base chips with variant ""; others as catalogued."""
+    if vendor == "apple":
+        return family.upper(), "" if variant in ("", "base") else variant.capitalize()
+    return family, variant
+
+
+def zmlx_chip(device_id: str) -> str:
+    """The chip part of ZMLX's cache key for a catalog id: `M3_Max`, `M3` on Apple chips (every binned core
+    count of a chip shares it, as ZMLX's detection cannot tell them apart); the id itself elsewhere."""
+    row = catalog_row(device_id) if device_id else None
+    if row is None or row.get("vendor") != "apple":
+        return device_id
+    family, variant = zmlx_names(str(row.get("family") or ""), str(row.get("variant") or ""), "apple")
+    return f"{family}_{variant}".rstrip("_")

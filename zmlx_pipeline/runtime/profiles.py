@@ -14,7 +14,7 @@ import math
 from typing import Any, Mapping
 
 from zmlx_pipeline.runtime.bundle import active_bundle, on_change
-from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
+from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id, zmlx_names
 
 #: the seed's kernel types, and which learned kernel class answers each ("general": all classes pooled)
 KERNEL_TYPES = {"general": "general", "reduction": "row_reduction", "simd": "general"}
@@ -80,9 +80,7 @@ class DeviceTuningProfile:
 
 def _seed_case(family: str, variant: str, vendor: str | None) -> tuple[str, str]:
     """ZMLX's spelling for Apple chips ("M3", "Max"; base chips have variant ""); others as catalogued."""
-    if vendor == "apple":
-        return family.upper(), "" if variant in ("", "base") else variant.capitalize()
-    return family, variant
+    return zmlx_names(family, variant, vendor)
 
 
 def _from_record(rec: Mapping[str, Any]) -> DeviceTuningProfile:
