@@ -190,3 +190,29 @@ def test_the_plain_threadgroup_decorator_falls_back_too(monkeypatch, tmp_path):
     with pytest.warns(RefusedConfigWarning, match=f"limit of 896"):
         assert op(Arr()) == (ranked[1], 1, 1)
     assert op(Arr()) == (ranked[1], 1, 1) and seen == [(ranked[0], 1, 1), (ranked[1], 1, 1), (ranked[1], 1, 1)]
+
+
+def test_a_refusal_raised_when_mlx_evaluates_the_launch_falls_back_too(tmp_path, monkeypatch):
+    """Metal checks a pipeline's thread limit when the launch is evaluated, not when it is queued: the first
+    launch of each config is evaluated inside the fallback (mx.eval is the double here)."""
+    mx = pytest.importorskip("mlx.core")
+    real_eval = mx.eval
+    evaluated = []
+
+    def metal_like_eval(*arrays):
+        evaluated.append(float(arrays[0][0].sum().item()))
+        if evaluated[-1] > 896:
+            raise ValueError(OVER_LIMIT.format(int(evaluated[-1])))
+        return real_eval(*arrays)
+
+    monkeypatch.setattr(mx, "eval", metal_like_eval)
+
+    def kernel(x, config=None):
+        return [mx.full((1,), float(config["TG"]))]  # queued, not run
+
+    path = str(tmp_path / "c.json")
+    with pytest.warns(RefusedConfigWarning, match="limit of 896"):
+        out = launch_ranked(kernel, RANKED, "x", kernel="lazy", device=H200, cache_path=path)
+    assert float(out[0].item()) == 512 and evaluated == [1024, 960, 512]
+    launch_ranked(kernel, RANKED, "x", kernel="lazy", device=H200, cache_path=path)
+    assert evaluated == [1024, 960, 512]  # a config that ran is not evaluated by the launcher again
