@@ -187,7 +187,7 @@ def test_the_plain_threadgroup_decorator_falls_back_too(monkeypatch, tmp_path):
             raise ValueError(OVER_LIMIT.format(ranked[0]))
         return threadgroup
 
-    with pytest.warns(RefusedConfigWarning, match=f"limit of 896"):
+    with pytest.warns(RefusedConfigWarning, match="limit of 896"):
         assert op(Arr()) == (ranked[1], 1, 1)
     assert op(Arr()) == (ranked[1], 1, 1) and seen == [(ranked[0], 1, 1), (ranked[1], 1, 1), (ranked[1], 1, 1)]
 

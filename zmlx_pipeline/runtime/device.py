@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -62,6 +63,7 @@ def zmlx_names(family: str, variant: str, vendor: str | None) -> tuple[str, str]
     return family, variant
 
 
+@functools.lru_cache(maxsize=None)
 def zmlx_chip(device_id: str) -> str:
     """The chip part of ZMLX's cache key for a catalog id: `M3_Max`, `M3` on Apple chips (every binned core
     count of a chip shares it, as ZMLX's detection cannot tell them apart); the id itself elsewhere."""

@@ -498,19 +498,25 @@ class AutotunedKernel:
         if kwargs.get(name) is not None:
             return self.fn(*args, **kwargs)
         if self.kernel is None:
-            kernel, device, memo_key, first, rest, as_arg = self._learned_case(args, kwargs, name)
+            arr = _first_array(args, kwargs)
+            dim = int(arr.shape[-1]) if arr is not None and len(arr.shape) else 0
+            memo_key: tuple = ("tg", dim)
         else:
             if self._spec is None:
                 self._spec = _spec(self.kernel)
-            spec, device = self._spec, self.device
             shape, dtype = self._case(args, kwargs)
-            kernel, memo_key = spec.name, (tuple(sorted(shape.items())), dtype)
-            first = self._memo.get(memo_key)
-            if first is None:
-                self.last = tune(spec, shape, dtype, k=self.k, device_aware=self.device_aware,
-                                 configs=self.configs, warmup=self.warmup, iters=self.iters, device=device,
-                                 measure=self.measure, cache_path=self.cache_path, threadgroups=self.threadgroups)
-                first = self.last.config
+            memo_key = (tuple(sorted(shape.items())), dtype)
+        known = self._memo.get(memo_key)
+        if known is not None:  # this config launched here before: no fallback needed
+            return self.fn(*args, **{**kwargs, name: known})
+        if self.kernel is None:
+            kernel, device, first, rest, as_arg = self._learned_case(dim, name)
+        else:
+            spec, device = self._spec, self.device
+            self.last = tune(spec, shape, dtype, k=self.k, device_aware=self.device_aware,
+                             configs=self.configs, warmup=self.warmup, iters=self.iters, device=device,
+                             measure=self.measure, cache_path=self.cache_path, threadgroups=self.threadgroups)
+            kernel, first = spec.name, self.last.config
             rest = functools.partial(_fallbacks, spec, shape, dtype, self.last, device)
             as_arg = (lambda c: tuple(spec.launch(c, shape).threadgroup)) if name == "threadgroup" else None
         chip, mlx_version, _ = _device_and_mlx(device)
@@ -522,26 +528,22 @@ class AutotunedKernel:
         out, used = _launch_ranked(self.fn, ranked(), args, kwargs, kernel=kernel,
                                    dkey=cache_file.device_key(chip, mlx_version), config_arg=name, as_arg=as_arg,
                                    cache_path=self.cache_path, refusals=self.refusals)
-        self._memo[memo_key] = used
+        self._memo[memo_key] = as_arg(used) if as_arg else used
         return out
 
-    def _learned_case(self, args: tuple, kwargs: dict, name: str):
-        """(kernel, device, memo key, first config, the rest, as_arg) of a wrapper without a kernel spec:
-        the learned threadgroups for the current chip and the row length of the first array argument."""
+    def _learned_case(self, dim: int, name: str):
+        """(kernel, device, first config, the rest, as_arg) of a wrapper without a kernel spec: the learned
+        threadgroups for the current chip and a row of `dim` elements."""
         from zmlx_pipeline.runtime.device import current_device_id
         from zmlx_pipeline.runtime.profiles import get_current_device_profile, get_threadgroup_candidates_for_shape
 
-        arr = _first_array(args, kwargs)
-        dim = int(arr.shape[-1]) if arr is not None and len(arr.shape) else 0
-        memo_key = ("tg", dim)
         profile = get_current_device_profile()
         cands = list(get_threadgroup_candidates_for_shape(profile, dim, "general")) if self.device_aware else []
         ranked = cands + [int(profile.default_threadgroup)] + list(profile.threadgroup_candidates)
-        first = self._memo.get(memo_key) or {"TG": int(ranked[0])}
         device = self.device or current_device_id()[0] or "unknown"
         as_arg = (lambda c: (int(c["TG"]), 1, 1)) if name == "threadgroup" else None
         kernel = f"{self.fn.__module__}.{self.fn.__qualname__}"
-        return kernel, device, memo_key, first, lambda: ({"TG": int(t)} for t in ranked), as_arg
+        return kernel, device, {"TG": int(ranked[0])}, lambda: ({"TG": int(t)} for t in ranked[1:]), as_arg
 
     def clear_cache(self) -> None:
         """Forget this wrapper's in-process answers (the cache file is kept)."""
