@@ -11,9 +11,6 @@ import math
 
 import mlx.core as mx
 import pytest
-import zmlx.autotune as zat
-import zmlx.device as zdev
-import zmlx.device_profile as zdp
 
 from zmlx_pipeline.kernels.registry import get_kernel
 from zmlx_pipeline.runtime import cache, tune
@@ -35,8 +32,9 @@ class FakeMeasure:
                            + 0.1 * config["ROWS"])
 
 
-def pretend_chip(monkeypatch, family: str, variant: str, cores: int) -> None:
+def pretend_chip(monkeypatch, zmlx, family: str, variant: str, cores: int) -> None:
     """Make ZMLX's detection report an Apple chip (everything else in ZMLX runs as shipped)."""
+    zdev, zdp = zmlx.device, zmlx.device_profile
     profile = zdev.DeviceProfile(family=family, variant=variant, gpu_cores=cores, max_threadgroup_size=1024,
                                  simd_width=32, has_ray_tracing=family in ("M3", "M4"), memory_gb=64)
     monkeypatch.setattr(zdev, "detect_device", lambda: profile)
@@ -44,39 +42,38 @@ def pretend_chip(monkeypatch, family: str, variant: str, cores: int) -> None:
 
 
 @pytest.fixture
-def zmlx_on_m3_max(monkeypatch, isolated_home):
+def zmlx_on_m3_max(monkeypatch, isolated_home, zmlx):
+    """(ZMLX's autotune module, the cache path both use) with ZMLX on a pretended M3 Max and nothing in memory."""
     monkeypatch.delenv("ZMLX_CACHE_DIR", raising=False)
-    pretend_chip(monkeypatch, "M3", "Max", 40)
-    zat.GLOBAL_AUTOTUNE_CACHE.clear()
-    zat._FAST_CACHE.clear()
-    yield isolated_home / ".cache" / "zmlx" / "autotune_v3.json"
-    zat.GLOBAL_AUTOTUNE_CACHE.clear()
-    zat._FAST_CACHE.clear()
-    zdp.get_current_device_profile.cache_clear()
+    pretend_chip(monkeypatch, zmlx, "M3", "Max", 40)
+    zmlx.autotune.GLOBAL_AUTOTUNE_CACHE.clear()
+    zmlx.autotune._FAST_CACHE.clear()
+    return zmlx.autotune, isolated_home / ".cache" / "zmlx" / "autotune_v3.json"
 
 
 def our_tune(shape=SHAPE, measure=None):
     return tune("rmsnorm", shape, "float16", device=M3_MAX, measure=measure or FakeMeasure())
 
 
-def zmlx_entry() -> tuple:
+def zmlx_entry(zat) -> tuple:
     """One launch ZMLX tuned itself, with ZMLX's own key and config types."""
     key = zat.AutotuneKey(kernel_name="zmlx_softmax", input_shapes=((8, 4096),), input_dtypes=("mlx.core.float16",),
                           grid=(256, 8, 1), template_params=(("tuning", "templates"),))
     return key, zat.AutotuneConfig(threadgroup=(256, 1, 1), template=(("N_READS", 4),))
 
 
-def test_on_apple_chips_our_section_is_zmlxs_section(zmlx_on_m3_max, monkeypatch):
+def test_on_apple_chips_our_section_is_zmlxs_section(zmlx_on_m3_max, monkeypatch, zmlx):
+    zat, _ = zmlx_on_m3_max
     assert cache.device_key(M3_MAX, mx.__version__) == zat._device_cache_key() == f"M3_Max_{mx.__version__}"
     for device_id, (family, variant) in {"apple-m3-max-30c": ("M3", "Max"), "apple-m2-8c": ("M2", ""),
                                          "apple-m1-ultra-64c": ("M1", "Ultra"), "apple-m4-pro-20c": ("M4", "Pro")}.items():
-        pretend_chip(monkeypatch, family, variant, 8)
+        pretend_chip(monkeypatch, zmlx, family, variant, 8)
         assert cache.device_key(device_id, "0.30.0").replace("0.30.0", mx.__version__) == zat._device_cache_key()
     assert cache.device_key("nvidia-h200", "0.32.4") == "nvidia-h200_0.32.4"  # ZMLX has no name for it
 
 
 def test_ours_first_then_zmlx_loads_and_rewrites_and_we_still_find_our_winner(zmlx_on_m3_max):
-    path = zmlx_on_m3_max
+    zat, path = zmlx_on_m3_max
     first = our_tune()
     assert first.source == "timed"
     dkey = zat._device_cache_key()
@@ -111,8 +108,8 @@ def test_ours_first_then_zmlx_loads_and_rewrites_and_we_still_find_our_winner(zm
 
 
 def test_zmlx_first_then_ours_keeps_zmlxs_entries_and_zmlx_reads_both(zmlx_on_m3_max):
-    path = zmlx_on_m3_max
-    zkey, zconfig = zmlx_entry()
+    zat, path = zmlx_on_m3_max
+    zkey, zconfig = zmlx_entry(zat)
     zat.GLOBAL_AUTOTUNE_CACHE[zkey] = zconfig
     zat.save_autotune_cache()
     before = json.loads(path.read_text())["devices"][zat._device_cache_key()]["entries"]
@@ -131,8 +128,8 @@ def test_zmlx_first_then_ours_keeps_zmlxs_entries_and_zmlx_reads_both(zmlx_on_m3
 def test_a_zmlx_save_that_never_loaded_our_entry_loses_nothing(zmlx_on_m3_max):
     """ZMLX loaded before our winner was written, then saved: its section lacks our entry, our copy does not;
     our next write puts the entry back, where ZMLX's next load reads it."""
-    path = zmlx_on_m3_max
-    zkey, zconfig = zmlx_entry()
+    zat, path = zmlx_on_m3_max
+    zkey, zconfig = zmlx_entry(zat)
     assert zat.load_autotune_cache() == 0
     zat.GLOBAL_AUTOTUNE_CACHE[zkey] = zconfig
     first = our_tune()
@@ -150,9 +147,10 @@ def test_a_zmlx_save_that_never_loaded_our_entry_loses_nothing(zmlx_on_m3_max):
 
 
 def test_refused_launches_survive_a_zmlx_save(zmlx_on_m3_max):
+    zat, _ = zmlx_on_m3_max
     dkey = zat._device_cache_key()
     cache.save_refusal(dkey, "rmsnorm", {"TG": 1024, "VEC": 4, "ROWS": 1}, "over the pipeline's limit of 896")
-    zkey, zconfig = zmlx_entry()
+    zkey, zconfig = zmlx_entry(zat)
     zat.GLOBAL_AUTOTUNE_CACHE[zkey] = zconfig
     zat.save_autotune_cache()
     (refused,) = cache.load_refusals(dkey)

@@ -7,7 +7,6 @@ import inspect
 import textwrap
 
 import pytest
-import zmlx.device_profile as zdp
 
 import zmlx_pipeline.runtime as runtime
 from zmlx_pipeline.runtime import profiles
@@ -32,7 +31,8 @@ def _compatible(theirs, ours) -> list[str]:
 
 
 @pytest.mark.parametrize("module", [runtime, profiles], ids=["runtime", "runtime.profiles"])
-def test_every_public_name_of_zmlx_device_profile_is_here_with_a_compatible_signature(module):
+def test_every_public_name_of_zmlx_device_profile_is_here_with_a_compatible_signature(module, zmlx):
+    zdp = zmlx.device_profile
     for name in zdp.__all__:
         assert hasattr(module, name), name
         theirs, ours = getattr(zdp, name), getattr(module, name)
@@ -45,8 +45,8 @@ def test_every_public_name_of_zmlx_device_profile_is_here_with_a_compatible_sign
             assert isinstance(ours, list) and len(ours) == len(theirs)
 
 
-def test_the_profile_class_has_every_field_and_method_of_zmlxs():
-    theirs, ours = zdp.DeviceTuningProfile, runtime.DeviceTuningProfile
+def test_the_profile_class_has_every_field_and_method_of_zmlxs(zmlx):
+    theirs, ours = zmlx.device_profile.DeviceTuningProfile, runtime.DeviceTuningProfile
     assert dataclasses.is_dataclass(ours) and ours.__dataclass_params__.frozen
     their_fields = [f.name for f in dataclasses.fields(theirs)]
     assert [f.name for f in dataclasses.fields(ours)][: len(their_fields)] == their_fields  # same positional order
@@ -94,12 +94,12 @@ SNIPPET = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("module", ["zmlx.device_profile", "zmlx_pipeline.runtime"])
-def test_code_written_for_zmlx_runs_unchanged_on_ours(module):
+def test_code_written_for_zmlx_runs_unchanged_on_ours(module, zmlx):
     scope: dict = {}
     exec(SNIPPET.format(module=module), scope)
     summary, tgs, chips, default_tg = scope["result"]
     assert summary["chip"] == "M3_Max" and summary["cores"] == 40 and summary["high_end"]
-    assert chips == sorted(p.chip_id for p in zdp.ALL_DEVICE_PROFILES)
+    assert chips == sorted(p.chip_id for p in zmlx.device_profile.ALL_DEVICE_PROFILES)
 
 
 def test_all_device_profiles_follow_the_loaded_bundle(toy_bundle):
