@@ -216,3 +216,33 @@ def test_a_refusal_raised_when_mlx_evaluates_the_launch_falls_back_too(tmp_path,
     assert float(out[0].item()) == 512 and evaluated == [1024, 960, 512]
     launch_ranked(kernel, RANKED, "x", kernel="lazy", device=H200, cache_path=path)
     assert evaluated == [1024, 960, 512]  # a config that ran is not evaluated by the launcher again
+
+
+def test_a_config_the_pipeline_refuses_while_tuning_is_never_timed_again(real_bundle, tmp_path):
+    from zmlx_pipeline.runtime import tune
+
+    load_bundle(real_bundle[1], strict=True)
+    path = str(tmp_path / "autotune_v3.json")
+
+    class Harnessish(FakeMeasure):
+        """What harness_measure gives: a third field with the error text, here MLX's refusal over 896 threads
+        as the harness words it."""
+
+        def __call__(self, spec, config, shape, dtype):
+            from zmlx_pipeline.kernels.harness import short_error
+
+            status, median = super().__call__(spec, config, shape, dtype)
+            if config["TG"] > 896:
+                return "launch_error", None, short_error(ValueError(OVER_LIMIT.format(config["TG"])))
+            return status, median, None
+
+    first = Harnessish()
+    tune("rmsnorm", {"rows": 3000, "cols": 2048}, "float16", device=H200, device_aware=False, measure=first,
+         cache_path=path)
+    over = [c for c in first.calls if c["TG"] > 896]
+    assert over  # TG 1024 is legal on the H200: the legality model cannot know the pipeline's limit
+    forget_refusals()  # a new process: only the cache file remembers
+    again = Harnessish()
+    tune("rmsnorm", {"rows": 64, "cols": 4096}, "float16", device=H200, device_aware=False, measure=again,
+         cache_path=path)
+    assert again.calls and not [c for c in again.calls if c in over]

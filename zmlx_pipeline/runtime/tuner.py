@@ -35,12 +35,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from zmlx_pipeline.runtime import cache as cache_file
+from zmlx_pipeline.runtime.constraints import pipeline_thread_limit, refusal_text
 from zmlx_pipeline.runtime.lookup import predicted_config
 
 #: the pruned autotuner never times more than this share of a case's legal configs
 MAX_FRACTION = 0.2
 
-Measure = Callable[[Any, Mapping[str, int], Mapping[str, int], str], tuple[str, float | None]]
+#: (spec, config, shape, dtype) -> (status, median us) or (status, median us, error text)
+Measure = Callable[[Any, Mapping[str, int], Mapping[str, int], str], tuple]
 
 
 class AutotuneError(RuntimeError):
@@ -126,7 +128,8 @@ def _detect_device_and_mlx(device: str | None) -> tuple[str, str, dict]:
 
 
 def harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: str = "chain") -> Measure:
-    """A measurer that checks and times a config with the collect harness on this process's GPU (one per setting).
+    """A measurer that checks and times a config with the collect harness on this process's GPU (one per setting):
+    (status, median us, error text).
 
     `rotate_bytes`: rotate through enough input sets to exceed this many bytes, as collect does with
     twice the device's L2, so a config is timed reading memory as the training data were.
@@ -164,7 +167,7 @@ def _new_harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: 
             extra["prepared"] = prepared[key]
         outcome = harness.measure(launcher, dict(config), dict(shape), dtype, warmup=warmup, samples=iters,
                                   timer=timer, **extra)
-        return outcome.status, (outcome.timing.median_us if outcome.timing else None)
+        return outcome.status, (outcome.timing.median_us if outcome.timing else None), outcome.error
 
     return measure
 
@@ -221,6 +224,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     """The best config for one case: from the cache, else by timing the pruned candidates (or all, or `configs`).
 
     `threadgroups` keeps only legal configs with one of these threadgroup sizes (ZMLX's candidate list).
+    Configs refused at launch on this device before are left out; with `use_cache`, a candidate the
+    pipeline refuses for its thread limit while timed is remembered as refused too.
     `timer` is the harness's timer when `measure` is not given ("chain", "gpu" or "auto").
     """
     from zmlx_pipeline.kernels.spec import Limits
@@ -270,8 +275,11 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         return TuneResult(spec.name, shape, dtype, config, "predicted", legal=len(legal), key=key, note=str(exc))
     timed = []
     for cfg in cands:
-        status, median = measure(spec, cfg, shape, dtype)
+        status, median, *error = measure(spec, cfg, shape, dtype)
         timed.append({"config": cfg, "status": status, "median_us": median})
+        if use_cache and status == "launch_error" and error and pipeline_thread_limit(str(error[0])):
+            # the chip's pipeline refuses this config at any shape: never launch or time it again here
+            remember_refusal(spec.name, dkey, cfg, str(error[0]), cache_path)
     wall = time.perf_counter() - start
     ok = [t for t in timed if t["status"] == "ok" and t["median_us"] is not None]
     if not ok:
@@ -368,8 +376,6 @@ def _launch_ranked(fn: Callable, candidates: Any, args: tuple, kwargs: dict, *, 
                 _CONFIRMED.add((kernel, dkey, ident))
             return out, config
         except refusals as exc:
-            from zmlx_pipeline.runtime.constraints import refusal_text
-
             error = refusal_text(exc)
             errors.append(error)
             not_saved = remember_refusal(kernel, dkey, config, error, cache_path)
