@@ -163,3 +163,42 @@ def test_config_of_reads_what_zmlx_keeps():
     assert cache.config_of(trimmed, ("TG", "VEC", "ROWS")) == {"TG": 256, "VEC": 4, "ROWS": 1}
     assert cache.config_of(trimmed, ("TG", "VEC", "ROWS", "CACHE")) is None  # not this kernel's parameters
     assert cache.config_of({"tg": [64, 1, 1], "template": []}) is None
+
+
+def test_with_zmlxs_own_detection_on_an_m3_max_both_share_its_section(monkeypatch, isolated_home, zmlx):
+    """ZMLX's detection run as shipped, only the OS answers faked: for "Apple M3 Max" it reports the base M3
+    (the first name of its table found in the brand string), so its section is `M3_<mlx>`; ours reach it too."""
+    import platform
+
+    monkeypatch.delenv("ZMLX_CACHE_DIR", raising=False)
+    monkeypatch.setattr(platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(platform, "machine", lambda: "arm64")
+    monkeypatch.setattr(zmlx.device, "_sysctl", lambda key: {"machdep.cpu.brand_string": "Apple M3 Max",
+                                                             "hw.memsize": str(64 << 30)}.get(key, ""))
+    zmlx.device.detect_device.cache_clear()
+    zmlx.device_profile.get_current_device_profile.cache_clear()
+    zat = zmlx.autotune
+    zat.GLOBAL_AUTOTUNE_CACHE.clear()
+    try:
+        zkey = zat._device_cache_key()
+        assert zkey == f"M3_{mx.__version__}"
+        assert cache.device_keys(M3_MAX, mx.__version__) == (f"M3_Max_{mx.__version__}", zkey)
+
+        first = our_tune()
+        assert zat.load_autotune_cache() == 1
+        ((_, zconfig),) = zat.GLOBAL_AUTOTUNE_CACHE.items()
+        assert {k: v for k, v in zconfig.template if k != "T"} == first.config
+        zat.save_autotune_cache()
+
+        # only what ZMLX rewrote is left: its own section, trimmed to tg and template
+        path = isolated_home / ".cache" / "zmlx" / "autotune_v3.json"
+        data = json.loads(path.read_text())
+        data = {"schema_version": "3.0", "devices": {zkey: data["devices"][zkey]}}
+        path.write_text(json.dumps(data))
+        again = FakeMeasure()
+        hit = our_tune(measure=again)
+        assert (hit.source, hit.config, again.calls) == ("cache", first.config, [])
+    finally:
+        zat.GLOBAL_AUTOTUNE_CACHE.clear()
+        zmlx.device.detect_device.cache_clear()
+        zmlx.device_profile.get_current_device_profile.cache_clear()

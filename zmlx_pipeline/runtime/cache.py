@@ -6,7 +6,8 @@
                        "refused": {"<device key>": [{"kernel", "config", "error", "at"}, ...]}}}
 
 Device sections are named as ZMLX names them (`M3_Max_0.32.4` on Apple chips, `<catalog id>_<mlx>`
-elsewhere). An entry's key is written exactly as ZMLX's `save_autotune_cache` writes its own keys
+elsewhere); on an Apple Pro, Max or Ultra our entries also go to the base chip's section (`M3_0.32.4`),
+the one ZMLX 0.10.0's detection actually picks there (device.zmlx_chips). An entry's key is written exactly as ZMLX's `save_autotune_cache` writes its own keys
 (`json.dumps` of name, shapes, dtypes, grid, t_params, in that order), so ZMLX loads our entries and
 writes them back unchanged; its value keeps ZMLX's fields (`tg`, `template`: every config parameter)
 next to ours (`config`, `median_us`, ...). ZMLX's save replaces its device's section with what it
@@ -55,6 +56,14 @@ def device_key(chip: str, mlx_version: str | None) -> str:
     from zmlx_pipeline.runtime.device import zmlx_chip
 
     return f"{zmlx_chip(chip)}_{mlx_version or 'unknown'}"
+
+
+def device_keys(chip: str, mlx_version: str | None) -> tuple[str, ...]:
+    """Every section ZMLX may keep this device's launches in: device_key first, then, on an Apple Pro,
+    Max or Ultra, the base chip's (`M3_0.32.4`), where ZMLX 0.10.0's detection puts them (device.zmlx_chips)."""
+    from zmlx_pipeline.runtime.device import zmlx_chips
+
+    return tuple(f"{c}_{mlx_version or 'unknown'}" for c in zmlx_chips(chip))
 
 
 def entry_key(kernel: str, version: str | None, shape: Mapping[str, int], dims: list[str] | tuple[str, ...],
@@ -180,12 +189,15 @@ def _own(data: Mapping[str, Any], part: str, dkey: str) -> Any:
     return section[part].get(dkey)
 
 
-def load_entries(dkey: str, path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The entries of one device section, with our own kept copies of entries ZMLX's save dropped or trimmed."""
+def load_entries(dkey: str, path: str | os.PathLike | None = None, also: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The entries of one device section (and of the `also` sections, under it), with our own kept copies of
+    entries ZMLX's save dropped or trimmed."""
     data = read_cache(path)
-    section = data["devices"].get(dkey) or {}
-    entries = section.get("entries")
-    out = dict(entries) if isinstance(entries, dict) else {}
+    out: dict[str, Any] = {}
+    for name in (*reversed(also), dkey):
+        section = data["devices"].get(name)
+        entries = section.get("entries") if isinstance(section, dict) else None
+        out.update(entries if isinstance(entries, dict) else {})
     kept = _own(data, "entries", dkey)
     if isinstance(kept, Mapping):
         out.update(kept)
@@ -267,26 +279,26 @@ def _own_part(data: dict, part: str) -> dict:
 
 
 def save_entries(dkey: str, entries: Mapping[str, Any], metadata: Mapping[str, Any] | None = None,
-                 path: str | os.PathLike | None = None) -> Path:
-    """Merge entries into one device section under the lock; other devices and entries are kept, and entries
-    kept for this device that ZMLX's save dropped or trimmed are put back."""
+                 path: str | os.PathLike | None = None, also: tuple[str, ...] = ()) -> Path:
+    """Merge entries into one device section (and the `also` sections) under the lock; other devices and
+    entries are kept, and entries kept for this device that ZMLX's save dropped or trimmed are put back."""
     p = Path(path) if path is not None else cache_path()
     with _locked(p):
         data = _current_for_write(p)
-        section = data["devices"].get(dkey)
-        if not isinstance(section, dict):
-            section = {"metadata": {}, "entries": {}}
-        section.setdefault("entries", {})
-        if not isinstance(section["entries"], dict):
-            section["entries"] = {}
         kept = _own_part(data, "entries")
         mine = kept.get(dkey) if isinstance(kept.get(dkey), dict) else {}
         mine = {**mine, **entries}
         kept[dkey] = mine
-        section["entries"].update(mine)
-        section["metadata"] = {**(section.get("metadata") or {}), **(metadata or {})}
-        section["saved_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-        data["devices"][dkey] = section
+        for name in (dkey, *also):
+            section = data["devices"].get(name)
+            if not isinstance(section, dict):
+                section = {"metadata": {}, "entries": {}}
+            if not isinstance(section.get("entries"), dict):
+                section["entries"] = {}
+            section["entries"].update(mine)
+            section["metadata"] = {**(section.get("metadata") or {}), **(metadata or {})}
+            section["saved_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            data["devices"][name] = section
         write_json_atomic(p, data)
     return p
 

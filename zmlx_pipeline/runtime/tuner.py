@@ -234,7 +234,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     shape = {d: int(shape[d]) for d in spec.shape_grid.dims}
     chip, mlx_version, meta = _device_and_mlx(device)
     row = meta.pop("limits_row")
-    dkey = cache_file.device_key(chip, mlx_version)
+    dkey, *also = cache_file.device_keys(chip, mlx_version)
     legal = spec.legal_configs(shape, dtype, Limits.from_device_row(row))
     if threadgroups is not None:
         sizes = {int(t[0] if isinstance(t, (tuple, list)) else t) for t in threadgroups}
@@ -247,7 +247,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     legal = runnable
     key = cache_file.entry_key(spec.name, spec.version, shape, spec.shape_grid.dims, dtype, list(spec.params))
     if use_cache:
-        hit = cache_file.load_entries(dkey, cache_path).get(key)
+        hit = cache_file.load_entries(dkey, cache_path, tuple(also)).get(key)
         config = cache_file.config_of(hit, spec.params)
         if config is not None and config_id(config) in {config_id(c) for c in legal}:
             return TuneResult(spec.name, shape, dtype, config, "cache", hit.get("median_us"), legal=len(legal), key=key)
@@ -292,7 +292,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         value = cache_file.entry_value(best["config"], dtype, launch.threadgroup, median_us=best["median_us"],
                                        candidates_timed=len(timed), legal_configs=len(legal), source="autotune",
                                        grid=list(launch.grid), tuned_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
-        cache_file.save_entries(dkey, {key: value}, meta, cache_path)
+        cache_file.save_entries(dkey, {key: value}, meta, cache_path, tuple(also))
     return TuneResult(spec.name, shape, dtype, dict(best["config"]), "timed", best["median_us"], timed, len(legal),
                       wall, key, note)
 
