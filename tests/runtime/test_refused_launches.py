@@ -109,8 +109,35 @@ def test_when_every_config_is_refused_the_error_says_so(tmp_path):
     path = str(tmp_path / "autotune_v3.json")
     with pytest.warns(RefusedConfigWarning), pytest.raises(LaunchRefused, match="no candidate config launched"):
         launch_ranked(Kernel(refuse=lambda c: True), RANKED[:2], "x", kernel="k", device=H200, cache_path=path)
-    with pytest.raises(LaunchRefused, match="2 refused before"):
+    with pytest.raises(LaunchRefused, match="2 refused before"):  # MLX named the pipeline's limit: remembered
         launch_ranked(Kernel(), RANKED[:2], "x", kernel="k", device=H200, cache_path=path)
+
+
+def test_an_error_every_config_raises_is_not_blamed_on_the_configs(tmp_path):
+    path = str(tmp_path / "autotune_v3.json")
+
+    def broken(x, config=None):
+        raise RuntimeError("[metal::Device] Unable to allocate 68719476736 bytes")
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(LaunchRefused, match="4 tried") as raised:
+            launch_ranked(broken, RANKED, "x", kernel="k", device=H200, cache_path=path)
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert cache.load_refusals(cache.device_key(H200, _mlx_version()), path) == []
+    kernel = Kernel()
+    with pytest.warns(RefusedConfigWarning):
+        assert launch_ranked(kernel, RANKED, "x", kernel="k", device=H200, cache_path=path) == ("ran", 512)
+    assert kernel.calls[0] == {"TG": 1024}  # nothing was refused by the failures above
+
+
+def test_a_config_that_ran_before_is_never_taken_as_refused(tmp_path):
+    path = str(tmp_path / "autotune_v3.json")
+    assert launch_ranked(Kernel(), RANKED[2:], "x", kernel="k", device=H200, cache_path=path) == ("ran", 512)
+    with pytest.raises(ValueError, match="bad input"):
+        launch_ranked(Kernel(refuse=lambda c: (_ for _ in ()).throw(ValueError("bad input"))), RANKED[2:], "x",
+                      kernel="k", device=H200, cache_path=path)
+    assert cache.load_refusals(cache.device_key(H200, _mlx_version()), path) == []
 
 
 class FakeMeasure:

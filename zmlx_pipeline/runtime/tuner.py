@@ -357,36 +357,54 @@ def _evaluate(out: Any) -> None:
         mx.eval(arrays)
 
 
+def _refuse(kernel: str, dkey: str, config: dict, error: str, cache_path: str | None) -> None:
+    """Remember a refusal and warn about it once per kernel, device and config."""
+    not_saved = remember_refusal(kernel, dkey, config, error, cache_path)
+    ident = config_id(config)
+    if (kernel, dkey, ident) not in _WARNED:
+        _WARNED.add((kernel, dkey, ident))
+        warnings.warn(f"zmlx-pipeline: {kernel} config {config} was refused on {dkey} ({error}); launched the next "
+                      f"ranked config instead, and will not launch this one again on this device"
+                      + (f" ({not_saved})" if not_saved else ""), RefusedConfigWarning, stacklevel=5)
+
+
 def _launch_ranked(fn: Callable, candidates: Any, args: tuple, kwargs: dict, *, kernel: str, dkey: str,
                    config_arg: str, as_arg: Callable[[dict], Any] | None, cache_path: str | None,
                    refusals: tuple) -> tuple[Any, dict]:
+    """The launch and the config it ran with. A refusal naming the pipeline's thread limit is remembered at
+    once; any other error only once a later config ran, since an error every config raises (bad inputs, a
+    broken device) says nothing about the configs. A config that ran here before is never taken as refused."""
     refused = refused_configs(kernel, dkey, cache_path)
     seen: set[str] = set()
-    errors: list[str] = []
+    pending: list[tuple[dict, str]] = []
+    last: BaseException | None = None
     for config in candidates:
         config = dict(config)
         ident = config_id(config)
         if ident in refused or ident in seen:
             continue
         seen.add(ident)
+        confirmed = (kernel, dkey, ident) in _CONFIRMED
         try:
             out = fn(*args, **{**kwargs, config_arg: as_arg(config) if as_arg else config})
-            if (kernel, dkey, ident) not in _CONFIRMED:
+            if not confirmed:
                 _evaluate(out)
                 _CONFIRMED.add((kernel, dkey, ident))
-            return out, config
         except refusals as exc:
-            error = refusal_text(exc)
-            errors.append(error)
-            not_saved = remember_refusal(kernel, dkey, config, error, cache_path)
-            if (kernel, dkey, ident) not in _WARNED:
-                _WARNED.add((kernel, dkey, ident))
-                warnings.warn(f"zmlx-pipeline: {kernel} config {config} was refused on {dkey} ({error}); launching "
-                              f"the next ranked config, and not this one again on this device"
-                              + (f" ({not_saved})" if not_saved else ""), RefusedConfigWarning, stacklevel=4)
-    tail = f"; last error: {errors[-1]}" if errors else ""
-    raise LaunchRefused(f"{kernel}: no candidate config launched on {dkey} ({len(errors)} refused now, "
-                        f"{len(refused)} refused before{tail})")
+            if confirmed:
+                raise
+            last, error = exc, refusal_text(exc)
+            if pipeline_thread_limit(str(exc)):
+                _refuse(kernel, dkey, config, error, cache_path)
+            else:
+                pending.append((config, error))
+            continue
+        for earlier, error in pending:
+            _refuse(kernel, dkey, earlier, error, cache_path)
+        return out, config
+    tail = f"; last error: {refusal_text(last)}" if last is not None else ""
+    raise LaunchRefused(f"{kernel}: no candidate config launched on {dkey} ({len(seen)} tried, "
+                        f"{len(refused)} refused before{tail})") from last
 
 
 def launch_ranked(fn: Callable, candidates: Any, *args: Any, kernel: str, device: str | None = None,
@@ -395,10 +413,12 @@ def launch_ranked(fn: Callable, candidates: Any, *args: Any, kernel: str, device
     """`fn(*args, **kwargs, <config_arg>=config)` with the first of `candidates` (configs, best first) that runs.
 
     A launch raising one of `refusals` (MLX raises ValueError or RuntimeError for a launch the device
-    refuses; anything else is a bug and propagates) is remembered as refused for this kernel, device
-    and config, in-process and in the cache file, warned about once (RefusedConfigWarning), and the
-    next candidate is launched; configs refused before are skipped without a launch. `as_arg` turns a
-    config into what `fn` takes (say, a threadgroup tuple). Raises LaunchRefused when none runs.
+    refuses; anything else is a bug and propagates) makes it launch the next candidate. The refusal is
+    remembered for this kernel, device and config, in-process and in the cache file, and warned about
+    once (RefusedConfigWarning): at once when MLX names the pipeline's thread limit, else when a later
+    config runs (an error every config raises is not the configs' fault, and nothing is remembered).
+    Configs refused before are skipped without a launch. `as_arg` turns a config into what `fn` takes
+    (say, a threadgroup tuple). Raises LaunchRefused, from the last error, when none runs.
     """
     chip, mlx_version, _ = _device_and_mlx(device)
     out, _ = _launch_ranked(fn, candidates, args, kwargs, kernel=kernel, dkey=cache_file.device_key(chip, mlx_version),
