@@ -89,7 +89,7 @@ def test_the_v3_cache_layout_holds_the_winners_for_existing_loaders(toy_bundle):
         assert set(parsed) >= {"name", "shapes", "dtypes", "grid"}
         if value["source"] == "measured":
             found += 1
-            assert value["config"] == toy_best("nvidia-h200", parsed["shape"])
+            assert value["config"] == toy_best("nvidia-h200", dict(zip(("rows", "cols"), parsed["shapes"][0])))
     assert found == len(TOY_SHAPES)
     assert cache_file.read_cache(latest_dir(toy_bundle[1]) / "autotune_v3.json")["devices"].keys() == data["devices"].keys()
 

@@ -103,13 +103,14 @@ def copy_bundle(publish_dir: Path, dest: Path) -> Path:
 
 
 def reset_runtime() -> None:
-    """No bundle loaded, no answer remembered, no device detected."""
-    from zmlx_pipeline.runtime import bundle, device, lookup, profiles
+    """No bundle loaded, no answer remembered, no device detected, no refused launch remembered."""
+    from zmlx_pipeline.runtime import bundle, device, lookup, profiles, tuner
 
     bundle.reset()
     lookup.clear_cache()
     device.forget_current_device()
     profiles.forget_current_profile()
+    tuner.forget_refusals()
 
 
 @pytest.fixture(autouse=True)

@@ -93,6 +93,7 @@ def test_keys_are_canonical_and_never_object_ids():
     assert a == b
     key = json.loads(a)
     assert key["name"] == "rmsnorm" and key["shapes"] == [[2, 8]] and key["dtypes"] == ["float16"]
-    assert key["t_params"] == [["T", "float16"], ["TG", "tuned"], ["VEC", "tuned"]]
+    assert key["t_params"] == [["T", "float16"], ["TG", "tuned"], ["VEC", "tuned"], ["kernel_version", "sha256:1"]]
+    assert key["grid"] == [0, 0, 0]  # the config decides the grid; ZMLX's loader needs a grid to read the key
     value = cache.entry_value({"TG": 256, "VEC": 4}, "float16", (256, 1, 1))
     assert value["tg"] == [256, 1, 1] and ["TG", 256] in value["template"]

@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from zmlx_pipeline.kernels.spec import DTYPE_BYTES, KernelSpec
 from zmlx_pipeline.kernels.timing import Timing, time_gpu, time_launches
+from zmlx_pipeline.runtime.constraints import pipeline_thread_limit, refusal_text
 
 #: fills float outputs before a checked launch, so an element the kernel never wrote cannot pass
 POISON_FLOAT = float("nan")
@@ -87,15 +88,18 @@ def mx_dtype(name: str):
 
 
 def classify_error(exc: BaseException) -> str:
-    """compile_error for a source the JIT rejected, launch_error for anything else that raised."""
+    """compile_error for a source the JIT rejected, launch_error for anything else that raised (a
+    threadgroup over the compiled pipeline's thread limit among them: it compiled, the launch was refused)."""
     text = str(exc).lower()
+    if pipeline_thread_limit(text):
+        return "launch_error"
     return "compile_error" if any(m in text for m in _COMPILE_MARKERS) else "launch_error"
 
 
 def short_error(exc: BaseException, limit: int = 400) -> str:
-    """The first meaningful line(s) of an exception, bounded, for the error column."""
-    text = re.sub(r"\s+", " ", f"{type(exc).__name__}: {exc}").strip()
-    return text[:limit]
+    """The first meaningful line(s) of an exception, bounded, for the error column; a launch refused for the
+    pipeline's thread limit starts with that limit (constraints.refusal_text)."""
+    return refusal_text(exc, limit)
 
 
 class Launcher:

@@ -7,6 +7,9 @@ imported on first use.
     from zmlx_pipeline.runtime import predicted_config, candidates, autotune, load_bundle
     p = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h200")
     p.config, p.evidence, p.expected_regret
+
+It also answers everything `zmlx.device_profile` exports (`get_device_profile`, `ALL_DEVICE_PROFILES`, ...),
+from the learned tables.
 """
 
 from __future__ import annotations
@@ -16,13 +19,16 @@ from typing import Any
 
 _EXPORTS = {
     "AutotuneError": "tuner", "TuneResult": "tuner", "autotune": "tuner", "tune": "tuner",
+    "LaunchRefused": "tuner", "RefusedConfigWarning": "tuner", "launch_ranked": "tuner",
     "Bundle": "bundle", "BundleError": "bundle", "BundleWarning": "bundle", "FetchError": "bundle",
     "active_bundle": "bundle", "load_bundle": "bundle", "read_bundle": "bundle",
     "BadLookup": "lookup", "Prediction": "lookup", "bucket_of": "lookup", "candidates": "lookup",
     "predicted_config": "lookup",
     "DeviceTuningProfile": "profiles", "get_current_device_profile": "profiles", "get_device_profile": "profiles",
-    "get_threadgroup_candidates_for_shape": "profiles",
+    "get_threadgroup_candidates_for_shape": "profiles", "ALL_DEVICE_PROFILES": "profiles",
 }
+#: names worked out on each access (they follow the bundle loaded at the time), never kept here
+_LIVE = {"ALL_DEVICE_PROFILES"}
 
 __all__ = sorted(_EXPORTS)
 
@@ -32,7 +38,8 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
+    if name not in _LIVE:
+        globals()[name] = value
     return value
 
 

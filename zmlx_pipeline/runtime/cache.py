@@ -1,14 +1,24 @@
-"""The autotune cache file, in ZMLX's v3 layout: `~/.cache/zmlx/autotune_v3.json`.
+"""The autotune cache file, shared with ZMLX in its v3 layout: `~/.cache/zmlx/autotune_v3.json`.
 
     {"schema_version": "3.0",
-     "devices": {"<chip>_<mlx version>": {"metadata": {...}, "entries": {"<key json>": {...}}, "saved_at": "..."}}}
+     "devices": {"<chip>_<mlx version>": {"metadata": {...}, "entries": {"<key json>": {...}}, "saved_at": "..."}},
+     "zmlx_pipeline": {"entries": {"<device key>": {"<key json>": {...}}},
+                       "refused": {"<device key>": [{"kernel", "config", "error", "at"}, ...]}}}
 
-An entry's key is the JSON of what decides the launch (kernel, kernel version, shapes, dtypes,
-template parameters, grid), never an object id; its value keeps ZMLX's fields (`tg`, `template`)
-next to ours (`config`, `median_us`, ...), so existing loaders read the winners. A v2 file
-(`autotune_v2.json`: device sections of entries at the top level) or a v1 one is read and
-migrated with every entry and every device kept. Writes hold a lock file, re-read the file and
-merge into it, then replace it atomically, so two processes writing at once both keep their
+Device sections are named as ZMLX names them (`M3_Max_0.32.4` on Apple chips, `<catalog id>_<mlx>`
+elsewhere); on an Apple Pro, Max or Ultra our entries also go to the base chip's section (`M3_0.32.4`),
+the one ZMLX 0.10.0's detection actually picks there (device.zmlx_chips). An entry's key is written exactly as ZMLX's `save_autotune_cache` writes its own keys
+(`json.dumps` of name, shapes, dtypes, grid, t_params, in that order), so ZMLX loads our entries and
+writes them back unchanged; its value keeps ZMLX's fields (`tg`, `template`: every config parameter)
+next to ours (`config`, `median_us`, ...). ZMLX's save replaces its device's section with what it
+holds in memory, keeping only `tg` and `template` and dropping entries it never loaded, but it keeps
+the other top-level keys: so our winners are also kept under `zmlx_pipeline`, put back into their
+section on our next write, and a config is recovered from `template` where only that is left. The
+configs a chip refused to launch are kept there too, so no later process launches them again.
+
+A v2 file (`autotune_v2.json`: device sections of entries at the top level) or a v1 one is read
+and migrated with every entry and every device kept. Writes hold a lock file, re-read the file
+and merge into it, then replace it atomically, so two processes writing at once both keep their
 entries and a reader never sees half a file. $ZMLX_CACHE_DIR moves the directory (as in ZMLX).
 """
 
@@ -25,6 +35,10 @@ from typing import Any, Iterator, Mapping
 SCHEMA_VERSION = "3.0"
 V3_NAME = "autotune_v3.json"
 OLDER_NAMES = ("autotune_v2.json", "autotune_v1.json")
+#: our top-level section: ZMLX's save rewrites `devices[<its device>]` but keeps every other top-level key
+OWN_SECTION = "zmlx_pipeline"
+#: the key's grid when the launch grid depends on the config still to be chosen
+UNFIXED_GRID = (0, 0, 0)
 
 
 def cache_dir() -> Path:
@@ -37,29 +51,65 @@ def cache_path() -> Path:
 
 
 def device_key(chip: str, mlx_version: str | None) -> str:
-    """A device section's key: the chip (catalog id) and the MLX version, as ZMLX joins them."""
-    return f"{chip}_{mlx_version or 'unknown'}"
+    """A device section's key as ZMLX forms it: its chip name (`M3_Max`, `M3` for an Apple catalog id;
+    the id itself for other devices) and the MLX version."""
+    from zmlx_pipeline.runtime.device import zmlx_chip
+
+    return f"{zmlx_chip(chip)}_{mlx_version or 'unknown'}"
+
+
+def device_keys(chip: str, mlx_version: str | None) -> tuple[str, ...]:
+    """Every section ZMLX may keep this device's launches in: device_key first, then, on an Apple Pro,
+    Max or Ultra, the base chip's (`M3_0.32.4`), where ZMLX 0.10.0's detection puts them (device.zmlx_chips)."""
+    from zmlx_pipeline.runtime.device import zmlx_chips
+
+    return tuple(f"{c}_{mlx_version or 'unknown'}" for c in zmlx_chips(chip))
 
 
 def entry_key(kernel: str, version: str | None, shape: Mapping[str, int], dims: list[str] | tuple[str, ...],
               dtype: str, params: list[str] | tuple[str, ...], grid: Any = None) -> str:
-    """The key of one tuned launch: canonical JSON (sorted keys) of what determines it."""
+    """The key of one tuned launch, in the exact text ZMLX writes for a key it loaded (so it survives ZMLX's
+    save unchanged): the kernel, the shape in `dims` order, the dtype, the grid (UNFIXED_GRID when the
+    config decides it), and as template parameters the dtype, every tuned parameter and the kernel version."""
+    t_params = [["T", dtype]] + [[p, "tuned"] for p in sorted(params)]
+    if version:
+        t_params.append(["kernel_version", str(version)])
     return json.dumps({
         "name": kernel,
-        "version": version,
-        "shape": {d: int(shape[d]) for d in dims},
         "shapes": [[int(shape[d]) for d in dims]],
         "dtypes": [dtype],
-        "t_params": [["T", dtype]] + [[p, "tuned"] for p in sorted(params)],
-        "grid": list(grid) if grid is not None else None,
-    }, sort_keys=True, separators=(",", ":"))
+        "grid": [int(g) for g in (grid if grid is not None else UNFIXED_GRID)],
+        "t_params": t_params,
+    })
 
 
 def entry_value(config: Mapping[str, Any], dtype: str, threadgroup: Any = None, **extra: Any) -> dict:
-    """An entry's value: ZMLX's `tg` and `template` plus our `config` and whatever else is given."""
+    """An entry's value: ZMLX's `tg` and `template` (the dtype and every config parameter) plus our `config`
+    and whatever else is given."""
     tg = list(threadgroup) if threadgroup is not None else [int(config.get("TG", 1) or 1), 1, 1]
     template = [["T", dtype]] + [[k, v] for k, v in sorted(config.items())]
     return {"tg": tg, "template": template, "config": dict(config), **extra}
+
+
+def config_of(value: Any, params: Any = None) -> dict | None:
+    """The config an entry holds: its `config`, else rebuilt from its `template` pairs (all that is left once
+    ZMLX has re-saved it), keeping the names in `params` when given; None when it holds neither."""
+    if not isinstance(value, Mapping):
+        return None
+    if isinstance(value.get("config"), Mapping):
+        return dict(value["config"])
+    template = value.get("template")
+    if not isinstance(template, list):
+        return None
+    wanted = set(params) if params is not None else None
+    config = {}
+    for pair in template:
+        if isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], str) and pair[0] != "T":
+            if wanted is None or pair[0] in wanted:
+                config[pair[0]] = pair[1]
+    if wanted is not None and set(config) != wanted:
+        return None
+    return config or None
 
 
 # ------------------------------------------------------------------------------------------
@@ -132,11 +182,32 @@ def read_cache(path: str | os.PathLike | None = None) -> dict:
     return _empty()
 
 
-def load_entries(dkey: str, path: str | os.PathLike | None = None) -> dict[str, Any]:
-    """The entries of one device section."""
-    section = read_cache(path)["devices"].get(dkey) or {}
-    entries = section.get("entries")
-    return dict(entries) if isinstance(entries, dict) else {}
+def _own(data: Mapping[str, Any], part: str, dkey: str) -> Any:
+    section = data.get(OWN_SECTION)
+    if not isinstance(section, Mapping) or not isinstance(section.get(part), Mapping):
+        return None
+    return section[part].get(dkey)
+
+
+def load_entries(dkey: str, path: str | os.PathLike | None = None, also: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The entries of one device section (and of the `also` sections, under it), with our own kept copies of
+    entries ZMLX's save dropped or trimmed."""
+    data = read_cache(path)
+    out: dict[str, Any] = {}
+    for name in (*reversed(also), dkey):
+        section = data["devices"].get(name)
+        entries = section.get("entries") if isinstance(section, dict) else None
+        out.update(entries if isinstance(entries, dict) else {})
+    kept = _own(data, "entries", dkey)
+    if isinstance(kept, Mapping):
+        out.update(kept)
+    return out
+
+
+def load_refusals(dkey: str, path: str | os.PathLike | None = None) -> list[dict]:
+    """The launches refused on one device: records with `kernel`, `config`, `error` and `at`."""
+    refused = _own(read_cache(path), "refused", dkey)
+    return [dict(r) for r in refused if isinstance(r, Mapping)] if isinstance(refused, list) else []
 
 
 # ------------------------------------------------------------------------------------------
@@ -198,22 +269,54 @@ def _current_for_write(p: Path) -> dict:
     return read_cache(p)
 
 
+def _own_part(data: dict, part: str) -> dict:
+    section = data.get(OWN_SECTION)
+    if not isinstance(section, dict):
+        section = data[OWN_SECTION] = {}
+    if not isinstance(section.get(part), dict):
+        section[part] = {}
+    return section[part]
+
+
 def save_entries(dkey: str, entries: Mapping[str, Any], metadata: Mapping[str, Any] | None = None,
-                 path: str | os.PathLike | None = None) -> Path:
-    """Merge entries into one device section under the lock; other devices and entries are kept."""
+                 path: str | os.PathLike | None = None, also: tuple[str, ...] = ()) -> Path:
+    """Merge entries into one device section (and the `also` sections) under the lock; other devices and
+    entries are kept, and entries kept for this device that ZMLX's save dropped or trimmed are put back."""
     p = Path(path) if path is not None else cache_path()
     with _locked(p):
         data = _current_for_write(p)
-        section = data["devices"].get(dkey)
-        if not isinstance(section, dict):
-            section = {"metadata": {}, "entries": {}}
-        section.setdefault("entries", {})
-        if not isinstance(section["entries"], dict):
-            section["entries"] = {}
-        section["entries"].update(entries)
-        section["metadata"] = {**(section.get("metadata") or {}), **(metadata or {})}
-        section["saved_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-        data["devices"][dkey] = section
+        kept = _own_part(data, "entries")
+        mine = kept.get(dkey) if isinstance(kept.get(dkey), dict) else {}
+        mine = {**mine, **entries}
+        kept[dkey] = mine
+        for name in (dkey, *also):
+            section = data["devices"].get(name)
+            if not isinstance(section, dict):
+                section = {"metadata": {}, "entries": {}}
+            if not isinstance(section.get("entries"), dict):
+                section["entries"] = {}
+            section["entries"].update(mine)
+            section["metadata"] = {**(section.get("metadata") or {}), **(metadata or {})}
+            section["saved_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            data["devices"][name] = section
+        write_json_atomic(p, data)
+    return p
+
+
+def save_refusal(dkey: str, kernel: str, config: Mapping[str, Any], error: str,
+                 path: str | os.PathLike | None = None) -> Path:
+    """Record under the lock that this device refused to launch `kernel` with `config` (once per config)."""
+    p = Path(path) if path is not None else cache_path()
+    with _locked(p):
+        data = _current_for_write(p)
+        refused = _own_part(data, "refused")
+        records = refused.get(dkey) if isinstance(refused.get(dkey), list) else []
+        stored = json.loads(json.dumps(dict(config)))  # as it reads back (tuples as lists)
+        if not any(isinstance(r, Mapping) and r.get("kernel") == kernel and r.get("config") == stored
+                   for r in records):
+            records.append({"kernel": kernel, "config": stored, "error": str(error)[:400],
+                            "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        refused[dkey] = records
         write_json_atomic(p, data)
     return p
 

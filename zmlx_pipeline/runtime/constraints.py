@@ -9,6 +9,7 @@ min/max/abs are accepted; anything else makes the constraint unusable (and it is
 from __future__ import annotations
 
 import operator
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 Env = Mapping[str, Any]
@@ -22,16 +23,52 @@ def cuda_arch(architecture: Any) -> int:
     return int(digits) if digits.isdigit() else 0
 
 
+#: Apple GPUs (every M1-M4 chip): 32 KB of threadgroup memory, SIMD groups of 32 threads, at most 1024
+#: threads per threadgroup; also the defaults for a device whose row is silent
+APPLE_LIMITS = {"max_threads": 1024, "simd_width": 32, "tg_mem_bytes": 32768}
+
+
 def limit_values(row: Mapping[str, Any] | None) -> dict[str, int]:
     """The device limits constraints use (max_threads, simd_width, tg_mem_bytes, cuda_arch) from a catalog,
-    store or bundle-profile row; conservative Apple-like defaults where the row is missing or silent."""
+    store or bundle-profile row; Apple's limits where the row is missing or silent.
+
+    `max_threads` is the device's limit. A compiled Metal pipeline may allow fewer threads per threadgroup
+    (its maxTotalThreadsPerThreadgroup, lower for kernels using many registers: 832 and 896 are seen on
+    M1 Max and M2 Ultra), which no constraint can know before compiling: such a launch is refused at run
+    time, recorded by collect as `launch_error` with the limit in its text (pipeline_thread_limit reads it
+    back), and skipped by the runtime once refused."""
     row = row or {}
     return {
-        "max_threads": int(row.get("max_threads_per_threadgroup") or 1024),
-        "simd_width": int(row.get("simd_width") or 32),
-        "tg_mem_bytes": int(row.get("threadgroup_memory_bytes") or 32768),
+        "max_threads": int(row.get("max_threads_per_threadgroup") or APPLE_LIMITS["max_threads"]),
+        "simd_width": int(row.get("simd_width") or APPLE_LIMITS["simd_width"]),
+        "tg_mem_bytes": int(row.get("threadgroup_memory_bytes") or APPLE_LIMITS["tg_mem_bytes"]),
         "cuda_arch": cuda_arch(row.get("architecture")),
     }
+
+
+#: MLX's Metal backend refuses a custom kernel whose threadgroup exceeds its compiled pipeline's
+#: maxTotalThreadsPerThreadgroup with std::invalid_argument (a Python ValueError), evaluating it:
+#: "Thread group size (1024) is greater than  the maximum allowed threads per threadgroup (896)."
+#: (mlx/backend/metal/custom_kernel.cpp; two spaces before "the")
+_PIPELINE_LIMIT = re.compile(
+    r"thread\s*group size \((\d+)\) is greater than\s+the maximum allowed threads per threadgroup \((\d+)\)", re.I)
+
+
+def pipeline_thread_limit(text: str) -> tuple[int, int] | None:
+    """(threads asked, the pipeline's limit) when `text` is MLX's refusal of a threadgroup over a pipeline's
+    thread limit; else None."""
+    match = _PIPELINE_LIMIT.search(str(text))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def refusal_text(exc: BaseException, limit: int = 400) -> str:
+    """One line for a refused launch; one refused for a pipeline's thread limit says the limit first."""
+    text = re.sub(r"\s+", " ", f"{type(exc).__name__}: {exc}").strip()
+    found = pipeline_thread_limit(str(exc))
+    if found:
+        text = (f"threadgroup of {found[0]} threads over this pipeline's limit of {found[1]} "
+                f"(maxTotalThreadsPerThreadgroup): {text}")
+    return text[:limit]
 
 
 class UnsafeConstraint(ValueError):

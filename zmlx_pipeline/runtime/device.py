@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -53,3 +54,31 @@ def catalog_row(device_id: str) -> dict[str, Any] | None:
             pass
     spec = match_device(device_id)
     return spec.as_row() if spec is not None else None
+
+
+def zmlx_names(family: str, variant: str, vendor: str | None) -> tuple[str, str]:
+    """ZMLX's spelling of a chip: ("M3", "Max") for Apple, base chips with variant ""; others as catalogued."""
+    if vendor == "apple":
+        return family.upper(), "" if variant in ("", "base") else variant.capitalize()
+    return family, variant
+
+
+@functools.lru_cache(maxsize=None)
+def zmlx_chip(device_id: str) -> str:
+    """The chip part of ZMLX's cache key for a catalog id: `M3_Max`, `M3` on Apple chips (every binned core
+    count of a chip shares it, as ZMLX's detection cannot tell them apart); the id itself elsewhere."""
+    return zmlx_chips(device_id)[0]
+
+
+@functools.lru_cache(maxsize=None)
+def zmlx_chips(device_id: str) -> tuple[str, ...]:
+    """Every chip name ZMLX may key this device's cache section by, the one it means first (`M3_Max`).
+
+    ZMLX 0.10.0's detection takes the first name of its table found inside the CPU brand string, and
+    the table lists "Apple M3" before "Apple M3 Max": on a Pro, Max or Ultra it reports the base chip,
+    so its cache section there is `M3_<mlx>`; that name follows (a fixed detection would use the first)."""
+    row = catalog_row(device_id) if device_id else None
+    if row is None or row.get("vendor") != "apple":
+        return (device_id,)
+    family, variant = zmlx_names(str(row.get("family") or ""), str(row.get("variant") or ""), "apple")
+    return (f"{family}_{variant}", family) if variant else (family,)

@@ -1,64 +1,56 @@
 """The device-profile API kernel authors know from ZMLX, answered from the bundle's learned tables.
 
-`get_device_profile(family, variant)`, `get_current_device_profile()` and
-`get_threadgroup_candidates_for_shape(profile, dim_size, kernel_type)` keep their names and
-fields (`gpu_cores`, `memory_bandwidth_gbps`, `default_threadgroup`, `threadgroup_candidates`,
-`full_name`, ...), but the threadgroups come from what was measured on the chip (evidence
+Every public name of `zmlx.device_profile` is here with its signature (`DeviceTuningProfile`, a
+frozen dataclass with ZMLX's fields in its order; `get_device_profile(family, variant)`;
+`get_current_device_profile()`, cached with `cache_clear()`; `get_threadgroup_candidates_for_shape
+(profile, dim_size, kernel_type)`; `ALL_DEVICE_PROFILES`), so code written against it runs on this
+module unchanged (`zmlx_pipeline.runtime` exports the same names), but the threadgroups come from what was measured on the chip (evidence
 `measured`), what the model predicts from its specs (`predicted`), or, with neither, the
 catalog's default (`default`); candidates depend on the size asked, not one fixed triple.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from zmlx_pipeline.runtime.bundle import active_bundle, on_change
-from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
+from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id, zmlx_names
 
 #: the seed's kernel types, and which learned kernel class answers each ("general": all classes pooled)
 KERNEL_TYPES = {"general": "general", "reduction": "row_reduction", "simd": "general"}
 
 
-_PROFILE_FIELDS = ("family", "variant", "gpu_cores", "memory_bandwidth_gbps", "default_threadgroup",
-                   "threadgroup_candidates", "simd_width", "has_ray_tracing", "autotune_warmup",
-                   "autotune_iterations", "device_id", "name", "evidence", "max_threads_per_threadgroup", "learned")
-
-
+@dataclass(frozen=True)
 class DeviceTuningProfile:
-    """A chip's tuning profile (ZMLX's fields): catalog specs plus learned threadgroups and their evidence."""
+    """A chip's tuning profile: ZMLX's fields, in its order, then ours (catalog id, name, evidence, thread
+    limit, the learned tables), so code written against `zmlx.device_profile` reads it unchanged."""
 
-    __slots__ = _PROFILE_FIELDS
+    family: str
+    variant: str
+    gpu_cores: int
+    memory_bandwidth_gbps: float
+    default_threadgroup: int
+    threadgroup_candidates: tuple[int, ...] = (128, 256)
+    simd_width: int = 32
+    has_ray_tracing: bool = False
+    autotune_warmup: int = 3
+    autotune_iterations: int = 10
+    device_id: str | None = None
+    name: str | None = None
+    evidence: str = "default"
+    max_threads_per_threadgroup: int = 1024
+    learned: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False, repr=False)
 
-    def __init__(self, family: str, variant: str, gpu_cores: int, memory_bandwidth_gbps: float,
-                 default_threadgroup: int, threadgroup_candidates: tuple[int, ...] = (128, 256, 512),
-                 simd_width: int = 32, has_ray_tracing: bool = False, autotune_warmup: int = 3,
-                 autotune_iterations: int = 10, device_id: str | None = None, name: str | None = None,
-                 evidence: str = "default", max_threads_per_threadgroup: int = 1024,
-                 learned: Mapping[str, Any] | None = None) -> None:
-        values = (family, variant, gpu_cores, memory_bandwidth_gbps, default_threadgroup,
-                  tuple(threadgroup_candidates), simd_width, has_ray_tracing, autotune_warmup,
-                  autotune_iterations, device_id, name, evidence, max_threads_per_threadgroup, learned or {})
-        for fname, value in zip(_PROFILE_FIELDS, values):
-            object.__setattr__(self, fname, value)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("DeviceTuningProfile is read-only")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, DeviceTuningProfile):
-            return NotImplemented
-        return all(getattr(self, f) == getattr(other, f) for f in _PROFILE_FIELDS[:-1])
-
-    def __hash__(self) -> int:
-        return hash(tuple(getattr(self, f) for f in _PROFILE_FIELDS[:-1]))
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in _PROFILE_FIELDS[:-1])
-        return f"DeviceTuningProfile({shown})"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "threadgroup_candidates", tuple(self.threadgroup_candidates))
+        object.__setattr__(self, "learned", dict(self.learned or {}))
 
     @property
     def chip_id(self) -> str:
+        """The chip as ZMLX names it: `M3_Max`, `M3`."""
         return f"{self.family}_{self.variant}" if self.variant else self.family
 
     @property
@@ -71,7 +63,7 @@ class DeviceTuningProfile:
         return self.variant.lower() in ("pro", "max", "ultra")
 
     def as_dict(self) -> dict[str, Any]:
-        out = {f: getattr(self, f) for f in _PROFILE_FIELDS}
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
         out["threadgroup_candidates"] = list(self.threadgroup_candidates)
         out["full_name"] = self.full_name
         out["learned"] = dict(self.learned)
@@ -80,9 +72,7 @@ class DeviceTuningProfile:
 
 def _seed_case(family: str, variant: str, vendor: str | None) -> tuple[str, str]:
     """ZMLX's spelling for Apple chips ("M3", "Max"; base chips have variant ""); others as catalogued."""
-    if vendor == "apple":
-        return family.upper(), "" if variant in ("", "base") else variant.capitalize()
-    return family, variant
+    return zmlx_names(family, variant, vendor)
 
 
 def _from_record(rec: Mapping[str, Any]) -> DeviceTuningProfile:
@@ -146,15 +136,28 @@ def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
     return _from_record(max(matches, key=lambda r: (r.get("gpu_cores") or 0, r.get("device_id") or "")))
 
 
-_CURRENT_PROFILE: list[DeviceTuningProfile] = []
-
-
+@functools.lru_cache(maxsize=1)
 def get_current_device_profile() -> DeviceTuningProfile:
-    """The profile of this process's GPU (detected once); a generic default profile when it cannot be told."""
-    if not _CURRENT_PROFILE:
-        device_id, _ = current_device_id()
-        _CURRENT_PROFILE.append(profile_for_device(device_id) if device_id else _generic())
-    return _CURRENT_PROFILE[0]
+    """The profile of this process's GPU (detected once; `get_current_device_profile.cache_clear()` forgets
+    it, as in ZMLX); a generic default profile when it cannot be told."""
+    device_id, _ = current_device_id()
+    return profile_for_device(device_id) if device_id else _generic()
+
+
+#: the chips ZMLX lists in ALL_DEVICE_PROFILES: every family with every variant ("" is the base chip)
+ZMLX_CHIPS = tuple((family, variant) for family in ("M1", "M2", "M3", "M4") for variant in ("", "Pro", "Max", "Ultra"))
+
+
+def all_device_profiles() -> list[DeviceTuningProfile]:
+    """The profiles of ZMLX's sixteen chips from the active bundle (ALL_DEVICE_PROFILES reads this on each access)."""
+    return [get_device_profile(family, variant) for family, variant in ZMLX_CHIPS]
+
+
+def __getattr__(name: str) -> Any:
+    # ALL_DEVICE_PROFILES is computed on access, so it follows the bundle loaded at the time
+    if name == "ALL_DEVICE_PROFILES":
+        return all_device_profiles()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get_threadgroup_candidates_for_shape(profile: DeviceTuningProfile, dim_size: int,
@@ -190,7 +193,7 @@ def get_threadgroup_candidates_for_shape(profile: DeviceTuningProfile, dim_size:
 
 def forget_current_profile(_bundle: object = None) -> None:
     """Work the current device's profile out again on the next call (after a new bundle is loaded)."""
-    _CURRENT_PROFILE.clear()
+    get_current_device_profile.cache_clear()
 
 
 on_change(forget_current_profile)

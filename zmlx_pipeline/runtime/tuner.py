@@ -16,26 +16,45 @@ With no kernel named (ZMLX's plain `@autotune(warmup=..., iters=..., device_awar
 function taking `threadgroup=`), there is no reference to check against, so nothing is timed:
 the wrapper gets the learned threadgroup for the current chip and the row length of its first
 array argument.
+
+A chip may refuse a config the legality model allowed (on Metal a compiled pipeline can allow
+fewer than 1024 threads per threadgroup). The wrapper, and `launch_ranked` for code that launches
+by itself, then fall back through the ranked candidates, warn once per kernel, device and config,
+and remember the refusal in-process and in the cache file, so no later call or process launches
+that config on that device again (and the tuner no longer times it).
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from zmlx_pipeline.runtime import cache as cache_file
+from zmlx_pipeline.runtime.constraints import pipeline_thread_limit, refusal_text
 from zmlx_pipeline.runtime.lookup import predicted_config
 
 #: the pruned autotuner never times more than this share of a case's legal configs
 MAX_FRACTION = 0.2
 
-Measure = Callable[[Any, Mapping[str, int], Mapping[str, int], str], tuple[str, float | None]]
+#: (spec, config, shape, dtype) -> (status, median us) or (status, median us, error text)
+Measure = Callable[[Any, Mapping[str, int], Mapping[str, int], str], tuple]
 
 
 class AutotuneError(RuntimeError):
     "The autotuner cannot run as configured (unknown kernel, no shape for the call, ...)"
+
+
+class LaunchRefused(AutotuneError):
+    "Every candidate config of a launch was refused on this device"
+
+
+class RefusedConfigWarning(UserWarning):
+    "A config was refused at launch; the next ranked one was used instead"
 
 
 class TuneResult:
@@ -109,7 +128,8 @@ def _detect_device_and_mlx(device: str | None) -> tuple[str, str, dict]:
 
 
 def harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: str = "chain") -> Measure:
-    """A measurer that checks and times a config with the collect harness on this process's GPU (one per setting).
+    """A measurer that checks and times a config with the collect harness on this process's GPU (one per setting):
+    (status, median us, error text).
 
     `rotate_bytes`: rotate through enough input sets to exceed this many bytes, as collect does with
     twice the device's L2, so a config is timed reading memory as the training data were.
@@ -147,7 +167,7 @@ def _new_harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: 
             extra["prepared"] = prepared[key]
         outcome = harness.measure(launcher, dict(config), dict(shape), dtype, warmup=warmup, samples=iters,
                                   timer=timer, **extra)
-        return outcome.status, (outcome.timing.median_us if outcome.timing else None)
+        return outcome.status, (outcome.timing.median_us if outcome.timing else None), outcome.error
 
     return measure
 
@@ -204,6 +224,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     """The best config for one case: from the cache, else by timing the pruned candidates (or all, or `configs`).
 
     `threadgroups` keeps only legal configs with one of these threadgroup sizes (ZMLX's candidate list).
+    Configs refused at launch on this device before are left out; with `use_cache`, a candidate the
+    pipeline refuses for its thread limit while timed is remembered as refused too.
     `timer` is the harness's timer when `measure` is not given ("chain", "gpu" or "auto").
     """
     from zmlx_pipeline.kernels.spec import Limits
@@ -212,19 +234,23 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     shape = {d: int(shape[d]) for d in spec.shape_grid.dims}
     chip, mlx_version, meta = _device_and_mlx(device)
     row = meta.pop("limits_row")
+    dkey, *also = cache_file.device_keys(chip, mlx_version)
     legal = spec.legal_configs(shape, dtype, Limits.from_device_row(row))
     if threadgroups is not None:
         sizes = {int(t[0] if isinstance(t, (tuple, list)) else t) for t in threadgroups}
         legal = [c for c in legal if c.get(spec.threadgroup_param) in sizes]
-    if not legal:
-        raise AutotuneError(f"{spec.name}: no legal config for {shape} {dtype} on {chip}")
+    refused = refused_configs(spec.name, dkey, cache_path)
+    runnable = [c for c in legal if config_id(c) not in refused]
+    if not runnable:
+        why = f" ({len(legal)} refused at launch on {dkey})" if legal else ""
+        raise AutotuneError(f"{spec.name}: no legal config for {shape} {dtype} on {chip}{why}")
+    legal = runnable
     key = cache_file.entry_key(spec.name, spec.version, shape, spec.shape_grid.dims, dtype, list(spec.params))
-    dkey = cache_file.device_key(chip, mlx_version)
     if use_cache:
-        hit = cache_file.load_entries(dkey, cache_path).get(key)
-        if isinstance(hit, dict) and isinstance(hit.get("config"), dict):
-            return TuneResult(spec.name, shape, dtype, dict(hit["config"]), "cache", hit.get("median_us"),
-                              legal=len(legal), key=key)
+        hit = cache_file.load_entries(dkey, cache_path, tuple(also)).get(key)
+        config = cache_file.config_of(hit, spec.params)
+        if config is not None and config_id(config) in {config_id(c) for c in legal}:
+            return TuneResult(spec.name, shape, dtype, config, "cache", hit.get("median_us"), legal=len(legal), key=key)
     note = ""
     if configs is not None:
         legal_keys = {tuple(sorted(c.items())) for c in legal}
@@ -249,8 +275,11 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         return TuneResult(spec.name, shape, dtype, config, "predicted", legal=len(legal), key=key, note=str(exc))
     timed = []
     for cfg in cands:
-        status, median = measure(spec, cfg, shape, dtype)
+        status, median, *error = measure(spec, cfg, shape, dtype)
         timed.append({"config": cfg, "status": status, "median_us": median})
+        if use_cache and status == "launch_error" and error and pipeline_thread_limit(str(error[0])):
+            # the chip's pipeline refuses this config at any shape: never launch or time it again here
+            remember_refusal(spec.name, dkey, cfg, str(error[0]), cache_path)
     wall = time.perf_counter() - start
     ok = [t for t in timed if t["status"] == "ok" and t["median_us"] is not None]
     if not ok:
@@ -263,9 +292,138 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         value = cache_file.entry_value(best["config"], dtype, launch.threadgroup, median_us=best["median_us"],
                                        candidates_timed=len(timed), legal_configs=len(legal), source="autotune",
                                        grid=list(launch.grid), tuned_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
-        cache_file.save_entries(dkey, {key: value}, meta, cache_path)
+        cache_file.save_entries(dkey, {key: value}, meta, cache_path, tuple(also))
     return TuneResult(spec.name, shape, dtype, dict(best["config"]), "timed", best["median_us"], timed, len(legal),
                       wall, key, note)
+
+
+# ------------------------------------------------------------------------------------------
+# configs the chip refused, and launching past them
+
+
+#: (cache file, device key) -> ids ("<kernel> <config json>") refused there, as read from the file and seen since
+_REFUSED: dict[tuple[str, str], set[str]] = {}
+_WARNED: set[tuple[str, str, str]] = set()
+_CONFIRMED: set[tuple[str, str, str]] = set()  # launches evaluated once in this process without an error
+
+
+def config_id(config: Mapping[str, Any]) -> str:
+    """A config's identity: canonical JSON (sorted keys, tuples as lists), as it reads back from the cache file."""
+    return json.dumps(dict(config), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _path_key(cache_path: str | None) -> str:
+    return str(Path(cache_path).resolve()) if cache_path is not None else str(cache_file.cache_path())
+
+
+def refused_configs(kernel: str, dkey: str, cache_path: str | None = None) -> set[str]:
+    """The config ids of `kernel` refused on this device: from the cache file (read once per process) and since."""
+    where = (_path_key(cache_path), dkey)
+    if where not in _REFUSED:
+        _REFUSED[where] = {f"{r.get('kernel')} {config_id(r['config'])}" for r in cache_file.load_refusals(dkey, cache_path)
+                           if isinstance(r.get("config"), Mapping)}
+    prefix = f"{kernel} "
+    return {i[len(prefix):] for i in _REFUSED[where] if i.startswith(prefix)}
+
+
+def remember_refusal(kernel: str, dkey: str, config: Mapping[str, Any], error: str,
+                     cache_path: str | None = None) -> str:
+    """Keep a refusal in-process and in the cache file; returns "" or why the file could not keep it."""
+    refused_configs(kernel, dkey, cache_path)
+    _REFUSED[(_path_key(cache_path), dkey)].add(f"{kernel} {config_id(config)}")
+    try:
+        cache_file.save_refusal(dkey, kernel, config, error, cache_path)
+    except OSError as exc:
+        return f"not saved to the cache file: {exc}"
+    return ""
+
+
+def forget_refusals() -> None:
+    """Read refusals from the cache file again and warn again (tests; a new driver may lift a limit)."""
+    _REFUSED.clear()
+    _WARNED.clear()
+    _CONFIRMED.clear()
+
+
+def _evaluate(out: Any) -> None:
+    """Evaluate MLX arrays in a launch's result: a Metal pipeline's thread limit is checked when the
+    launch is evaluated, not when it is queued, so a refusal surfaces only here."""
+    mx = sys.modules.get("mlx.core")
+    if mx is None:
+        return
+    leaves = list(out.values()) if isinstance(out, Mapping) else list(out) if isinstance(out, (list, tuple)) else [out]
+    arrays = [a for a in leaves if isinstance(a, mx.array)]
+    if arrays:
+        mx.eval(arrays)
+
+
+def _refuse(kernel: str, dkey: str, config: dict, error: str, cache_path: str | None) -> None:
+    """Remember a refusal and warn about it once per kernel, device and config."""
+    not_saved = remember_refusal(kernel, dkey, config, error, cache_path)
+    ident = config_id(config)
+    if (kernel, dkey, ident) not in _WARNED:
+        _WARNED.add((kernel, dkey, ident))
+        warnings.warn(f"zmlx-pipeline: {kernel} config {config} was refused on {dkey} ({error}); launched the next "
+                      f"ranked config instead, and will not launch this one again on this device"
+                      + (f" ({not_saved})" if not_saved else ""), RefusedConfigWarning, stacklevel=5)
+
+
+def _launch_ranked(fn: Callable, candidates: Any, args: tuple, kwargs: dict, *, kernel: str, dkey: str,
+                   config_arg: str, as_arg: Callable[[dict], Any] | None, cache_path: str | None,
+                   refusals: tuple) -> tuple[Any, dict]:
+    """The launch and the config it ran with. A refusal naming the pipeline's thread limit is remembered at
+    once; any other error only once a later config ran, since an error every config raises (bad inputs, a
+    broken device) says nothing about the configs. A config that ran here before is never taken as refused."""
+    refused = refused_configs(kernel, dkey, cache_path)
+    seen: set[str] = set()
+    pending: list[tuple[dict, str]] = []
+    last: BaseException | None = None
+    for config in candidates:
+        config = dict(config)
+        ident = config_id(config)
+        if ident in refused or ident in seen:
+            continue
+        seen.add(ident)
+        confirmed = (kernel, dkey, ident) in _CONFIRMED
+        try:
+            out = fn(*args, **{**kwargs, config_arg: as_arg(config) if as_arg else config})
+            if not confirmed:
+                _evaluate(out)
+                _CONFIRMED.add((kernel, dkey, ident))
+        except refusals as exc:
+            if confirmed:
+                raise
+            last, error = exc, refusal_text(exc)
+            if pipeline_thread_limit(str(exc)):
+                _refuse(kernel, dkey, config, error, cache_path)
+            else:
+                pending.append((config, error))
+            continue
+        for earlier, error in pending:
+            _refuse(kernel, dkey, earlier, error, cache_path)
+        return out, config
+    tail = f"; last error: {refusal_text(last)}" if last is not None else ""
+    raise LaunchRefused(f"{kernel}: no candidate config launched on {dkey} ({len(seen)} tried, "
+                        f"{len(refused)} refused before{tail})") from last
+
+
+def launch_ranked(fn: Callable, candidates: Any, *args: Any, kernel: str, device: str | None = None,
+                  config_arg: str = "config", as_arg: Callable[[dict], Any] | None = None,
+                  cache_path: str | None = None, refusals: tuple = (RuntimeError, ValueError), **kwargs: Any) -> Any:
+    """`fn(*args, **kwargs, <config_arg>=config)` with the first of `candidates` (configs, best first) that runs.
+
+    A launch raising one of `refusals` (MLX raises ValueError or RuntimeError for a launch the device
+    refuses; anything else is a bug and propagates) makes it launch the next candidate. The refusal is
+    remembered for this kernel, device and config, in-process and in the cache file, and warned about
+    once (RefusedConfigWarning): at once when MLX names the pipeline's thread limit, else when a later
+    config runs (an error every config raises is not the configs' fault, and nothing is remembered).
+    Configs refused before are skipped without a launch. `as_arg` turns a config into what `fn` takes
+    (say, a threadgroup tuple). Raises LaunchRefused, from the last error, when none runs.
+    """
+    chip, mlx_version, _ = _device_and_mlx(device)
+    out, _ = _launch_ranked(fn, candidates, args, kwargs, kernel=kernel, dkey=cache_file.device_key(chip, mlx_version),
+                            config_arg=config_arg, as_arg=as_arg, cache_path=cache_path, refusals=tuple(refusals))
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -284,6 +442,26 @@ def _first_array(args: tuple, kwargs: dict):
     return None
 
 
+def ranked_configs(spec, shape: Mapping[str, int], dtype: str, device: str | None = None) -> list[dict]:
+    """Every legal config of a case on this device, the bundle's ranking first: what a refused launch falls back through."""
+    from zmlx_pipeline.kernels.spec import Limits
+
+    chip, _, meta = _device_and_mlx(device)
+    legal = spec.legal_configs(dict(shape), dtype, Limits.from_device_row(meta["limits_row"]))
+    by_id = {config_id(c): c for c in legal}
+    pred = predicted_config(spec.name, dict(shape), dtype, device=chip)
+    order = list(dict.fromkeys(i for i in (config_id(c) for c in pred.top(10_000)) if i in by_id))
+    return [by_id[i] for i in order] + [c for i, c in by_id.items() if i not in set(order)]
+
+
+def _fallbacks(spec, shape: dict, dtype: str, result: TuneResult | None, device: str | None):
+    """After the tuned config: the other candidates that passed, fastest first, then every legal config ranked."""
+    if result is not None and result.shape == shape and result.dtype == dtype:
+        ok = [t for t in result.timed if t["status"] == "ok" and t["median_us"] is not None]
+        yield from (t["config"] for t in sorted(ok, key=lambda t: t["median_us"]))
+    yield from ranked_configs(spec, shape, dtype, device=device)
+
+
 class AutotunedKernel:
     """A kernel wrapper whose config keyword is filled with the tuned (or learned) config."""
 
@@ -291,7 +469,8 @@ class AutotunedKernel:
                  device_aware: bool = True, k: int | None = None, shape: Callable[..., Mapping[str, int]] | None = None,
                  dtype: Callable[..., Any] | None = None, configs: Sequence[Mapping[str, Any]] | None = None,
                  config_arg: str | None = None, measure: Measure | None = None, cache_path: str | None = None,
-                 device: str | None = None, threadgroups: Sequence[Any] | None = None) -> None:
+                 device: str | None = None, threadgroups: Sequence[Any] | None = None,
+                 refusals: Sequence[type] = (RuntimeError, ValueError)) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.kernel = kernel
@@ -300,6 +479,7 @@ class AutotunedKernel:
         self.config_arg = config_arg
         self.measure, self.cache_path, self.device = measure, cache_path, device
         self.threadgroups = threadgroups
+        self.refusals = tuple(refusals)
         self._spec = None
         self._memo: dict[tuple, Any] = {}
         self.last: TuneResult | None = None
@@ -344,40 +524,52 @@ class AutotunedKernel:
         if kwargs.get(name) is not None:
             return self.fn(*args, **kwargs)
         if self.kernel is None:
-            value = self._learned_threadgroup(args, kwargs)
+            arr = _first_array(args, kwargs)
+            dim = int(arr.shape[-1]) if arr is not None and len(arr.shape) else 0
+            memo_key: tuple = ("tg", dim)
         else:
             if self._spec is None:
                 self._spec = _spec(self.kernel)
             shape, dtype = self._case(args, kwargs)
             memo_key = (tuple(sorted(shape.items())), dtype)
-            value = self._memo.get(memo_key)
-            if value is None:
-                self.last = tune(self._spec, shape, dtype, k=self.k, device_aware=self.device_aware,
-                                 configs=self.configs, warmup=self.warmup, iters=self.iters, device=self.device,
-                                 measure=self.measure, cache_path=self.cache_path, threadgroups=self.threadgroups)
-                value = self.last.config
-                if name == "threadgroup":
-                    value = tuple(self._spec.launch(value, shape).threadgroup)
-                self._memo[memo_key] = value
-        return self.fn(*args, **{**kwargs, name: value})
+        known = self._memo.get(memo_key)
+        if known is not None:  # this config launched here before: no fallback needed
+            return self.fn(*args, **{**kwargs, name: known})
+        if self.kernel is None:
+            kernel, device, first, rest, as_arg = self._learned_case(dim, name)
+        else:
+            spec, device = self._spec, self.device
+            self.last = tune(spec, shape, dtype, k=self.k, device_aware=self.device_aware,
+                             configs=self.configs, warmup=self.warmup, iters=self.iters, device=device,
+                             measure=self.measure, cache_path=self.cache_path, threadgroups=self.threadgroups)
+            kernel, first = spec.name, self.last.config
+            rest = functools.partial(_fallbacks, spec, shape, dtype, self.last, device)
+            as_arg = (lambda c: tuple(spec.launch(c, shape).threadgroup)) if name == "threadgroup" else None
+        chip, mlx_version, _ = _device_and_mlx(device)
 
-    def _learned_threadgroup(self, args: tuple, kwargs: dict) -> Any:
+        def ranked():
+            yield first
+            yield from rest()
+
+        out, used = _launch_ranked(self.fn, ranked(), args, kwargs, kernel=kernel,
+                                   dkey=cache_file.device_key(chip, mlx_version), config_arg=name, as_arg=as_arg,
+                                   cache_path=self.cache_path, refusals=self.refusals)
+        self._memo[memo_key] = as_arg(used) if as_arg else used
+        return out
+
+    def _learned_case(self, dim: int, name: str):
+        """(kernel, device, first config, the rest, as_arg) of a wrapper without a kernel spec: the learned
+        threadgroups for the current chip and a row of `dim` elements."""
+        from zmlx_pipeline.runtime.device import current_device_id
         from zmlx_pipeline.runtime.profiles import get_current_device_profile, get_threadgroup_candidates_for_shape
 
-        arr = _first_array(args, kwargs)
-        dim = int(arr.shape[-1]) if arr is not None and len(arr.shape) else 0
-        memo_key = ("tg", dim)
-        value = self._memo.get(memo_key)
-        if value is None:
-            profile = get_current_device_profile()
-            if self.device_aware:
-                cands = get_threadgroup_candidates_for_shape(profile, dim, "general")
-                tg = cands[0] if cands else profile.default_threadgroup
-            else:
-                tg = profile.default_threadgroup
-            value = (int(tg), 1, 1) if self._arg_name() == "threadgroup" else {"TG": int(tg)}
-            self._memo[memo_key] = value
-        return value
+        profile = get_current_device_profile()
+        cands = list(get_threadgroup_candidates_for_shape(profile, dim, "general")) if self.device_aware else []
+        ranked = cands + [int(profile.default_threadgroup)] + list(profile.threadgroup_candidates)
+        device = self.device or current_device_id()[0] or "unknown"
+        as_arg = (lambda c: (int(c["TG"]), 1, 1)) if name == "threadgroup" else None
+        kernel = f"{self.fn.__module__}.{self.fn.__qualname__}"
+        return kernel, device, {"TG": int(ranked[0])}, lambda: ({"TG": int(t)} for t in ranked[1:]), as_arg
 
     def clear_cache(self) -> None:
         """Forget this wrapper's in-process answers (the cache file is kept)."""
@@ -388,7 +580,8 @@ def autotune(kernel: Any = None, *, warmup: int = 3, iters: int = 10, device_awa
              k: int | None = None, shape: Callable[..., Mapping[str, int]] | None = None,
              dtype: Callable[..., Any] | None = None, configs: Sequence[Mapping[str, Any]] | None = None,
              threadgroups: Sequence[Any] | None = None, config_arg: str | None = None,
-             measure: Measure | None = None, cache_path: str | None = None, device: str | None = None):
+             measure: Measure | None = None, cache_path: str | None = None, device: str | None = None,
+             refusals: Sequence[type] = (RuntimeError, ValueError)):
     """Decorate a kernel wrapper so that its `config=` (or `threadgroup=`) keyword is tuned per shape and dtype.
 
     `kernel`: a registered kernel name, a `module:attr` path or a KernelSpec (its configs, reference
@@ -397,7 +590,8 @@ def autotune(kernel: Any = None, *, warmup: int = 3, iters: int = 10, device_awa
     legal config (False). `k`: candidates to time (default: the kernel's pruning k). `shape`/`dtype`:
     functions of the call's arguments giving the kernel's shape dict and dtype (default: the first
     array argument, rows x cols). `configs`: an explicit candidate list; `threadgroups`: only
-    configs with these threadgroup sizes.
+    configs with these threadgroup sizes. A launch raising one of `refusals` falls back to the next
+    ranked config and is never launched again on this device (see `launch_ranked`).
     """
     if callable(kernel) and not isinstance(kernel, str) and not hasattr(kernel, "legal_configs"):
         return AutotunedKernel(kernel)  # bare @autotune
@@ -405,6 +599,7 @@ def autotune(kernel: Any = None, *, warmup: int = 3, iters: int = 10, device_awa
     def decorator(fn: Callable) -> AutotunedKernel:
         return AutotunedKernel(fn, kernel, warmup=warmup, iters=iters, device_aware=device_aware, k=k, shape=shape,
                                dtype=dtype, configs=configs, config_arg=config_arg, measure=measure,
-                               cache_path=cache_path, device=device, threadgroups=threadgroups)
+                               cache_path=cache_path, device=device, threadgroups=threadgroups,
+                               refusals=refusals)
 
     return decorator
