@@ -7,6 +7,9 @@ imported on first use.
     from zmlx_pipeline.runtime import predicted_config, candidates, autotune, load_bundle
     p = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h200")
     p.config, p.evidence, p.expected_regret
+
+Every error it raises on purpose is a `RuntimeAPIError`, and also the builtin a caller expects
+(an unknown kernel or dtype a LookupError, a malformed argument a ValueError or TypeError).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ _EXPORTS = {
     "active_bundle": "bundle", "load_bundle": "bundle", "read_bundle": "bundle",
     "BadLookup": "lookup", "Prediction": "lookup", "bucket_of": "lookup", "candidates": "lookup",
     "predicted_config": "lookup",
+    "BadArgument": "errors", "BadArgumentType": "errors", "RuntimeAPIError": "errors", "UnknownDtypeError": "errors",
+    "UnknownKernelError": "errors", "UnknownName": "errors",
     "DeviceTuningProfile": "profiles", "get_current_device_profile": "profiles", "get_device_profile": "profiles",
     "get_threadgroup_candidates_for_shape": "profiles",
 }
