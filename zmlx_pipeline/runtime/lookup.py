@@ -465,7 +465,11 @@ def _travel(bundle: Bundle, k: _Kernel, device: str, entry: list) -> tuple[str, 
     return evidence, source, basis, note
 
 
-def _time_note(bundle: Bundle, device: str, source: str | None, basis: str | None, time_us: float | None) -> str:
+def _time_note(bundle: Bundle, device: str, source: str | None, basis: str | None, time_us: float | None,
+               dropped: bool = False) -> str:
+    """What the answer's time is: moved from the source chip by which bound, or why there is none."""
+    if dropped:
+        return ""  # the bucket's pick was not legal here: its time is not this config's, and none is quoted
     if time_us is None:
         return "no predicted time: none could be moved to this chip. "
     if not source or not basis:
@@ -551,7 +555,8 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
     time_us, regret, evidence = r.entry[2], r.entry[3], r.entry[4]
     if r.from_overall:
         evidence = "predicted" if evidence == "measured" else evidence
-    if r.from_overall or ranked[0] != k.configs[r.entry[0]]:
+    dropped = r.from_overall or ranked[0] != k.configs[r.entry[0]]  # the entry's time is another config's
+    if dropped:
         time_us = None
     if evidence != "measured" and device_id not in k.trained:
         evidence, source, basis, why = _travel(bundle, k, device_id, r.entry)
@@ -563,7 +568,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
                 why += "no expected regret: no architecture family was left out to validate such a jump. "
         elif regret is None:
             why += "no expected regret: no measured device was left out to validate it. "
-        note += why + _time_note(bundle, device_id, source, basis, time_us)
+        note += why + _time_note(bundle, device_id, source, basis, time_us, dropped)
     outside = _outside(k, shape_map)
     if outside and time_us is not None and evidence != "measured":
         time_us = _moved_by_work(bundle, k, device_id, dtype_name, time_us, _rep_shape(k, table, r, values), shape_map)
