@@ -61,3 +61,26 @@ def test_with_two_families_measured_publish_validates_jumps_across_them(two_fami
     near = predicted_config("toy_scale", shape, "float16", device="apple-m3-pro-18c")
     assert near.evidence == "predicted" and near.expected_regret == pytest.approx(regret["unseen_device"], rel=1e-3)
     assert "predicted from apple-m3-max-40c of its own family (apple m3)" in near.note
+
+
+def test_no_published_time_is_below_the_roofline_bound_of_its_shape_on_its_chip(real_bundle):
+    from bundle_fixtures import latest_dir as latest
+    from zmlx_pipeline.kernels.registry import get_kernel
+
+    root = latest(real_bundle[1])
+    meta = json.loads((root / "kernels.json").read_text())["kernels"]["rmsnorm"]
+    profiles = json.loads((root / "profiles.json").read_text())["devices"]
+    tables = json.loads((root / "tables.json").read_text())["devices"]
+    spec, checked = get_kernel("rmsnorm"), 0
+    for device, name in tables.items():
+        bw = profiles[device]["memory_bandwidth_gbps"] * 1e9
+        for dtype, table in json.loads((root / name).read_text())["kernels"]["rmsnorm"].items():
+            b = 4 if dtype == "float32" else 2
+            for key, entry in table["buckets"].items():
+                if entry[2] is not None:  # memory-bound rmsnorm: bytes over peak bandwidth
+                    assert entry[2] >= spec.bytes_moved(meta["buckets"][key], b) / bw * 1e6 * 0.999, (device, key)
+                    checked += 1
+    assert checked > 100
+    # 32768 x 4096 fp16 moves 537 MB: no Hopper chip does it in under 111 us
+    big = json.loads((root / tables["nvidia-h200"]).read_text())["kernels"]["rmsnorm"]["float16"]["buckets"]["15,12"]
+    assert big[2] >= 4 * 32768 * 4096 / 4800e9 * 1e6

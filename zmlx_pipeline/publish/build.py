@@ -2,7 +2,8 @@
 
 For each kernel with a model, every published device (each catalog chip and each device in the
 store) gets, per dtype and shape bucket, the model's ranked configs (the best STORE_K, so the
-runtime can still drop ones illegal for an exact shape), the predicted time of the pick and the
+runtime can still drop ones illegal for an exact shape), the predicted time of the pick (never below
+the roofline bound of the shape on that chip, where a tree model can guess below it) and the
 expected regret; every shape measured on a device also gets its measured ranking. Buckets are
 the shapes of the kernel's grids and the measured shapes, each dimension rounded to a power of
 two (one representative shape per bucket, the one closest to the bucket's centre). Devices that were
@@ -58,6 +59,7 @@ from zmlx_pipeline.publish.transfer import (
     work_of,
 )
 from zmlx_pipeline.runtime.lookup import DTYPE_BYTES, bucket_of
+from zmlx_pipeline.runtime.roofline import bound_s
 
 #: ranked configs kept per entry (at least the pruning k), and the most the lookup-path replay
 #: (publish/runtime_k.py) tries; 16 rather than 8 moved no kernel's replayed hit share by more than 0.02
@@ -206,6 +208,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     else:
         dtypes = sorted(f.frame["dtype"].unique().to_list())
     buckets = _bucket_shapes(dims, measured_shapes + grid_shapes)
+    work = kernel_work(spec, DTYPE_BYTES, list(buckets.values())) if spec is not None else None
     tables.bucket_shapes = {tables.bucket_key(s): s for s in buckets.values()}
     if spec is None:
         measured_configs = [json.loads(c) for c in f.frame.unique("config_key", maintain_order=True)["config"].to_list()]
@@ -266,7 +269,8 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
                     tables.weight[i] += 1.0 / (r + 1)
             shape = json.loads(row["shape"])
             t = row["_log_time"]
-            pred_us = _round(math.exp(t)) if t is not None and not math.isnan(t) else None
+            pred_us = _at_least_roofline(math.exp(t) if t is not None and not math.isnan(t) else None,
+                                         work, row["dtype"], shape, devices[row["device_id"]])
             table = tables.entries[row["device_id"]][row["dtype"]]
             table.setdefault(kind, {})[tables.bucket_key(shape)] = [
                 idx[0], idx, pred_us, expected(row["device_id"]), "predicted", int(row["n_legal"])]
@@ -291,7 +295,6 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
                     progress(f"{f.kernel}: scored {done} of {len(devs)} devices ({kind})")
                 flush(pending, kind)
                 pending, n_rows = [], 0
-    work = kernel_work(spec, DTYPE_BYTES, list(buckets.values())) if spec is not None else None
     _move_times(tables, transfer, devices, work)
     order = sorted(range(len(tables.configs)), key=lambda i: (-tables.weight.get(i, 0.0), i))
     row_dim = next((d for d in ROW_DIMS if d in dims), dims[-1] if dims else None)
@@ -323,6 +326,17 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     }
     meta.update(_runtime_prune_k(km, tables, meta, devices, configs_for, store_k, progress))
     return tables, meta
+
+
+def _at_least_roofline(time_us: float | None, work: Mapping[str, dict] | None, dtype: str, shape: Mapping[str, int],
+                       row: Mapping[str, Any]) -> float | None:
+    """The time model's guess, never below the roofline bound of the shape on the chip (its peak bandwidth
+    and fp32 TFLOPs): a tree model's guess for a large shape can be faster than memory allows."""
+    if time_us is None:
+        return None
+    moved, flops = work_of(work, dtype, shape)
+    bound = bound_s(moved, flops, row)
+    return _round(max(time_us, bound[0] * 1e6) if bound else time_us)
 
 
 def _move_times(tables: KernelTables, transfer: Mapping[str, tuple[str, str] | None], devices: dict[str, dict],
