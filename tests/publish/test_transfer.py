@@ -32,7 +32,7 @@ def test_the_source_is_the_nearest_measured_full_chip_of_the_same_family_else_of
 def test_work_terms_are_exact_for_multilinear_work_and_refused_otherwise():
     shapes = [{"rows": r, "cols": c} for r in (1, 7, 4096) for c in (6, 1024)]
     terms = work_terms(lambda s: (2 * s["rows"] * s["cols"] + s["cols"]) * 2, ["rows", "cols"], shapes)
-    assert sorted((tuple(d), c) for d, c in terms) == [(("cols",), 2.0), (("rows", "cols"), 4.0)]
+    assert sorted((tuple(t["dims"]), t["coef"]) for t in terms) == [(("cols",), 2.0), (("rows", "cols"), 4.0)]
     assert work_terms(lambda s: max(s["rows"], 64) * s["cols"], ["rows", "cols"], shapes) is None
     assert work_terms(lambda s: s["rows"] ** 2, ["rows", "cols"], shapes) is None
 

@@ -62,8 +62,8 @@ def scaled_time(time_us: float | None, src_row: Mapping[str, Any], dst_row: Mapp
 
 
 def work_terms(fn: Callable[[Mapping[str, int]], float], dims: Sequence[str],
-               checks: Iterable[Mapping[str, int]]) -> list[list] | None:
-    """`fn` over the dims as multilinear terms [[dims...], coefficient], found by Moebius inversion of its
+               checks: Iterable[Mapping[str, int]]) -> list[dict] | None:
+    """`fn` over the dims as multilinear terms {"dims": [...], "coef": c}, found by Moebius inversion of its
     values at the 0/1 corners and verified on `checks` (the kernel's grid shapes); None when `fn` is not
     multilinear in the dims (then no published time is moved to another shape)."""
     dims = list(dims)
@@ -78,7 +78,7 @@ def work_terms(fn: Callable[[Mapping[str, int]], float], dims: Sequence[str],
             coef = sum((-1) ** (len(subset) - len(sub)) * corner[sub]
                        for r in range(len(subset) + 1) for sub in itertools.combinations(subset, r))
             if abs(coef) > 1e-12:
-                terms.append([list(subset), coef])
+                terms.append({"dims": list(subset), "coef": coef})
         from zmlx_pipeline.runtime.roofline import work
 
         for shape in checks:

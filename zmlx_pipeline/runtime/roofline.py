@@ -1,6 +1,6 @@
 """Roofline-style time ratios: how a kernel's time moves with its work (bytes, flops) and a chip's bandwidth and TFLOPs.
 
-A kernel's work is published as terms of a polynomial over its shape dims (`[[dims...], coefficient]`,
+A kernel's work is published as terms of a polynomial over its shape dims (`{"dims": [...], "coef": c}`,
 exact for the built-in kernels: publish/build.py probes each spec's `bytes_moved` and `flops`). A
 time is bound by memory or by compute, whichever takes longer: max(bytes / bandwidth, flops /
 fp32 TFLOPs). Moving an answer to another shape or chip multiplies its time by the ratio of
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-Terms = Sequence[Sequence[Any]]
+Terms = Sequence[Mapping[str, Any]]
 
 
 def work(terms: Terms | None, shape: Mapping[str, int]) -> float | None:
@@ -20,9 +20,9 @@ def work(terms: Terms | None, shape: Mapping[str, int]) -> float | None:
     if not terms:
         return None
     total = 0.0
-    for dims, coef in terms:
-        value = float(coef)
-        for d in dims:
+    for term in terms:
+        value = float(term["coef"])
+        for d in term["dims"]:
             if d not in shape:
                 return None
             value *= shape[d]
