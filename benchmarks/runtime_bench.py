@@ -1,7 +1,7 @@
 """Runtime figures: predicted_config latency (warmed, many distinct shapes) next to asking the sklearn model
-directly, and the import time of zmlx_pipeline.runtime in fresh processes.
+directly, the import time of zmlx_pipeline.runtime in fresh processes, and the wall time of a CLI `lookup`.
 
-    python benchmarks/runtime_bench.py [--bundle DIR_OR_URL] [--shapes 20000] [--imports 15] [--json]
+    python benchmarks/runtime_bench.py [--bundle DIR_OR_URL] [--shapes 20000] [--imports 15] [--cli 10] [--json]
 
 Latency: every (kernel, shape, dtype, device) is asked once to warm it, then each call is timed on
 its own with perf_counter_ns, several rounds over all shapes in shuffled order; the clock's own
@@ -12,6 +12,11 @@ would take: feature rows, the ranker's score, the argmin.
 
 Import time: `import zmlx_pipeline.runtime` timed inside fresh interpreters, with bytecode caches
 written (a normal install) and without (PYTHONDONTWRITEBYTECODE=1, every module compiled).
+
+CLI lookup: `python -m zmlx_pipeline lookup` (an answer, and a misspelt kernel's error) timed from
+process start to exit, with bytecode cached (one untimed run writes it) and without, next to a bare
+interpreter's start (`python -c pass`, site packages included) timed the same way: on a busy machine
+only the difference means much.
 """
 
 from __future__ import annotations
@@ -186,12 +191,47 @@ def bench_import(runs):
     return out
 
 
+#: the CLI lookups timed: an answer (exit 0) and a misspelt kernel (exit 1, the error path)
+CLI_LOOKUPS = {
+    "answer": ["rmsnorm", "--shape", "rows=4096,cols=4096", "--dtype", "float16", "--device", "apple-m3-max-40c"],
+    "unknown_kernel": ["rmsnrom", "--shape", "rows=4096,cols=4096", "--device", "apple-m3-max-40c"],
+}
+
+
+def bench_cli(runs, bundle_arg):
+    """Wall time of `python -m zmlx_pipeline lookup ...` in fresh processes (start to exit), with bytecode
+    cached (a normal install) and without (PYTHONDONTWRITEBYTECODE=1, every module compiled)."""
+    extra = ["--bundle", str(bundle_arg)] if bundle_arg else []
+    out = {}
+    with tempfile.TemporaryDirectory() as pycache:
+        for cache_label, cache_env in (("bytecode_cached", {"PYTHONPYCACHEPREFIX": pycache}),
+                                       ("no_bytecode", {"PYTHONDONTWRITEBYTECODE": "1"})):
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            env.update({"PYTHONPATH": str(ROOT), **cache_env})
+            commands = {"interpreter only (python -c pass)": [sys.executable, "-c", "pass"],
+                        **{label: [sys.executable, "-m", "zmlx_pipeline", "lookup", *args, *extra]
+                           for label, args in CLI_LOOKUPS.items()}}
+            for label, cmd in commands.items():
+                first = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)  # writes the bytecode
+                times = []
+                for _ in range(runs):
+                    t = time.perf_counter()
+                    subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+                    times.append((time.perf_counter() - t) * 1e3)
+                out[f"{label}, {cache_label}"] = {"runs": runs, "exit_code": first.returncode,
+                                                  "min_ms": round(min(times), 1),
+                                                  "median_ms": round(statistics.median(times), 1),
+                                                  "max_ms": round(max(times), 1)}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bundle", default=None, help="bundle dir, publish dir or URL (default: the shipped one)")
     parser.add_argument("--shapes", type=int, default=20000, help="distinct lookups")
     parser.add_argument("--rounds", type=int, default=5, help="timed rounds over all lookups")
     parser.add_argument("--imports", type=int, default=15, help="fresh interpreters per import measurement")
+    parser.add_argument("--cli", type=int, default=10, help="fresh processes per CLI lookup measurement")
     parser.add_argument("--sklearn-cases", type=int, default=200)
     parser.add_argument("--skip-sklearn", action="store_true")
     parser.add_argument("--json", action="store_true")
@@ -200,7 +240,7 @@ def main() -> int:
     rng = random.Random(args.seed)
     result = {"python": sys.version.split()[0], "cpus": os.cpu_count(),
               "lookup": bench_lookup(args.bundle, args.shapes, args.rounds, rng),
-              "import": bench_import(args.imports)}
+              "import": bench_import(args.imports), "cli": bench_cli(args.cli, args.bundle)}
     if not args.skip_sklearn:
         result["sklearn"] = bench_sklearn(args.sklearn_cases, rng)
     if args.json:
@@ -223,6 +263,10 @@ def main() -> int:
     for label, im in result["import"].items():
         print(f"import zmlx_pipeline.runtime [{label}] ({im['runs']} fresh processes): min {im['min_ms']} ms, "
               f"median {im['median_ms']} ms, max {im['max_ms']} ms; heavy modules loaded: {im['heavy_modules_loaded']}")
+    for label, cl in result["cli"].items():
+        what = label if label.startswith("interpreter") else f"zmlx-pipeline lookup [{label}]"
+        print(f"{what}, exit {cl['exit_code']} ({cl['runs']} fresh processes): "
+              f"min {cl['min_ms']} ms, median {cl['median_ms']} ms, max {cl['max_ms']} ms")
     return 0
 
 

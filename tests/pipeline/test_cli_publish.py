@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 
-from bundle_fixtures import build_toy, fill_toy, latest_dir, reset_runtime, toy_best  # noqa: E402
+from bundle_fixtures import build_real, build_toy, fill_toy, latest_dir, reset_runtime, toy_best  # noqa: E402
 from zmlx_pipeline.data.store import Store  # noqa: E402
 from zmlx_pipeline.pipeline.cli import cli  # noqa: E402
 
@@ -18,6 +18,12 @@ from zmlx_pipeline.pipeline.cli import cli  # noqa: E402
 def toy_bundle(tmp_path_factory):
     """(store path, publish dir) of the toy bundle (tests/runtime/bundle_fixtures.py)."""
     return build_toy(tmp_path_factory.mktemp("toy"))
+
+
+@pytest.fixture(scope="module")
+def real_bundle(tmp_path_factory):
+    """(store path, publish dir) of rmsnorm from the committed 32-SM H100 shard (tests/runtime/bundle_fixtures.py)."""
+    return build_real(tmp_path_factory.mktemp("real"))
 
 
 @pytest.fixture(autouse=True)
@@ -76,9 +82,86 @@ def test_lookup_table_and_defaults(toy_bundle):
                  "--bundle", str(toy_bundle[1]), "--dtype", "float16")
     assert result.exit_code == 0
     assert "evidence" in result.output and "measured" in result.output and "candidates (best first)" in result.output
-    unknown = json.loads(run("lookup", "mystery", "--shape", "n=5", "--device", "nvidia-h200",
+    unknown = json.loads(run("lookup", "toy_scale", "--shape", "rows=64,cols=4096", "--device", "my-own-gpu",
                              "--bundle", str(toy_bundle[1]), "--json").output)
-    assert unknown["evidence"] == "default" and "not in bundle" in unknown["note"]
+    assert unknown["evidence"] == "default" and "not in the catalog" in unknown["note"]
+
+
+def _one_error_line(result) -> str:
+    assert result.stdout == "" and "Traceback" not in result.output
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("Error: ")
+    return line[len("Error: "):]
+
+
+def test_lookup_of_a_misspelt_kernel_exits_1_with_the_known_kernels(toy_bundle):
+    result = run("lookup", "toy_sclae", "--shape", "rows=64,cols=4096", "--device", "nvidia-h200",
+                 "--bundle", str(toy_bundle[1]))
+    assert result.exit_code == 1
+    assert _one_error_line(result).startswith("unknown kernel 'toy_sclae': bundle ")
+    assert result.stderr.rstrip().endswith(" has toy_scale")
+
+
+@pytest.mark.parametrize("dtype", ["int8", "fp16"])
+def test_lookup_of_an_unknown_dtype_exits_1_with_the_known_dtypes(toy_bundle, dtype):
+    result = run("lookup", "toy_scale", "--shape", "rows=64,cols=4096", "--dtype", dtype, "--device", "nvidia-h200",
+                 "--bundle", str(toy_bundle[1]), "--json")
+    assert result.exit_code == 1
+    assert _one_error_line(result) == f"unknown dtype '{dtype}': known dtypes are bfloat16, float16, float32"
+
+
+def test_lookup_with_k_0_is_a_usage_error(toy_bundle):
+    result = run("lookup", "toy_scale", "--shape", "rows=64,cols=4096", "--device", "nvidia-h200",
+                 "--bundle", str(toy_bundle[1]), "-k", "0")
+    assert result.exit_code == 2 and "Invalid value for '-k': 0 is not in the range x>=1" in result.output
+
+
+@pytest.mark.parametrize("shape", ["rows=1,cols=6", "rows=1,cols=1", "rows=7,cols=3"])
+def test_lookup_of_a_shape_no_config_is_legal_for_exits_1_with_the_reason(real_bundle, shape):
+    result = run("lookup", "rmsnorm", "--shape", shape, "--device", "nvidia-h200", "--bundle", str(real_bundle[1]))
+    assert result.exit_code == 1
+    line = _one_error_line(result)
+    assert line.startswith(f"no config of 'rmsnorm' is legal for {shape} float16 on nvidia-h200 (constraints: ")
+    assert "cols % VEC == 0" in line
+
+
+def test_lookup_of_an_apple_chip_says_extrapolated_and_why(real_bundle):
+    result = run("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "--device", "Apple M3 Max",
+                 "--bundle", str(real_bundle[1]), "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert (data["device"], data["evidence"], data["expected_regret"]) == ("apple-m3-max-40c", "extrapolated", None)
+    assert data["predicted_us"] > 168  # 2 x 4096 x 4096 fp16 values through 400 GB/s
+    assert "extrapolated from nvidia-h100-sxm@32sm" in data["note"] and "by memory bandwidth (400 / 3350 GB/s)" in data["note"]
+    table = run("lookup", "rmsnorm", "--shape", "rows=1048576,cols=4096", "--device", "Apple M3 Max",
+                "--bundle", str(real_bundle[1]))
+    assert table.exit_code == 0
+    lines = table.output.split("\n\ncandidates")[0].splitlines()[2:]
+    rows = {line.split(None, 1)[0]: line.split(None, 1)[1] if " " in line else "" for line in lines}
+    assert rows["evidence"] == "extrapolated" and rows["expected_regret"] == "-" and rows["outside_range"] == "rows"
+    assert "outside the measured range (rows 1-32768): time moved by the kernel's work" in rows["note"]
+
+
+def test_lookup_loads_neither_duckdb_polars_nor_scikit_learn(toy_bundle, subprocess_env):
+    import subprocess
+
+    code = (
+        "import json, sys\n"
+        "import click\n"
+        "from zmlx_pipeline.pipeline.cli import cli\n"
+        f"bundle = {str(toy_bundle[1])!r}\n"
+        "for kernel in ('toy_scale', 'toy_sclae'):\n"
+        "    try:\n"
+        "        cli(['lookup', kernel, '--shape', 'rows=64,cols=4096', '--device', 'nvidia-h200', '--bundle', bundle,\n"
+        "             '--json'], standalone_mode=False)\n"
+        "    except click.ClickException as exc:\n"
+        "        print('error:', exc.message)\n"
+        "print(json.dumps(sorted(m for m in ('duckdb', 'polars', 'sklearn', 'numpy', 'pyarrow') if m in sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env, check=True)
+    lines = out.stdout.splitlines()
+    assert json.loads(lines[-1]) == []
+    assert lines[-2].startswith("error: unknown kernel 'toy_sclae'") and '"evidence": "measured"' in out.stdout
 
 
 @pytest.mark.parametrize("args, code, message", [
@@ -115,6 +198,7 @@ def test_profiles(toy_bundle):
     assert table.exit_code == 0
     lines = table.output.splitlines()
     assert "learned_tg" in lines[0] and "evidence" in lines[0]
-    assert len(lines) >= 2 + 87 and any("apple-m4-max-40c" in line and "predicted" in line for line in lines)
+    assert len(lines) >= 2 + 87 and any("apple-m4-max-40c" in line and "extrapolated" in line for line in lines)
+    assert any("nvidia-h100-pcie" in line and line.endswith("predicted") for line in lines)
     bad = run("profiles", "--device", "not-a-gpu", "--bundle", str(toy_bundle[1]))
     assert bad.exit_code == 1 and "no device 'not-a-gpu'" in bad.output

@@ -138,7 +138,7 @@ def test_two_machines_to_a_runtime_over_http(tmp_path, server, subprocess_env):
     assert code == 0 and got["bundle"] == result["bundle_id"] and got["warnings"] == []
     for case, best, answer in zip(cases, bests, got["answers"]):
         assert answer["evidence"] == "measured" and answer["config"] == best["config"], (case, answer)
-    assert got["answers"][-1]["evidence"] == "predicted"
+    assert got["answers"][-1]["evidence"] == "extrapolated"  # measured on NVIDIA chips only
     assert "never measured" in got["answers"][-1]["note"]
     assert (tmp_path / "client-cache" / "zmlx-pipeline" / "bundles").is_dir()
 

@@ -18,7 +18,7 @@ def test_layout_manifest_and_hashes(toy_bundle):
     db, publish_dir = toy_bundle
     root = latest_dir(publish_dir)
     manifest = json.loads((root / "manifest.json").read_text())
-    assert manifest["schema"] == "zmlx-pipeline-bundle" and manifest["schema_version"] == 1
+    assert manifest["schema"] == "zmlx-pipeline-bundle" and manifest["schema_version"] == 2
     for field in ("created", "pipeline_version", "model_id", "data_fingerprint", "bundle_id", "models"):
         assert manifest[field], field
     assert manifest["data_fingerprint"].startswith("sha256:")
@@ -39,7 +39,8 @@ def test_profiles_cover_every_catalog_chip_with_evidence(toy_bundle):
     assert {s.id for s in load_catalog()} <= set(profiles)
     evidence = {d: p["evidence"] for d, p in profiles.items()}
     assert {evidence[d] for d in TOY_DEVICES} == {"measured"}
-    assert evidence["apple-m3-max-40c"] == "predicted"
+    # toy_scale was measured on Hopper chips only: an Apple chip is extrapolated, another Hopper chip predicted
+    assert evidence["apple-m3-max-40c"] == "extrapolated" and evidence["nvidia-h100-pcie"] == "predicted"
     for p in profiles.values():
         assert p["seed"]["default_tg"] == p["default_threadgroup"] and p["seed"]["candidates"]
         assert p["catalog_default_threadgroup"] == 256
@@ -72,7 +73,14 @@ def test_entries_carry_config_candidates_time_regret_and_evidence(toy_bundle):
     seen = regret["seen_device"] if regret["seen_device"] is not None else regret["unseen_device"]
     assert {e[3] for e in h100["buckets"].values()} == {seen}
     m4 = json.loads((root / tables["apple-m4-max-40c"]).read_text())["kernels"]["toy_scale"]["float16"]
-    assert {e[3] for e in m4["buckets"].values()} == {regret["unseen_device"]} and not m4["measured"]
+    # an Apple chip is extrapolated from a Hopper chip: with one family measured no such jump was validated
+    assert {e[3] for e in m4["buckets"].values()} == {None} and not m4["measured"]
+    assert {e[4] for e in m4["buckets"].values()} == {"extrapolated"} and regret["cross_family"] is None
+    pcie = json.loads((root / tables["nvidia-h100-pcie"]).read_text())["kernels"]["toy_scale"]["float16"]
+    assert {e[3] for e in pcie["buckets"].values()} == {regret["unseen_device"]}
+    assert {e[4] for e in pcie["buckets"].values()} == {"predicted"}
+    # no spec, so no work terms: no time is moved to a chip that was not measured
+    assert meta["work"] is None and {e[2] for e in pcie["buckets"].values()} == {None}
     assert len(tables) == len([s for s in load_catalog()])  # a no-spec kernel: every catalog chip
 
 

@@ -3,7 +3,8 @@
 - `toy`: a kernel with no registered spec (`toy_scale`, TG x VEC), measured on an H100 and an H200
   with times from a fixed formula, so the best config is known; published for every catalog chip.
 - `real`: the committed shard of the H100 at 32 SMs, rmsnorm (a registered spec: legal configs
-  per shape), published for the full H100 and the H200 (both predicted from specs).
+  per shape), published for the full H100 and the H200 (predicted from their family) and the M3 Max
+  (extrapolated across vendors).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def build_real(root: Path) -> tuple[Path, Path]:
     db = root / "real.duckdb"
     with Store(db) as store:
         ingest_shards(store, [SMOKE_SHARD])
-        publish(store, root / "real-bundles", kernels=["rmsnorm"], devices=["nvidia-h100-sxm", "nvidia-h200"])
+        publish(store, root / "real-bundles", kernels=["rmsnorm"], devices=["nvidia-h100-sxm", "nvidia-h200", "apple-m3-max-40c"])
     return db, root / "real-bundles"
 
 

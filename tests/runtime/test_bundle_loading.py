@@ -139,3 +139,46 @@ def test_an_unreachable_server_falls_back_to_the_cached_copy(toy_bundle, tmp_pat
         again = load_bundle(url, strict=True)  # even strict: unreachable is not invalid
     assert again.bundle_id == fetched.bundle_id and again is active_bundle()
     assert _lookup().evidence == "measured"
+
+
+def _as_schema_1(bundle: Path) -> None:
+    """Rewrite a bundle as schema 1 wrote it: no transfer, work or measured range, 6-field entries."""
+    import hashlib
+
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    kernels = json.loads((bundle / "kernels.json").read_text())
+    for meta in kernels["kernels"].values():
+        for field in ("transfer", "work", "measured_range"):
+            meta.pop(field)
+    files = {"kernels.json": kernels}
+    for name in json.loads((bundle / "tables.json").read_text())["devices"].values():
+        table = json.loads((bundle / name).read_text())
+        for by_dtype in table["kernels"].values():
+            for t in by_dtype.values():
+                for kind in t.values():
+                    for entry in kind.values():
+                        del entry[6:]
+        files[name] = table
+    for name, content in files.items():
+        blob = json.dumps(content).encode()
+        (bundle / name).write_bytes(blob)
+        manifest["files"][name] = {"sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
+    manifest["schema_version"] = 1
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_schema_1_bundle_still_loads_and_answers_as_honestly_as_it_can(toy_bundle, tmp_path):
+    old = copy_bundle(toy_bundle[1], tmp_path / "old")
+    _as_schema_1(old)
+    bundle = load_bundle(old, strict=True)
+    assert bundle.schema_version == 1
+    assert _lookup().evidence == "measured"
+    # the family is worked out from the profiles; no time was moved to the chip, so none is quoted
+    apple = predicted_config("toy_scale", SHAPE, "float16", device="apple-m3-max-40c")
+    assert (apple.evidence, apple.expected_regret, apple.predicted_us) == ("extrapolated", None, None)
+    assert "measured families: nvidia hopper" in apple.note
+    pcie = predicted_config("toy_scale", SHAPE, "float16", device="nvidia-h100-pcie")
+    assert pcie.evidence == "predicted" and pcie.expected_regret is not None and pcie.predicted_us is None
+    _rewrite_manifest(old, schema_version=0)
+    with pytest.raises(BundleError, match="bundle schema 0 is older than this runtime reads"):
+        load_bundle(old, strict=True)

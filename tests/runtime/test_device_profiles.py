@@ -14,7 +14,7 @@ def test_seed_style_lookup_by_family_and_variant():
     p = get_device_profile("M3", "Max")
     assert (p.family, p.variant, p.gpu_cores, p.device_id) == ("M3", "Max", 40, "apple-m3-max-40c")
     assert p.memory_bandwidth_gbps == 400 and p.full_name.startswith("Apple M3 Max")
-    assert p.evidence in ("predicted", "default") and p.is_high_end()
+    assert p.evidence in ("extrapolated", "predicted", "default") and p.is_high_end()
     base = get_device_profile("M2")
     assert (base.variant, base.device_id, base.gpu_cores) == ("", "apple-m2-10c", 10)
     assert get_device_profile("hopper", "h200-sxm").device_id == "nvidia-h200"
@@ -54,5 +54,5 @@ def test_the_current_device_profile(monkeypatch):
 @pytest.mark.parametrize("device", ["apple-m1-7c", "amd-mi300x", "nvidia-t4"])
 def test_every_catalog_chip_has_a_profile_with_evidence(device):
     p = get_device_profile(device)
-    assert p.device_id == device and p.evidence in ("measured", "predicted", "default")
+    assert p.device_id == device and p.evidence in ("measured", "predicted", "extrapolated", "default")
     assert p.default_threadgroup in (32, 64, 128, 256, 512, 1024)

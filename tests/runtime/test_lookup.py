@@ -75,17 +75,42 @@ def test_a_shape_between_buckets_takes_candidates_from_both_neighbours(toy, toy_
     assert inside.candidates == top("10,12") and inside.prune_k == meta["prune_k"]
 
 
-def test_an_unmeasured_device_is_predicted_from_its_specs_and_says_so(toy):
+def test_an_unmeasured_device_of_a_measured_family_is_predicted_and_says_from_which_chip(toy):
+    # toy_scale was measured on an H100 SXM and an H200 (both Hopper): the H100 PCIe is one of theirs
+    p = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h100-pcie")
+    assert p.evidence == "predicted" and p.config in TOY_CONFIGS
+    assert "nvidia-h100-pcie was never measured: predicted from nvidia-h100-sxm of its own family" in p.note
+    # its expected regret is that of left-out devices (the H100 and the H200 each left out once)
+    assert p.expected_regret == toy.kernels["toy_scale"]["expected_regret"]["unseen_device"] is not None
+
+
+def test_a_chip_of_an_unmeasured_family_is_extrapolated_with_no_expected_regret(toy):
     p = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="apple-m4-max-40c")
-    assert p.evidence == "predicted"
-    assert "apple-m4-max-40c was never measured: predicted from its specs" in p.note
-    assert p.config in TOY_CONFIGS
+    assert (p.evidence, p.expected_regret) == ("extrapolated", None)
+    assert "apple-m4-max-40c was never measured, nor any apple m4 of its family: extrapolated from" in p.note
+    assert "no architecture family was left out" in p.note
+    # toy_scale has no registered spec, so no work terms: no time is moved to the chip
+    assert p.predicted_us is None and "no predicted time" in p.note and p.config in TOY_CONFIGS
 
 
-def test_unknown_kernel_and_device_fall_back_to_the_catalog_default_and_say_so(toy):
-    k = predicted_config("no_such_kernel", {"rows": 1, "cols": 1}, "float16", device="nvidia-h200")
-    assert (k.evidence, k.config, k.expected_regret) == ("default", {"threadgroup": 256}, None)
-    assert "kernel 'no_such_kernel' is not in bundle" in k.note
+def test_an_unknown_kernel_is_an_error_that_lists_the_known_ones(toy):
+    from zmlx_pipeline.runtime import RuntimeAPIError, UnknownKernelError
+
+    with pytest.raises(UnknownKernelError) as info:
+        predicted_config("toy_scael", {"rows": 1, "cols": 1}, "float16", device="nvidia-h200")
+    assert isinstance(info.value, LookupError) and isinstance(info.value, RuntimeAPIError)
+    assert str(info.value) == f"unknown kernel 'toy_scael': bundle {toy.bundle_id} has toy_scale"
+
+
+@pytest.mark.parametrize("dtype", ["int8", "fp16", "float64"])
+def test_an_unknown_dtype_is_an_error_that_lists_the_known_ones(toy, dtype):
+    from zmlx_pipeline.runtime import UnknownDtypeError
+
+    with pytest.raises(UnknownDtypeError, match=f"^unknown dtype '{dtype}': known dtypes are bfloat16, float16, float32$"):
+        predicted_config("toy_scale", {"rows": 64, "cols": 4096}, dtype, device="nvidia-h200")
+
+
+def test_unknown_device_and_missing_table_fall_back_to_the_catalog_default_and_say_so(toy):
     d = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="my-own-gpu")
     assert d.evidence == "default" and d.config["TG"] == 256
     assert "device 'my-own-gpu' is not in the catalog" in d.note
@@ -117,6 +142,10 @@ def test_candidates_are_ranked_and_k_is_honoured(toy):
     assert len(three) == 3 and three[0] == predicted_config("toy_scale", shape, "float16", "nvidia-h200").config
     assert len({json.dumps(c, sort_keys=True) for c in three}) == 3
     assert candidates("toy_scale", shape, "float16", k=1, device="nvidia-h200") == three[:1]
+    with pytest.raises(BadLookup, match=r"^k must be >= 1 \(got 0\)"):
+        candidates("toy_scale", shape, "float16", k=0, device="nvidia-h200")
+    with pytest.raises(BadLookup, match=r"^k must be >= 1 \(got -2\)"):
+        predicted_config("toy_scale", shape, "float16", "nvidia-h200").top(-2)
 
 
 def test_answers_are_remembered_and_returned_configs_are_copies(toy):
@@ -176,3 +205,152 @@ def test_a_shape_between_buckets_leads_with_the_models_ranking_at_its_own_point_
     # a shape in a published bucket, or measured, never reads the between points
     inside = rank_in_table(k, _Table({}, buckets, {(9, 13): own}), (500, 8192), {"rows": 500, "cols": 8192}, {})
     assert inside.entry is buckets[(9, 13)] and [dict(c)["TG"] for c in inside.ranked][:2] == [32, 64]
+
+
+# ------------------------------------------------------------------------------------------
+# rmsnorm from the committed 32-SM H100 shard: limits of what was measured
+
+
+@pytest.fixture
+def real(real_bundle):
+    return load_bundle(real_bundle[1], strict=True)
+
+
+@pytest.mark.parametrize("shape", [{"rows": 1, "cols": 6}, {"rows": 1, "cols": 1}, {"rows": 7, "cols": 3}])
+@pytest.mark.parametrize("device", ["nvidia-h200", None])
+def test_a_shape_no_config_is_legal_for_returns_no_config_and_says_so(real, shape, device, monkeypatch):
+    # rmsnorm needs (TG // ROWS) * VEC <= cols with TG // ROWS a multiple of the SIMD width: no config fits 6 columns
+    monkeypatch.delenv("ZMLX_PIPELINE_DEVICE", raising=False)  # None: no GPU here, the catalog default path
+    p = predicted_config("rmsnorm", shape, "float16", device=device)
+    assert (p.config, p.evidence, p.candidates, p.predicted_us, p.threadgroup) == (None, "none", [], None, None)
+    text = ",".join(f"{d}={v}" for d, v in shape.items())
+    assert p.note.startswith(f"no config of 'rmsnorm' is legal for {text} float16")
+    assert "cols % VEC == 0" in p.note and "\n" not in p.note
+    assert p.as_dict()["config"] is None
+
+
+def _published(bundle, device, dtype="float16"):
+    return bundle.json(bundle.tables[device])["kernels"]["rmsnorm"][dtype]
+
+
+def test_a_shape_outside_every_measured_range_is_marked_and_its_time_moved_by_the_work(real):
+    from zmlx_pipeline.kernels.registry import get_kernel
+
+    spec, meta = get_kernel("rmsnorm"), real.kernels["rmsnorm"]
+    device = "nvidia-h100-sxm@32sm"  # the measured device
+    assert meta["measured_range"]["rows"] == [1, 32768]
+    big = {"rows": 1_048_576, "cols": 4096}
+    p = predicted_config("rmsnorm", big, "float16", device=device)
+    assert p.outside_range == ("rows",) and p.evidence == "predicted" and p.config is not None
+    assert "outside the measured range (rows 1-32768): time moved by the kernel's work" in p.note
+    key = "15,12"  # the nearest published bucket, 32768 x 4096
+    rep = meta["buckets"][key]
+    entry = _published(real, device)["buckets"][key]
+    assert p.bucket == {"rows": 32768, "cols": 4096}
+    # memory-bound (4 flops per 4 bytes, far below the H100's ridge): the bucket's time times the bytes ratio
+    want = entry[2] * spec.bytes_moved(big, 2) / spec.bytes_moved(rep, 2)
+    assert p.predicted_us == pytest.approx(want, rel=1e-3) and p.predicted_us > 30 * entry[2]
+    inside = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device=device)
+    assert inside.outside_range == () and "outside" not in inside.note
+
+
+def test_an_apple_chip_is_extrapolated_with_no_regret_and_a_bandwidth_scaled_time(real):
+    meta = real.kernels["rmsnorm"]
+    assert meta["expected_regret"]["cross_family"] is None  # one family measured: no jump validated
+    assert meta["transfer"]["apple-m3-max-40c"] == {"evidence": "extrapolated", "from": "nvidia-h100-sxm@32sm"}
+    shape = {"rows": 4096, "cols": 4096}
+    p = predicted_config("rmsnorm", shape, "float16", device="Apple M3 Max")
+    assert (p.device, p.evidence, p.expected_regret) == ("apple-m3-max-40c", "extrapolated", None)
+    source = _published(real, "nvidia-h100-sxm@32sm")["buckets"]["12,12"]
+    bw_src = real.profiles["nvidia-h100-sxm@32sm"]["memory_bandwidth_gbps"]
+    assert real.profiles["apple-m3-max-40c"]["memory_bandwidth_gbps"] == 400
+    assert p.predicted_us == pytest.approx(source[2] * bw_src / 400, rel=1e-3)
+    # 2 x 4096 x 4096 fp16 values through 400 GB/s take at least 168 us
+    assert p.predicted_us > 2 * 4096 * 4096 * 2 / 400e9 * 1e6
+    assert "extrapolated from nvidia-h100-sxm@32sm (measured families: nvidia hopper)" in p.note
+    assert "time scaled from nvidia-h100-sxm@32sm by memory bandwidth (400 / 3350 GB/s)" in p.note
+    assert "no architecture family was left out" in p.note
+    # a chip of the measured family is predicted, its time moved by its own bandwidth
+    h200 = predicted_config("rmsnorm", shape, "float16", device="nvidia-h200")
+    assert h200.evidence == "predicted" and h200.predicted_us == pytest.approx(source[2] * bw_src / 4800, rel=1e-3)
+    assert "predicted from nvidia-h100-sxm@32sm of its own family (nvidia hopper)" in h200.note
+
+
+# ------------------------------------------------------------------------------------------
+# malformed arguments: the runtime's own error, also the builtin a caller expects, one line
+
+
+def _profile():
+    from zmlx_pipeline.runtime import get_device_profile
+
+    return get_device_profile("hopper", "h200-sxm")
+
+
+BAD_CALLS = [
+    ("predicted_config", lambda rt: rt.predicted_config("toy_scale", None, "float16", device="nvidia-h200"),
+     TypeError, "shape must be a mapping of dims"),
+    ("predicted_config", lambda rt: rt.predicted_config("toy_scale", 4096, "float16", device="nvidia-h200"),
+     TypeError, "shape must be a mapping of dims"),
+    ("predicted_config", lambda rt: rt.predicted_config("toy_scale", "4096,64", "float16", device="nvidia-h200"),
+     TypeError, "shape must be a mapping of dims"),
+    ("predicted_config", lambda rt: rt.predicted_config("toy_scale", {"rows": float("inf"), "cols": 4}, "float16"),
+     ValueError, "shape dimension rows=inf must be a positive integer"),
+    ("predicted_config", lambda rt: rt.predicted_config("toy_scale", {"rows": 2.5, "cols": 4}, "float16"),
+     ValueError, "shape dimension rows=2.5 must be a positive integer"),
+    ("predicted_config", lambda rt: rt.predicted_config("toy_scale", {"rows": "64", "cols": 4}, "float16"),
+     TypeError, "shape dimension rows='64' must be a positive integer, not str"),
+    ("predicted_config", lambda rt: rt.predicted_config("toy_scale", {"rows": 64, "cols": 4}, ["float16"]),
+     TypeError, "dtype must be a name such as 'float16' or an mlx dtype, not list"),
+    ("predicted_config", lambda rt: rt.predicted_config("toy_scale", {"rows": 64, "cols": 4}, "float16", device=123),
+     TypeError, "device must be a string or None, not int"),
+    ("predicted_config", lambda rt: rt.predicted_config(None, {"rows": 64, "cols": 4}, "float16"),
+     TypeError, "kernel must be a string, not NoneType"),
+    ("candidates", lambda rt: rt.candidates("toy_scale", None, "float16", device="nvidia-h200"),
+     TypeError, "shape must be a mapping of dims"),
+    ("candidates", lambda rt: rt.candidates("toy_scale", {"rows": 64, "cols": 4}, "float16", k=0),
+     ValueError, "k must be >= 1 (got 0)"),
+    ("candidates", lambda rt: rt.candidates("toy_scale", {"rows": 64, "cols": 4}, "float16", k="3"),
+     TypeError, "k must be a whole number >= 1, not str"),
+    ("candidates", lambda rt: rt.candidates("toy_scale", {"rows": 64, "cols": 4}, {"f": 1}, device="nvidia-h200"),
+     TypeError, "dtype must be a name"),
+    ("candidates", lambda rt: rt.candidates("toy_scale", {"rows": 64, "cols": 4}, "float16", device=1.5),
+     TypeError, "device must be a string or None, not float"),
+    ("load_bundle", lambda rt: rt.load_bundle(None), TypeError, "a bundle is a directory path or an http(s) URL, not NoneType"),
+    ("load_bundle", lambda rt: rt.load_bundle(123, strict=True), TypeError, "not int"),
+    ("load_bundle", lambda rt: rt.load_bundle(""), ValueError, "not an empty string"),
+    ("read_bundle", lambda rt: rt.read_bundle(["a"]), TypeError, "not list"),
+    ("get_device_profile", lambda rt: rt.get_device_profile(None), TypeError, "family must be a string, not NoneType"),
+    ("get_device_profile", lambda rt: rt.get_device_profile("M3", 3), TypeError, "variant must be a string or None, not int"),
+    ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape("M3", 4096),
+     TypeError, "profile must be a DeviceTuningProfile"),
+    ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape(_profile(), "4096"),
+     TypeError, "dim_size must be a whole number, not str"),
+    ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape(_profile(), -1),
+     ValueError, "dim_size must be >= 0 (got -1)"),
+    ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape(_profile(), 64, None),
+     TypeError, "kernel_type must be a string, not NoneType"),
+]
+
+
+@pytest.mark.parametrize("entry, call, builtin, message", BAD_CALLS, ids=[f"{c[0]}-{i}" for i, c in enumerate(BAD_CALLS)])
+def test_a_malformed_argument_raises_the_runtimes_own_error(toy, entry, call, builtin, message):
+    import zmlx_pipeline.runtime as rt
+
+    with pytest.raises(rt.RuntimeAPIError) as info:
+        call(rt)
+    assert isinstance(info.value, builtin), type(info.value).__mro__
+    text = str(info.value)
+    assert message in text and "\n" not in text
+    active = rt.active_bundle()
+    assert active is toy  # a refused argument changes nothing: the bundle in use stays
+
+
+def test_the_cli_entry_point_checks_its_arguments_before_loading_anything(toy):
+    from zmlx_pipeline.runtime import BadArgumentType, active_bundle
+    from zmlx_pipeline.runtime.lookup import lookup
+
+    with pytest.raises(BadLookup, match=r"^k must be >= 1 \(got 0\)"):
+        lookup("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h200", bundle="/no/such", k=0)
+    with pytest.raises(BadArgumentType, match="shape must be a mapping"):
+        lookup("toy_scale", None, "float16", device="nvidia-h200")
+    assert active_bundle() is toy

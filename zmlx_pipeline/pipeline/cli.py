@@ -14,7 +14,7 @@ import click
 
 from zmlx_pipeline import __version__
 from zmlx_pipeline.data.records import DTYPES
-from zmlx_pipeline.data.store import Store, StoreError, default_db_path
+from zmlx_pipeline.pipeline.errors import expected_errors
 from zmlx_pipeline.pipeline.output import emit, output_options
 
 
@@ -27,24 +27,24 @@ def _db_option(fn: Callable) -> Callable:
 
 def _user_errors(fn: Callable) -> Callable:
     """Turns the library's expected errors into one-line click errors (exit 1), never a traceback."""
-    from zmlx_pipeline.data.catalog import UnknownDevice
-    from zmlx_pipeline.kernels.registry import UnknownKernel
-    from zmlx_pipeline.kernels.spec import KernelSpecError
-    from zmlx_pipeline.pipeline.collect import CollectError
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (StoreError, UnknownKernel, UnknownDevice, KernelSpecError, CollectError) as exc:
-            raise click.ClickException(str(exc)) from None
+        except Exception as exc:
+            if isinstance(exc, expected_errors()) and not isinstance(exc, click.ClickException):
+                raise click.ClickException(str(exc)) from None
+            raise
 
     return wrapper
 
 
-def _open_store(db: Path | None, read_only: bool = False, must_exist: bool = False) -> Store:
+def _open_store(db: Path | None, read_only: bool = False, must_exist: bool = False):
     """The store at --db (or the default), closed with the command. `must_exist`: a command that only works
     on stored measurements refuses a missing path instead of leaving an empty store there (a typo in --db)."""
+    from zmlx_pipeline.data.store import Store, default_db_path
+
     path = db or default_db_path()
     store = Store(path, read_only=read_only, create=not must_exist)
     click.get_current_context().call_on_close(store.close)

@@ -8,6 +8,7 @@ from typing import Callable
 
 import click
 
+from zmlx_pipeline.pipeline.errors import expected_errors
 from zmlx_pipeline.pipeline.output import emit, output_options
 
 
@@ -16,22 +17,12 @@ def _errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from zmlx_pipeline.data.catalog import UnknownDevice
-        from zmlx_pipeline.data.store import StoreError
-        from zmlx_pipeline.models.estimators import ModelError
-        from zmlx_pipeline.runtime import BadLookup, BundleError
-
-        errors: tuple[type[BaseException], ...] = (StoreError, UnknownDevice, BundleError, BadLookup, ModelError)
-        try:
-            from zmlx_pipeline.publish import ModelSourceError, PublishError
-
-            errors += (ModelSourceError, PublishError)
-        except ImportError:  # pragma: no cover
-            pass
         try:
             return fn(*args, **kwargs)
-        except errors as exc:
-            raise click.ClickException(str(exc)) from None
+        except Exception as exc:
+            if isinstance(exc, expected_errors()) and not isinstance(exc, click.ClickException):
+                raise click.ClickException(str(exc)) from None
+            raise
 
     return wrapper
 
@@ -105,17 +96,20 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
 @output_options
 @_errors
 def lookup_cmd(kernel, shape_text, dtype, device, bundle_path, k, as_json) -> None:
-    """The config the runtime would launch KERNEL with: evidence, expected regret and candidates."""
+    """The config the runtime would launch KERNEL with: evidence (how far the answer travelled), expected regret,
+    predicted time and candidates; exits 1 for an unknown kernel or dtype, or a shape no config is legal for."""
     from zmlx_pipeline.runtime.lookup import lookup
 
     shape = parse_shape(shape_text)
     result = lookup(kernel, shape, dtype, device=device, bundle=bundle_path, k=k)
+    if result["config"] is None:
+        raise click.ClickException(result["note"])
     if as_json:
         emit(result, True)
         return
     rows = [{"key": key, "value": result[key]} for key in
             ("kernel", "device", "dtype", "shape", "config", "evidence", "expected_regret", "predicted_us", "bucket",
-             "bundle", "note")]
+             "outside_range", "bundle", "note")]
     emit(rows, False, ["key", "value"])
     click.echo("\ncandidates (best first):")
     emit([{"rank": i + 1, **c} for i, c in enumerate(result["candidates"])], False)

@@ -98,12 +98,13 @@ def main_job(
 
 def _lookups(bundle_path: Path, lookups: Sequence[tuple]) -> list[dict]:
     """Answers of the runtime, loading the bundle just published as a kernel wrapper would."""
-    from zmlx_pipeline.runtime import load_bundle, predicted_config
+    from zmlx_pipeline.runtime import load_bundle
+    from zmlx_pipeline.runtime.lookup import predicted_or_default
 
     load_bundle(bundle_path, strict=True)
     rows = []
     for kernel, shape, dtype, device in lookups:
-        p = predicted_config(kernel, shape, dtype, device=device)
+        p = predicted_or_default(kernel, shape, dtype, device=device)  # `run -k` publishes only some kernels
         rows.append({"kernel": kernel, "device": device, "dtype": dtype, "shape": shape, "config": p.config,
                      "evidence": p.evidence, "expected_regret": p.expected_regret, "note": p.note})
     return rows

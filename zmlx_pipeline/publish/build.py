@@ -2,7 +2,8 @@
 
 For each kernel with a model, every published device (each catalog chip and each device in the
 store) gets, per dtype and shape bucket, the model's ranked configs (the best STORE_K, so the
-runtime can still drop ones illegal for an exact shape), the predicted time of the pick and the
+runtime can still drop ones illegal for an exact shape), the predicted time of the pick (never below
+the roofline bound of the shape on that chip, where a tree model can guess below it) and the
 expected regret; every shape measured on a device also gets its measured ranking. Buckets are
 the shapes of the kernel's grids and the measured shapes, each dimension rounded to a power of
 two (one representative shape per bucket, the one closest to the bucket's centre). Devices that were
@@ -12,10 +13,19 @@ so an autotuner between grid shapes also times what the model ranks at its own p
 kernels (and any kernel whose registered spec matches the measured parameters) rank only the
 configs legal on that device and shape; imported kernels rank the configs that were measured.
 
+A device never measured answers from the measured chip nearest it (publish/transfer.py): its entries
+say `predicted` when that chip is of its own architecture family, `extrapolated` otherwise, carry the
+matching held-out regret (left-out devices, or left-out families: None when only one family was
+measured) and the source's time moved by the roofline bound of the bucket's shape on both chips.
+kernels.json records, per kernel, where each such device answers from (`transfer`), the measured
+range of each dim (`measured_range`) and the spec's bytes and flops as terms (`work`), so the runtime
+can mark a shape outside that range and move its time by the work.
+
 The profile table (every device) holds the learned default threadgroup per kernel class and a
 ZMLX-style row (default threadgroup, three candidates), with evidence: `measured` (from this
-device's measurements), `predicted` (from the model, for a device never measured, from its
-specs) or `default` (the catalog's default threadgroup: no model covers that class).
+device's measurements), `predicted` / `extrapolated` (from the model, for a device never measured,
+from a measured chip of its own family / of another family) or `default` (the catalog's default
+threadgroup: no model covers that class).
 """
 
 from __future__ import annotations
@@ -40,7 +50,16 @@ from zmlx_pipeline.publish.predict import (
 )
 from zmlx_pipeline.runtime.cache import device_key, entry_key, entry_value
 from zmlx_pipeline.runtime.constraints import limit_values
-from zmlx_pipeline.runtime.lookup import bucket_of
+from zmlx_pipeline.publish.transfer import (
+    EVIDENCE_OTHER_FAMILY,
+    EVIDENCE_SAME_FAMILY,
+    kernel_work,
+    scaled_time,
+    source_device,
+    work_of,
+)
+from zmlx_pipeline.runtime.lookup import DTYPE_BYTES, bucket_of
+from zmlx_pipeline.runtime.roofline import bound_s
 
 #: ranked configs kept per entry (at least the pruning k), and the most the lookup-path replay
 #: (publish/runtime_k.py) tries; 16 rather than 8 moved no kernel's replayed hit share by more than 0.02
@@ -56,7 +75,7 @@ ROW_DIMS = ("cols", "hidden", "experts", "N", "K")
 MLX_BACKENDS = ("metal", "cuda")
 PROFILE_FIELDS = ("name", "vendor", "family", "variant", "backend", "architecture", "gpu_cores", "core_unit",
                   "memory_bandwidth_gbps", "max_threads_per_threadgroup", "simd_width", "threadgroup_memory_bytes",
-                  "l2_bytes", "clock_mhz", "memory_gb", "in_catalog", "core_limited_from")
+                  "l2_bytes", "clock_mhz", "memory_gb", "fp32_tflops", "in_catalog", "core_limited_from")
 
 Progress = Callable[[str], None]
 
@@ -189,6 +208,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     else:
         dtypes = sorted(f.frame["dtype"].unique().to_list())
     buckets = _bucket_shapes(dims, measured_shapes + grid_shapes)
+    work = kernel_work(spec, DTYPE_BYTES, list(buckets.values())) if spec is not None else None
     tables.bucket_shapes = {tables.bucket_key(s): s for s in buckets.values()}
     if spec is None:
         measured_configs = [json.loads(c) for c in f.frame.unique("config_key", maintain_order=True)["config"].to_list()]
@@ -212,11 +232,19 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     regret = km.regret or {}
     needed = [c for m in (km.ranker, km.time_model) if m is not None
               for c in getattr(getattr(m, "features", None), "features", ())]
+    # where each device never measured answers from, and how far that is (publish/transfer.py)
+    transfer = {d: source_device(d, devices, measured_devices) for d in targets if d not in measured_devices}
 
     def expected(device: str) -> float | None:
         """Held-out regret@1: unseen shapes for a measured device (left-out devices if that is all there is),
-        left-out devices for a device never measured (unknown, None, when no device was left out)."""
-        order = ("seen_device", "unseen_device") if device in measured_devices else ("unseen_device",)
+        left-out devices for one predicted from its own family, left-out families for an extrapolated one
+        (None, unknown, when no such fold exists)."""
+        if device in measured_devices:
+            order: tuple[str, ...] = ("seen_device", "unseen_device")
+        elif (transfer.get(device) or ("", EVIDENCE_OTHER_FAMILY))[1] == EVIDENCE_SAME_FAMILY:
+            order = ("unseen_device",)
+        else:
+            order = ("cross_family",)
         for label in order:
             if regret.get(label) is not None:
                 return _round(regret[label])
@@ -241,7 +269,8 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
                     tables.weight[i] += 1.0 / (r + 1)
             shape = json.loads(row["shape"])
             t = row["_log_time"]
-            pred_us = _round(math.exp(t)) if t is not None and not math.isnan(t) else None
+            pred_us = _at_least_roofline(math.exp(t) if t is not None and not math.isnan(t) else None,
+                                         work, row["dtype"], shape, devices[row["device_id"]])
             table = tables.entries[row["device_id"]][row["dtype"]]
             table.setdefault(kind, {})[tables.bucket_key(shape)] = [
                 idx[0], idx, pred_us, expected(row["device_id"]), "predicted", int(row["n_legal"])]
@@ -266,6 +295,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
                     progress(f"{f.kernel}: scored {done} of {len(devs)} devices ({kind})")
                 flush(pending, kind)
                 pending, n_rows = [], 0
+    _move_times(tables, transfer, devices, work)
     order = sorted(range(len(tables.configs)), key=lambda i: (-tables.weight.get(i, 0.0), i))
     row_dim = next((d for d in ROW_DIMS if d in dims), dims[-1] if dims else None)
     meta = {
@@ -289,9 +319,47 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
         "trained_devices": sorted(measured_devices),
         "trained_dtypes": sorted(f.frame["dtype"].unique().to_list()),
         "spec": "registered" if spec is not None else "measured configs only",
+        "measured_range": {d: [min(int(x[d]) for x in measured_shapes), max(int(x[d]) for x in measured_shapes)]
+                           for d in dims} if measured_shapes else {},
+        "work": work,
+        "transfer": {d: {"evidence": t[1], "from": t[0]} for d, t in sorted(transfer.items()) if t is not None},
     }
     meta.update(_runtime_prune_k(km, tables, meta, devices, configs_for, store_k, progress))
     return tables, meta
+
+
+def _at_least_roofline(time_us: float | None, work: Mapping[str, dict] | None, dtype: str, shape: Mapping[str, int],
+                       row: Mapping[str, Any]) -> float | None:
+    """The time model's guess, never below the roofline bound of the shape on the chip (its peak bandwidth
+    and fp32 TFLOPs): a tree model's guess for a large shape can be faster than memory allows."""
+    if time_us is None:
+        return None
+    moved, flops = work_of(work, dtype, shape)
+    bound = bound_s(moved, flops, row)
+    return _round(max(time_us, bound[0] * 1e6) if bound else time_us)
+
+
+def _move_times(tables: KernelTables, transfer: Mapping[str, tuple[str, str] | None], devices: dict[str, dict],
+                work: Mapping[str, dict] | None) -> None:
+    """Entries of devices never measured: their evidence (predicted / extrapolated) and, in place of the time
+    model's guess, the source device's predicted time moved by the roofline bound of the bucket's shape on
+    both chips (element 6 names the bound: bandwidth or compute); None without the kernel's work terms."""
+    for device, source in transfer.items():
+        if device not in tables.entries:
+            continue
+        for dtype, table in tables.entries[device].items():
+            src_table = tables.entries.get(source[0], {}).get(dtype, {}).get("buckets", {}) if source else {}
+            for key, entry in table.get("buckets", {}).items():
+                entry[4] = source[1] if source else EVIDENCE_OTHER_FAMILY
+                src_entry = src_table.get(key)
+                shape = tables.bucket_shapes.get(key)
+                time_us, basis = None, None
+                if source and src_entry is not None and shape is not None and work:
+                    moved, flops = work_of(work, dtype, shape)
+                    time_us, basis = scaled_time(src_entry[2], devices[source[0]], devices[device], moved, flops)
+                entry[2] = _round(time_us)
+                del entry[6:]
+                entry.append(basis)
 
 
 def _runtime_prune_k(km: KernelModel, tables: KernelTables, meta: dict, devices: dict[str, dict],
@@ -300,7 +368,6 @@ def _runtime_prune_k(km: KernelModel, tables: KernelTables, meta: dict, devices:
     """The published prune_k: the larger of training's and the one measured through the lookup path
     (publish/runtime_k.py), with both and the replay's hit share recorded beside it."""
     from zmlx_pipeline.publish.runtime_k import choose_dim_weights, replay_cases
-    from zmlx_pipeline.runtime.lookup import DTYPE_BYTES
 
     def limits_for(device: str, dtype: str) -> dict:
         lk = _limits_key(devices[device])
@@ -342,6 +409,13 @@ def _ranked(weights: Mapping[int, float], n: int = 3) -> list[int]:
     return [tg for tg, _ in sorted(weights.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
 
 
+def _level(kind: str, levels: set[str]) -> str:
+    """A profile's evidence: measured, else the furthest its predicted entries travelled (extrapolated or predicted)."""
+    if kind == "measured":
+        return kind
+    return EVIDENCE_OTHER_FAMILY if EVIDENCE_OTHER_FAMILY in levels else kind
+
+
 def build_profiles(devices: dict[str, dict], kernel_tables: dict[str, tuple[KernelTables, dict]]) -> dict[str, dict]:
     """The profile table: every device's specs, learned threadgroups per kernel class, a ZMLX-style row, evidence."""
     profiles: dict[str, dict] = {}
@@ -354,7 +428,8 @@ def build_profiles(devices: dict[str, dict], kernel_tables: dict[str, tuple[Kern
         by_class: dict[str, dict[str, Any]] = defaultdict(lambda: {
             "measured": defaultdict(float), "predicted": defaultdict(float),
             "dim": {"measured": defaultdict(lambda: defaultdict(float)),
-                    "predicted": defaultdict(lambda: defaultdict(float))}})
+                    "predicted": defaultdict(lambda: defaultdict(float))}, "levels": set()})
+        levels: set[str] = set()  # the bucket entries' evidence: predicted, or extrapolated across families
         for kernel, (tables, meta) in kernel_tables.items():
             tg_param = meta.get("threadgroup_param")
             if not tg_param or device_id not in tables.entries:
@@ -365,6 +440,9 @@ def build_profiles(devices: dict[str, dict], kernel_tables: dict[str, tuple[Kern
             for dtype, t in tables.entries[device_id].items():
                 for kind, source in (("measured", t["measured"]), ("predicted", t["buckets"])):
                     for key, entry in source.items():
+                        if kind == "predicted":
+                            levels.add(entry[4])
+                            cls["levels"].add(entry[4])
                         w = _tg_weights([entry], tables.configs, tg_param)
                         if dim_pos is not None:
                             value = int(key.split(",")[dim_pos])
@@ -382,10 +460,11 @@ def build_profiles(devices: dict[str, dict], kernel_tables: dict[str, tuple[Kern
             if kind is None:
                 continue
             classes[name] = {"threadgroup": _ranked(cls[kind], 1)[0], "candidates": _ranked(cls[kind]),
-                             "evidence": kind, "by_dim": {str(b): _ranked(w) for b, w in sorted(cls["dim"][kind].items())}}
+                             "evidence": _level(kind, cls["levels"]), "by_dim": {str(b): _ranked(w) for b, w in sorted(cls["dim"][kind].items())}}
         kind = "measured" if pooled["measured"] else "predicted" if pooled["predicted"] else None
         if kind is not None:
-            general = {"threadgroup": _ranked(pooled[kind], 1)[0], "candidates": _ranked(pooled[kind]), "evidence": kind,
+            general = {"threadgroup": _ranked(pooled[kind], 1)[0], "candidates": _ranked(pooled[kind]),
+                       "evidence": _level(kind, levels),
                        "by_dim": {str(b): _ranked(w) for b, w in sorted(pooled_dim[kind].items())}}
         else:
             general = {"threadgroup": catalog_tg, "candidates": [], "evidence": "default", "by_dim": {}}

@@ -11,7 +11,8 @@ time, fitted here on the store's data.
 
 Expected regret (regret@1 geometric mean on held-out data) is recorded per kernel as
 `seen_device` when the held-out split was unseen shapes of measured devices, `unseen_device`
-when it was left-out devices; the other stays null (unknown). The pruning k is the registry's
+when it was left-out devices; the other stays null (unknown). `cross_family` is the regret on
+architecture families left out of training (publish/transfer.py), null with one family measured. The pruning k is the registry's
 scores["prune_k"] when present, else DEFAULT_PRUNE_K.
 """
 
@@ -96,6 +97,7 @@ def regret_from_scores(scores: dict | None) -> dict[str, Any]:
         "regret3": scores.get("regret3_geomean"),
         "regret5": scores.get("regret5_geomean"),
         "cases": scores.get("prune_cases"),
+        "cross_family": None,
     }
 
 
@@ -176,9 +178,14 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
     if not out:
         raise ModelSourceError("no kernel to publish: the store holds no ok measurements (collect, import or ingest first)")
     if evaluate:
+        from zmlx_pipeline.publish.build import device_records
+        from zmlx_pipeline.publish.transfer import cross_family_regret
+
+        records = device_records(store)
         for km in out.values():
             if km.regret.get("unseen_device") is None:
                 km.regret["unseen_device"] = unseen_device_regret(km.features, km.variant)
+            km.regret["cross_family"] = cross_family_regret(km.features, km.variant, records)
     return ModelSet(out, {"evaluated": evaluate})
 
 

@@ -10,6 +10,8 @@ imported on first use.
 
 It also answers everything `zmlx.device_profile` exports (`get_device_profile`, `ALL_DEVICE_PROFILES`, ...),
 from the learned tables.
+Every error it raises on purpose is a `RuntimeAPIError`, and also the builtin a caller expects
+(an unknown kernel or dtype a LookupError, a malformed argument a ValueError or TypeError).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ _EXPORTS = {
     "active_bundle": "bundle", "load_bundle": "bundle", "read_bundle": "bundle",
     "BadLookup": "lookup", "Prediction": "lookup", "bucket_of": "lookup", "candidates": "lookup",
     "predicted_config": "lookup",
+    "BadArgument": "errors", "BadArgumentType": "errors", "RuntimeAPIError": "errors", "UnknownDtypeError": "errors",
+    "UnknownKernelError": "errors", "UnknownName": "errors",
     "DeviceTuningProfile": "profiles", "get_current_device_profile": "profiles", "get_device_profile": "profiles",
     "get_threadgroup_candidates_for_shape": "profiles", "ALL_DEVICE_PROFILES": "profiles",
 }

@@ -18,8 +18,14 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError
+
 BUNDLE_SCHEMA = "zmlx-pipeline-bundle"
-BUNDLE_SCHEMA_VERSION = 1
+#: the schema this runtime writes; 2 added extrapolated evidence, its source device and scaled times,
+#: the kernels' measured ranges and work terms (publish/build.py), and the chips' fp32 TFLOPs
+BUNDLE_SCHEMA_VERSION = 2
+#: the oldest schema this runtime still reads (lookup.py answers a schema-1 bundle with what it holds)
+MIN_SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
 LATEST = "latest"
 #: files every bundle has besides the manifest (the per-device tables are listed in tables.json)
@@ -28,7 +34,7 @@ DEFAULT_BUNDLE_DIR = Path(__file__).with_name("default_bundle")
 FETCH_TIMEOUT_S = 20.0
 
 
-class BundleError(Exception):
+class BundleError(RuntimeAPIError):
     "A bundle is missing, unreadable, fails verification, or has a schema this runtime does not know"
 
 
@@ -54,6 +60,10 @@ class Bundle:
         self.kernels: dict[str, dict] = self.json("kernels.json")["kernels"]
         self.profiles: dict[str, dict] = self.json("profiles.json")["devices"]
         self.tables: dict[str, str] = self.json("tables.json")["devices"]
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.manifest.get("schema_version") or BUNDLE_SCHEMA_VERSION)
 
     @property
     def bundle_id(self) -> str:
@@ -102,9 +112,9 @@ def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
     if version > BUNDLE_SCHEMA_VERSION:
         raise BundleError(f"{source}: bundle schema {version} is newer than this runtime reads "
                           f"({BUNDLE_SCHEMA_VERSION}); upgrade zmlx-pipeline")
-    if version < BUNDLE_SCHEMA_VERSION:
+    if version < MIN_SCHEMA_VERSION:
         raise BundleError(f"{source}: bundle schema {version} is older than this runtime reads "
-                          f"({BUNDLE_SCHEMA_VERSION}); publish it again")
+                          f"({MIN_SCHEMA_VERSION}-{BUNDLE_SCHEMA_VERSION}); publish it again")
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise BundleError(f"{source}: manifest lists no files")
@@ -345,7 +355,7 @@ def read_bundle(path_or_url: str | os.PathLike, cached_if_invalid: bool = True) 
     does one that fails verification, unless `cached_if_invalid` is False. Raises BundleError
     when there is nothing verified to use.
     """
-    text = os.fspath(path_or_url)
+    text = _path_text(path_or_url)
     if not is_url(text):
         return read_dir(text)
     try:
@@ -361,14 +371,28 @@ def read_bundle(path_or_url: str | os.PathLike, cached_if_invalid: bool = True) 
         return cached
 
 
+def _path_text(path_or_url: Any) -> str:
+    """A bundle location as text; BadArgumentType for anything but a str or path (None, a number), BadArgument
+    for an empty one."""
+    if isinstance(path_or_url, bytes) or not isinstance(path_or_url, (str, os.PathLike)):
+        raise BadArgumentType(f"a bundle is a directory path or an http(s) URL, not {type(path_or_url).__name__} "
+                              f"({path_or_url!r:.60})")
+    text = os.fspath(path_or_url)
+    if not text.strip():
+        raise BadArgument("a bundle is a directory path or an http(s) URL, not an empty string")
+    return text
+
+
 def load_bundle(path_or_url: str | os.PathLike, *, strict: bool = False) -> Bundle | None:
     """Verify a bundle and make it the one lookups use; returns the bundle now in use.
 
     On failure (bad hash, truncated file, wrong schema, unreachable URL with no cached copy) the
     bundle is refused with one warning line and the previous one stays in use (returned); a URL
     that fails falls back to its last verified cached copy, with a warning. `strict` raises
-    BundleError instead (an unreachable URL still falls back to its cached copy).
+    BundleError instead (an unreachable URL still falls back to its cached copy). A location that is
+    not a str or path raises BadArgumentType either way.
     """
+    _path_text(path_or_url)
     try:
         bundle = read_bundle(path_or_url, cached_if_invalid=not strict)
     except BundleError as exc:

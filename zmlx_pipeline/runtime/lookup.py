@@ -6,10 +6,18 @@ answers from the measurement itself. The first call for a given (kernel, shape, 
 resolves it (nearest bucket when the exact one was not published, candidates illegal for the
 exact shape dropped); the answer is kept, so every later call is one dict lookup.
 
-Evidence says where an answer comes from: `measured` (this shape was timed on this device),
-`predicted` (the model, from this device's measurements or, for a device never measured, from
-its specs), `default` (the catalog's default threadgroup: kernel, device or dtype not in the
-bundle; `note` says which).
+Evidence says how far an answer travelled: `measured` (this shape was timed on this device),
+`predicted` (the model, from this device's measurements or, for a device never measured, from a
+measured chip of its own architecture family: same vendor and family), `extrapolated` (from a
+measured chip of another family or vendor: its expected regret is that of left-out families, None
+when no other family was measured), `default` (the catalog's default threadgroup: device or table
+not in the bundle) or `none` (no config is legal for this shape: config None). `note` says why.
+A predicted time comes from the chip the answer travelled from, scaled by both chips' roofline
+bounds (runtime/roofline.py); a shape outside every measured range is marked (`outside_range`) and
+its time moved by the kernel's work, or left out.
+
+An unknown kernel or dtype, and a malformed argument, raise the runtime's own errors
+(runtime/errors.py), never a default answer.
 """
 
 from __future__ import annotations
@@ -20,8 +28,17 @@ from typing import Any, Iterable, Mapping, Sequence
 from zmlx_pipeline.runtime.bundle import Bundle, BundleError, BundleWarning, active_bundle, on_change
 from zmlx_pipeline.runtime.constraints import ConstraintSet, limit_values
 from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
+from zmlx_pipeline.runtime.errors import (
+    BadArgument,
+    BadArgumentType,
+    UnknownDtypeError,
+    UnknownKernelError,
+    expect_str,
+    known,
+)
+from zmlx_pipeline.runtime.roofline import bound_s, scale, work
 
-EVIDENCE = ("measured", "predicted", "default")
+EVIDENCE = ("measured", "predicted", "extrapolated", "default", "none")
 DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 #: candidates returned when the bundle gives no pruning k for a kernel
 DEFAULT_PRUNE_K = 5
@@ -30,27 +47,28 @@ _MEMO_LIMIT = 200_000
 Items = tuple[tuple[str, Any], ...]
 
 
-class BadLookup(ValueError):
-    "A lookup was asked with a shape or dtype it cannot use"
+class BadLookup(BadArgument):
+    "A lookup was asked with a shape, dtype or k it cannot use"
 
 
 class Prediction:
     """One answer: the config to launch, its ranked candidates, evidence, expected regret and a note."""
 
     __slots__ = ("kernel", "device", "dtype", "shape", "bucket", "_config", "_ranked", "predicted_us",
-                 "expected_regret", "evidence", "note", "threadgroup", "prune_k", "bundle_id", "kernel_version")
+                 "expected_regret", "evidence", "note", "threadgroup", "prune_k", "bundle_id", "kernel_version",
+                 "outside_range")
 
     def __init__(self, kernel: str, device: str | None, dtype: str, shape: dict, bucket: dict | None,
                  ranked: Sequence[Items], predicted_us: float | None, expected_regret: float | None,
                  evidence: str, note: str, threadgroup: int | None, prune_k: int, bundle_id: str | None,
-                 kernel_version: str | None = None) -> None:
+                 kernel_version: str | None = None, outside_range: Sequence[str] = ()) -> None:
         self.kernel = kernel
         self.device = device
         self.dtype = dtype
         self.shape = shape
         self.bucket = bucket
         self._ranked = tuple(ranked)
-        self._config = self._ranked[0]
+        self._config = self._ranked[0] if self._ranked else None
         self.predicted_us = predicted_us
         self.expected_regret = expected_regret
         self.evidence = evidence
@@ -59,15 +77,17 @@ class Prediction:
         self.prune_k = prune_k
         self.bundle_id = bundle_id
         self.kernel_version = kernel_version
+        #: the dims whose value lies outside every shape measured for this kernel (empty: inside)
+        self.outside_range = tuple(outside_range)
 
     @property
-    def config(self) -> dict[str, Any]:
-        """The config to launch (a fresh dict: change it freely)."""
-        return dict(self._config)
+    def config(self) -> dict[str, Any] | None:
+        """The config to launch (a fresh dict: change it freely); None when no config is legal for the shape."""
+        return dict(self._config) if self._config is not None else None
 
     def top(self, k: int | None = None) -> list[dict[str, Any]]:
-        """The first k ranked candidates (k = the kernel's pruning k when None)."""
-        n = self.prune_k if k is None else max(1, int(k))
+        """The first k ranked candidates (k = the kernel's pruning k when None; k >= 1)."""
+        n = self.prune_k if k is None else check_k(k)
         return [dict(items) for items in self._ranked[:n]]
 
     @property
@@ -82,6 +102,7 @@ class Prediction:
             "expected_regret": self.expected_regret, "predicted_us": self.predicted_us,
             "candidates": self.candidates, "bucket": dict(self.bucket) if self.bucket else None,
             "note": self.note, "bundle": self.bundle_id, "kernel_version": self.kernel_version,
+            "outside_range": list(self.outside_range),
         }
 
     def __repr__(self) -> str:
@@ -120,7 +141,7 @@ class _Kernel:
     """A kernel's metadata from kernels.json, with its configs as item tuples and constraints compiled."""
 
     __slots__ = ("name", "dims", "configs", "tg_param", "order", "prune_k", "constraints", "regret", "version",
-                 "trained", "dim_weights", "_constraints_text")
+                 "trained", "dim_weights", "_constraints_text", "transfer", "work", "ranges", "bucket_shapes")
 
     def __init__(self, name: str, meta: dict) -> None:
         self.name = name
@@ -136,6 +157,15 @@ class _Kernel:
         self.dim_weights = tuple(float(weights.get(d, 1.0)) for d in self.dims) if weights else None
         self._constraints_text = list(meta.get("constraints") or ())
         self.constraints: ConstraintSet | None = None
+        self.transfer: dict[str, dict] = meta.get("transfer") or {}
+        self.work: dict[str, dict] | None = meta.get("work")
+        self.bucket_shapes: dict[str, dict] = meta.get("buckets") or {}
+        ranges = meta.get("measured_range")
+        if not ranges:  # a schema-1 bundle: the published buckets' shapes bound what was seen
+            shapes = list(self.bucket_shapes.values())
+            ranges = {d: [min(s[d] for s in shapes), max(s[d] for s in shapes)]
+                      for d in self.dims if shapes and all(d in s for s in shapes)}
+        self.ranges: dict[str, tuple[int, int]] = {d: (int(lo), int(hi)) for d, (lo, hi) in ranges.items()}
 
     def legal(self, items: Items, shape: dict, limits: dict) -> bool:
         if not self._constraints_text:
@@ -212,13 +242,49 @@ def bucket_of(values: Iterable[int]) -> tuple[int, ...]:
 
 
 def _dtype_name(dtype: Any) -> str:
-    text = str(dtype)
-    return text.rsplit(".", 1)[-1] if text.startswith("mlx.") else text
+    """A dtype's name ("float16"; an mlx dtype `mlx.core.float16` too); UnknownDtypeError for one without tables."""
+    if not isinstance(dtype, str):
+        text = str(dtype) if type(dtype).__module__.startswith("mlx") else None
+        if text is None:
+            raise BadArgumentType(f"dtype must be a name such as 'float16' or an mlx dtype, not {type(dtype).__name__} "
+                                  f"({dtype!r:.60})")
+    else:
+        text = dtype
+    name = text.rsplit(".", 1)[-1] if text.startswith("mlx.") else text
+    if name not in DTYPE_BYTES:
+        raise UnknownDtypeError(f"unknown dtype {name!r}: known dtypes are {known(DTYPE_BYTES)}")
+    return name
+
+
+def check_k(k: Any) -> int:
+    """`k` as a count of candidates: a whole number >= 1 (BadArgumentType / BadLookup otherwise)."""
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise BadArgumentType(f"k must be a whole number >= 1, not {type(k).__name__} ({k!r:.60})")
+    if k < 1:
+        raise BadLookup(f"k must be >= 1 (got {k}): the number of candidates to return")
+    return k
+
+
+def _dim_value(name: str, v: Any) -> int:
+    """One shape dimension as a positive int (4096.0 is 4096); the runtime's errors for anything else."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__index__"):
+        raise BadArgumentType(f"shape dimension {name}={v!r:.60} must be a positive integer, "
+                              f"not {type(v).__name__}")
+    try:
+        iv = int(v)
+    except (OverflowError, ValueError):  # inf, nan
+        raise BadLookup(f"shape dimension {name}={v!r} must be a positive integer") from None
+    if iv != v or iv < 1:
+        raise BadLookup(f"shape dimension {name}={v!r} must be a positive integer")
+    return iv
 
 
 def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
     if isinstance(shape, Mapping):
         out = {str(k): v for k, v in shape.items()}
+    elif isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
+        raise BadArgumentType(f"shape must be a mapping of dims (e.g. {{'rows': 4096, 'cols': 4096}}) or their "
+                              f"values in order, not {type(shape).__name__} ({shape!r:.60})")
     else:
         values = list(shape)
         if kernel is None:
@@ -227,15 +293,7 @@ def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
             raise BadLookup(f"kernel {kernel.name!r} has dims {', '.join(kernel.dims)}; got {len(values)} values")
         else:
             out = dict(zip(kernel.dims, values))
-    for k, v in out.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            try:
-                iv = int(v)
-            except (TypeError, ValueError):
-                iv = 0
-            if iv != v or iv < 1 or isinstance(v, bool):
-                raise BadLookup(f"shape dimension {k}={v!r} must be a positive integer")
-            out[k] = iv
+    out = {k: _dim_value(k, v) for k, v in out.items()}
     if kernel is not None:
         missing = [d for d in kernel.dims if d not in out]
         extra = [d for d in out if d not in kernel.dims]
@@ -261,6 +319,20 @@ def _default_tg(bundle: Bundle | None, device: str | None) -> tuple[int, str]:
     return FALLBACK_THREADGROUP, "the catalog's default threadgroup"
 
 
+def _no_legal(bundle: Bundle | None, kernel: str, k: _Kernel, device: str | None, dtype: str,
+              shape: dict) -> Prediction:
+    """The answer for a shape no config of the kernel is legal for: no config, and the constraints that rule."""
+    rules = "; ".join(k._constraints_text) or "none published"
+    where = f" on {device}" if device else ""
+    return Prediction(kernel, device, dtype, shape, None, (), None, None, "none",
+                      f"no config of {kernel!r} is legal for {_shape_text(shape)} {dtype}{where} "
+                      f"(constraints: {rules})", None, k.prune_k, bundle.bundle_id if bundle else None, k.version)
+
+
+def _shape_text(shape: Mapping[str, int]) -> str:
+    return ",".join(f"{d}={v}" for d, v in shape.items())
+
+
 def _default(bundle: Bundle | None, kernel: str, k: _Kernel | None, device: str | None, dtype: str,
              shape: dict, why: str) -> Prediction:
     tg, source = _default_tg(bundle, device)
@@ -270,13 +342,20 @@ def _default(bundle: Bundle | None, kernel: str, k: _Kernel | None, device: str 
         return Prediction(kernel, device, dtype, shape, None, ranked, None, None, "default",
                           f"{why}: {source} ({tg})", tg, 1, bundle_id)
     limits = _limits(bundle, device, dtype)
-    legal = [k.configs[i] for i in k.order if k.legal(k.configs[i], shape, limits)] or [k.configs[i] for i in k.order]
+    legal = [k.configs[i] for i in k.order if k.legal(k.configs[i], shape, limits)]
+    if not legal:
+        return _no_legal(bundle, kernel, k, device, dtype, shape)
     if k.tg_param:
         legal.sort(key=lambda items: abs(math.log2(max(1, dict(items).get(k.tg_param, tg))) - math.log2(tg)))
     cfg = dict(legal[0])
     return Prediction(kernel, device, dtype, shape, None, legal[: max(k.prune_k, 1)], None, None, "default",
                       f"{why}: the config nearest {source} ({tg})", cfg.get(k.tg_param) if k.tg_param else None,
-                      k.prune_k, bundle_id, k.version)
+                      k.prune_k, bundle_id, k.version, _outside(k, shape))
+
+
+def _outside(k: _Kernel, shape: Mapping[str, int]) -> list[str]:
+    """The dims of `shape` outside the range every measured shape of the kernel spans."""
+    return [d for d, (lo, hi) in k.ranges.items() if d in shape and not lo <= shape[d] <= hi]
 
 
 class Ranked:
@@ -361,20 +440,90 @@ def rank_in_table(k: "_Kernel", table: "_Table", values: tuple[int, ...], shape_
     return Ranked(entry, bucket_key, ranked, prune_k, note, from_overall)
 
 
+def _family(row: Mapping[str, Any] | None) -> tuple[str, str]:
+    row = row or {}
+    return str(row.get("vendor") or "").lower(), str(row.get("family") or "").lower()
+
+
+def _travel(bundle: Bundle, k: _Kernel, device: str, entry: list) -> tuple[str, str | None, str | None, str]:
+    """For a bucket entry of a device never measured: (evidence, source device, time bound, note)."""
+    prof = bundle.profiles.get(device) or {}
+    fam = _family(prof)
+    trained_families = sorted({" ".join(_family(bundle.profiles.get(d))) for d in k.trained} - {" "})
+    moved = k.transfer.get(device)
+    if moved:  # schema 2: publish says where this device's answers come from
+        evidence, source = str(moved.get("evidence") or entry[4]), moved.get("from")
+        basis = entry[6] if len(entry) > 6 else None
+    else:  # schema 1: work the family out here; no time was moved to this chip
+        same = [d for d in sorted(k.trained) if _family(bundle.profiles.get(d)) == fam and fam != ("", "")]
+        evidence, source, basis = ("predicted" if same else "extrapolated"), (same[0] if same else None), None
+    if evidence == "extrapolated":
+        note = (f"{device} was never measured, nor any {' '.join(fam) or 'chip'} of its family: extrapolated"
+                f"{' from ' + source if source else ''} (measured families: {', '.join(trained_families) or 'none'}). ")
+    else:
+        note = f"{device} was never measured: predicted from {source or 'a measured chip'} of its own family ({' '.join(fam)}). "
+    return evidence, source, basis, note
+
+
+def _time_note(bundle: Bundle, device: str, source: str | None, basis: str | None, time_us: float | None,
+               dropped: bool = False) -> str:
+    """What the answer's time is: moved from the source chip by which bound, or why there is none."""
+    if dropped:
+        return ""  # the bucket's pick was not legal here: its time is not this config's, and none is quoted
+    if time_us is None:
+        return "no predicted time: none could be moved to this chip. "
+    if not source or not basis:
+        return ""
+    src, dst = bundle.profiles.get(source) or {}, bundle.profiles.get(device) or {}
+    field, unit = ("memory_bandwidth_gbps", " GB/s") if basis == "bandwidth" else ("fp32_tflops", " TFLOPs")
+    what = "memory bandwidth" if basis == "bandwidth" else "fp32 TFLOPs"
+    return f"time scaled from {source} by {what} ({_num(dst.get(field))} / {_num(src.get(field))}{unit}). "
+
+
+def _num(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
+
+
+def _rep_shape(k: _Kernel, table: _Table, r: "Ranked", values: tuple[int, ...]) -> dict[str, int] | None:
+    """The shape an entry's time was predicted at: the measured shape, the bucket's published one, or the
+    power-of-two point of a between entry."""
+    if table.measured.get(values) is r.entry:
+        return dict(zip(k.dims, values))
+    if table.buckets.get(r.bucket_key) is r.entry:
+        return k.bucket_shapes.get(",".join(str(e) for e in r.bucket_key))
+    return {d: 1 << e for d, e in zip(k.dims, r.bucket_key)}
+
+
+def _moved_by_work(bundle: Bundle, k: _Kernel, device: str, dtype: str, time_us: float, rep: Mapping[str, int] | None,
+                   shape: Mapping[str, int]) -> float | None:
+    """A time predicted at `rep` moved to `shape` by the roofline bound of each on this chip (None without work terms)."""
+    terms = (k.work or {}).get(dtype) or {}
+    if rep is None or not terms:
+        return None
+    prof = bundle.profiles.get(device) or {}
+    return scale(time_us, bound_s(work(terms.get("bytes"), rep), work(terms.get("flops"), rep), prof),
+                 bound_s(work(terms.get("bytes"), shape), work(terms.get("flops"), shape), prof))
+
+
+def _check_names(kernel: Any, device: Any) -> None:
+    expect_str(kernel, "kernel")
+    expect_str(device, "device", optional=True)
+
+
 def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Prediction:
+    _check_names(kernel, device)
     bundle = active_bundle()
     dtype_name = _dtype_name(dtype)
     k = _kernel(bundle, kernel) if bundle is not None else None
+    if bundle is not None and k is None:
+        raise UnknownKernelError(f"unknown kernel {kernel!r}: bundle {bundle.bundle_id} has {known(bundle.kernels)}")
     shape_map = _shape_dict(k, shape)
     if device is None:
         device_id, why_not = current_device_id()
     else:
         device_id, why_not = device, ""
-    if bundle is None:
+    if bundle is None or k is None:
         return _default(None, kernel, None, device_id, dtype_name, shape_map, "no bundle loaded")
-    if k is None:
-        return _default(bundle, kernel, None, device_id, dtype_name, shape_map,
-                        f"kernel {kernel!r} is not in bundle {bundle.bundle_id}")
     if device_id is None:
         return _default(bundle, kernel, k, None, dtype_name, shape_map, why_not)
     tables = _device_tables(bundle, device_id)
@@ -386,9 +535,9 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
             note = f"device {device_id!r} is not in the bundle; answering for {base}. "
             device_id, tables = base, _device_tables(bundle, base)
         else:
-            known = "in the catalog but not" if row else "not in the catalog, nor"
+            known_where = "in the catalog but not" if row else "not in the catalog, nor"
             return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
-                            f"device {device_id!r} is {known} in bundle {bundle.bundle_id}")
+                            f"device {device_id!r} is {known_where} in bundle {bundle.bundle_id}")
     table = tables.get((kernel, dtype_name))
     if table is None:
         return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
@@ -400,22 +549,38 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
         return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
                         f"bundle {bundle.bundle_id} has no buckets of {kernel!r} for {device_id}")
     if r.failure == "no legal config":
-        return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
-                        f"no config of {kernel!r} in the bundle is legal for this shape")
+        return _no_legal(bundle, kernel, k, device_id, dtype_name, shape_map)
     note += r.note
     ranked, bucket_key, prune_k = r.ranked, r.bucket_key, r.prune_k
     time_us, regret, evidence = r.entry[2], r.entry[3], r.entry[4]
     if r.from_overall:
         evidence = "predicted" if evidence == "measured" else evidence
-    if r.from_overall or ranked[0] != k.configs[r.entry[0]]:
+    dropped = r.from_overall or ranked[0] != k.configs[r.entry[0]]  # the entry's time is another config's
+    if dropped:
         time_us = None
-    if evidence == "predicted" and device_id not in k.trained:
-        note += f"{device_id} was never measured: predicted from its specs. "
+    if evidence != "measured" and device_id not in k.trained:
+        evidence, source, basis, why = _travel(bundle, k, device_id, r.entry)
+        if bundle.schema_version < 2:
+            time_us = None  # a schema-1 time is the time model's guess for this chip, never scaled to it
+        if evidence == "extrapolated":
+            regret = r.entry[3] if k.transfer.get(device_id) else None
+            if regret is None:
+                why += "no expected regret: no architecture family was left out to validate such a jump. "
+        elif regret is None:
+            why += "no expected regret: no measured device was left out to validate it. "
+        note += why + _time_note(bundle, device_id, source, basis, time_us, dropped)
+    outside = _outside(k, shape_map)
+    if outside and time_us is not None and evidence != "measured":
+        time_us = _moved_by_work(bundle, k, device_id, dtype_name, time_us, _rep_shape(k, table, r, values), shape_map)
+    if outside:
+        spans = ", ".join(f"{d} {k.ranges[d][0]}-{k.ranges[d][1]}" for d in outside)
+        note += (f"outside the measured range ({spans}): "
+                 + ("time moved by the kernel's work. " if time_us is not None else "no predicted time. "))
     cfg = dict(ranked[0])
     return Prediction(
         kernel, device_id, dtype_name, shape_map, dict(zip(k.dims, (1 << e if e >= 0 else 1 for e in bucket_key))),
-        ranked, time_us, regret, evidence, note.strip(), cfg.get(k.tg_param) if k.tg_param else None,
-        prune_k, bundle.bundle_id, k.version,
+        ranked, None if time_us is None else float(f"{time_us:.4g}"), regret, evidence, note.strip(),
+        cfg.get(k.tg_param) if k.tg_param else None, prune_k, bundle.bundle_id, k.version, outside,
     )
 
 
@@ -428,22 +593,39 @@ def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtyp
     """The config to launch `kernel` with on this shape and dtype (and device: None = this process's GPU).
 
     `shape` is a mapping of the kernel's dims ({"rows": 4096, "cols": 4096}) or their values in
-    dim order. The answer carries `.config`, `.evidence` (measured / predicted / default),
-    `.expected_regret`, `.candidates` and a `.note` saying what fallback applied, if any.
+    dim order. The answer carries `.config` (None when no config is legal for the shape),
+    `.evidence` (measured / predicted / extrapolated / default / none), `.expected_regret`,
+    `.predicted_us`, `.candidates`, `.outside_range` and a `.note` saying how far it travelled.
+    Raises UnknownKernelError / UnknownDtypeError (LookupError) for a kernel or dtype the bundle
+    does not know, BadLookup (ValueError) or BadArgumentType (TypeError) for a malformed argument.
     """
     # Remembered answers: one small dict per (kernel, dtype, device, dim names), keyed by the dims' values.
     try:
-        values = tuple(shape.values())  # type: ignore[union-attr]
-        names = tuple(shape)
-    except AttributeError:
-        values = tuple(shape)
-        names = None
-    inner = _get((kernel, dtype, device, names))
-    if inner is not None:
-        hit = inner.get(values)
-        if hit is not None:
-            return hit
+        try:
+            values = tuple(shape.values())  # type: ignore[union-attr]
+            names = tuple(shape)
+        except AttributeError:
+            values = tuple(shape)
+            names = None
+        inner = _get((kernel, dtype, device, names))
+        if inner is not None:
+            hit = inner.get(values)
+            if hit is not None:
+                return hit
+    except TypeError:  # not iterable, or unhashable: _resolve says what is wrong with it
+        return _resolve(kernel, shape, dtype, device)
     return _remember(kernel, shape, dtype, device, names, values)
+
+
+def predicted_or_default(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "float32",
+                         device: str | None = None) -> Prediction:
+    """predicted_config, except that a kernel the bundle does not rank answers with the catalog default
+    (evidence `default`): the autotuner times kernels of their own that no bundle knows."""
+    try:
+        return predicted_config(kernel, shape, dtype, device)
+    except UnknownKernelError as exc:
+        device_id = device if device is not None else current_device_id()[0]
+        return _default(active_bundle(), kernel, None, device_id, _dtype_name(dtype), _shape_dict(None, shape), str(exc))
 
 
 def _remember(kernel: str, shape: Any, dtype: Any, device: str | None, names, values) -> Prediction:
@@ -459,7 +641,9 @@ def _remember(kernel: str, shape: Any, dtype: Any, device: str | None, names, va
 
 def candidates(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "float32",
                k: int | None = None, device: str | None = None) -> list[dict[str, Any]]:
-    """The model's top-k configs for this case, best first (k = the kernel's pruning k when None)."""
+    """The model's top-k configs for this case, best first (k = the kernel's pruning k when None; k >= 1)."""
+    if k is not None:
+        check_k(k)
     return predicted_config(kernel, shape, dtype, device).top(k)
 
 
@@ -472,10 +656,13 @@ def lookup(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "
            device: str | None = None, bundle: str | None = None, k: int | None = None) -> dict[str, Any]:
     """predicted_config as a JSON-able dict (from `bundle` when given, verified strictly; else the active one).
 
-    `candidates` holds the top k (default: the kernel's pruning k); raises BundleError for a bad bundle.
+    `candidates` holds the top k (default: the kernel's pruning k); raises BundleError for a bad bundle
+    and the runtime's errors for an unknown kernel or dtype or a malformed argument.
     """
     from zmlx_pipeline.runtime.bundle import load_bundle
 
+    if k is not None:
+        check_k(k)
     if bundle is not None:
         load_bundle(bundle, strict=True)
     pred = predicted_config(kernel, shape, dtype, device)

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from zmlx_pipeline.runtime.bundle import active_bundle, on_change
 from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id, zmlx_names
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, expect_str
 
 #: the seed's kernel types, and which learned kernel class answers each ("general": all classes pooled)
 KERNEL_TYPES = {"general": "general", "reduction": "row_reduction", "simd": "general"}
@@ -121,6 +122,8 @@ def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
     Binned variants (a 30- and a 40-core M3 Max) answer with the full chip; an unknown chip gets a
     generic profile with the catalog's default threadgroup (evidence "default").
     """
+    expect_str(family, "family")
+    expect_str(variant, "variant", optional=True)
     records = profile_records()
     if family in records and not variant:
         return _from_record(records[family])
@@ -169,6 +172,13 @@ def get_threadgroup_candidates_for_shape(profile: DeviceTuningProfile, dim_size:
     "simd" (pooled, multiples of the SIMD width only). The nearest learned row length answers;
     without learned data, the profile's candidates (a default triple) are returned.
     """
+    if not isinstance(profile, DeviceTuningProfile):
+        raise BadArgumentType(f"profile must be a DeviceTuningProfile (get_device_profile), not {type(profile).__name__}")
+    if isinstance(dim_size, bool) or not isinstance(dim_size, int):
+        raise BadArgumentType(f"dim_size must be a whole number, not {type(dim_size).__name__} ({dim_size!r:.60})")
+    if dim_size < 0:
+        raise BadArgument(f"dim_size must be >= 0 (got {dim_size})")
+    expect_str(kernel_type, "kernel_type")
     learned = profile.learned or {}
     name = KERNEL_TYPES.get(kernel_type, kernel_type)
     table = learned.get("general") if name == "general" else (learned.get("classes") or {}).get(name)

@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from zmlx_pipeline.runtime import cache as cache_file
 from zmlx_pipeline.runtime.constraints import pipeline_thread_limit, refusal_text
-from zmlx_pipeline.runtime.lookup import predicted_config
+from zmlx_pipeline.runtime.lookup import predicted_or_default
 
 #: the pruned autotuner never times more than this share of a case's legal configs
 MAX_FRACTION = 0.2
@@ -190,7 +190,7 @@ def _spec(kernel: Any):
 def pruned_candidates(spec, shape: Mapping[str, int], dtype: str, legal: list[dict], k: int | None = None,
                       device: str | None = None) -> tuple[list[dict], str]:
     """The bundle's top-k legal configs for this case, capped at a fifth of the legal ones; and a note."""
-    pred = predicted_config(spec.name, dict(shape), dtype, device=device)
+    pred = predicted_or_default(spec.name, dict(shape), dtype, device=device)
     cap = max(1, int(len(legal) * MAX_FRACTION))
     want = min(cap, k if k is not None else pred.prune_k)
     legal_keys = {tuple(sorted(c.items())): c for c in legal}
@@ -269,7 +269,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
 
         measure = measure or harness_measure(warmup, iters, rotate_bytes=rotate_bytes_for(row), timer=timer)
     except Exception as exc:  # noqa: BLE001 - no GPU backend: answer from the bundle, time nothing
-        pred = predicted_config(spec.name, shape, dtype, device=chip)
+        pred = predicted_or_default(spec.name, shape, dtype, device=chip)
         config = pred.config if pred.evidence != "default" else cands[0]
         warnings.warn(f"zmlx-pipeline autotune: nothing timed ({exc}); using the {pred.evidence} config", stacklevel=3)
         return TuneResult(spec.name, shape, dtype, config, "predicted", legal=len(legal), key=key, note=str(exc))
@@ -283,7 +283,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     wall = time.perf_counter() - start
     ok = [t for t in timed if t["status"] == "ok" and t["median_us"] is not None]
     if not ok:
-        pred = predicted_config(spec.name, shape, dtype, device=chip)
+        pred = predicted_or_default(spec.name, shape, dtype, device=chip)
         return TuneResult(spec.name, shape, dtype, pred.config, "predicted", None, timed, len(legal), wall, key,
                           "no candidate passed the reference check; using the predicted config (not cached)")
     best = min(ok, key=lambda t: t["median_us"])
@@ -449,7 +449,7 @@ def ranked_configs(spec, shape: Mapping[str, int], dtype: str, device: str | Non
     chip, _, meta = _device_and_mlx(device)
     legal = spec.legal_configs(dict(shape), dtype, Limits.from_device_row(meta["limits_row"]))
     by_id = {config_id(c): c for c in legal}
-    pred = predicted_config(spec.name, dict(shape), dtype, device=chip)
+    pred = predicted_or_default(spec.name, dict(shape), dtype, device=chip)
     order = list(dict.fromkeys(i for i in (config_id(c) for c in pred.top(10_000)) if i in by_id))
     return [by_id[i] for i in order] + [c for i, c in by_id.items() if i not in set(order)]
 

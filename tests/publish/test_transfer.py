@@ -1,0 +1,86 @@
+"""Where an unmeasured chip's answers come from: evidence by architecture family, cross-family regret, work terms."""
+
+import json
+
+import pytest
+
+from bundle_fixtures import TOY_DEVICES, fill_toy, latest_dir
+from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.publish import publish
+from zmlx_pipeline.publish.transfer import family_folds, source_device, work_terms
+from zmlx_pipeline.runtime import load_bundle, predicted_config
+
+ROWS = [{"device_id": "a", "vendor": "nvidia", "family": "hopper", "memory_bandwidth_gbps": 3350, "gpu_cores": 132},
+        {"device_id": "a@32sm", "vendor": "nvidia", "family": "hopper", "memory_bandwidth_gbps": 3350, "gpu_cores": 32,
+         "core_limited_from": "a"},
+        {"device_id": "b", "vendor": "nvidia", "family": "hopper", "memory_bandwidth_gbps": 4800, "gpu_cores": 132},
+        {"device_id": "m3", "vendor": "apple", "family": "m3", "memory_bandwidth_gbps": 400, "gpu_cores": 40},
+        {"device_id": "m3p", "vendor": "apple", "family": "m3", "memory_bandwidth_gbps": 150, "gpu_cores": 18},
+        {"device_id": "m4", "vendor": "apple", "family": "m4", "memory_bandwidth_gbps": 546, "gpu_cores": 40}]
+DEVICES = {r["device_id"]: r for r in ROWS}
+
+
+def test_the_source_is_the_nearest_measured_full_chip_of_the_same_family_else_of_any():
+    measured = ["a", "a@32sm", "b", "m3"]
+    assert source_device("m3p", DEVICES, measured) == ("m3", "predicted")
+    assert source_device("m4", DEVICES, ["a", "a@32sm", "b"]) == ("a", "extrapolated")  # nearer than b in bandwidth
+    assert source_device("m4", DEVICES, ["a@32sm"]) == ("a@32sm", "extrapolated")  # no full chip: the core-limited one
+    assert source_device("m4", DEVICES, []) is None
+    assert family_folds(measured, DEVICES) == {("nvidia", "hopper"): ["a", "a@32sm", "b"], ("apple", "m3"): ["m3"]}
+
+
+def test_work_terms_are_exact_for_multilinear_work_and_refused_otherwise():
+    shapes = [{"rows": r, "cols": c} for r in (1, 7, 4096) for c in (6, 1024)]
+    terms = work_terms(lambda s: (2 * s["rows"] * s["cols"] + s["cols"]) * 2, ["rows", "cols"], shapes)
+    assert sorted((tuple(t["dims"]), t["coef"]) for t in terms) == [(("cols",), 2.0), (("rows", "cols"), 4.0)]
+    assert work_terms(lambda s: max(s["rows"], 64) * s["cols"], ["rows", "cols"], shapes) is None
+    assert work_terms(lambda s: s["rows"] ** 2, ["rows", "cols"], shapes) is None
+
+
+@pytest.fixture(scope="module")
+def two_families(tmp_path_factory):
+    """toy_scale measured on two Hopper chips and an M3 Max: two architecture families."""
+    root = tmp_path_factory.mktemp("families")
+    with Store(root / "s.duckdb") as store:
+        fill_toy(store, devices=(*TOY_DEVICES, "apple-m3-max-40c"))
+        publish(store, root / "out", devices=["apple-m3-pro-18c", "apple-m4-max-40c", "amd-mi300x"])
+    return root / "out"
+
+
+def test_with_two_families_measured_publish_validates_jumps_across_them(two_families):
+    meta = json.loads((latest_dir(two_families) / "kernels.json").read_text())["kernels"]["toy_scale"]
+    regret = meta["expected_regret"]
+    assert regret["cross_family"] is not None and regret["cross_family"] >= 1.0
+    assert meta["transfer"]["apple-m3-pro-18c"] == {"evidence": "predicted", "from": "apple-m3-max-40c"}
+    assert meta["transfer"]["apple-m4-max-40c"]["evidence"] == "extrapolated"
+    load_bundle(two_families, strict=True)
+    shape = {"rows": 64, "cols": 4096}
+    far = predicted_config("toy_scale", shape, "float16", device="amd-mi300x")
+    assert far.evidence == "extrapolated" and far.expected_regret == pytest.approx(regret["cross_family"], rel=1e-3)
+    assert "no architecture family was left out" not in far.note
+    near = predicted_config("toy_scale", shape, "float16", device="apple-m3-pro-18c")
+    assert near.evidence == "predicted" and near.expected_regret == pytest.approx(regret["unseen_device"], rel=1e-3)
+    assert "predicted from apple-m3-max-40c of its own family (apple m3)" in near.note
+
+
+def test_no_published_time_is_below_the_roofline_bound_of_its_shape_on_its_chip(real_bundle):
+    from bundle_fixtures import latest_dir as latest
+    from zmlx_pipeline.kernels.registry import get_kernel
+
+    root = latest(real_bundle[1])
+    meta = json.loads((root / "kernels.json").read_text())["kernels"]["rmsnorm"]
+    profiles = json.loads((root / "profiles.json").read_text())["devices"]
+    tables = json.loads((root / "tables.json").read_text())["devices"]
+    spec, checked = get_kernel("rmsnorm"), 0
+    for device, name in tables.items():
+        bw = profiles[device]["memory_bandwidth_gbps"] * 1e9
+        for dtype, table in json.loads((root / name).read_text())["kernels"]["rmsnorm"].items():
+            b = 4 if dtype == "float32" else 2
+            for key, entry in table["buckets"].items():
+                if entry[2] is not None:  # memory-bound rmsnorm: bytes over peak bandwidth
+                    assert entry[2] >= spec.bytes_moved(meta["buckets"][key], b) / bw * 1e6 * 0.999, (device, key)
+                    checked += 1
+    assert checked > 100
+    # 32768 x 4096 fp16 moves 537 MB: no Hopper chip does it in under 111 us
+    big = json.loads((root / tables["nvidia-h200"]).read_text())["kernels"]["rmsnorm"]["float16"]["buckets"]["15,12"]
+    assert big[2] >= 4 * 32768 * 4096 / 4800e9 * 1e6

@@ -1,0 +1,49 @@
+"""The runtime's own errors: one base class, each also the builtin a caller would catch (ValueError, TypeError, ...).
+
+A kernel wrapper can catch `RuntimeAPIError` for anything the runtime refuses, or the builtin it
+already expects; every message is one line that names what was wrong and what is accepted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+
+class RuntimeAPIError(Exception):
+    "Base of every error zmlx_pipeline.runtime raises on purpose"
+
+
+class BadArgument(RuntimeAPIError, ValueError):
+    "An argument has the right type but a value the runtime cannot use (a shape dim of 0, k = 0, inf)"
+
+
+class BadArgumentType(RuntimeAPIError, TypeError):
+    "An argument has a type the runtime does not take (a shape of None, a dtype that is a list)"
+
+
+class UnknownName(RuntimeAPIError, LookupError):
+    "A kernel or dtype the active bundle (or the runtime) does not know"
+
+
+class UnknownKernelError(UnknownName):
+    "A kernel that is not in the active bundle"
+
+
+class UnknownDtypeError(UnknownName):
+    "A dtype the runtime has no tables for"
+
+
+def known(names: Iterable[Any]) -> str:
+    """A short list for a message: `a, b, c` (the first 20, then how many more)."""
+    items = sorted(str(n) for n in names)
+    head = ", ".join(items[:20])
+    return head + (f" and {len(items) - 20} more" if len(items) > 20 else "") if items else "none"
+
+
+def expect_str(value: Any, what: str, optional: bool = False) -> None:
+    """BadArgumentType unless `value` is a str (or None when `optional`)."""
+    if value is None and optional:
+        return
+    if not isinstance(value, str):
+        raise BadArgumentType(f"{what} must be a string{' or None' if optional else ''}, "
+                              f"not {type(value).__name__} ({value!r:.60})")
