@@ -107,9 +107,66 @@ def normalize_name(name: str) -> str:
     return " ".join(words)
 
 
+@lru_cache(maxsize=1)
+def _name_rules() -> dict[str, Any]:
+    """device_names.json: brand and form-factor words, the memory and gfx patterns, token rewrites."""
+    text = resources.files("zmlx_pipeline.data").joinpath("device_names.json").read_text(encoding="utf-8")
+    raw = json.loads(text)
+    return {
+        "brands": frozenset(raw["brand_words"]),
+        "forms": frozenset(raw["form_factor_words"]),
+        "memory": re.compile(raw["memory_pattern"]),
+        "gfx": re.compile(raw["gfx_pattern"]),
+        "rewrites": tuple((re.compile(r["pattern"]), r["replace"]) for r in raw["token_rewrites"]),
+    }
+
+
+def name_tokens(name: str) -> list[str]:
+    """The words of a device name as people write it, split and rewritten, brand words dropped anywhere.
+
+    "NVIDIA GeForce GTX 1080Ti" and "GTX 1080 Ti" both give gtx, 1080, ti (device_names.json says how).
+    """
+    rules = _name_rules()
+    pending = list(reversed(normalize_name(name).split()))
+    tokens: list[str] = []
+    while pending:
+        word = pending.pop()
+        for pattern, replace in rules["rewrites"]:
+            rewritten = pattern.sub(replace, word)
+            if rewritten != word:
+                pending.extend(reversed(rewritten.split()))
+                break
+        else:
+            if word not in rules["brands"]:
+                tokens.append(word)
+    return tokens
+
+
 def _token_key(name: str) -> str:
-    """Order-free form of a normalised name (vendor words dropped anywhere), for the token-set fallback."""
-    return " ".join(sorted(set(normalize_name(name).split()) - set(VENDOR_PREFIXES)))
+    """Order-free form of a name's tokens (brand words dropped, suffixes split), for the token-set fallback."""
+    return " ".join(sorted(set(name_tokens(name))))
+
+
+def _qualified(tokens: list[str]) -> tuple[str, int | None, frozenset[str]]:
+    """(base key, memory in GB, form factors) of a name's tokens: what the chip is, and what narrows it."""
+    rules = _name_rules()
+    memory, forms, base = None, set(), set()
+    for token in tokens:
+        size = rules["memory"].match(token)
+        if size:
+            memory = int(size.group(1))
+        elif token in rules["forms"]:
+            forms.add("pcie" if token == "pci" else token)
+        else:
+            base.add(token)
+    return " ".join(sorted(base)), memory, frozenset(forms)
+
+
+def _form_fits(asked: frozenset[str], row_forms: frozenset[str]) -> bool:
+    """A row fits the asked form factors when it names none, or names each one asked (sxm fits sxm2/sxm4/sxm5)."""
+    if not asked or not row_forms:
+        return True
+    return all(any(r == a or (a == "sxm" and r.startswith("sxm")) for r in row_forms) for a in asked)
 
 
 @lru_cache(maxsize=1)
@@ -138,17 +195,56 @@ def _by_id() -> dict[str, DeviceSpec]:
 
 
 @lru_cache(maxsize=1)
-def _indexes() -> tuple[dict[str, tuple[DeviceSpec, ...]], dict[str, tuple[DeviceSpec, ...]]]:
-    """Normalised-name and token-set indexes over names and aliases; a key may hold binned variants."""
+def _indexes() -> tuple[dict[str, tuple[DeviceSpec, ...]], ...]:
+    """Indexes over names and aliases: normalised name, token set, and base (token set without form factor
+    and memory, each row with the form factors its labels name); a key may hold binned variants."""
     exact: dict[str, list[DeviceSpec]] = {}
     tokens: dict[str, list[DeviceSpec]] = {}
+    base: dict[str, list[DeviceSpec]] = {}
+    forms: dict[str, set[str]] = {}
     for spec in load_catalog():
         for label in (spec.name, *spec.aliases):
-            for index, key in ((exact, normalize_name(label)), (tokens, _token_key(label))):
+            base_key, _, label_forms = _qualified(name_tokens(label))
+            forms.setdefault(spec.id, set()).update(label_forms)
+            for index, key in ((exact, normalize_name(label)), (tokens, _token_key(label)), (base, base_key)):
                 bucket = index.setdefault(key, [])
                 if spec not in bucket:
                     bucket.append(spec)
-    return ({k: tuple(v) for k, v in exact.items()}, {k: tuple(v) for k, v in tokens.items()})
+    frozen = [{k: tuple(v) for k, v in index.items()} for index in (exact, tokens, base)]
+    return (*frozen, {k: frozenset(v) for k, v in forms.items()})
+
+
+class AmbiguousDevice(UnknownDevice):
+    """A name that fits several catalog rows of different chips; `candidates` holds their ids."""
+
+    def __init__(self, name: str, candidates: tuple[DeviceSpec, ...]) -> None:
+        self.name = name
+        self.candidates = tuple(spec.id for spec in candidates)
+        super().__init__(f"{name!r} names several catalog devices ({', '.join(self.candidates)})")
+
+
+def device_candidates(name: str) -> tuple[DeviceSpec, ...]:
+    """Every catalog row a reported name may stand for, by the first rule that finds any.
+
+    In order: the whole normalised name or alias; its token set (order, brand words, joined suffixes
+    ignored); an AMD gfx architecture name (gfx90a); the chip without form factor and memory, narrowed
+    by the form factor and memory the name gives (a memory size no row has matches nothing). Never a
+    substring: "RTX 3060 Laptop" is not an RTX 3060.
+    """
+    if not name or not name.strip():
+        return ()
+    exact, tokens, base, forms = _indexes()
+    found = exact.get(normalize_name(name)) or tokens.get(_token_key(name))
+    if found:
+        return found
+    words = name_tokens(name)
+    if words and _name_rules()["gfx"].match(words[0]):
+        return tuple(spec for spec in load_catalog() if spec.architecture == words[0])
+    base_key, memory, asked = _qualified(words)
+    return tuple(
+        spec for spec in base.get(base_key, ())
+        if (memory is None or round(spec.memory_gb) == memory) and _form_fits(asked, forms[spec.id])
+    )
 
 
 def get_device(device_id: str) -> DeviceSpec:
@@ -172,12 +268,30 @@ def _pick(candidates: tuple[DeviceSpec, ...], gpu_cores: int | None) -> DeviceSp
 
 
 def match_device(name: str, gpu_cores: int | None = None) -> DeviceSpec | None:
-    """The row whose name or alias is this reported name (whole-name match, never a substring); else None."""
-    if not name or not name.strip():
+    """The one row this reported name stands for (see device_candidates); None when none or several chips fit."""
+    candidates = device_candidates(name)
+    if not candidates or len({spec.name for spec in candidates}) > 1:
         return None
-    exact, tokens = _indexes()
-    candidates = exact.get(normalize_name(name)) or tokens.get(_token_key(name))
-    return _pick(candidates, gpu_cores) if candidates else None
+    return _pick(candidates, gpu_cores)
+
+
+def resolve_device(name_or_id: str) -> DeviceSpec:
+    """The row of a catalog id or of a device name as people write it.
+
+    UnknownDevice when nothing fits, AmbiguousDevice (listing the ids) when several chips do: a name is
+    never resolved to a guess. A name the catalog lists as an alias is that row (catalog.json maps a
+    bare "A100" to the PCIe 40GB card, for instance).
+    """
+    try:
+        return get_device(name_or_id)
+    except UnknownDevice:
+        pass
+    candidates = device_candidates(name_or_id)
+    if not candidates:
+        raise UnknownDevice(f"{name_or_id!r} is neither a catalog id nor a catalog device name")
+    if len({spec.name for spec in candidates}) > 1:
+        raise AmbiguousDevice(name_or_id, candidates)
+    return _pick(candidates, None)
 
 
 def validate_catalog(devices: tuple[DeviceSpec, ...] | None = None, sources: dict[str, Any] | None = None) -> list[str]:
