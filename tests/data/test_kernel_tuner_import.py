@@ -471,6 +471,10 @@ def test_problem_size_from_the_file_the_search_space_or_the_option(seeded, tmp_p
     callable_size = write(tmp_path / "vec2" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)},
                                                                     problem_size="callable"))
     assert "it gives 'callable' as its problem size and no search-space description" in refused(seeded, callable_size)
+    strings = write(tmp_path / "vec5" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=["n", 8]))
+    assert ("the problem size of its file is unusable (problem size ['n', 8] is not a list of integers); pass "
+            "--problem-size (e.g. --problem-size 4096,4096)") in refused(seeded, strings)
+    assert parse_file(strings, problem_size=[1024, 8]).shape == {"x": 1024, "y": 8}
     write(tmp_path / "search-spaces" / "vec3.json", {"KernelSpecification": {"ProblemSize": [512, 2]}})
     described = write(tmp_path / "vec3" / "A4000.json", doc)
     assert parse_file(described).shape == {"x": 512, "y": 2}

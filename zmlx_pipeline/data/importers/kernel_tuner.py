@@ -620,7 +620,8 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> t
         except ValueError as err:
             unusable = unusable or value
             if option is None:
-                raise _fail(path, f"its {where} gives {err}; pass --problem-size (e.g. --problem-size 4096,4096)") from None
+                raise _fail(path, f"the problem size of its {where} is unusable ({err}); pass --problem-size "
+                                  "(e.g. --problem-size 4096,4096)") from None
     if option is not None:
         wanted = shape_from_problem_size(option)
         if shape is not None and shape != wanted:
