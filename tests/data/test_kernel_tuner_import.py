@@ -452,6 +452,11 @@ def test_a_cache_left_open_by_a_stopped_run_is_closed_as_kernel_tuner_closes_it(
     (row,) = import_files(store, [path])
     assert (row["rows"], row["added"]) == (2, 2)
     assert store.runs()[0]["settings"]["closed_open_cache"] is True
+    open_without_comma = (open_with_comma[:-1].replace(',1"', ',2"')  # new keys, and no comma after the last entry
+                          .replace('"block_size_y": 1', '"block_size_y": 2'))
+    path.write_text(open_without_comma)
+    assert [m.config for m in parse_file(path).measurements] == [{"block_size_x": 16, "block_size_y": 2},
+                                                                 {"block_size_x": 32, "block_size_y": 2}]
     header_only = closed[: closed.index('"cache": {') + len('"cache": {')]
     path.write_text(header_only)
     assert "its 'cache' has no entries" in refused(store, path)

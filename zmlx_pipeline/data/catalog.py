@@ -195,7 +195,8 @@ def _by_id() -> dict[str, DeviceSpec]:
 
 
 @lru_cache(maxsize=1)
-def _indexes() -> tuple[dict[str, tuple[DeviceSpec, ...]], ...]:
+def _indexes() -> tuple[dict[str, tuple[DeviceSpec, ...]], dict[str, tuple[DeviceSpec, ...]],
+                        dict[str, tuple[DeviceSpec, ...]], dict[str, frozenset[str]]]:
     """Indexes over names and aliases: normalised name, token set, and base (token set without form factor
     and memory, each row with the form factors its labels name); a key may hold binned variants."""
     exact: dict[str, list[DeviceSpec]] = {}

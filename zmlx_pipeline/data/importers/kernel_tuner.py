@@ -116,10 +116,11 @@ def _close_open_cache(text: str) -> str | None:
     """The text of a cache file Kernel Tuner left open, closed as Kernel Tuner closes it; None if not one.
 
     Kernel Tuner writes the header, then appends each entry followed by a comma, and writes the closing
-    braces only when tuning ends: a stopped run leaves `..."cache": {` or `...},` at the end.
+    braces only when tuning ends: a stopped run leaves `..."cache": {`, `...},` or `...}` at the end.
+    Like Kernel Tuner, a text that does not end in two closing braces gets them after its last entry.
     """
-    body = text.rstrip()
-    if '"cache"' not in body or body.endswith("}"):
+    body = text.strip()
+    if '"cache"' not in body or body[-3:] in ("}\n}", "}}}"):
         return None
     return (body[:-1] if body.endswith(",") else body) + "}\n}"
 
@@ -186,9 +187,9 @@ def _timing(path: Path, where: str, times: Any, fallback: Any, scale: float) -> 
     An ok row's times must all be finite and positive: anything else is refused, naming the entry.
     """
     if isinstance(times, list) and times:
-        bad = next((t for t in times if not _positive(t)), None)
-        if bad is not None or not all(_positive(t) for t in times):
-            raise _fail(path, f"{where}: its times hold {bad!r}, not a positive finite time")
+        bad = [t for t in times if not _positive(t)]
+        if bad:
+            raise _fail(path, f"{where}: its times hold {bad[0]!r}, not a positive finite time")
         med, p10, p90 = _quantiles(times)
         return med * scale, p10 * scale, p90 * scale, len(times)
     if times not in (None, []) and not isinstance(times, list):
@@ -758,8 +759,9 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     if device is not None and device_map is not None:
         raise ImportFileError("give --device (one device for every file) or --device-map, not both")
     chosen = device_from_option(device) if device is not None else None
-    mapping = load_device_map(device_map) if device_map is not None and not isinstance(device_map, DeviceMap) \
-        else device_map
+    mapping = device_map
+    if device_map is not None and not isinstance(device_map, DeviceMap):
+        mapping = load_device_map(device_map)
     files = expand_paths(paths)
     if not files:
         raise ImportFileError("no Kernel Tuner files to import")
