@@ -673,3 +673,22 @@ def test_a_store_failure_midway_names_the_files_that_went_in(store, tmp_path, mo
                                "(import them again: what is stored already is skipped)")
     monkeypatch.setattr(store, "record", real_record)
     assert [r["added"] for r in import_files(store, [first, second])] == [0, 1]
+
+
+def test_a_t4_results_file_takes_its_device_from_the_metadata_file_beside_it(store, tmp_path):
+    # Kernel Tuner's store_metadata_file writes nvidia-smi / rocm-smi output next to the results
+    # (the benchmark hub's W7800-results.json.gz and W7800-metadata.json.gz)
+    folder = tmp_path / "vec"
+    results = write(folder / "node3-results.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms")]))
+    smi = {"nvidia-smi": {"nvidia_smi_log": {"gpu": [{"product_name": "NVIDIA A100-SXM4-80GB"},
+                                                     {"product_name": "NVIDIA A100-SXM4-80GB"}]}}}
+    metadata = write(folder / "node3-metadata.json", {"schema_version": "1.0.0", "metadata": {
+        "operating_system": "Linux", "environment": {"device_query": smi, "requirements": []}}})
+    rows = import_files(store, [folder], problem_size=[8])
+    assert [(Path(r["file"]).name, r["device"], r["rows"], r["added"]) for r in rows] == [
+        ("node3-results.json", "nvidia-a100-sxm4-80gb", 1, 1), ("node3-metadata.json", None, 0, 0)]
+    rocm = {"rocm-smi": {"card0": {"Card Series": "AMD Instinct MI250X", "Card model": "0x740c"}}}
+    write(folder / "node3-metadata.json", {"metadata": {"environment": {"device_query": rocm}}})
+    assert parse_file(results, problem_size=[8]).device.id == "amd-mi250x"
+    with pytest.raises(ImportFileError, match="only describe the machine of a T4 results file"):
+        import_files(store, [metadata])

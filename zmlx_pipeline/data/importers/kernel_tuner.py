@@ -14,7 +14,8 @@ stopped is left open by Kernel Tuner (no closing braces) and is closed as Kernel
 closes it. T4 files name neither the kernel, the device nor the problem size: those come
 from a T1 search-space description beside the data (`<folder>/../search-spaces/<folder>.json`,
 as the FAIR benchmark hub lays it out), the file's folder and its file name (`A100_T4.json.gz`
--> A100), or the import's options.
+-> A100), a T4 metadata file beside it (`X-metadata.json.gz`, nvidia-smi or rocm-smi output, for
+`X-results.json.gz`), or the import's options.
 """
 
 from __future__ import annotations
@@ -67,13 +68,20 @@ _DEFAULT_TIME_UNIT = "milliseconds"  # Kernel Tuner's unit: caches and T4 files 
 # Old Kernel Tuner versions stored a failed config as a huge time (1e20) instead of a marker.
 _FAILED_TIME_MS = 1e20
 # Words in a data file's name that describe the file, not the GPU (A100_T4.json.gz, A6000_original.json.gz).
-_FILE_NAME_WORDS = ("t4", "original", "extended", "results", "cache", "output")
+_FILE_NAME_WORDS = ("t4", "original", "extended", "results", "metadata", "cache", "output")
+# Where a T4 metadata file (Kernel Tuner's store_metadata_file) names the GPU: nvidia-smi's product name,
+# or one of rocm-smi's card fields (their spelling varies between rocm-smi versions).
+_ROCM_NAME_FIELDS = ("card series", "device name", "marketing name")
 # What Kernel Tuner writes for a problem size it cannot write (a function of the parameters).
 _UNUSABLE_PROBLEM_SIZES = ("callable",)
 
 
 class ImportFileError(ValueError):
     "A file could not be imported; nothing of it was stored"
+
+
+class CompanionFile(ImportFileError):
+    "A T4 metadata file: read for the results file beside it, not imported on its own"
 
 
 class UnmatchedDevice(ImportFileError, UnknownDevice):
@@ -272,7 +280,7 @@ def _names_from_file_name(path: Path) -> list[str]:
     stays the laptop chip (and matches nothing rather than the desktop RTX 3060).
     """
     stem = _file_stem(path)
-    words = [w for w in re.split(r"[_\s]+", stem) if w]
+    words = [w for w in re.split(r"[-_\s]+", stem) if w]
     while len(words) > 1 and words[-1].lower() in _FILE_NAME_WORDS:
         words = words[:-1]
     return list(dict.fromkeys([stem, " ".join(words)]))
@@ -538,6 +546,39 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
                     data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries")
 
 
+def _companion_metadata(path: Path) -> Path | None:
+    """The T4 metadata file written beside a results file (`W7800-results.json.gz` -> `W7800-metadata.json.gz`)."""
+    match = re.match(r"^(.*?)([-_])results$", _file_stem(path), re.IGNORECASE)
+    if not match:
+        return None
+    for suffix in (".json.gz", ".json"):
+        candidate = path.with_name(f"{match.group(1)}{match.group(2)}metadata{suffix}")
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _device_in_metadata(data: Any) -> str:
+    """The GPU a T4 metadata document names (nvidia-smi or rocm-smi output); "" when none, or several differ."""
+    metadata = data.get("metadata") if isinstance(data, dict) else None
+    query = ((metadata or {}).get("environment") or {}).get("device_query") if isinstance(metadata, dict) else None
+    if not isinstance(query, dict):
+        return ""
+    names = []
+    gpus = ((query.get("nvidia-smi") or {}).get("nvidia_smi_log") or {}).get("gpu")
+    for gpu in gpus if isinstance(gpus, list) else [gpus]:
+        if isinstance(gpu, dict) and gpu.get("product_name"):
+            names.append(str(gpu["product_name"]).strip())
+    for card in (query.get("rocm-smi") or {}).values():
+        if isinstance(card, dict):
+            fields = {str(k).strip().lower(): v for k, v in card.items()}
+            name = next((fields[f] for f in _ROCM_NAME_FIELDS if fields.get(f)), None)
+            if name:
+                names.append(str(name).strip())
+    distinct = set(names)
+    return names[0] if len(distinct) == 1 else ""
+
+
 def _t4_scale(path: Path, metadata: dict, results: list) -> float:
     """Microseconds per time unit: the metadata's timeunit, else the unit of the results' time measurement,
     else milliseconds (Kernel Tuner's)."""
@@ -595,7 +636,11 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
             raise _fail(path, f"result {i} lacks parameters {', '.join(missing)} that other results set")
     spec = (t1 or {}).get("KernelSpecification") or {}
     kernel = str(metadata.get("kernel_name") or metadata.get("kernel") or spec.get("KernelName") or "")
-    device = str(metadata.get("device_name") or metadata.get("device") or "")
+    device = str(metadata.get("device_name") or metadata.get("device") or _device_in_metadata(data) or "")
+    companion = _companion_metadata(path) if not device else None
+    if companion is not None:
+        companion_data, _, _ = _read_json(companion)
+        device = _device_in_metadata(companion_data)
     return _Entries(configs, outcomes, kernel, device, metadata.get("problem_size"), skipped, "t4")
 
 
@@ -658,6 +703,8 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
         fmt, entries = FORMAT_T4, _entries_t4(path, data, t1)
     elif "tune_params" in data or "kernel_name" in data:
         raise _fail(path, "a Kernel Tuner cache file without 'cache'")
+    elif isinstance(data.get("metadata"), dict):
+        raise CompanionFile(f"{path} is a T4 metadata file: it is read for the results file beside it")
     else:
         raise _fail(path, "neither a Kernel Tuner cache file (no 'cache') nor a T4 file (no 'results')")
     configs, outcomes, reported = entries.configs, entries.outcomes, entries.device_name
@@ -765,8 +812,16 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     files = expand_paths(paths)
     if not files:
         raise ImportFileError("no Kernel Tuner files to import")
-    parsed = [parse_file(p, device=chosen, kernel=kernel, problem_size=problem_size, device_map=mapping)
-              for p in files]
+    parsed: list[ParsedFile] = []
+    companions: list[Path] = []
+    for p in files:
+        try:
+            parsed.append(parse_file(p, device=chosen, kernel=kernel, problem_size=problem_size, device_map=mapping))
+        except CompanionFile:
+            companions.append(p)
+    if not parsed:
+        raise ImportFileError(f"no measurements to import: {', '.join(map(str, companions))} only describe "
+                              "the machine of a T4 results file; import the results file")
     rows: list[dict] = []
     for item in parsed:
         try:
@@ -778,4 +833,5 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
                 f"cannot store {item.path}: {' '.join(str(err).split())}; went in: {went_in}; did not go in: "
                 f"{not_in} (import them again: what is stored already is skipped)"
             ) from err
-    return rows
+    return rows + [{"file": str(p), "device": None, "kernel": None, "rows": 0, "added": 0, "failed": 0,
+                    "skipped": 0, "run_id": None} for p in companions]
