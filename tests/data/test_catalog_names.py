@@ -1,4 +1,4 @@
-"""Device names as people write them: spacing, case, suffixes, brand and form-factor words, gfx names; never a wrong chip."""
+"""Device names as people write them: spacing, case, suffixes, brand, form-factor and gfx names; never a wrong chip."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from zmlx_pipeline.data.catalog import (
     AmbiguousDevice,
     DeviceSpec,
     UnknownDevice,
-    normalize_name,
+    name_tokens,
     resolve_device,
 )
 from zmlx_pipeline.data.keys import canonical_json, digest
@@ -323,9 +323,9 @@ class DeviceMap:
         if hits:
             return hits[0][1], hits[0][0]
         if reported.strip():
-            wanted = normalize_name(reported)
+            wanted = set(name_tokens(reported))
             for key, spec in self.entries:
-                if normalize_name(key) == wanted:
+                if set(name_tokens(key)) == wanted:
                     return spec, key
         return None
 
@@ -509,7 +509,7 @@ def _cache_outcome(path: Path, where: str, entry: dict, objective: str) -> tuple
             raise _fail(path, f"{where}: unknown failure marker {marker!r} (Kernel Tuner writes {known})")
         return status, None, marker
     if "time" not in entry:
-        tuned_for = f" (the file was tuned for {objective!r}, not a kernel time)" if objective not in ("", "time") else ""
+        tuned_for = "" if objective in ("", "time") else f" (the file was tuned for {objective!r}, not a kernel time)"
         raise _fail(path, f"{where} has no 'time'{tuned_for}")
     time = entry["time"]
     if not _number(time):
@@ -675,7 +675,8 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> t
                               f"({shape}); leave the option out for this file")
         return wanted, "--problem-size" if shape is None else source
     if shape is None:
-        said = f"it gives {unusable!r} as its problem size and " if unusable is not None else "it names no problem size and "
+        said = ("it names no problem size and " if unusable is None
+                else f"it gives {unusable!r} as its problem size and ")
         raise _fail(path, f"{said}no search-space description ({_t1_path(path)}) gives one; pass --problem-size "
                           "(e.g. --problem-size 4096,4096)")
     return shape, source
