@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from zmlx_pipeline.data.catalog import load_catalog
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.pipeline.cli import cli
 
@@ -89,10 +90,10 @@ def test_an_ambiguous_device_is_refused_listing_candidates_then_a_device_map_set
     before = contents(db)
     result = invoke("import", "--db", db, path)
     assert result.exit_code == 1
+    h100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-h100-"))
     assert result.output == (
-        f"Error: cannot import {path}: device 'NVIDIA H100' names several catalog devices (nvidia-h100-pcie, "
-        "nvidia-h100-sxm, nvidia-h100-nvl); pass --device <one of them> or map the file in --device-map; "
-        "nothing of it was stored\n")
+        f"Error: cannot import {path}: device 'NVIDIA H100' does not name one catalog device (it may be {h100s}); "
+        "pass --device <its id> or map the file in --device-map; nothing of it was stored\n")
     assert contents(db) == before
     device_map = tmp_path / "devices.toml"
     device_map.write_text('"NVIDIA H100" = "nvidia-h100-sxm"\n')

@@ -113,7 +113,7 @@ def _name_rules() -> dict[str, Any]:
     text = resources.files("zmlx_pipeline.data").joinpath("device_names.json").read_text(encoding="utf-8")
     raw = json.loads(text)
     return {
-        "brands": frozenset(raw["brand_words"]),
+        "brands": dict(raw["brand_words"]),
         "forms": frozenset(raw["form_factor_words"]),
         "memory": re.compile(raw["memory_pattern"]),
         "gfx": re.compile(raw["gfx_pattern"]),
@@ -140,6 +140,13 @@ def name_tokens(name: str) -> list[str]:
             if word not in rules["brands"]:
                 tokens.append(word)
     return tokens
+
+
+def _vendors_named(name: str) -> frozenset[str]:
+    """The vendors a name's brand words say it is from (NVIDIA, GeForce, Tesla -> nvidia); empty when none."""
+    brands = _name_rules()["brands"]
+    words = re.split(r"[^a-z0-9]+", name.lower())
+    return frozenset(brands[w] for w in words if w in brands)
 
 
 def _token_key(name: str) -> str:
@@ -216,36 +223,57 @@ def _indexes() -> tuple[dict[str, tuple[DeviceSpec, ...]], dict[str, tuple[Devic
 
 
 class AmbiguousDevice(UnknownDevice):
-    """A name that fits several catalog rows of different chips; `candidates` holds their ids."""
+    """A name that does not tell one catalog row; `candidates` holds the ids it may stand for."""
 
     def __init__(self, name: str, candidates: tuple[DeviceSpec, ...]) -> None:
         self.name = name
-        self.candidates = tuple(spec.id for spec in candidates)
-        super().__init__(f"{name!r} names several catalog devices ({', '.join(self.candidates)})")
+        self.candidates = tuple(dict.fromkeys(spec.id for spec in candidates))
+        super().__init__(f"{name!r} does not name one catalog device (it may be {', '.join(self.candidates)})")
 
 
-def device_candidates(name: str) -> tuple[DeviceSpec, ...]:
-    """Every catalog row a reported name may stand for, by the first rule that finds any.
+def _labelled_qualifiers(spec: DeviceSpec) -> tuple[bool, bool]:
+    """Whether every label of a row names its memory size, and whether every label names a form factor."""
+    qualified = [_qualified(name_tokens(label)) for label in (spec.name, *spec.aliases)]
+    return all(q[1] is not None for q in qualified), all(q[2] for q in qualified)
+
+
+def _candidates(name: str) -> tuple[tuple[DeviceSpec, ...], bool]:
+    """(rows the name may stand for, whether the name tells them): the first rule that finds any decides.
 
     In order: the whole normalised name or alias; its token set (order, brand words, joined suffixes
-    ignored); an AMD gfx architecture name (gfx90a); the chip without form factor and memory, narrowed
-    by the form factor and memory the name gives (a memory size no row has matches nothing). Never a
-    substring: "RTX 3060 Laptop" is not an RTX 3060.
+    ignored); an AMD gfx architecture name (gfx90a: every board built on that die, so never told);
+    the chip without form factor and memory, narrowed by the form factor and memory the name gives,
+    told only when the name gives each one the row is always named with. Brand words narrow every
+    rule to their vendor. Never a substring: "RTX 3060 Laptop" is not an RTX 3060.
     """
     if not name or not name.strip():
-        return ()
+        return (), False
     exact, tokens, base, forms = _indexes()
-    found = exact.get(normalize_name(name)) or tokens.get(_token_key(name))
+    vendors = _vendors_named(name)
+
+    def of_vendor(rows) -> tuple[DeviceSpec, ...]:
+        return tuple(spec for spec in rows or () if not vendors or spec.vendor in vendors)
+
+    found = of_vendor(exact.get(normalize_name(name))) or of_vendor(tokens.get(_token_key(name)))
     if found:
-        return found
+        return found, True
     words = name_tokens(name)
     if words and _name_rules()["gfx"].match(words[0]):
-        return tuple(spec for spec in load_catalog() if spec.architecture == words[0])
+        return of_vendor(spec for spec in load_catalog() if spec.architecture == words[0]), False
     base_key, memory, asked = _qualified(words)
-    return tuple(
+    rows = of_vendor(
         spec for spec in base.get(base_key, ())
         if (memory is None or round(spec.memory_gb) == memory) and _form_fits(asked, forms[spec.id])
     )
+    if len({spec.name for spec in rows}) != 1:
+        return rows, False
+    needs_memory, needs_form = _labelled_qualifiers(rows[0])
+    return rows, (memory is not None or not needs_memory) and (bool(asked) or not needs_form)
+
+
+def device_candidates(name: str) -> tuple[DeviceSpec, ...]:
+    """Every catalog row a reported name may stand for (see _candidates for the rules)."""
+    return _candidates(name)[0]
 
 
 def get_device(device_id: str) -> DeviceSpec:
@@ -269,9 +297,9 @@ def _pick(candidates: tuple[DeviceSpec, ...], gpu_cores: int | None) -> DeviceSp
 
 
 def match_device(name: str, gpu_cores: int | None = None) -> DeviceSpec | None:
-    """The one row this reported name stands for (see device_candidates); None when none or several chips fit."""
-    candidates = device_candidates(name)
-    if not candidates or len({spec.name for spec in candidates}) > 1:
+    """The one row this reported name stands for; None when it fits none, or does not tell which."""
+    candidates, told = _candidates(name)
+    if not candidates or not told or len({spec.name for spec in candidates}) > 1:
         return None
     return _pick(candidates, gpu_cores)
 
@@ -279,18 +307,18 @@ def match_device(name: str, gpu_cores: int | None = None) -> DeviceSpec | None:
 def resolve_device(name_or_id: str) -> DeviceSpec:
     """The row of a catalog id or of a device name as people write it.
 
-    UnknownDevice when nothing fits, AmbiguousDevice (listing the ids) when several chips do: a name is
-    never resolved to a guess. A name the catalog lists as an alias is that row (catalog.json maps a
-    bare "A100" to the PCIe 40GB card, for instance).
+    UnknownDevice when nothing fits, AmbiguousDevice (listing the ids) when the name does not tell
+    which row: a name is never resolved to a guess. A name the catalog lists as an alias is that row
+    (catalog.json maps a bare "A100" to the PCIe 40GB card, for instance).
     """
     try:
         return get_device(name_or_id)
     except UnknownDevice:
         pass
-    candidates = device_candidates(name_or_id)
+    candidates, told = _candidates(name_or_id)
     if not candidates:
         raise UnknownDevice(f"{name_or_id!r} is neither a catalog id nor a catalog device name")
-    if len({spec.name for spec in candidates}) > 1:
+    if not told or len({spec.name for spec in candidates}) > 1:
         raise AmbiguousDevice(name_or_id, candidates)
     return _pick(candidates, None)
 
@@ -323,7 +351,7 @@ def validate_catalog(devices: tuple[DeviceSpec, ...] | None = None, sources: dic
             if source_id not in sources:
                 problems.append(f"{where}: {fname} cites undeclared source {source_id!r}")
         for label in (spec.name, *spec.aliases):
-            for key in {normalize_name(label), "tokens:" + _token_key(label)}:
+            for key in {normalize_name(label), f"tokens:{spec.vendor}:{_token_key(label)}"}:
                 owner = label_owner.setdefault(key, spec)
                 # Only binned variants of one chip (same name, different core counts) may share a label.
                 if owner is not spec and (owner.name != spec.name or owner.gpu_cores == spec.gpu_cores):

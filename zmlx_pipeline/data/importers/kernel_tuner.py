@@ -295,8 +295,8 @@ def device_from_option(device: str) -> DeviceSpec:
     try:
         return resolve_device(device)
     except AmbiguousDevice as err:
-        raise ImportFileError(f"--device {device!r} names several catalog devices ({', '.join(err.candidates)}); "
-                              "give one of these ids") from None
+        raise ImportFileError(f"--device {device!r} does not name one catalog device (it may be "
+                              f"{', '.join(err.candidates)}); give its id") from None
     except UnknownDevice:
         raise ImportFileError(f"--device {device!r} is neither a catalog id nor a catalog device name; "
                               "`zmlx-pipeline devices` lists them") from None
@@ -355,8 +355,8 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
         try:
             entries.append((key, resolve_device(value)))
         except AmbiguousDevice as err:
-            raise bad(f"{key!r} -> {value!r} names several catalog devices ({', '.join(err.candidates)}); "
-                      "give one of these ids") from None
+            raise bad(f"{key!r} -> {value!r} does not name one catalog device (it may be "
+                      f"{', '.join(err.candidates)}); give its id") from None
         except UnknownDevice:
             raise bad(f"{key!r} -> {value!r} is neither a catalog id nor a catalog device name; "
                       "`zmlx-pipeline devices` lists them") from None
@@ -379,8 +379,8 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
             return resolve_device(name), name, how
         except AmbiguousDevice as err:
             raise UnmatchedDevice(
-                f"cannot import {path}: device {name!r} names several catalog devices "
-                f"({', '.join(err.candidates)}); pass --device <one of them> or map the file in --device-map; "
+                f"cannot import {path}: device {name!r} does not name one catalog device (it may be "
+                f"{', '.join(err.candidates)}); pass --device <its id> or map the file in --device-map; "
                 "nothing of it was stored"
             ) from None
         except UnknownDevice:
