@@ -152,3 +152,14 @@ def test_brand_words_keep_a_name_to_its_vendor(test_rows):
     assert resolve_device("Tesla M3").id == "nvidia-test-m3"
     assert resolve_device("NVIDIA M3").id == "nvidia-test-m3"
     assert resolve_device("Apple M3").vendor == resolve_device("M3").vendor == "apple"
+
+
+def test_an_unknown_name_hints_at_the_rows_whose_names_hold_it():
+    p100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-p100-"))
+    with pytest.raises(UnknownDevice) as info:
+        resolve_device("Tesla P100-PCIE-12GB")  # no 12GB row: never matched, only hinted at
+    assert str(info.value) == ("'Tesla P100-PCIE-12GB' is neither a catalog id nor a catalog device name "
+                               f"(catalog devices whose names hold it: {p100s})")
+    with pytest.raises(UnknownDevice) as info:
+        resolve_device("Quantum GPU 9000")
+    assert str(info.value) == "'Quantum GPU 9000' is neither a catalog id nor a catalog device name"

@@ -592,7 +592,11 @@ def test_an_ambiguous_device_name_is_refused_listing_the_candidates(seeded, tmp_
 def test_a_file_name_is_never_cut_down_to_another_chip(seeded, tmp_path):
     # RTX_3060_laptop is the laptop chip: not the desktop RTX 3060 the first two words name
     path = write(tmp_path / "k" / "RTX_3060_laptop.json", kt_cache({"16,1": entry()}, device_name=""))
-    assert "device 'RTX_3060_laptop' is not in the catalog" in refused(seeded, path)
+    assert "device 'RTX_3060_laptop' is not in the catalog; pass --device" in refused(seeded, path)
+    hinted = write(tmp_path / "k" / "b.json", kt_cache({"16,1": entry()}, device_name="Tesla P100-PCIE-12GB"))
+    p100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-p100-"))
+    assert (f"device 'Tesla P100-PCIE-12GB' is not in the catalog (catalog devices whose names hold it: {p100s}); "
+            "pass --device <catalog id>") in refused(seeded, hinted)
     named = write(tmp_path / "k" / "RTX_2080_Ti_T4.json", t4([t4_result(16, "correct", [1.0])], {"problem_size": [8]}))
     assert parse_file(named).device.id == "nvidia-rtx-2080-ti"
 

@@ -296,6 +296,18 @@ def _pick(candidates: tuple[DeviceSpec, ...], gpu_cores: int | None) -> DeviceSp
     return matching[0] if len(matching) == 1 else None
 
 
+def devices_named_within(name: str, limit: int = 6) -> tuple[str, ...]:
+    """Ids of rows whose name or an alias holds every word of `name` but its memory and form factor ("RTX 6000"
+    -> the RTX 6000 Ada, "P100 12GB" -> the P100 rows): a hint for an unknown name, never a match."""
+    words = set(_qualified(name_tokens(name))[0].split())
+    vendors = _vendors_named(name)
+    if not words:
+        return ()
+    found = [spec.id for spec in load_catalog() if (not vendors or spec.vendor in vendors)
+             and any(words <= set(name_tokens(label)) for label in (spec.name, *spec.aliases))]
+    return tuple(dict.fromkeys(found))[:limit]
+
+
 def match_device(name: str, gpu_cores: int | None = None) -> DeviceSpec | None:
     """The one row this reported name stands for; None when it fits none, or does not tell which."""
     candidates, told = _candidates(name)
@@ -317,7 +329,9 @@ def resolve_device(name_or_id: str) -> DeviceSpec:
         pass
     candidates, told = _candidates(name_or_id)
     if not candidates:
-        raise UnknownDevice(f"{name_or_id!r} is neither a catalog id nor a catalog device name")
+        within = devices_named_within(name_or_id)
+        hint = f" (catalog devices whose names hold it: {', '.join(within)})" if within else ""
+        raise UnknownDevice(f"{name_or_id!r} is neither a catalog id nor a catalog device name{hint}")
     if not told or len({spec.name for spec in candidates}) > 1:
         raise AmbiguousDevice(name_or_id, candidates)
     return _pick(candidates, None)

@@ -37,6 +37,7 @@ from zmlx_pipeline.data.catalog import (
     AmbiguousDevice,
     DeviceSpec,
     UnknownDevice,
+    devices_named_within,
     name_tokens,
     resolve_device,
 )
@@ -297,9 +298,8 @@ def device_from_option(device: str) -> DeviceSpec:
     except AmbiguousDevice as err:
         raise ImportFileError(f"--device {device!r} does not name one catalog device (it may be "
                               f"{', '.join(err.candidates)}); give its id") from None
-    except UnknownDevice:
-        raise ImportFileError(f"--device {device!r} is neither a catalog id nor a catalog device name; "
-                              "`zmlx-pipeline devices` lists them") from None
+    except UnknownDevice as err:
+        raise ImportFileError(f"--device {err}; `zmlx-pipeline devices` lists them") from None
 
 
 @dataclass(frozen=True)
@@ -357,9 +357,8 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
         except AmbiguousDevice as err:
             raise bad(f"{key!r} -> {value!r} does not name one catalog device (it may be "
                       f"{', '.join(err.candidates)}); give its id") from None
-        except UnknownDevice:
-            raise bad(f"{key!r} -> {value!r} is neither a catalog id nor a catalog device name; "
-                      "`zmlx-pipeline devices` lists them") from None
+        except UnknownDevice as err:
+            raise bad(f"{key!r} -> {err}; `zmlx-pipeline devices` lists them") from None
     return DeviceMap(path, tuple(entries))
 
 
@@ -386,8 +385,10 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
         except UnknownDevice:
             continue
     named = reported or _file_stem(path)
+    within = devices_named_within(named)
+    hint = f" (catalog devices whose names hold it: {', '.join(within)})" if within else ""
     raise UnmatchedDevice(
-        f"cannot import {path}: device {named!r} is not in the catalog; pass --device <catalog id> or "
+        f"cannot import {path}: device {named!r} is not in the catalog{hint}; pass --device <catalog id> or "
         "--device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored"
     )
 
