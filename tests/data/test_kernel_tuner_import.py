@@ -1,4 +1,5 @@
-"""Kernel Tuner cache and T4 files into the store: content-detected formats, atomic and idempotent."""
+"""Kernel Tuner cache and T4 files into the store: content-detected formats, both cache layouts, every failure
+marker Kernel Tuner writes, device names as people write them, atomic and idempotent."""
 
 from __future__ import annotations
 
@@ -11,13 +12,28 @@ import pytest
 from click.testing import CliRunner
 
 import zmlx_pipeline
+from zmlx_pipeline.data.catalog import load_catalog
 from zmlx_pipeline.data.importers import ImportFileError, UnmatchedDevice, import_files, parse_file
 from zmlx_pipeline.data.importers.kernel_tuner import kernel_version
 from zmlx_pipeline.data.keys import mapping_key
 from zmlx_pipeline.pipeline.cli import cli
 
+# the shared reference data sits beside the repository (../shared), in CI as in every checkout
 DATASETS = Path(zmlx_pipeline.__file__).resolve().parents[2] / "shared/datasets/kernel-tuner"
 A100 = "nvidia-a100-pcie-40gb"
+
+
+@pytest.fixture
+def datasets() -> Path:
+    """The shared Kernel Tuner data; missing data is a failure, not a skip."""
+    if not DATASETS.is_dir():
+        pytest.fail(f"the shared Kernel Tuner data is not at {DATASETS} (../shared beside the repository)")
+    return DATASETS
+
+
+def snapshot(store) -> tuple:
+    """Everything an import may write, to show a refused import wrote nothing."""
+    return store.measurements(), store.runs(), store.devices()
 
 
 def cache_doc(device_name="NVIDIA A100-PCIE-40GB", keys=("block_size_x", "tile_size_y"), entries=None) -> dict:
@@ -156,8 +172,11 @@ def test_truncated_json_and_missing_cache_are_refused(store, tmp_path):
 
 def test_unknown_device_is_refused_unless_overridden(store, tmp_path):
     path = write(tmp_path / "toy" / "mystery.json", cache_doc(device_name="Quantum GPU 9000"))
-    with pytest.raises(UnmatchedDevice, match="device 'Quantum GPU 9000' is not in the catalog; pass --device"):
+    with pytest.raises(UnmatchedDevice) as info:
         import_files(store, [path])
+    assert str(info.value) == (
+        f"cannot import {path}: device 'Quantum GPU 9000' is not in the catalog; pass --device <catalog id> or "
+        "--device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored")
     assert store.measurements() == []
     (row,) = import_files(store, [path], device="nvidia-rtx-a6000")
     assert row["device"] == "nvidia-rtx-a6000" and row["added"] == 3
@@ -210,10 +229,9 @@ def test_cli_import_prints_a_table_and_one_line_errors(tmp_path):
                              "nor a T4 file (no 'results'); nothing of it was stored\n")
 
 
-@pytest.mark.skipif(not DATASETS.is_dir(), reason="shared Kernel Tuner datasets not present")
-def test_real_files_import_completely(store, tmp_path):
-    files = [DATASETS / "convolution_milo" / "A6000_original.json.gz",
-             DATASETS / "dedispersion_milo" / "MI250X_T4.json.gz"]
+def test_real_files_import_completely(store, tmp_path, datasets):
+    files = [datasets / "convolution_milo" / "A6000_original.json.gz",
+             datasets / "dedispersion_milo" / "MI250X_T4.json.gz"]
     rows = import_files(store, files)
     assert [(r["device"], r["kernel"], r["rows"], r["added"]) for r in rows] == [
         ("nvidia-rtx-a6000", "convolution_milo", 2442, 2442),
@@ -226,8 +244,462 @@ def test_real_files_import_completely(store, tmp_path):
     # half a real file: refused, nothing of it stored
     cut = tmp_path / "convolution_milo" / "A100.json.gz"
     cut.parent.mkdir()
-    data = (DATASETS / "convolution_milo" / "A100.json.gz").read_bytes()
+    data = (datasets / "convolution_milo" / "A100.json.gz").read_bytes()
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(ImportFileError, match="truncated gzip stream"):
         import_files(store, [cut])
     assert len(store.measurements(device=A100)) == 0
+
+
+# ------------------------------------------------------------------------------------------
+# the two cache layouts, on the real files
+
+
+def key_only(doc: dict) -> dict:
+    """The same cache with its entries holding only their results: the parameters live in the keys."""
+    names = set(doc.get("tune_params_keys") or doc["tune_params"])
+    return {**doc, "cache": {k: {f: v for f, v in e.items() if f not in names} for k, e in doc["cache"].items()}}
+
+
+def without_keys_list(doc: dict) -> dict:
+    """The same cache without tune_params_keys: the key order is tune_params' order, as Kernel Tuner builds it."""
+    return {k: v for k, v in doc.items() if k != "tune_params_keys"}
+
+
+def as_stored(parsed) -> list[tuple]:
+    return [(m.config_key, m.config, m.status, m.median_us, m.p10_us, m.p90_us, m.samples, m.error)
+            for m in parsed.measurements]
+
+
+def test_real_cache_file_in_every_layout_gives_the_same_rows(store, tmp_path, datasets):
+    source = datasets / "convolution_milo" / "A100.json.gz"
+    doc = json.loads(gzip.decompress(source.read_bytes()))
+    folder = tmp_path / "convolution_milo"
+    (tmp_path / "search-spaces").mkdir()
+    (tmp_path / "search-spaces" / "convolution_milo.json").write_bytes(
+        (datasets / "search-spaces" / "convolution_milo.json").read_bytes())
+    original = parse_file(source)
+    keys = parse_file(write(folder / "A100_keys.json.gz", key_only(doc), gz=True))
+    no_list = parse_file(write(folder / "A100_nolist.json", without_keys_list(key_only(doc))))
+    assert len(original.measurements) == 4362 and original.failed == 161
+    assert as_stored(keys) == as_stored(no_list) == as_stored(original)
+    assert keys.kernel_version == no_list.kernel_version == original.kernel_version
+    assert keys.shape == no_list.shape == original.shape == {"x": 4096, "y": 4096, "filter_height": 15,
+                                                             "filter_width": 15}
+    assert (original.source["layout"], keys.source["layout"], no_list.source["layout"]) == ("entries", "keys", "keys")
+    assert all(type(v) is int for m in keys.measurements for v in m.config.values())
+    assert import_files(store, [source])[0]["added"] == 4362
+    assert [r["added"] for r in import_files(store, [keys.path, no_list.path])] == [0, 0]
+
+
+def test_real_t4_results_in_other_time_units_and_without_metadata(tmp_path, datasets):
+    doc = json.loads(gzip.decompress((datasets / "dedispersion_milo" / "A4000_T4.json.gz").read_bytes()))
+    doc["results"] = doc["results"][:40]
+    (tmp_path / "search-spaces").mkdir()
+    (tmp_path / "search-spaces" / "dedispersion_milo.json").write_bytes(
+        (datasets / "search-spaces" / "dedispersion_milo.json").read_bytes())
+    base = parse_file(write(tmp_path / "dedispersion_milo" / "A4000_T4.json", doc))
+    seconds = json.loads(json.dumps(doc))
+    seconds["metadata"]["timeunit"] = "Seconds"
+    for result in seconds["results"]:
+        result["times"]["runtimes"] = [t / 1000 for t in result["times"]["runtimes"]]
+    bare = {k: v for k, v in doc.items() if k != "metadata"}
+    in_seconds = parse_file(write(tmp_path / "dedispersion_milo" / "s.json", seconds), device="RTX A4000")
+    no_metadata = parse_file(write(tmp_path / "dedispersion_milo" / "bare.json", bare), device="nvidia-rtx-a4000")
+    assert base.shape == {"x": 25000, "y": 2048, "z": 1} and base.device.id == "nvidia-rtx-a4000"
+    assert [m.median_us for m in in_seconds.measurements] == pytest.approx([m.median_us for m in base.measurements])
+    assert [m.median_us for m in no_metadata.measurements] == [m.median_us for m in base.measurements]
+    assert 100_000 < base.measurements[0].median_us < 300_000  # 186 ms
+
+
+# ------------------------------------------------------------------------------------------
+# small files modelled on those found in the wild
+
+
+def kt_cache(entries: dict, keys=("block_size_x", "block_size_y"), tune_params=None, **top) -> dict:
+    """A Kernel Tuner cache document around the given entries (key -> entry)."""
+    doc = {"device_name": "NVIDIA RTX A4000", "kernel_name": "vector_add", "problem_size": [4096, 4096],
+           "tune_params_keys": list(keys),
+           "tune_params": tune_params or {"block_size_x": [16, 32], "block_size_y": [1, 2]},
+           "objective": "time", "cache": entries}
+    doc.update(top)
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def entry(bx=16, by=1, time=1.5, **more) -> dict:
+    return {"block_size_x": bx, "block_size_y": by, "time": time, **more}
+
+
+def refused(store, path, match=None, **options) -> str:
+    """The one-line error of a refused import, after checking it left the store as it was."""
+    before = snapshot(store)
+    with pytest.raises(ImportFileError) as info:
+        import_files(store, [path], **options)
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and message.endswith("nothing of it was stored")
+    assert snapshot(store) == before
+    return message
+
+
+@pytest.fixture
+def seeded(store, tmp_path):
+    """A store holding one imported file, so a refused import has something to leave alone."""
+    import_files(store, [write(tmp_path / "seed" / "A100.json", cache_doc())])
+    return store
+
+
+def test_every_failure_marker_kernel_tuner_writes_becomes_a_status(store, tmp_path):
+    doc = kt_cache({
+        "16,1": entry(16, 1, 2.0, times=[1.0, 2.0, 3.0]),
+        "16,2": entry(16, 2, "CompilationFailedConfig"),
+        "32,1": entry(32, 1, "RuntimeFailedConfig"),
+        "32,2": entry(32, 2, "InvalidConfig"),
+    })
+    (row,) = import_files(store, [write(tmp_path / "k" / "a.json", doc)])
+    assert (row["rows"], row["failed"], row["skipped"]) == (3, 2, 1)
+    got = {(m["config"]["block_size_x"], m["config"]["block_size_y"]): (m["status"], m["error"])
+           for m in store.measurements()}
+    assert got == {(16, 1): ("ok", None), (16, 2): ("compile_error", "CompilationFailedConfig"),
+                   (32, 1): ("launch_error", "RuntimeFailedConfig")}
+
+
+def test_markers_in_the_error_field_or_the_objective_and_old_huge_times(store, tmp_path):
+    # newer Kernel Tuner puts the failure in "__error__"; older ones in the objective's field
+    # (no "time" at all when tuning for GFLOP/s); the oldest wrote a time of 1e20
+    doc = kt_cache({
+        "16,1": entry(16, 1, 2.0, **{"GFLOP/s": 100.0}),
+        "16,2": {"block_size_x": 16, "block_size_y": 2, "__error__": "CompilationFailedConfig", "compile_time": 5},
+        "32,1": {"block_size_x": 32, "block_size_y": 1, "GFLOP/s": "RuntimeFailedConfig"},
+        "32,2": entry(32, 2, 1e20),
+    }, objective="GFLOP/s")
+    (row,) = import_files(store, [write(tmp_path / "k" / "a.json", doc)])
+    statuses = sorted((m["config"]["block_size_x"], m["config"]["block_size_y"], m["status"])
+                      for m in store.measurements())
+    assert statuses == [(16, 1, "ok"), (16, 2, "compile_error"), (32, 1, "launch_error"), (32, 2, "launch_error")]
+    assert row["failed"] == 3
+
+
+def test_key_only_entries_take_the_types_of_their_tune_params(store, tmp_path):
+    tune = {"bs": [16, 32], "c1": [1.0, 2.5], "order": ["ijk", "kji"], "unroll": [True, False]}
+    doc = kt_cache({"32,2.5,kji,False": {"time": 1.0}, "16,1.0,ijk,True": {"time": 2.0}},
+                   keys=list(tune), tune_params=tune)
+    parsed = parse_file(write(tmp_path / "k" / "a.json", doc))
+    configs = [m.config for m in parsed.measurements]
+    assert configs == [{"bs": 32, "c1": 2.5, "order": "kji", "unroll": False},
+                       {"bs": 16, "c1": 1.0, "order": "ijk", "unroll": True}]
+    assert [type(v) for v in configs[1].values()] == [int, float, str, bool]
+    assert parsed.source["layout"] == "keys"
+    # without tune_params for a parameter, the literal is read: int, float, True/False, else text
+    doc = kt_cache({"64,0.5,x,True": {"time": 1.0}}, keys=["a", "b", "c", "d"], tune_params={"a": []})
+    assert parse_file(write(tmp_path / "k" / "b.json", doc)).measurements[0].config == {
+        "a": 64, "b": 0.5, "c": "x", "d": True}
+
+
+def test_without_tune_params_keys_the_order_is_tune_params_and_never_an_empty_config(seeded, tmp_path):
+    doc = kt_cache({"2,16": {"time": 1.0}, "1,32": {"time": 2.0}}, tune_params_keys=None,
+                   tune_params={"block_size_y": [1, 2], "block_size_x": [16, 32]})
+    (row,) = import_files(seeded, [write(tmp_path / "k" / "a.json", doc)])
+    assert (row["rows"], row["added"], row["skipped"]) == (2, 2, 0)
+    assert sorted((m["config"]["block_size_x"], m["config"]["block_size_y"])
+                  for m in seeded.measurements(kernel="vector_add")) == [(16, 2), (32, 1)]
+    nothing = kt_cache({"16,1": {"time": 1.0}, "32,1": {"time": 2.0}}, tune_params_keys=None)
+    del nothing["tune_params"]
+    path = write(tmp_path / "k" / "b.json", nothing)
+    assert refused(seeded, path) == (
+        f"cannot import {path}: it names no tuned parameters (no 'tune_params_keys' and no 'tune_params'), so its "
+        "entries' configurations cannot be told; nothing of it was stored")
+
+
+@pytest.mark.parametrize(
+    "cache, reason",
+    [
+        ({"16,1,7": {"time": 1.0}},
+         "cache entry '16,1,7': its key splits into 3 values on ',' but tune_params_keys names 2 parameters "
+         "(block_size_x, block_size_y)"),
+        ({"16,4": {"time": 1.0}}, "cache entry '16,4': value '4' of block_size_y is not among its tune_params values"),
+        ({"16,1": entry(32, 1, 1.0)}, "cache entry '16,1': its key gives block_size_x=16 but the entry holds "
+                                      "block_size_x=32"),
+        ({"16,1": {"block_size_x": 16, "time": 1.0}}, "cache entry '16,1' lacks parameters block_size_y"),
+        ({"16,1": entry(time=float("nan"))}, "cache entry '16,1': time nan is not a positive finite time"),
+        ({"16,1": entry(time=-2.0)}, "cache entry '16,1': time -2.0 is not a positive finite time"),
+        ({"16,1": entry(time=1.0, times=[1.0, 0.0])},
+         "cache entry '16,1': its times hold 0.0, not a positive finite time"),
+        ({"16,1": entry(time="OutOfMemoryConfig")}, "cache entry '16,1': unknown failure marker 'OutOfMemoryConfig' "
+         "(Kernel Tuner writes CompilationFailedConfig, InvalidConfig, RuntimeFailedConfig)"),
+        ({"16,1": {"block_size_x": 16, "block_size_y": 1, "score": 0.5}}, "cache entry '16,1' has no 'time'"),
+    ],
+)
+def test_bad_entries_are_refused_naming_file_entry_and_reason(seeded, tmp_path, cache, reason):
+    path = write(tmp_path / "k" / "bad.json", kt_cache({"32,2": entry(32, 2, 1.0), **cache}))
+    assert refused(seeded, path) == f"cannot import {path}: {reason}; nothing of it was stored"
+
+
+def test_a_cache_tuned_for_another_objective_than_time_is_refused_saying_so(seeded, tmp_path):
+    # the benchmark hub's hyperparameter-tuning caches score search strategies, not kernels
+    doc = kt_cache({"10,50": {"popsize": 10, "maxiter": 50, "score": -0.4, "scores": [-0.4]}},
+                   keys=["popsize", "maxiter"], tune_params={"popsize": [10], "maxiter": [50]},
+                   objective="score", problem_size=[])
+    path = write(tmp_path / "hyper" / "x86_64.json", doc)
+    assert "cache entry '10,50' has no 'time' (the file was tuned for 'score', not a kernel time)" in refused(
+        seeded, path, device="nvidia-a40")
+
+
+def test_a_cache_left_open_by_a_stopped_run_is_closed_as_kernel_tuner_closes_it(store, tmp_path):
+    closed = json.dumps(kt_cache({"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0)}), indent="")
+    open_with_comma = closed.rstrip()[:-3].rstrip() + ","  # what Kernel Tuner leaves: the last entry and a comma
+    path = tmp_path / "k" / "open.json"
+    path.parent.mkdir()
+    path.write_text(open_with_comma)
+    (row,) = import_files(store, [path])
+    assert (row["rows"], row["added"]) == (2, 2)
+    assert store.runs()[0]["settings"]["closed_open_cache"] is True
+    open_without_comma = (open_with_comma[:-1].replace(',1"', ',2"')  # new keys, and no comma after the last entry
+                          .replace('"block_size_y": 1', '"block_size_y": 2'))
+    path.write_text(open_without_comma)
+    assert [m.config for m in parse_file(path).measurements] == [{"block_size_x": 16, "block_size_y": 2},
+                                                                 {"block_size_x": 32, "block_size_y": 2}]
+    header_only = closed[: closed.index('"cache": {') + len('"cache": {')]
+    path.write_text(header_only)
+    assert "its 'cache' has no entries" in refused(store, path)
+
+
+def test_problem_size_from_the_file_the_search_space_or_the_option(seeded, tmp_path):
+    # Kernel Tuner's own test cache has no problem_size; "callable" is what it writes for a function
+    doc = kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=None)
+    path = write(tmp_path / "vec" / "A4000.json", doc)
+    assert refused(seeded, path) == (
+        f"cannot import {path}: it names no problem size and no search-space description "
+        f"({tmp_path / 'search-spaces' / 'vec.json'}) gives one; pass --problem-size (e.g. --problem-size "
+        "4096,4096); nothing of it was stored")
+    (row,) = import_files(seeded, [path], problem_size=[100000])
+    assert seeded.measurements(kernel="vector_add")[0]["shape"] == {"x": 100000}
+    assert seeded.runs()[-1]["settings"]["problem_size_from"] == "--problem-size"
+    callable_size = write(tmp_path / "vec2" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)},
+                                                                    problem_size="callable"))
+    assert "it gives 'callable' as its problem size and no search-space description" in refused(seeded, callable_size)
+    strings = write(tmp_path / "vec5" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=["n", 8]))
+    assert ("the problem size of its file is unusable (problem size ['n', 8] is not a list of integers); pass "
+            "--problem-size (e.g. --problem-size 4096,4096)") in refused(seeded, strings)
+    assert parse_file(strings, problem_size=[1024, 8]).shape == {"x": 1024, "y": 8}
+    write(tmp_path / "search-spaces" / "vec3.json", {"KernelSpecification": {"ProblemSize": [512, 2]}})
+    described = write(tmp_path / "vec3" / "A4000.json", doc)
+    assert parse_file(described).shape == {"x": 512, "y": 2}
+    assert parse_file(described).source["problem_size_from"] == "search-space description"
+    sized = write(tmp_path / "vec4" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}))
+    assert "--problem-size [64, 64] disagrees with the problem size of its file ({'x': 4096, 'y': 4096})" in refused(
+        seeded, sized, problem_size=[64, 64])
+    assert parse_file(sized, problem_size=[4096, 4096]).shape == {"x": 4096, "y": 4096}
+
+
+def test_parse_problem_size_accepts_integers_and_json():
+    from zmlx_pipeline.data.importers import parse_problem_size
+
+    assert parse_problem_size("4096,4096") == [4096, 4096]
+    assert parse_problem_size("4096x4096") == [4096, 4096]
+    assert parse_problem_size("[25000, 2048, 1]") == [25000, 2048, 1]
+    assert parse_problem_size('{"rows": 8, "cols": 512}') == {"rows": 8, "cols": 512}
+    assert parse_problem_size("80000000") == 80000000
+    for bad in ("4096,abc", "[1.5]", "[]", '"callable"'):
+        with pytest.raises(ValueError):
+            parse_problem_size(bad)
+
+
+def t4(results: list, metadata: dict | None = None) -> dict:
+    doc = {"schema_version": "1.0.0", "results": results}
+    if metadata is not None:
+        doc["metadata"] = metadata
+    return doc
+
+
+def t4_result(bx: int, invalidity="correct", runtimes=None, value=None, unit="") -> dict:
+    measurements = [] if value is None else [{"name": "time", "value": value, "unit": unit}]
+    return {"configuration": {"block_size_x": bx}, "invalidity": invalidity, "correctness": 1,
+            "times": {"runtimes": runtimes or []}, "measurements": measurements}
+
+
+def test_t4_variants_invalidity_values_units_and_missing_measurements(store, tmp_path):
+    # as Kernel Tuner's store_output_file writes them: no metadata, "ms" on the time measurement
+    doc = t4([
+        t4_result(16, "correct", [1.0, 2.0, 3.0], 2.0, "ms"),
+        t4_result(32, "correct", None, 4.0, "ms"),  # a single time, no runtimes
+        t4_result(64, "Compile", None, "CompilationFailedConfig", "ms"),
+        t4_result(128, "runtime"),
+        t4_result(256, "timeout"),
+        t4_result(512, "correctness"),
+        t4_result(1024, "constraints", None, "InvalidConfig", "ms"),
+    ], metadata={"problem_size": [1000]})
+    (row,) = import_files(store, [write(tmp_path / "vec" / "A4000_T4.json", doc)])
+    assert (row["device"], row["rows"], row["failed"], row["skipped"]) == ("nvidia-rtx-a4000", 6, 4, 1)
+    got = {m["config"]["block_size_x"]: (m["status"], m["median_us"], m["samples"]) for m in store.measurements()}
+    assert got == {16: ("ok", 2000.0, 3), 32: ("ok", 4000.0, 1), 64: ("compile_error", None, 0),
+                   128: ("launch_error", None, 0), 256: ("timeout", None, 0), 512: ("wrong_result", None, 0)}
+    for unit, scale in (("microseconds", 1.0), ("us", 1.0), ("ns", 1e-3), ("sec", 1e6), ("MILLISECONDS", 1e3)):
+        one = t4([t4_result(16, "correct", [3.0])], {"timeunit": unit, "problem_size": [1000]})
+        assert parse_file(write(tmp_path / "u" / "A4000_T4.json", one)).measurements[0].median_us == 3.0 * scale
+
+
+@pytest.mark.parametrize(
+    "results, metadata, reason",
+    [
+        ([t4_result(16, "correct")], {}, "result 0 is correct but has no runtimes and no time measurement"),
+        ([t4_result(16, "correct", [1.0]), {"configuration": {"block_size_y": 2}, "invalidity": "runtime"}], {},
+         "result 0 lacks parameters block_size_y that other results set"),
+        ([t4_result(16, "crashed")], {},
+         "result 0: unknown invalidity 'crashed' (T4 writes compile, correct, correctness, runtime, timeout, "
+         "constraints)"),
+        ([t4_result(16, "correct", [1.0])], {"timeunit": "fortnights"}, "unknown time unit 'fortnights'"),
+        ([t4_result(16, "correct", [1.0, float("inf")])], {},
+         "result 0: its times hold inf, not a positive finite time"),
+    ],
+)
+def test_bad_t4_results_are_refused(seeded, tmp_path, results, metadata, reason):
+    path = write(tmp_path / "vec" / "A4000_T4.json", t4(results, {"problem_size": [8], **metadata}))
+    assert refused(seeded, path) == f"cannot import {path}: {reason}; nothing of it was stored"
+
+
+# ------------------------------------------------------------------------------------------
+# devices
+
+
+def test_reported_names_as_people_write_them(store, tmp_path):
+    names = {"GeForce GTX 1080Ti": "nvidia-gtx-1080-ti", "Tesla V100-SXM2-32GB": "nvidia-v100-sxm2-32gb",
+             "NVIDIA GeForce RTX 3090": "nvidia-rtx-3090", "AMD Instinct MI250X": "amd-mi250x",
+             "A100-SXM4-80GB": "nvidia-a100-sxm4-80gb"}
+    for i, (name, device_id) in enumerate(names.items()):
+        path = write(tmp_path / "k" / f"{i}.json", kt_cache({"16,1": entry()}, device_name=name))
+        assert parse_file(path).device.id == device_id, name
+
+
+def catalog_ids(test) -> str:
+    """The ids of the catalog rows that pass `test`, in catalog order, as an error lists them."""
+    return ", ".join(spec.id for spec in load_catalog() if test(spec))
+
+
+@pytest.mark.parametrize(
+    "name, candidates",
+    [("Tesla V100", lambda s: s.id.startswith("nvidia-v100-")),
+     ("gfx90a", lambda s: s.architecture == "gfx90a"),
+     ("NVIDIA A100 80GB", lambda s: s.id.startswith("nvidia-a100-") and s.memory_gb == 80)],
+)
+def test_an_ambiguous_device_name_is_refused_listing_the_candidates(seeded, tmp_path, name, candidates):
+    path = write(tmp_path / "k" / "a.json", kt_cache({"16,1": entry()}, device_name=name))
+    assert refused(seeded, path) == (
+        f"cannot import {path}: device {name!r} does not name one catalog device (it may be "
+        f"{catalog_ids(candidates)}); pass --device <its id> or map the file in --device-map; nothing of it was stored")
+    assert import_files(seeded, [path], device="nvidia-v100-sxm2-16gb")[0]["device"] == "nvidia-v100-sxm2-16gb"
+
+
+def test_a_file_name_is_never_cut_down_to_another_chip(seeded, tmp_path):
+    # RTX_3060_laptop is the laptop chip: not the desktop RTX 3060 the first two words name
+    path = write(tmp_path / "k" / "RTX_3060_laptop.json", kt_cache({"16,1": entry()}, device_name=""))
+    assert "device 'RTX_3060_laptop' is not in the catalog; pass --device" in refused(seeded, path)
+    hinted = write(tmp_path / "k" / "b.json", kt_cache({"16,1": entry()}, device_name="Tesla P100-PCIE-12GB"))
+    p100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-p100-"))
+    assert (f"device 'Tesla P100-PCIE-12GB' is not in the catalog (catalog devices whose names hold it: {p100s}); "
+            "pass --device <catalog id>") in refused(seeded, hinted)
+    named = write(tmp_path / "k" / "RTX_2080_Ti_T4.json", t4([t4_result(16, "correct", [1.0])], {"problem_size": [8]}))
+    assert parse_file(named).device.id == "nvidia-rtx-2080-ti"
+
+
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_device_map_by_file_glob_or_reported_name(store, tmp_path, suffix):
+    a = write(tmp_path / "k" / "node07_run1.json", kt_cache({"16,1": entry()}, device_name=""))
+    b = write(tmp_path / "k" / "other.json", kt_cache({"32,1": entry(32)}, device_name="Tesla V100"))
+    c = write(tmp_path / "k" / "third.json", kt_cache({"32,2": entry(32, 2)}, device_name="RTX A4000"))
+    mapping = {"node07_*": "nvidia-a100-sxm4-80gb", "tesla v100": "Tesla V100-PCIE-16GB"}
+    map_file = tmp_path / f"map{suffix}"
+    map_file.write_text(json.dumps(mapping) if suffix == ".json"
+                        else "\n".join(f'"{k}" = "{v}"' for k, v in mapping.items()))
+    rows = import_files(store, [a, b, c], device_map=map_file)
+    assert [r["device"] for r in rows] == ["nvidia-a100-sxm4-80gb", "nvidia-v100-pcie-16gb", "nvidia-rtx-a4000"]
+    assert [r["settings"]["device_from"] for r in store.runs()] == ["--device-map", "--device-map", "reported"]
+
+
+def test_bad_device_maps_are_refused_before_anything_is_stored(seeded, tmp_path):
+    path = write(tmp_path / "k" / "node07.json", kt_cache({"16,1": entry()}, device_name=""))
+    cases = {
+        '{"node07*": "A100 80GB"}': "'node07*' -> 'A100 80GB' does not name one catalog device (it may be "
+                                    + catalog_ids(lambda s: s.id.startswith("nvidia-a100-") and s.memory_gb == 80)
+                                    + "); give its id",
+        '{"node07*": "warp drive"}': "'node07*' -> 'warp drive' is neither a catalog id nor a catalog device name; "
+                                     "`zmlx-pipeline devices` lists them",
+        '{"node07*": 7}': "'node07*' maps to 7, not a catalog id",
+        "[1, 2]": 'expected a non-empty object of "file glob or device name": "catalog id"',
+    }
+    map_file = tmp_path / "map.json"
+    before = snapshot(seeded)
+    for text, reason in cases.items():
+        map_file.write_text(text)
+        with pytest.raises(ImportFileError) as info:
+            import_files(seeded, [path], device_map=map_file)
+        assert str(info.value) == f"--device-map {map_file}: {reason}"
+    map_file.write_text('{"node07*": "nvidia-a40", "*.json": "nvidia-a10"}')
+    assert "gives it several devices ('node07*' -> nvidia-a40, '*.json' -> nvidia-a10)" in refused(
+        seeded, path, device_map=map_file)
+    with pytest.raises(ImportFileError, match="give --device .* or --device-map, not both"):
+        import_files(seeded, [path], device="nvidia-a40", device_map=map_file)
+    assert snapshot(seeded) == before
+
+
+def test_a_bad_device_option_is_refused_with_what_to_give(store, tmp_path):
+    path = write(tmp_path / "k" / "a.json", cache_doc())
+    with pytest.raises(ImportFileError) as info:
+        import_files(store, [path], device="H100")
+    assert str(info.value) == ("--device 'H100' does not name one catalog device (it may be "
+                               f"{catalog_ids(lambda s: s.id.startswith('nvidia-h100-'))}); give its id")
+    assert store.measurements() == []
+
+
+# ------------------------------------------------------------------------------------------
+# several files
+
+
+def test_a_refused_file_among_good_ones_stores_none_of_them(seeded, tmp_path):
+    good = write(tmp_path / "k" / "A4000.json", kt_cache({"16,1": entry()}))
+    bad = write(tmp_path / "k" / "A6000.json", kt_cache({"16,1,3": {"time": 1.0}}, device_name="RTX A6000"))
+    before = snapshot(seeded)
+    with pytest.raises(ImportFileError, match=f"cannot import {bad}: cache entry '16,1,3'"):
+        import_files(seeded, [good, bad])
+    assert snapshot(seeded) == before
+
+
+def test_a_store_failure_midway_names_the_files_that_went_in(store, tmp_path, monkeypatch):
+    from zmlx_pipeline.data.store import StoreError
+
+    first = write(tmp_path / "k" / "A4000.json", kt_cache({"16,1": entry()}))
+    second = write(tmp_path / "k" / "A6000.json", kt_cache({"16,1": entry()}, device_name="RTX A6000"))
+    real_record = store.record
+    calls = []
+
+    def record_then_fail(measurements):
+        calls.append(1)
+        if len(calls) == 2:
+            raise StoreError("disk full")
+        return real_record(measurements)
+
+    monkeypatch.setattr(store, "record", record_then_fail)
+    with pytest.raises(ImportFileError) as info:
+        import_files(store, [first, second])
+    assert str(info.value) == (f"cannot store {second}: disk full; went in: {first}; did not go in: {second} "
+                               "(import them again: what is stored already is skipped)")
+    monkeypatch.setattr(store, "record", real_record)
+    assert [r["added"] for r in import_files(store, [first, second])] == [0, 1]
+
+
+def test_a_t4_results_file_takes_its_device_from_the_metadata_file_beside_it(store, tmp_path):
+    # Kernel Tuner's store_metadata_file writes nvidia-smi / rocm-smi output next to the results
+    # (the benchmark hub's W7800-results.json.gz and W7800-metadata.json.gz)
+    folder = tmp_path / "vec"
+    results = write(folder / "node3-results.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms")]))
+    smi = {"nvidia-smi": {"nvidia_smi_log": {"gpu": [{"product_name": "NVIDIA A100-SXM4-80GB"},
+                                                     {"product_name": "NVIDIA A100-SXM4-80GB"}]}}}
+    metadata = write(folder / "node3-metadata.json", {"schema_version": "1.0.0", "metadata": {
+        "operating_system": "Linux", "environment": {"device_query": smi, "requirements": []}}})
+    rows = import_files(store, [folder], problem_size=[8])
+    assert [(Path(r["file"]).name, r["device"], r["rows"], r["added"]) for r in rows] == [
+        ("node3-results.json", "nvidia-a100-sxm4-80gb", 1, 1), ("node3-metadata.json", None, 0, 0)]
+    rocm = {"rocm-smi": {"card0": {"Card Series": "AMD Instinct MI250X", "Card model": "0x740c"}}}
+    write(folder / "node3-metadata.json", {"metadata": {"environment": {"device_query": rocm}}})
+    assert parse_file(results, problem_size=[8]).device.id == "amd-mi250x"
+    with pytest.raises(ImportFileError, match="only describe the machine of a T4 results file"):
+        import_files(store, [metadata])

@@ -118,9 +118,73 @@ def arch_generation(gpu_arch: str | None) -> int | None:
     return int(found.group(1)) if found else None
 
 
+@lru_cache(maxsize=1)
+def _name_rules() -> dict[str, Any]:
+    """device_names.json: brand and form-factor words, the memory and gfx patterns, token rewrites."""
+    text = resources.files("zmlx_pipeline.data").joinpath("device_names.json").read_text(encoding="utf-8")
+    raw = json.loads(text)
+    return {
+        "brands": dict(raw["brand_words"]),
+        "forms": frozenset(raw["form_factor_words"]),
+        "memory": re.compile(raw["memory_pattern"]),
+        "gfx": re.compile(raw["gfx_pattern"]),
+        "rewrites": tuple((re.compile(r["pattern"]), r["replace"]) for r in raw["token_rewrites"]),
+    }
+
+
+def name_tokens(name: str) -> list[str]:
+    """The words of a device name as people write it, split and rewritten, brand words dropped anywhere.
+
+    "NVIDIA GeForce GTX 1080Ti" and "GTX 1080 Ti" both give gtx, 1080, ti (device_names.json says how).
+    """
+    rules = _name_rules()
+    pending = list(reversed(normalize_name(name).split()))
+    tokens: list[str] = []
+    while pending:
+        word = pending.pop()
+        for pattern, replace in rules["rewrites"]:
+            rewritten = pattern.sub(replace, word)
+            if rewritten != word:
+                pending.extend(reversed(rewritten.split()))
+                break
+        else:
+            if word not in rules["brands"]:
+                tokens.append(word)
+    return tokens
+
+
+def _vendors_named(name: str) -> frozenset[str]:
+    """The vendors a name's brand words say it is from (NVIDIA, GeForce, Tesla -> nvidia); empty when none."""
+    brands = _name_rules()["brands"]
+    words = re.split(r"[^a-z0-9]+", name.lower())
+    return frozenset(brands[w] for w in words if w in brands)
+
+
 def _token_key(name: str) -> str:
-    """Order-free form of a normalised name (vendor words dropped anywhere), for the token-set fallback."""
-    return " ".join(sorted(set(normalize_name(name).split()) - set(VENDOR_PREFIXES)))
+    """Order-free form of a name's tokens (brand words dropped, suffixes split), for the token-set fallback."""
+    return " ".join(sorted(set(name_tokens(name))))
+
+
+def _qualified(tokens: list[str]) -> tuple[str, int | None, frozenset[str]]:
+    """(base key, memory in GB, form factors) of a name's tokens: what the chip is, and what narrows it."""
+    rules = _name_rules()
+    memory, forms, base = None, set(), set()
+    for token in tokens:
+        size = rules["memory"].match(token)
+        if size:
+            memory = int(size.group(1))
+        elif token in rules["forms"]:
+            forms.add("pcie" if token == "pci" else token)
+        else:
+            base.add(token)
+    return " ".join(sorted(base)), memory, frozenset(forms)
+
+
+def _form_fits(asked: frozenset[str], row_forms: frozenset[str]) -> bool:
+    """A row fits the asked form factors when it names none, or names each one asked (sxm fits sxm2/sxm4/sxm5)."""
+    if not asked or not row_forms:
+        return True
+    return all(any(r == a or (a == "sxm" and r.startswith("sxm")) for r in row_forms) for a in asked)
 
 
 @lru_cache(maxsize=1)
@@ -149,17 +213,78 @@ def _by_id() -> dict[str, DeviceSpec]:
 
 
 @lru_cache(maxsize=1)
-def _indexes() -> tuple[dict[str, tuple[DeviceSpec, ...]], dict[str, tuple[DeviceSpec, ...]]]:
-    """Normalised-name and token-set indexes over names and aliases; a key may hold binned variants."""
+def _indexes() -> tuple[dict[str, tuple[DeviceSpec, ...]], dict[str, tuple[DeviceSpec, ...]],
+                        dict[str, tuple[DeviceSpec, ...]], dict[str, frozenset[str]]]:
+    """Indexes over names and aliases: normalised name, token set, and base (token set without form factor
+    and memory, each row with the form factors its labels name); a key may hold binned variants."""
     exact: dict[str, list[DeviceSpec]] = {}
     tokens: dict[str, list[DeviceSpec]] = {}
+    base: dict[str, list[DeviceSpec]] = {}
+    forms: dict[str, set[str]] = {}
     for spec in load_catalog():
         for label in (spec.name, *spec.aliases):
-            for index, key in ((exact, normalize_name(label)), (tokens, _token_key(label))):
+            base_key, _, label_forms = _qualified(name_tokens(label))
+            forms.setdefault(spec.id, set()).update(label_forms)
+            for index, key in ((exact, normalize_name(label)), (tokens, _token_key(label)), (base, base_key)):
                 bucket = index.setdefault(key, [])
                 if spec not in bucket:
                     bucket.append(spec)
-    return ({k: tuple(v) for k, v in exact.items()}, {k: tuple(v) for k, v in tokens.items()})
+    frozen = [{k: tuple(v) for k, v in index.items()} for index in (exact, tokens, base)]
+    return (*frozen, {k: frozenset(v) for k, v in forms.items()})
+
+
+class AmbiguousDevice(UnknownDevice):
+    """A name that does not tell one catalog row; `candidates` holds the ids it may stand for."""
+
+    def __init__(self, name: str, candidates: tuple[DeviceSpec, ...]) -> None:
+        self.name = name
+        self.candidates = tuple(dict.fromkeys(spec.id for spec in candidates))
+        super().__init__(f"{name!r} does not name one catalog device (it may be {', '.join(self.candidates)})")
+
+
+def _labelled_qualifiers(spec: DeviceSpec) -> tuple[bool, bool]:
+    """Whether every label of a row names its memory size, and whether every label names a form factor."""
+    qualified = [_qualified(name_tokens(label)) for label in (spec.name, *spec.aliases)]
+    return all(q[1] is not None for q in qualified), all(q[2] for q in qualified)
+
+
+def _candidates(name: str) -> tuple[tuple[DeviceSpec, ...], bool]:
+    """(rows the name may stand for, whether the name tells them): the first rule that finds any decides.
+
+    In order: the whole normalised name or alias; its token set (order, brand words, joined suffixes
+    ignored); an AMD gfx architecture name (gfx90a: every board built on that die, so never told);
+    the chip without form factor and memory, narrowed by the form factor and memory the name gives,
+    told only when the name gives each one the row is always named with. Brand words narrow every
+    rule to their vendor. Never a substring: "RTX 3060 Laptop" is not an RTX 3060.
+    """
+    if not name or not name.strip():
+        return (), False
+    exact, tokens, base, forms = _indexes()
+    vendors = _vendors_named(name)
+
+    def of_vendor(rows) -> tuple[DeviceSpec, ...]:
+        return tuple(spec for spec in rows or () if not vendors or spec.vendor in vendors)
+
+    found = of_vendor(exact.get(normalize_name(name))) or of_vendor(tokens.get(_token_key(name)))
+    if found:
+        return found, True
+    words = name_tokens(name)
+    if words and _name_rules()["gfx"].match(words[0]):
+        return of_vendor(spec for spec in load_catalog() if spec.architecture == words[0]), False
+    base_key, memory, asked = _qualified(words)
+    rows = of_vendor(
+        spec for spec in base.get(base_key, ())
+        if (memory is None or round(spec.memory_gb) == memory) and _form_fits(asked, forms[spec.id])
+    )
+    if len({spec.name for spec in rows}) != 1:
+        return rows, False
+    needs_memory, needs_form = _labelled_qualifiers(rows[0])
+    return rows, (memory is not None or not needs_memory) and (bool(asked) or not needs_form)
+
+
+def device_candidates(name: str) -> tuple[DeviceSpec, ...]:
+    """Every catalog row a reported name may stand for (see _candidates for the rules)."""
+    return _candidates(name)[0]
 
 
 def get_device(device_id: str) -> DeviceSpec:
@@ -182,13 +307,45 @@ def _pick(candidates: tuple[DeviceSpec, ...], gpu_cores: int | None) -> DeviceSp
     return matching[0] if len(matching) == 1 else None
 
 
+def devices_named_within(name: str, limit: int = 6) -> tuple[str, ...]:
+    """Ids of rows whose name or an alias holds every word of `name` but its memory and form factor ("RTX 6000"
+    -> the RTX 6000 Ada, "P100 12GB" -> the P100 rows): a hint for an unknown name, never a match."""
+    words = set(_qualified(name_tokens(name))[0].split())
+    vendors = _vendors_named(name)
+    if not words:
+        return ()
+    found = [spec.id for spec in load_catalog() if (not vendors or spec.vendor in vendors)
+             and any(words <= set(name_tokens(label)) for label in (spec.name, *spec.aliases))]
+    return tuple(dict.fromkeys(found))[:limit]
+
+
 def match_device(name: str, gpu_cores: int | None = None) -> DeviceSpec | None:
-    """The row whose name or alias is this reported name (whole-name match, never a substring); else None."""
-    if not name or not name.strip():
+    """The one row this reported name stands for; None when it fits none, or does not tell which."""
+    candidates, told = _candidates(name)
+    if not candidates or not told or len({spec.name for spec in candidates}) > 1:
         return None
-    exact, tokens = _indexes()
-    candidates = exact.get(normalize_name(name)) or tokens.get(_token_key(name))
-    return _pick(candidates, gpu_cores) if candidates else None
+    return _pick(candidates, gpu_cores)
+
+
+def resolve_device(name_or_id: str) -> DeviceSpec:
+    """The row of a catalog id or of a device name as people write it.
+
+    UnknownDevice when nothing fits, AmbiguousDevice (listing the ids) when the name does not tell
+    which row: a name is never resolved to a guess. A name the catalog lists as an alias is that row
+    (catalog.json maps a bare "A100" to the PCIe 40GB card, for instance).
+    """
+    try:
+        return get_device(name_or_id)
+    except UnknownDevice:
+        pass
+    candidates, told = _candidates(name_or_id)
+    if not candidates:
+        within = devices_named_within(name_or_id)
+        hint = f" (catalog devices whose names hold it: {', '.join(within)})" if within else ""
+        raise UnknownDevice(f"{name_or_id!r} is neither a catalog id nor a catalog device name{hint}")
+    if not told or len({spec.name for spec in candidates}) > 1:
+        raise AmbiguousDevice(name_or_id, candidates)
+    return _pick(candidates, None)
 
 
 @lru_cache(maxsize=1)
@@ -251,7 +408,7 @@ def validate_catalog(devices: tuple[DeviceSpec, ...] | None = None, sources: dic
             if source_id not in sources:
                 problems.append(f"{where}: {fname} cites undeclared source {source_id!r}")
         for label in (spec.name, *spec.aliases):
-            for key in {normalize_name(label), "tokens:" + _token_key(label)}:
+            for key in {normalize_name(label), f"tokens:{spec.vendor}:{_token_key(label)}"}:
                 owner = label_owner.setdefault(key, spec)
                 # Only binned variants of one chip (same name, different core counts) may share a label.
                 if owner is not spec and (owner.name != spec.name or owner.gpu_cores == spec.gpu_cores):

@@ -407,19 +407,43 @@ def contribute(db, budget, out_dir, as_json) -> None:
                "it holds the timings, what MLX reported about the GPU and this machine's host name")
 
 
+def _problem_size_option(ctx, param, value):
+    """--problem-size parsed early, so a typo is a usage error naming the accepted forms."""
+    if value is None:
+        return None
+    from zmlx_pipeline.data.importers import parse_problem_size
+
+    try:
+        return parse_problem_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @cli.command("import")
 @_db_option
-@click.option("--device", default=None, help="Catalog id or name of the GPU the files were measured on (default: from each file).")
+@click.option("--device", default=None,
+              help="Catalog id or name of the GPU every file was measured on (default: the name each file reports, "
+                   "else its file name). `zmlx-pipeline devices` lists the ids.")
+@click.option("--device-map", "device_map", default=None,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help='JSON or TOML file mapping file-name globs or reported device names to catalog ids, '
+                   'e.g. {"A100*": "nvidia-a100-sxm4-80gb", "Tesla V100": "nvidia-v100-pcie-16gb"}.')
+@click.option("--problem-size", "problem_size", default=None, callback=_problem_size_option,
+              help="Problem size for files that give none (neither the file nor a search-space description "
+                   "beside it): integers like 4096,4096 or JSON like [25000, 2048, 1].")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @output_options
 @_user_errors
-def import_cmd(db, device, files, as_json) -> None:
-    """Import Kernel Tuner cache or T4 JSON files (gzipped or not, or directories of them); idempotent."""
+def import_cmd(db, device, device_map, problem_size, files, as_json) -> None:
+    """Import Kernel Tuner cache or T4 JSON files (gzipped or not, or directories of them); idempotent.
+
+    Every file is checked before any is stored: a refused file stores nothing.
+    """
     from zmlx_pipeline.data.importers import ImportFileError, import_files
 
     store = _open_store(db)
     try:
-        rows = import_files(store, list(files), device=device)
+        rows = import_files(store, list(files), device=device, device_map=device_map, problem_size=problem_size)
     except ImportFileError as exc:
         raise click.ClickException(str(exc)) from None
     emit(rows, as_json, ["file", "device", "kernel", "rows", "added", "failed"])

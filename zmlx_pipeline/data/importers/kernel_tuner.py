@@ -2,62 +2,91 @@
 
 Each file becomes one run (status "imported", settings naming the file and its sha256) of
 one kernel on one catalog device. Every entry becomes a measurement: timed configs as `ok`
-with median/p10/p90 from their repetitions, failed ones as `launch_error`/`compile_error`.
-A file is parsed completely before anything is written, so a malformed one stores nothing,
-and its measurements go in with one `Store.record` transaction; re-importing adds nothing.
+with median/p10/p90 from their repetitions, failed ones with the status of their failure.
+Every file is parsed and checked completely before anything is written, so a malformed one
+stores nothing; each goes in with one `Store.record` transaction; re-importing adds nothing.
 
 The format is told by content: a gzip stream is decompressed first, then a JSON object with
-`cache` is a Kernel Tuner cache file, one with `results` a T4 file. T4 files name neither the
-kernel, the device nor the problem size: those come from a T1 search-space description beside
-the data (`<folder>/../search-spaces/<folder>.json`, as the FAIR benchmark hub lays it out),
-the file's folder and its file name (`A100_T4.json.gz` -> A100).
+`cache` is a Kernel Tuner cache file, one with `results` a T4 file. A cache entry holds its
+parameter values, or (as Kernel Tuner's own keys do) only the key: the values joined by ","
+in `tune_params_keys` order (else `tune_params` order). A cache file of a run that was
+stopped is left open by Kernel Tuner (no closing braces) and is closed as Kernel Tuner
+closes it. T4 files name neither the kernel, the device nor the problem size: those come
+from a T1 search-space description beside the data (`<folder>/../search-spaces/<folder>.json`,
+as the FAIR benchmark hub lays it out), the file's folder and its file name (`A100_T4.json.gz`
+-> A100), a T4 metadata file beside it (`X-metadata.json.gz`, nvidia-smi or rocm-smi output, for
+`X-results.json.gz`), or the import's options.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import gzip
 import hashlib
 import json
+import math
 import os
 import re
+import tomllib
 import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from zmlx_pipeline.data.catalog import DeviceSpec, UnknownDevice, get_device, match_device
+from zmlx_pipeline.data.catalog import (
+    AmbiguousDevice,
+    DeviceSpec,
+    UnknownDevice,
+    devices_named_within,
+    name_tokens,
+    resolve_device,
+)
 from zmlx_pipeline.data.keys import canonical_json, digest
 from zmlx_pipeline.data.records import Measurement
-from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.data.store import Store, StoreError
 
 DTYPE = "float32"  # both hub kernels (and Kernel Tuner's usual float inputs) are single precision
 FORMAT_CACHE = "kernel_tuner_cache"
 FORMAT_T4 = "t4"
 _GZIP_MAGIC = b"\x1f\x8b"
 _DIM_NAMES = ("x", "y", "z")
-# Kernel Tuner's failure markers in a cache entry's "time"; InvalidConfig entries were never run.
+# The ErrorConfig names Kernel Tuner writes (kernel_tuner/util.py): in "time", in the objective's field, or
+# (newer versions) in "__error__". InvalidConfig marks a config its restrictions exclude: never run, no row.
 _CACHE_FAILURES = {"RuntimeFailedConfig": "launch_error", "CompilationFailedConfig": "compile_error"}
 _CACHE_SKIPPED = {"InvalidConfig"}
+_ERROR_FIELD = "__error__"
 # T4 invalidity values (schema 1.0.0); "constraints" marks a config outside the space: not a measurement.
 _T4_STATUS = {"correct": "ok", "compile": "compile_error", "runtime": "launch_error",
               "timeout": "timeout", "correctness": "wrong_result"}
 _T4_SKIPPED = {"constraints"}
 _TIME_UNITS_US = {
-    "miliseconds": 1e3, "milliseconds": 1e3, "ms": 1e3,
-    "seconds": 1e6, "s": 1e6,
-    "microseconds": 1.0, "us": 1.0,
-    "nanoseconds": 1e-3, "ns": 1e-3,
+    **dict.fromkeys(("miliseconds", "milliseconds", "millisecond", "ms", "msec", "msecs"), 1e3),
+    **dict.fromkeys(("seconds", "second", "s", "sec", "secs"), 1e6),
+    **dict.fromkeys(("microseconds", "microsecond", "us", "\u00b5s", "usec", "usecs"), 1.0),
+    **dict.fromkeys(("nanoseconds", "nanosecond", "ns", "nsec", "nsecs"), 1e-3),
 }
-# Old Kernel Tuner versions stored a failed config as a huge time instead of a marker.
+_DEFAULT_TIME_UNIT = "milliseconds"  # Kernel Tuner's unit: caches and T4 files without a timeunit use it
+# Old Kernel Tuner versions stored a failed config as a huge time (1e20) instead of a marker.
 _FAILED_TIME_MS = 1e20
+# Words in a data file's name that describe the file, not the GPU (A100_T4.json.gz, A6000_original.json.gz).
+_FILE_NAME_WORDS = ("t4", "original", "extended", "results", "metadata", "cache", "output")
+# Where a T4 metadata file (Kernel Tuner's store_metadata_file) names the GPU: nvidia-smi's product name,
+# or one of rocm-smi's card fields (their spelling varies between rocm-smi versions).
+_ROCM_NAME_FIELDS = ("card series", "device name", "marketing name")
+# What Kernel Tuner writes for a problem size it cannot write (a function of the parameters).
+_UNUSABLE_PROBLEM_SIZES = ("callable",)
 
 
 class ImportFileError(ValueError):
     "A file could not be imported; nothing of it was stored"
 
 
+class CompanionFile(ImportFileError):
+    "A T4 metadata file: read for the results file beside it, not imported on its own"
+
+
 class UnmatchedDevice(ImportFileError, UnknownDevice):
-    "The file's device is not in the catalog; pass --device"
+    "The file's device is not in the catalog, or its name fits several rows; pass --device or --device-map"
 
 
 @dataclass
@@ -92,8 +121,21 @@ def _fail(path: Path, reason: str) -> ImportFileError:
     return ImportFileError(f"cannot import {path}: {reason}; nothing of it was stored")
 
 
-def _read_json(path: Path) -> tuple[Any, str]:
-    """The file's JSON (gunzipped when it is a gzip stream) and the sha256 of its bytes."""
+def _close_open_cache(text: str) -> str | None:
+    """The text of a cache file Kernel Tuner left open, closed as Kernel Tuner closes it; None if not one.
+
+    Kernel Tuner writes the header, then appends each entry followed by a comma, and writes the closing
+    braces only when tuning ends: a stopped run leaves `..."cache": {`, `...},` or `...}` at the end.
+    Like Kernel Tuner, a text that does not end in two closing braces gets them after its last entry.
+    """
+    body = text.strip()
+    if '"cache"' not in body or body[-3:] in ("}\n}", "}}}"):
+        return None
+    return (body[:-1] if body.endswith(",") else body) + "}\n}"
+
+
+def _read_json(path: Path) -> tuple[Any, str, bool]:
+    """The file's JSON (gunzipped when it is a gzip stream), the sha256 of its bytes, whether it was left open."""
     try:
         raw = path.read_bytes()
     except OSError as err:
@@ -113,8 +155,14 @@ def _read_json(path: Path) -> tuple[Any, str]:
     if not text.strip():
         raise _fail(path, "the file is empty")
     try:
-        return json.loads(text), sha
+        return json.loads(text), sha, False
     except json.JSONDecodeError as err:
+        closed = _close_open_cache(text)
+        if closed is not None:
+            try:
+                return json.loads(closed), sha, True
+            except json.JSONDecodeError:
+                pass
         at_end = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
         hint = " (truncated?)" if at_end else ""
         raise _fail(path, f"not valid JSON{hint}: {err.msg} (line {err.lineno}, column {err.colno})") from err
@@ -138,14 +186,26 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _positive(value: Any) -> bool:
+    return _number(value) and math.isfinite(value) and value > 0
+
+
 def _timing(path: Path, where: str, times: Any, fallback: Any, scale: float) -> tuple[float, float, float, int]:
-    """(median, p10, p90, samples) in microseconds from repetitions, else from one summary time."""
+    """(median, p10, p90, samples) in microseconds from repetitions, else from one summary time.
+
+    An ok row's times must all be finite and positive: anything else is refused, naming the entry.
+    """
     if isinstance(times, list) and times:
-        if not all(_number(t) for t in times):
-            raise _fail(path, f"{where}: non-numeric times")
+        bad = [t for t in times if not _positive(t)]
+        if bad:
+            raise _fail(path, f"{where}: its times hold {bad[0]!r}, not a positive finite time")
         med, p10, p90 = _quantiles(times)
         return med * scale, p10 * scale, p90 * scale, len(times)
+    if times not in (None, []) and not isinstance(times, list):
+        raise _fail(path, f"{where}: its times are not a list")
     if _number(fallback):
+        if not _positive(fallback):
+            raise _fail(path, f"{where}: time {fallback!r} is not a positive finite time")
         t = float(fallback) * scale
         return t, t, t, 1
     raise _fail(path, f"{where}: no times")
@@ -161,12 +221,28 @@ def shape_from_problem_size(problem_size: Any) -> dict[str, int]:
         items = list(zip(names, dims))
     shape = {}
     for name, value in items:
-        if not _number(value) or float(value) != int(value):
+        if not _number(value) or not math.isfinite(value) or float(value) != int(value) or value < 0:
             raise ValueError(f"problem size {problem_size!r} is not a list of integers")
         shape[str(name)] = int(value)
     if not shape:
-        raise ValueError("empty problem size")
+        raise ValueError(f"problem size {problem_size!r} is empty")
     return shape
+
+
+def parse_problem_size(text: str) -> Any:
+    """A --problem-size: JSON (a list, one integer, or an object of named dims) or integers split by "," or "x"."""
+    text = text.strip()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        parts = [p for p in re.split(r"[,x\s]+", text) if p]
+        try:
+            value = [int(p) for p in parts]
+        except ValueError:
+            raise ValueError(f"problem size {text!r} is neither JSON nor integers split by commas "
+                             "(e.g. 4096,4096 or [25000, 2048, 1])") from None
+    shape_from_problem_size(value)
+    return value
 
 
 def kernel_version(kernel: str, params: Iterable[str]) -> str:
@@ -174,9 +250,13 @@ def kernel_version(kernel: str, params: Iterable[str]) -> str:
     return digest(canonical_json({"kernel": kernel, "params": sorted(params)}))
 
 
+def _t1_path(path: Path) -> Path:
+    return path.parent.parent / "search-spaces" / f"{path.parent.name}.json"
+
+
 def _t1_description(path: Path) -> dict | None:
     """The T1 search-space description of the file's folder (`../search-spaces/<folder>.json`), if any."""
-    candidate = path.parent.parent / "search-spaces" / f"{path.parent.name}.json"
+    candidate = _t1_path(path)
     if not candidate.is_file():
         return None
     try:
@@ -186,44 +266,135 @@ def _t1_description(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _device_from_filename(path: Path) -> str:
-    """The GPU a file is named after: `A100_T4.json.gz` -> A100, `A6000_original.json` -> A6000."""
+def _file_stem(path: Path) -> str:
     name = path.name
     for suffix in (".gz", ".json"):
-        if name.endswith(suffix):
+        if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
     return name
 
 
-def _resolve_device(path: Path, reported: str, override: str | None) -> tuple[DeviceSpec, str]:
-    """The catalog row of the file's device (or of --device); UnmatchedDevice naming it otherwise."""
-    if override:
+def _names_from_file_name(path: Path) -> list[str]:
+    """The GPU a file is named after: `A100_T4.json.gz` -> A100, `A6000_original.json.gz` -> A6000.
+
+    Only words that describe the file are dropped, never a word of the name: `RTX_3060_laptop`
+    stays the laptop chip (and matches nothing rather than the desktop RTX 3060).
+    """
+    stem = _file_stem(path)
+    words = [w for w in re.split(r"[-_\s]+", stem) if w]
+    while len(words) > 1 and words[-1].lower() in _FILE_NAME_WORDS:
+        words = words[:-1]
+    return list(dict.fromkeys([stem, " ".join(words)]))
+
+
+# ------------------------------------------------------------------------------------------
+# devices
+
+
+def device_from_option(device: str) -> DeviceSpec:
+    """The catalog row of a --device value (an id or a name); ImportFileError saying what to give instead."""
+    try:
+        return resolve_device(device)
+    except AmbiguousDevice as err:
+        raise ImportFileError(f"--device {device!r} does not name one catalog device (it may be "
+                              f"{', '.join(err.candidates)}); give its id") from None
+    except UnknownDevice as err:
+        raise ImportFileError(f"--device {err}; `zmlx-pipeline devices` lists them") from None
+
+
+@dataclass(frozen=True)
+class DeviceMap:
+    """A --device-map file: file-name globs or reported device names, each to a catalog row."""
+
+    path: Path
+    entries: tuple[tuple[str, DeviceSpec], ...]
+
+    def lookup(self, file: Path, reported: str) -> tuple[DeviceSpec, str] | None:
+        """(row, key) for a data file: a glob matching its name or path first, else its reported device name.
+
+        Two matching globs that name different devices are refused: the map would be guessing.
+        """
+        names = (file.name, _file_stem(file), file.as_posix())
+        hits = [(key, spec) for key, spec in self.entries
+                if any(fnmatch.fnmatchcase(n, key) for n in names)]
+        if len({spec.id for _, spec in hits}) > 1:
+            listed = ", ".join(f"{key!r} -> {spec.id}" for key, spec in hits)
+            raise _fail(file, f"--device-map {self.path} gives it several devices ({listed}); make one key match it")
+        if hits:
+            return hits[0][1], hits[0][0]
+        if reported.strip():
+            wanted = set(name_tokens(reported))
+            for key, spec in self.entries:
+                if set(name_tokens(key)) == wanted:
+                    return spec, key
+        return None
+
+
+def load_device_map(path: str | os.PathLike) -> DeviceMap:
+    """Read a --device-map file (JSON, or TOML by its .toml suffix): {"glob or device name": "catalog id or name"}."""
+    path = Path(path)
+
+    def bad(reason: str) -> ImportFileError:
+        return ImportFileError(f"--device-map {path}: {reason}")
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise bad(getattr(err, "strerror", None) or str(err)) from err
+    try:
+        data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
+        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
+        raise bad(f"not valid {kind} ({' '.join(str(err).split())})") from err
+    if not isinstance(data, dict) or not data:
+        raise bad('expected a non-empty object of "file glob or device name": "catalog id"')
+    entries = []
+    for key, value in data.items():
+        if not isinstance(value, str):
+            raise bad(f"{key!r} maps to {value!r}, not a catalog id")
         try:
-            return get_device(override), override
+            entries.append((key, resolve_device(value)))
+        except AmbiguousDevice as err:
+            raise bad(f"{key!r} -> {value!r} does not name one catalog device (it may be "
+                      f"{', '.join(err.candidates)}); give its id") from None
+        except UnknownDevice as err:
+            raise bad(f"{key!r} -> {err}; `zmlx-pipeline devices` lists them") from None
+    return DeviceMap(path, tuple(entries))
+
+
+def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
+                    device_map: DeviceMap | None) -> tuple[DeviceSpec, str, str]:
+    """(row, the name or key it was found by, how) for a file: --device, else the map, else the file itself."""
+    if device is not None:
+        return device, device.id, "--device"
+    if device_map is not None:
+        hit = device_map.lookup(path, reported)
+        if hit is not None:
+            return hit[0], hit[1], "--device-map"
+    reported = reported.strip()
+    names, how = ([reported], "reported") if reported else (_names_from_file_name(path), "file name")
+    for name in names:
+        try:
+            return resolve_device(name), name, how
+        except AmbiguousDevice as err:
+            raise UnmatchedDevice(
+                f"cannot import {path}: device {name!r} does not name one catalog device (it may be "
+                f"{', '.join(err.candidates)}); pass --device <its id> or map the file in --device-map; "
+                "nothing of it was stored"
+            ) from None
         except UnknownDevice:
-            spec = match_device(override)
-            if spec is None:
-                raise UnmatchedDevice(
-                    f"cannot import {path}: --device {override!r} is neither a catalog id nor a catalog "
-                    "device name (see `zmlx-pipeline devices`); nothing of it was stored"
-                ) from None
-            return spec, override
-    # the name the file reports; only a file that reports none is taken to be named after its GPU
-    stem = _device_from_filename(path)
-    if reported.strip():
-        tried = [reported.strip()]
-    else:
-        parts = [p for p in re.split(r"[_\s]+", stem) if p]
-        tried = [stem] + [" ".join(parts[:n]) for n in range(len(parts) - 1, 0, -1)]
-    for name in tried:
-        spec = match_device(name)
-        if spec is not None:
-            return spec, name
-    named = reported.strip() or stem
+            continue
+    named = reported or _file_stem(path)
+    within = devices_named_within(named)
+    hint = f" (catalog devices whose names hold it: {', '.join(within)})" if within else ""
     raise UnmatchedDevice(
-        f"cannot import {path}: device {named!r} is not in the catalog; pass --device <catalog id> "
-        "(see `zmlx-pipeline devices`); nothing of it was stored"
+        f"cannot import {path}: device {named!r} is not in the catalog{hint}; pass --device <catalog id> or "
+        "--device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored"
     )
+
+
+# ------------------------------------------------------------------------------------------
+# entries
 
 
 def _defaults_for_subspace(configs: list[dict], t1: dict | None) -> dict[str, Any]:
@@ -253,7 +424,7 @@ def _split_shape_params(configs: list[dict]) -> list[str]:
 
 
 class _Entries(NamedTuple):
-    """What a file says: configs, their (status, timing, error), names and problem size."""
+    """What a file says: configs, their (status, timing, error), names, problem size and how it was laid out."""
 
     configs: list[dict]
     outcomes: list[tuple]
@@ -261,6 +432,92 @@ class _Entries(NamedTuple):
     device_name: str
     problem_size: Any
     skipped: int
+    layout: str
+
+
+def _param_names(path: Path, data: dict) -> tuple[list[str], str]:
+    """The tuned parameters, in the order Kernel Tuner joins them into keys, and where that order comes from."""
+    keys = data.get("tune_params_keys")
+    if isinstance(keys, list) and keys:
+        if not all(isinstance(k, str) and k for k in keys):
+            raise _fail(path, "'tune_params_keys' is not a list of parameter names")
+        return keys, "tune_params_keys"
+    if keys not in (None, []):
+        raise _fail(path, "'tune_params_keys' is not a list of parameter names")
+    tune = data.get("tune_params")
+    if isinstance(tune, dict) and tune:
+        return list(tune), "tune_params"
+    raise _fail(path, "it names no tuned parameters (no 'tune_params_keys' and no 'tune_params'), "
+                      "so its entries' configurations cannot be told")
+
+
+def _key_value(text: str, allowed: Any) -> Any:
+    """One value of a cache key as its parameter's value: the tune_params value Kernel Tuner wrote as this
+    text (str(value), as it builds keys), else the literal (int, float, True/False, or the text)."""
+    if isinstance(allowed, list) and allowed:
+        for value in allowed:
+            if str(value) == text:
+                return value
+        raise ValueError("is not among its tune_params values")
+    for convert in (int, float):
+        try:
+            return convert(text)
+        except ValueError:
+            pass
+    return {"True": True, "False": False}.get(text, text)
+
+
+def _cache_config(path: Path, key: str, entry: dict, names: list[str], source: str,
+                  tune: dict) -> tuple[dict, str]:
+    """An entry's config and the layout it was read from ("entries": its own fields, "keys": its key)."""
+    where = f"cache entry {key!r}"
+    present = [k for k in names if k in entry]
+    parts = str(key).split(",")
+    if len(present) == len(names):
+        config = {k: entry[k] for k in names}
+        if len(parts) == len(names):
+            for name, part in zip(names, parts):
+                if str(config[name]) != part.strip():
+                    raise _fail(path, f"{where}: its key gives {name}={part.strip()} but the entry holds "
+                                      f"{name}={config[name]!r}")
+        return config, "entries"
+    if present:
+        missing = [k for k in names if k not in entry]
+        raise _fail(path, f"{where} lacks parameters {', '.join(missing)}")
+    if len(parts) != len(names):
+        raise _fail(path, f"{where}: its key splits into {len(parts)} values on ',' but {source} names "
+                          f"{len(names)} parameters ({', '.join(names)})")
+    config = {}
+    for name, part in zip(names, parts):
+        try:
+            config[name] = _key_value(part.strip(), tune.get(name))
+        except ValueError as err:
+            raise _fail(path, f"{where}: value {part.strip()!r} of {name} {err}") from None
+    return config, "keys"
+
+
+def _cache_outcome(path: Path, where: str, entry: dict, objective: str) -> tuple | None:
+    """(status, timing, error) of one cache entry; None for a config that was never run (InvalidConfig)."""
+    fields = [_ERROR_FIELD, "time"] + ([objective] if objective not in ("", "time") else [])
+    markers = [entry[f] for f in fields if isinstance(entry.get(f), str)]
+    if markers:
+        marker = markers[0]
+        if marker in _CACHE_SKIPPED:
+            return None
+        status = _CACHE_FAILURES.get(marker)
+        if status is None:
+            known = ", ".join(sorted(_CACHE_SKIPPED | set(_CACHE_FAILURES)))
+            raise _fail(path, f"{where}: unknown failure marker {marker!r} (Kernel Tuner writes {known})")
+        return status, None, marker
+    if "time" not in entry:
+        tuned_for = "" if objective in ("", "time") else f" (the file was tuned for {objective!r}, not a kernel time)"
+        raise _fail(path, f"{where} has no 'time'{tuned_for}")
+    time = entry["time"]
+    if not _number(time):
+        raise _fail(path, f"{where}: 'time' is neither a number nor a failure marker")
+    if time >= _FAILED_TIME_MS:
+        return "launch_error", None, f"failed (time recorded as {time:g})"
+    return "ok", _timing(path, where, entry.get("times"), time, 1e3), None
 
 
 def _entries_cache(path: Path, data: dict) -> _Entries:
@@ -268,42 +525,74 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
     cache = data["cache"]
     if not isinstance(cache, dict):
         raise _fail(path, "'cache' is not an object")
-    keys = data.get("tune_params_keys")
-    if not isinstance(keys, list) or not keys:
-        if not cache:
-            raise _fail(path, "no 'tune_params_keys' and an empty 'cache'")
-        first = next(iter(cache.values()))
-        keys = [k for k in first if k not in ("time", "times")] if isinstance(first, dict) else []
-    if "problem_size" not in data:
-        raise _fail(path, "no 'problem_size'")
-    configs, outcomes, skipped = [], [], 0
+    if not cache:
+        raise _fail(path, "its 'cache' has no entries")
+    names, source = _param_names(path, data)
+    tune = data.get("tune_params") if isinstance(data.get("tune_params"), dict) else {}
+    objective = data.get("objective") if isinstance(data.get("objective"), str) else "time"
+    configs, outcomes, skipped, layouts = [], [], 0, set()
     for key, entry in cache.items():
         where = f"cache entry {key!r}"
         if not isinstance(entry, dict):
             raise _fail(path, f"{where} is not an object")
-        missing = [k for k in keys if k not in entry]
-        if missing:
-            raise _fail(path, f"{where} lacks parameters {', '.join(missing)}")
-        if "time" not in entry:
-            raise _fail(path, f"{where} has no 'time'")
-        time = entry["time"]
-        if isinstance(time, str):
-            if time in _CACHE_SKIPPED:
-                skipped += 1
-                continue
-            status = _CACHE_FAILURES.get(time)
-            if status is None:
-                raise _fail(path, f"{where}: unknown time marker {time!r}")
-            outcomes.append((status, None, time))
-        elif not _number(time):
-            raise _fail(path, f"{where}: 'time' is neither a number nor a failure marker")
-        elif time >= _FAILED_TIME_MS:
-            outcomes.append(("launch_error", None, "failed (time recorded as infinite)"))
-        else:
-            outcomes.append(("ok", _timing(path, where, entry.get("times"), time, 1e3), None))
-        configs.append({k: entry[k] for k in keys})
+        config, layout = _cache_config(path, key, entry, names, source, tune)
+        outcome = _cache_outcome(path, where, entry, objective)
+        if outcome is None:
+            skipped += 1
+            continue
+        layouts.add(layout)
+        configs.append(config)
+        outcomes.append(outcome)
     return _Entries(configs, outcomes, str(data.get("kernel_name") or ""), str(data.get("device_name") or ""),
-                    data["problem_size"], skipped)
+                    data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries")
+
+
+def _companion_metadata(path: Path) -> Path | None:
+    """The T4 metadata file written beside a results file (`W7800-results.json.gz` -> `W7800-metadata.json.gz`)."""
+    match = re.match(r"^(.*?)([-_])results$", _file_stem(path), re.IGNORECASE)
+    if not match:
+        return None
+    for suffix in (".json.gz", ".json"):
+        candidate = path.with_name(f"{match.group(1)}{match.group(2)}metadata{suffix}")
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _device_in_metadata(data: Any) -> str:
+    """The GPU a T4 metadata document names (nvidia-smi or rocm-smi output); "" when none, or several differ."""
+    metadata = data.get("metadata") if isinstance(data, dict) else None
+    query = ((metadata or {}).get("environment") or {}).get("device_query") if isinstance(metadata, dict) else None
+    if not isinstance(query, dict):
+        return ""
+    names = []
+    gpus = ((query.get("nvidia-smi") or {}).get("nvidia_smi_log") or {}).get("gpu")
+    for gpu in gpus if isinstance(gpus, list) else [gpus]:
+        if isinstance(gpu, dict) and gpu.get("product_name"):
+            names.append(str(gpu["product_name"]).strip())
+    for card in (query.get("rocm-smi") or {}).values():
+        if isinstance(card, dict):
+            fields = {str(k).strip().lower(): v for k, v in card.items()}
+            name = next((fields[f] for f in _ROCM_NAME_FIELDS if fields.get(f)), None)
+            if name:
+                names.append(str(name).strip())
+    distinct = set(names)
+    return names[0] if len(distinct) == 1 else ""
+
+
+def _t4_scale(path: Path, metadata: dict, results: list) -> float:
+    """Microseconds per time unit: the metadata's timeunit, else the unit of the results' time measurement,
+    else milliseconds (Kernel Tuner's)."""
+    unit = metadata.get("timeunit")
+    if unit is None:
+        unit = next((m.get("unit") for r in results if isinstance(r, dict)
+                     for m in r.get("measurements") or []
+                     if isinstance(m, dict) and m.get("name") == "time" and m.get("unit")), None)
+    unit = _DEFAULT_TIME_UNIT if unit is None else unit
+    scale = _TIME_UNITS_US.get(str(unit).strip().lower())
+    if scale is None:
+        raise _fail(path, f"unknown time unit {unit!r}")
+    return scale
 
 
 def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
@@ -314,51 +603,99 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
     metadata = data.get("metadata") or {}
     if not isinstance(metadata, dict):
         raise _fail(path, "'metadata' is not an object")
-    unit = str(metadata.get("timeunit", "milliseconds")).lower()
-    if unit not in _TIME_UNITS_US:
-        raise _fail(path, f"unknown time unit {metadata.get('timeunit')!r}")
-    scale = _TIME_UNITS_US[unit]
+    scale = _t4_scale(path, metadata, results)
     configs, outcomes, skipped = [], [], 0
     for i, result in enumerate(results):
         where = f"result {i}"
         if not isinstance(result, dict) or not isinstance(result.get("configuration"), dict):
             raise _fail(path, f"{where} has no 'configuration' object")
-        invalidity = result.get("invalidity", "correct")
+        if not result["configuration"]:
+            raise _fail(path, f"{where} has an empty configuration")
+        invalidity = str(result.get("invalidity", "correct")).strip().lower()
         if invalidity in _T4_SKIPPED:
             skipped += 1
             continue
         status = _T4_STATUS.get(invalidity)
         if status is None:
-            raise _fail(path, f"{where}: unknown invalidity {invalidity!r}")
+            raise _fail(path, f"{where}: unknown invalidity {result.get('invalidity')!r} "
+                              f"(T4 writes {', '.join(sorted(_T4_STATUS) + sorted(_T4_SKIPPED))})")
         if status == "ok":
-            times = (result.get("times") or {}).get("runtimes")
+            times = result.get("times") if isinstance(result.get("times"), dict) else {}
             value = next((m.get("value") for m in result.get("measurements") or []
                           if isinstance(m, dict) and m.get("name") == "time"), None)
-            outcomes.append(("ok", _timing(path, where, times, value, scale), None))
+            runtimes = times.get("runtimes")
+            if not runtimes and not _number(value):
+                raise _fail(path, f"{where} is correct but has no runtimes and no time measurement")
+            outcomes.append(("ok", _timing(path, where, runtimes, value, scale), None))
         else:
             outcomes.append((status, None, f"invalidity: {invalidity}"))
         configs.append(result["configuration"])
-    names = {frozenset(c) for c in configs}
-    if len(names) > 1:
-        raise _fail(path, "its results do not all have the same parameters")
+    params = list(dict.fromkeys(k for c in configs for k in c))
+    for i, config in enumerate(configs):
+        missing = [k for k in params if k not in config]
+        if missing:
+            raise _fail(path, f"result {i} lacks parameters {', '.join(missing)} that other results set")
     spec = (t1 or {}).get("KernelSpecification") or {}
     kernel = str(metadata.get("kernel_name") or metadata.get("kernel") or spec.get("KernelName") or "")
-    device = str(metadata.get("device_name") or metadata.get("device") or "")
-    problem = metadata.get("problem_size", spec.get("ProblemSize"))
-    if problem is None:
-        raise _fail(path, "a T4 file names no problem size and no search-space description "
-                          f"({path.parent.parent / 'search-spaces' / (path.parent.name + '.json')}) gives one")
-    return _Entries(configs, outcomes, kernel, device, problem, skipped)
+    device = str(metadata.get("device_name") or metadata.get("device") or _device_in_metadata(data) or "")
+    companion = _companion_metadata(path) if not device else None
+    if companion is not None:
+        companion_data, _, _ = _read_json(companion)
+        device = _device_in_metadata(companion_data)
+    return _Entries(configs, outcomes, kernel, device, metadata.get("problem_size"), skipped, "t4")
 
 
-def parse_file(path: str | os.PathLike, device: str | None = None, kernel: str | None = None) -> ParsedFile:
+def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> tuple[dict[str, int], str]:
+    """The shape and where it came from: the file, else the T1 description beside it, else --problem-size.
+
+    A --problem-size that disagrees with the file's own is refused rather than silently ignored.
+    """
+    unusable = None
+    found: list[tuple[Any, str]] = []
+    if from_file is not None and from_file not in _UNUSABLE_PROBLEM_SIZES:
+        found.append((from_file, "file"))
+    elif from_file in _UNUSABLE_PROBLEM_SIZES:
+        unusable = from_file
+    described = ((t1 or {}).get("KernelSpecification") or {}).get("ProblemSize")
+    if described is not None:
+        found.append((described, "search-space description"))
+    shape, source = None, None
+    for value, where in found:
+        try:
+            shape, source = shape_from_problem_size(value), where
+            break
+        except ValueError as err:
+            unusable = unusable or value
+            if option is None:
+                raise _fail(path, f"the problem size of its {where} is unusable ({err}); pass --problem-size "
+                                  "(e.g. --problem-size 4096,4096)") from None
+    if option is not None:
+        wanted = shape_from_problem_size(option)
+        if shape is not None and shape != wanted:
+            raise _fail(path, f"--problem-size {option!r} disagrees with the problem size of its {source} "
+                              f"({shape}); leave the option out for this file")
+        return wanted, "--problem-size" if shape is None else source
+    if shape is None:
+        said = ("it names no problem size and " if unusable is None
+                else f"it gives {unusable!r} as its problem size and ")
+        raise _fail(path, f"{said}no search-space description ({_t1_path(path)}) gives one; pass --problem-size "
+                          "(e.g. --problem-size 4096,4096)")
+    return shape, source
+
+
+def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, kernel: str | None = None,
+               problem_size: Any = None, device_map: DeviceMap | None = None) -> ParsedFile:
     """Read and check one file completely; ImportFileError (one line, naming the file) if it cannot be used.
 
     The kernel is named by `kernel`, else the benchmark name of a T1 description beside the
-    data, else the file's own kernel name, else its folder's name.
+    data, else the file's own kernel name, else its folder's name. The device is `device` (a
+    catalog id or name), else what `device_map` gives the file, else the name the file reports,
+    else its file name. The problem size is the file's, else the T1 description's, else `problem_size`.
     """
     path = Path(path)
-    data, sha = _read_json(path)
+    if isinstance(device, str):
+        device = device_from_option(device)
+    data, sha, was_open = _read_json(path)
     if not isinstance(data, dict):
         raise _fail(path, "the top level is not a JSON object")
     t1 = _t1_description(path)
@@ -368,16 +705,15 @@ def parse_file(path: str | os.PathLike, device: str | None = None, kernel: str |
         fmt, entries = FORMAT_T4, _entries_t4(path, data, t1)
     elif "tune_params" in data or "kernel_name" in data:
         raise _fail(path, "a Kernel Tuner cache file without 'cache'")
+    elif isinstance(data.get("metadata"), dict):
+        raise CompanionFile(f"{path} is a T4 metadata file: it is read for the results file beside it")
     else:
         raise _fail(path, "neither a Kernel Tuner cache file (no 'cache') nor a T4 file (no 'results')")
     configs, outcomes, reported = entries.configs, entries.outcomes, entries.device_name
     benchmark = ((t1 or {}).get("General") or {}).get("BenchmarkName")
     name = kernel or benchmark or entries.kernel_name or path.parent.name
-    spec, matched_name = _resolve_device(path, reported, device)
-    try:
-        shape = shape_from_problem_size(entries.problem_size)
-    except ValueError as err:
-        raise _fail(path, str(err)) from err
+    spec, matched_name, device_from = _resolve_device(path, reported, device, device_map)
+    shape, shape_from = _problem_size(path, entries.problem_size, t1, problem_size)
     filled = _defaults_for_subspace(configs, t1)
     if filled:
         configs = [{**c, **filled} for c in configs]
@@ -402,9 +738,13 @@ def parse_file(path: str | os.PathLike, device: str | None = None, kernel: str |
             samples=n, error=error,
         ))
     if not measurements:
-        raise _fail(path, "no measurements in it")
+        raise _fail(path, "no measurements in it (every entry is a config its restrictions exclude)"
+                    if entries.skipped else "no measurements in it")
     source = {"kernel_name": entries.kernel_name or None, "device_name": reported or None,
-              "matched_device_name": matched_name}
+              "matched_device_name": matched_name, "device_from": device_from,
+              "problem_size_from": shape_from, "layout": entries.layout}
+    if was_open:
+        source["closed_open_cache"] = True
     if filled:
         source["filled_from_defaults"] = filled
     return ParsedFile(path=path, sha256=sha, format=fmt, kernel=name, kernel_version=version, device=spec,
@@ -455,13 +795,45 @@ def write_parsed(store: Store, parsed: ParsedFile) -> dict:
 
 
 def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str | None = None,
-                 kernel: str | None = None) -> list[dict]:
-    """Import Kernel Tuner cache / T4 files; all are parsed before any is written.
+                 kernel: str | None = None, problem_size: Any = None,
+                 device_map: str | os.PathLike | DeviceMap | None = None) -> list[dict]:
+    """Import Kernel Tuner cache / T4 files; every file is parsed and checked before any is written.
 
-    Returns one row per file: file, device, kernel, rows, added, failed, skipped, run_id.
+    `device` (a catalog id or name) applies to every file; `device_map` (a file, see load_device_map)
+    gives each its own; not both. A refused file stores nothing of any file. Should the store fail
+    while writing, the error names the files that went in and those that did not (importing them
+    again adds only what is missing). Returns one row per file: file, device, kernel, rows, added,
+    failed, skipped, run_id.
     """
+    if device is not None and device_map is not None:
+        raise ImportFileError("give --device (one device for every file) or --device-map, not both")
+    chosen = device_from_option(device) if device is not None else None
+    mapping = device_map
+    if device_map is not None and not isinstance(device_map, DeviceMap):
+        mapping = load_device_map(device_map)
     files = expand_paths(paths)
     if not files:
         raise ImportFileError("no Kernel Tuner files to import")
-    parsed = [parse_file(p, device=device, kernel=kernel) for p in files]
-    return [write_parsed(store, p) for p in parsed]
+    parsed: list[ParsedFile] = []
+    companions: list[Path] = []
+    for p in files:
+        try:
+            parsed.append(parse_file(p, device=chosen, kernel=kernel, problem_size=problem_size, device_map=mapping))
+        except CompanionFile:
+            companions.append(p)
+    if not parsed:
+        raise ImportFileError(f"no measurements to import: {', '.join(map(str, companions))} only describe "
+                              "the machine of a T4 results file; import the results file")
+    rows: list[dict] = []
+    for item in parsed:
+        try:
+            rows.append(write_parsed(store, item))
+        except StoreError as err:
+            went_in = ", ".join(r["file"] for r in rows) or "none"
+            not_in = ", ".join(str(p.path) for p in parsed[len(rows):])
+            raise ImportFileError(
+                f"cannot store {item.path}: {' '.join(str(err).split())}; went in: {went_in}; did not go in: "
+                f"{not_in} (import them again: what is stored already is skipped)"
+            ) from err
+    return rows + [{"file": str(p), "device": None, "kernel": None, "rows": 0, "added": 0, "failed": 0,
+                    "skipped": 0, "run_id": None} for p in companions]

@@ -1,0 +1,165 @@
+"""Device names as people write them: spacing, case, suffixes, brand, form-factor and gfx names; never a wrong chip."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from zmlx_pipeline.data import catalog
+from zmlx_pipeline.data.catalog import (
+    AmbiguousDevice,
+    UnknownDevice,
+    device_candidates,
+    get_device,
+    load_catalog,
+    match_device,
+    name_tokens,
+    resolve_device,
+)
+
+
+@pytest.mark.parametrize(
+    "name, device_id",
+    [
+        ("GTX 1080Ti", "nvidia-gtx-1080-ti"),
+        ("gtx1080ti", "nvidia-gtx-1080-ti"),
+        ("NVIDIA GeForce GTX 1080 Ti", "nvidia-gtx-1080-ti"),
+        ("RTX2080Ti", "nvidia-rtx-2080-ti"),
+        ("RTX_2080_Ti", "nvidia-rtx-2080-ti"),
+        ("NVIDIA GeForce RTX 3090", "nvidia-rtx-3090"),
+        ("geforce rtx 3090", "nvidia-rtx-3090"),
+        ("Tesla V100-SXM2-32GB", "nvidia-v100-sxm2-32gb"),
+        ("V100 SXM2 32GB", "nvidia-v100-sxm2-32gb"),
+        ("A100-SXM4-80GB", "nvidia-a100-sxm4-80gb"),
+        ("A100 SXM4 80GB", "nvidia-a100-sxm4-80gb"),
+        ("NVIDIA A100-PCIE-80GB", "nvidia-a100-pcie-80gb"),
+        ("AMD Instinct MI250X", "amd-mi250x"),
+        ("Radeon Instinct MI250X", "amd-mi250x"),
+        ("Tesla K40m", "nvidia-tesla-k40"),
+        ("K40c", "nvidia-tesla-k40"),
+        ("AMD Radeon(TM) Pro W6600", "amd-radeon-pro-w6600"),
+        ("H100 PCIe", "nvidia-h100-pcie"),
+    ],
+)
+def test_names_as_people_write_them_resolve_to_one_row(name, device_id):
+    assert resolve_device(name).id == device_id
+    assert match_device(name).id == device_id
+
+
+def test_joined_suffixes_and_brand_words_are_split_and_dropped_by_the_rules_file():
+    assert name_tokens("NVIDIA GeForce RTX2070SUPER") == ["rtx", "2070", "super"]
+    assert name_tokens("AMD Radeon RX 6900XT") == ["rx", "6900", "xt"]
+    assert name_tokens("Tesla K20m") == ["k20"]
+    assert name_tokens("Tesla K20Xm") == ["k20x"]  # K20X is another chip: its x stays
+    assert name_tokens("Quadro RTX 6000") == ["quadro", "rtx", "6000"]  # not the RTX 6000 Ada
+
+
+def ids_where(test) -> set[str]:
+    return {spec.id for spec in load_catalog() if test(spec)}
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("A100 80GB", lambda s: s.id.startswith("nvidia-a100-") and s.memory_gb == 80),
+        ("A100 SXM4", lambda s: s.id.startswith("nvidia-a100-sxm4")),
+        ("Tesla V100", lambda s: s.id.startswith("nvidia-v100-")),
+        ("V100 32GB", lambda s: s.id.startswith("nvidia-v100-") and s.memory_gb == 32),
+        ("NVIDIA H100", lambda s: s.id.startswith("nvidia-h100-")),
+        ("gfx90a", lambda s: s.architecture == "gfx90a"),
+        ("gfx90a:sramecc+:xnack-", lambda s: s.architecture == "gfx90a"),
+        # a gfx name stands for every board built on that die, even when the catalog has one of them
+        ("gfx1032", lambda s: s.architecture == "gfx1032"),
+    ],
+)
+def test_names_that_do_not_tell_one_chip_are_refused_listing_every_candidate(name, expected):
+    candidates = ids_where(expected)
+    assert candidates and {spec.id for spec in device_candidates(name)} == candidates
+    assert match_device(name) is None
+    with pytest.raises(AmbiguousDevice) as info:
+        resolve_device(name)
+    assert set(info.value.candidates) == candidates
+    assert str(info.value).startswith(f"{name!r} does not name one catalog device (it may be ")
+
+
+def test_a_catalog_alias_is_the_documented_rule_for_a_bare_family_name():
+    # catalog.json lists "A100" as an alias of the PCIe 40GB card, so the bare name is not ambiguous
+    assert resolve_device("A100").id == "nvidia-a100-pcie-40gb"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["Tesla P100-PCIE-12GB",  # a memory size no P100 row has: not the 16GB card
+     "RTX 3060 Laptop GPU", "RTX_3060_laptop",  # the laptop chip is not the desktop one
+     "Quantum GPU 9000", "gfx9999", "", "  "],
+)
+def test_names_of_chips_not_in_the_catalog_match_nothing(name):
+    assert device_candidates(name) == ()
+    assert match_device(name) is None
+    with pytest.raises(UnknownDevice) as info:
+        resolve_device(name)
+    assert not isinstance(info.value, AmbiguousDevice)
+
+
+def test_ids_resolve_to_themselves():
+    assert resolve_device("nvidia-a100-sxm4-80gb") is get_device("nvidia-a100-sxm4-80gb")
+
+
+@pytest.fixture
+def test_rows(monkeypatch):
+    """The catalog plus made-up rows written as a test: a Kepler-style K98 and K98X, a GTX 1066 sold with
+    6GB (the name alone does not say which memory), and an NVIDIA "Tesla M3" beside the Apple M3."""
+    base = get_device("nvidia-tesla-k40")
+
+    def row(row_id, name, *aliases, **figures):
+        return dataclasses.replace(base, id=row_id, name=name, variant=row_id, aliases=aliases, **figures)
+
+    rows = load_catalog() + (
+        row("nvidia-test-k98", "NVIDIA Tesla K98", "Tesla K98c", "Tesla K98m", gpu_cores=13),
+        row("nvidia-test-k98x", "NVIDIA Tesla K98X", "Tesla K98Xm", gpu_cores=14),
+        row("nvidia-test-gtx-1066-6gb", "NVIDIA GeForce GTX 1066 6GB", "GTX 1066 6GB", memory_gb=6),
+        row("nvidia-test-m3", "NVIDIA Tesla M3", "Tesla M3"),
+    )
+    monkeypatch.setattr(catalog, "load_catalog", lambda: rows)
+    catalog._indexes.cache_clear()
+    catalog._by_id.cache_clear()
+    yield
+    catalog._indexes.cache_clear()
+    catalog._by_id.cache_clear()
+
+
+def test_board_suffixes_name_one_chip_but_an_x_is_another(test_rows):
+    assert catalog.validate_catalog(catalog.load_catalog()) == []
+    for name in ("K98", "Tesla K98c", "tesla k98m", "NVIDIA Tesla K98"):
+        assert resolve_device(name).id == "nvidia-test-k98", name
+    for name in ("K98X", "Tesla K98Xm", "NVIDIA Tesla K98X"):
+        assert resolve_device(name).id == "nvidia-test-k98x", name
+
+
+def test_a_name_without_the_memory_its_row_is_named_with_is_not_that_row(test_rows):
+    assert resolve_device("GTX 1066 6GB").id == "nvidia-test-gtx-1066-6gb"
+    assert resolve_device("GeForce GTX1066 6GB").id == "nvidia-test-gtx-1066-6gb"
+    assert match_device("GTX 1066") is None
+    with pytest.raises(AmbiguousDevice, match=r"'GTX 1066' does not name one catalog device \(it may be "
+                                              r"nvidia-test-gtx-1066-6gb\)"):
+        resolve_device("GTX 1066")
+    assert device_candidates("GTX 1066 3GB") == ()
+
+
+def test_brand_words_keep_a_name_to_its_vendor(test_rows):
+    assert catalog.validate_catalog(catalog.load_catalog()) == []  # Tesla M3 and Apple M3 do not clash
+    assert resolve_device("Tesla M3").id == "nvidia-test-m3"
+    assert resolve_device("NVIDIA M3").id == "nvidia-test-m3"
+    assert resolve_device("Apple M3").vendor == resolve_device("M3").vendor == "apple"
+
+
+def test_an_unknown_name_hints_at_the_rows_whose_names_hold_it():
+    p100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-p100-"))
+    with pytest.raises(UnknownDevice) as info:
+        resolve_device("Tesla P100-PCIE-12GB")  # no 12GB row: never matched, only hinted at
+    assert str(info.value) == ("'Tesla P100-PCIE-12GB' is neither a catalog id nor a catalog device name "
+                               f"(catalog devices whose names hold it: {p100s})")
+    with pytest.raises(UnknownDevice) as info:
+        resolve_device("Quantum GPU 9000")
+    assert str(info.value) == "'Quantum GPU 9000' is neither a catalog id nor a catalog device name"

@@ -1,0 +1,128 @@
+"""`zmlx-pipeline import` through click's CliRunner: options, one-line errors, exit codes, an untouched store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zmlx_pipeline.data.catalog import load_catalog
+from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.pipeline.cli import cli
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def write(path: Path, doc: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def key_only_cache(device_name: str = "NVIDIA RTX A4000", problem_size=(4096, 4096)) -> dict:
+    """A cache whose entries hold only their results, as public Kernel Tuner caches often do."""
+    doc = {"device_name": device_name, "kernel_name": "vector_add", "tune_params_keys": ["block_size_x", "vec"],
+           "tune_params": {"block_size_x": [64, 128], "vec": [1, 2]}, "objective": "time",
+           "cache": {"64,1": {"time": 1.0, "times": [1.0, 1.1]}, "128,1": {"time": 0.5},
+                     "64,2": {"time": "CompilationFailedConfig"}, "128,2": {"time": "InvalidConfig"}}}
+    if problem_size is not None:
+        doc["problem_size"] = list(problem_size)
+    return doc
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    """A store holding one imported file, so refused imports have something to leave alone."""
+    path = tmp_path / "cli.duckdb"
+    seed = write(tmp_path / "seed" / "A6000.json", key_only_cache("NVIDIA RTX A6000"))
+    assert invoke("import", "--db", path, seed).exit_code == 0
+    return path
+
+
+def contents(db: Path) -> tuple:
+    with Store(db, read_only=True) as store:
+        return store.measurements(), store.runs(), store.devices()
+
+
+def test_key_only_cache_imports_with_its_table_and_json(db, tmp_path):
+    path = write(tmp_path / "vec" / "a.json", key_only_cache())
+    result = invoke("import", "--db", db, "--json", path)
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert {k: row[k] for k in ("device", "kernel", "rows", "added", "failed", "skipped")} == {
+        "device": "nvidia-rtx-a4000", "kernel": "vector_add", "rows": 3, "added": 3, "failed": 1, "skipped": 1}
+    result = invoke("import", "--db", db, path)
+    header, _, line = result.output.splitlines()
+    assert header.split() == ["file", "device", "kernel", "rows", "added", "failed"]
+    assert line.split() == [str(path), "nvidia-rtx-a4000", "vector_add", "3", "0", "1"]
+
+
+def test_missing_problem_size_says_which_option_to_give_and_stores_nothing(db, tmp_path):
+    path = write(tmp_path / "vec" / "a.json", key_only_cache(problem_size=None))
+    before = contents(db)
+    result = invoke("import", "--db", db, path)
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: cannot import {path}: it names no problem size and no search-space description "
+        f"({tmp_path / 'search-spaces' / 'vec.json'}) gives one; pass --problem-size (e.g. --problem-size 4096,4096); "
+        "nothing of it was stored\n")
+    assert contents(db) == before
+    result = invoke("import", "--db", db, "--json", "--problem-size", "[25000, 2048, 1]", path)
+    assert result.exit_code == 0, result.output
+    with Store(db, read_only=True) as store:
+        stored = store.measurements(device="nvidia-rtx-a4000")
+    assert len(stored) == 3 and all(m["shape"] == {"x": 25000, "y": 2048, "z": 1} for m in stored)
+
+
+def test_a_malformed_problem_size_is_a_usage_error(db, tmp_path):
+    path = write(tmp_path / "vec" / "a.json", key_only_cache(problem_size=None))
+    result = invoke("import", "--db", db, "--problem-size", "4096,big", path)
+    assert result.exit_code == 2
+    assert "Invalid value for '--problem-size': problem size '4096,big' is neither JSON nor integers" in result.output
+
+
+def test_an_ambiguous_device_is_refused_listing_candidates_then_a_device_map_settles_it(db, tmp_path):
+    path = write(tmp_path / "vec" / "a.json", key_only_cache("NVIDIA H100"))
+    before = contents(db)
+    result = invoke("import", "--db", db, path)
+    assert result.exit_code == 1
+    h100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-h100-"))
+    assert result.output == (
+        f"Error: cannot import {path}: device 'NVIDIA H100' does not name one catalog device (it may be {h100s}); "
+        "pass --device <its id> or map the file in --device-map; nothing of it was stored\n")
+    assert contents(db) == before
+    device_map = tmp_path / "devices.toml"
+    device_map.write_text('"NVIDIA H100" = "nvidia-h100-sxm"\n')
+    result = invoke("import", "--db", db, "--json", "--device-map", device_map, path)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["device"] == "nvidia-h100-sxm"
+
+
+def test_unknown_device_names_the_options_and_device_with_device_map_is_refused(db, tmp_path):
+    path = write(tmp_path / "vec" / "a.json", key_only_cache("Quantum GPU 9000"))
+    result = invoke("import", "--db", db, path)
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: cannot import {path}: device 'Quantum GPU 9000' is not in the catalog; pass --device <catalog id> "
+        "or --device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored\n")
+    device_map = tmp_path / "devices.json"
+    device_map.write_text('{"*.json": "nvidia-a40"}')
+    result = invoke("import", "--db", db, "--device", "nvidia-a40", "--device-map", device_map, path)
+    assert result.exit_code == 1
+    assert result.output == "Error: give --device (one device for every file) or --device-map, not both\n"
+    result = invoke("import", "--db", db, "--device", "GTX 1080Ti", "--json", path)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["device"] == "nvidia-gtx-1080-ti"
+
+
+def test_help_names_the_new_options():
+    result = invoke("import", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    for words in ("--device TEXT", "--device-map FILE", "--problem-size TEXT", "file-name globs or reported device "
+                  "names to catalog ids", "integers like 4096,4096 or JSON like [25000, 2048, 1]", "--json"):
+        assert words in text, words
