@@ -109,7 +109,9 @@ def share_threadgroup_declarations(preprocessed: str) -> str:
 
 
 def _run(cmd: list[str], what: str, text_in: str | None = None) -> str:
-    done = subprocess.run(cmd, input=text_in, capture_output=True, text=True, timeout=600)
+    # zig keeps the C runtime it links against in its global cache: one per machine, not per HOME
+    env = {**os.environ, "ZIG_GLOBAL_CACHE_DIR": str(cache_dir() / "zig")}
+    done = subprocess.run(cmd, input=text_in, capture_output=True, text=True, timeout=600, env=env)
     if done.returncode != 0:
         errors = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines()
         raise BuildError(f"{what}: " + " | ".join(errors[:4])[:1500])

@@ -76,7 +76,7 @@ def _array(raw: bytes, dtype: str, shape):
 
 def prepare(spec: KernelSpec, config: Mapping[str, int], shape: Mapping[str, int], dtype: str, seed: int = 0,
             transform: Callable[[str], str] | None = None):
-    """(Case, reference outputs, output dtypes): the launch `metal_kernel` would make, on fresh inputs.
+    """(Case, reference outputs, output dtypes, Launch): the launch `metal_kernel` would make, on fresh inputs.
 
     `transform` edits the generated Metal source (header + signature + body) before it is built.
     """
@@ -125,9 +125,3 @@ def judge(spec: KernelSpec, dtype: str, refs, out_dtypes, launch, ran: tuple[str
     outs = [_array(r, d, s) for r, d, s in zip(raw, out_dtypes, launch.output_shapes)]
     why = harness.compare(spec, outs, refs, dtype)
     return Result("wrong_result", why) if why else Result("ok")
-
-
-def check(spec, config, shape, dtype, seed: int = 0, transform=None, run=run_library) -> Result:
-    """One case end to end in this process (`run` may hand run_library to a worker)."""
-    case, refs, out_dtypes, launch = prepare(spec, config, shape, dtype, seed, transform)
-    return judge(spec, dtype, refs, out_dtypes, launch, run(case))

@@ -2,7 +2,7 @@
 // lane of a threadgroup as a coroutine (ucontext) on one OS thread. A lane runs until it reaches a
 // threadgroup barrier or a SIMD-group function, or returns; when no lane can run, the scheduler
 // completes the SIMD-group functions whose SIMD group has every live lane waiting at them (one
-// exchange across the lanes) and then the barrier once every lane of the threadgroup waits at it.
+// exchange across the lanes), one SIMD group at a time, and the barrier once every lane of the threadgroup waits at it.
 // Anything else is an error the launch reports: lanes of one SIMD group waiting at different SIMD-group
 // functions, a barrier some lanes returned without reaching (§6.9.1 requires every thread), a
 // SIMD-group matrix operation without all 32 lanes, threadgroup memory past the device's limit.
@@ -152,9 +152,9 @@ static void lane_entry() {
   S.lanes[S.cur].state = DONE;  // returning resumes S.main (uc_link)
 }
 
-// complete what the waiting lanes wait for; false when nothing can complete
+// complete what the waiting lanes wait for (one SIMD group's SIMD-group function, else the barrier);
+// false when nothing can complete
 inline bool resolve() {
-  bool done_any = false;
   for (int g = 0; g * 32 < S.n; ++g) {
     const int lo = g * 32, hi = (lo + 32 < S.n) ? lo + 32 : S.n;
     uint live = 0;
@@ -189,9 +189,11 @@ inline bool resolve() {
     for (int i = lo; i < hi; ++i) {
       if (S.lanes[i].state == AT_SIMD) S.lanes[i].state = READY;
     }
-    done_any = true;
+    // this SIMD group runs on alone, as far as it can get before the others move: what a missing
+    // barrier would let a GPU do, so a read of threadgroup memory another SIMD group has not yet
+    // written reads the poison instead of passing by luck
+    return true;
   }
-  if (done_any) return true;
   int waiting = 0, done = 0;
   for (int i = 0; i < S.n; ++i) {
     waiting += S.lanes[i].state == AT_BARRIER;
