@@ -88,9 +88,9 @@ def test_the_warpgroup_path_compiles_on_metal_but_does_not_fit_it(workers):
     assert no_op.status == "wrong_result" and "unwritten" in no_op.detail
 
 
-@pytest.mark.xfail(strict=True, reason="matmul keeps its inputs in `const device T*` pointers (KCDEV_PTR) and "
-                   "hands them to k_copy_async, while metal_kernel passes an input of under 8 elements in the "
-                   "constant address space: such a launch does not compile on Metal")
+@pytest.mark.xfail(strict=True, reason="matmul's body holds its inputs in `const device T*` pointers (KCDEV_PTR) "
+                   "and hands them to k_copy_async and k_wg_matmul, while metal_kernel passes an input of under 8 "
+                   "elements in the constant address space: such a launch does not compile on Metal")
 def test_matmul_with_an_input_under_8_elements(workers):
     spec = get_kernel("matmul")
     config = {"TG": 64, "BM": 16, "BN": 64, "BK": 32, "WM": 1, "WN": 2, "STAGES": 4, "WG": 0}
