@@ -110,3 +110,23 @@ def test_what_the_runtime_refuses_fails_the_launch(source, error):
 def test_what_metal_does_not_compile_does_not_build(n, header, source):
     status, detail, _ = launch(source, np.zeros(n, dtype=np.float32), 4, 32, 32, header)
     assert status == "compile_error", detail
+
+
+def test_only_threadgroup_variables_become_shared_storage():
+    """Declarations of threadgroup arrays and scalars are rewritten; pointers into threadgroup memory,
+    parameters and a declaration with an initialiser (which MSL refuses) are left as written."""
+    tg = "__attribute__((address_space(3)))"
+    text = (
+        "namespace zp_kernel_source_begins {}\n"
+        f"void f(const {tg} float* p) {{\n"
+        f"  {tg} float buf[4 * 8][2];\n"
+        f"  {tg} int count;\n"
+        f"  const {tg} float* q = p;\n"
+        f"  {tg} float bad = 0;\n"
+        "}\n"
+    )
+    out = build.share_threadgroup_declarations(text)
+    assert f"{tg} float (&buf)[4*8][2] = *zp::tg_alloc<float[4*8][2]>(0);" in out
+    assert f"{tg} int (&count) = *zp::tg_alloc<int>(1);" in out
+    assert f"void f(const {tg} float* p)" in out and f"const {tg} float* q = p;" in out
+    assert f"{tg} float bad = 0;" in out
