@@ -31,10 +31,10 @@ from __future__ import annotations
 BACKENDS = ("metal", "cuda")
 
 #: bumped whenever a prelude changes, so kernel versions (hashes) change with it
-PRELUDE_VERSION = 1
+PRELUDE_VERSION = 2
 
 METAL_HEADER = r"""
-// zmlx-pipeline prelude (metal) v1
+// zmlx-pipeline prelude (metal) v2
 #define KSHARED threadgroup
 #define KBARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
 #define KINLINE inline
@@ -56,6 +56,14 @@ METAL_HEADER = r"""
 
 template <int V, typename T>
 inline void k_load(const device T* p, thread float* vals) {
+  for (int i = 0; i < V; ++i) {
+    vals[i] = static_cast<float>(p[i]);
+  }
+}
+
+// metal_kernel passes an input of fewer than 8 elements in the constant address space
+template <int V, typename T>
+inline void k_load(const constant T* p, thread float* vals) {
   for (int i = 0; i < V; ++i) {
     vals[i] = static_cast<float>(p[i]);
   }

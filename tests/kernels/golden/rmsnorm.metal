@@ -1,6 +1,6 @@
 // ---- header ----
 
-// zmlx-pipeline prelude (metal) v1
+// zmlx-pipeline prelude (metal) v2
 #define KSHARED threadgroup
 #define KBARRIER() threadgroup_barrier(mem_flags::mem_threadgroup)
 #define KINLINE inline
@@ -22,6 +22,14 @@
 
 template <int V, typename T>
 inline void k_load(const device T* p, thread float* vals) {
+  for (int i = 0; i < V; ++i) {
+    vals[i] = static_cast<float>(p[i]);
+  }
+}
+
+// metal_kernel passes an input of fewer than 8 elements in the constant address space
+template <int V, typename T>
+inline void k_load(const constant T* p, thread float* vals) {
   for (int i = 0; i < V; ++i) {
     vals[i] = static_cast<float>(p[i]);
   }
