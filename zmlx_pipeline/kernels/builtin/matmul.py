@@ -193,6 +193,9 @@ CONSTRAINTS = (
     # decode shapes get BM = 16 (a row block mostly padding is pointless), prefill shapes the
     # larger ones (a row block of 16 rows re-reads B for every 16 rows)
     "WG == 1 or min(M, 16) <= BM <= max(16, 4 * M)",
+    # Metal's metal_kernel passes an input of under 8 elements in the constant address space, which the
+    # body's device pointers (KCDEV_PTR, k_copy_async) cannot hold; so such shapes run on CUDA only
+    "cuda_arch > 0 or (M * K >= 8 and K * N >= 8)",
     # -- the warpgroup-MMA path (WG == 1): wgmma exists on sm_90 only, for 16-bit inputs here
     # (float32 would need TF32 with a K-major B) --
     "WG == 0 or (cuda_arch == 90 and dtype_bytes == 2)",
