@@ -1,6 +1,6 @@
 """wgmma probe (GPU, Hopper): a warpgroup-MMA matmul body in mx.fast.cuda_kernel, checked and timed next to mx.matmul.
 
-    python tools/probe/wgmma_probe.py [--dtypes float16,bfloat16] [--shape M,N,K] [--variants all|quick]
+    python lab/tools/probe/wgmma_probe.py [--dtypes float16,bfloat16] [--shape M,N,K] [--variants all|quick]
                                       [--mode speed|edges|all] [--json OUT]
 
 Not part of the package: a kernel-development tool for issue 3's matmul bar (at least half of

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (after the .devpack wheels are staged): the GPU tests, then a short collect of
 # every kernel and dtype into /tmp/zp.duckdb (kept while the machine is warm), exported to $OUT.
-#   bash tools/device_smoke.sh [BUDGET] [EXTRA COLLECT ARGS...]
+#   bash lab/tools/device_smoke.sh [BUDGET] [EXTRA COLLECT ARGS...]
 set -uo pipefail
 source /tmp/devpack/env.sh
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 MLX_PTX_CACHE_DIR=/tmp/zp-ptx

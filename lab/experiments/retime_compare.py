@@ -1,8 +1,8 @@
 """Old against new timings of re-timed shards: per device, how many rows changed, and per re-timed case its
 best and median config and the median p90/p10 before and after (the tables of notes/retime-small-compare.txt).
 
-    python notes/experiments/s27_retime_compare.py OLD_DIR NEW_DIR DEVICE_FILE...
-    e.g. OLD_DIR = a checkout of data/ before the re-time, NEW_DIR = the shards tools/device_retime.sh wrote,
+    python lab/experiments/retime_compare.py OLD_DIR NEW_DIR DEVICE_FILE...
+    e.g. OLD_DIR = a checkout of data/ before the re-time, NEW_DIR = the shards lab/tools/device_retime.sh wrote,
     DEVICE_FILE = nvidia-h200 nvidia-h200-66sm nvidia-h200-32sm
 """
 import sys

@@ -1,7 +1,7 @@
 """The Apple GPU generation feature leaves the committed data's features alone: every kernel's feature
 frame from data/ is compared, byte for byte, with the frame built when no family has a generation.
 
-Usage: python notes/experiments/apple_generation_identity.py [DATA_DIR]
+Usage: python lab/experiments/apple_generation_identity.py [DATA_DIR]
 """
 
 import hashlib

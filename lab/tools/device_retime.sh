@@ -5,7 +5,7 @@
 # configs of 50 us and more, and some of its data is chain-timed: a case never mixes timers).
 # SELECT=small instead times again every case with a kernel input of 8 bytes or fewer (tools/retime_small_inputs.py:
 # MLX CUDA's managed small pool, which harness.make_inputs now keeps inputs out of), of KERNEL (default moe_combine).
-#   [VARIANTS="100 50 25"] [BUDGET=150s] [SELECT=first|small] [KERNEL=moe_combine] bash tools/device_retime.sh
+#   [VARIANTS="100 50 25"] [BUDGET=150s] [SELECT=first|small] [KERNEL=moe_combine] bash lab/tools/device_retime.sh
 set -uo pipefail
 source /tmp/devpack/env.sh
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

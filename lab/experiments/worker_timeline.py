@@ -1,6 +1,6 @@
 """Timeline of a 1M stage's worker tasks: when the first starts, when the last ends, each worker's busy time and gaps.
 
-    python notes/experiments/s26_timeline.py train|evaluate [STORE]
+    python lab/experiments/worker_timeline.py train|evaluate [STORE]
 
 STORE (default /tmp/prof.duckdb): a copy of the bench's 1M store (`cp /work/bench/resampled.duckdb
 /tmp/prof.duckdb`); `train` registers models in it. Wraps evaluate._worker_call in the parent, so each task

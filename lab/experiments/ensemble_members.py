@@ -1,7 +1,9 @@
+"""Scores of the ensemble with and without extra members, per kernel (the ensemble_members-*.txt results)."""
 import sys, time, math
+from pathlib import Path
 import polars as pl
 from threadpoolctl import threadpool_limits
-sys.path.insert(0, '/work/main')
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.models import estimators as E
 from zmlx_pipeline.models.evaluate import evaluate_kernel, kernel_features_of

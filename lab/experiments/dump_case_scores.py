@@ -1,8 +1,8 @@
 """Held-out ensemble scores per kernel, fitted as evaluate fits them, with the selection patched by
-s25_avgsel (AVG_TOL=0: the unpatched selection). Writes /tmp/s25/{SPLIT}-{TAG}-{kernel}.parquet."""
+selection_averaging (AVG_TOL=0: the unpatched selection). Writes /tmp/s25/{SPLIT}-{TAG}-{kernel}.parquet."""
 import sys, os, polars as pl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import s25_avgsel  # noqa: patches the selection
+import selection_averaging  # noqa: patches the selection
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.models.evaluate import kernel_features_of, folds, _fold_rows
 from zmlx_pipeline.models.estimators import make_ranker

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine after staging: resume a collect into /tmp/zp.duckdb (seeded from data/), optionally
 # under an MPS SM limit, optionally repeat a sample, and export each device's shard to $OUT.
-#   [FRESH=1] [MPS=25] [REPEAT=0.03 [REPEAT_K=kernel]] [JOBS=16] bash tools/device_collect.sh BUDGET PRESET [collect args...]
+#   [FRESH=1] [MPS=25] [REPEAT=0.03 [REPEAT_K=kernel]] [JOBS=16] bash lab/tools/device_collect.sh BUDGET PRESET [collect args...]
 set -uo pipefail
 source /tmp/devpack/env.sh
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1

@@ -1,7 +1,7 @@
 """Per case, the rank correlation between a config's place in the timing order (measured_at) and its time:
 do configs timed later in a case read faster (session 27, swiglu)?
 
-    python notes/experiments/s27_order_rho.py [STORE]   (default /work/bench/committed.duckdb)
+    python lab/experiments/timing_order_correlation.py [STORE]   (default /work/bench/committed.duckdb)
 """
 import sys
 
