@@ -14,8 +14,8 @@ both, and keeps what the reference check accepts). EDGES = 1 zero-fills the copi
 M, N or K and skips stores past M and N, so any M works, with N and K multiples of 8 (16-byte
 rows); EDGES = 0 needs M, N and K multiples of BM, BN and 64. BM = 64 is one warpgroup, for decode.
 
-Recorded runs: benchmarks/results/wgmma_probe-{h200,h100,h100-run2}.json (the aligned body, 70-78% of
-mx.matmul at 2048 x 14336 x 4096) and wgmma_probe-all-h200.json (--mode all: the edge path passes
+Recorded runs: lab/results/wgmma_probe-{h200,h100}.json and benchmarks/results/wgmma_probe-h100-run2.json
+(the aligned body, 70-78% of mx.matmul at 2048 x 14336 x 4096) and benchmarks/results/wgmma_probe-all-h200.json (--mode all: the edge path passes
 every check, and BM = 64 runs decode shapes at 0.97-1.5x mx.matmul).
 
 The collected kernel's copy of this body is the prelude's "wgmma" vocabulary
