@@ -18,7 +18,7 @@ def topk_diverse(scores, cfgs, k, d=2):
     return picked
 
 rules = {"plain": topk_plain, "div2": lambda s, c, k: topk_diverse(s, c, k, 2), "div3": lambda s, c, k: topk_diverse(s, c, k, 3)}
-for path in sorted(glob.glob("/tmp/s25/shapes-base-*.parquet")):
+for path in sorted(glob.glob("/tmp/selection/shapes-base-*.parquet")):
     df = pl.read_parquet(path).filter(pl.col("device_id").is_in(DEV))
     res = {r: {1: [], 3: [], 5: []} for r in rules}
     for key, g in df.group_by(CASE):

@@ -1,5 +1,5 @@
 """Held-out ensemble scores per kernel, fitted as evaluate fits them, with the selection patched by
-selection_averaging (AVG_TOL=0: the unpatched selection). Writes /tmp/s25/{SPLIT}-{TAG}-{kernel}.parquet."""
+selection_averaging (AVG_TOL=0: the unpatched selection). Writes /tmp/selection/{SPLIT}-{TAG}-{kernel}.parquet."""
 import sys, os, polars as pl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import selection_averaging  # noqa: patches the selection
@@ -24,7 +24,7 @@ def one(kernel):
             r = make_ranker(f, "ensemble"); r.only = "seen" if seen.all() else "unseen" if not seen.any() else None
             s = r.fit(train).score(test)
             out.append(test.select(*CASE, "config_key", "config", "median_us").with_columns(pl.Series("_s", s), pl.lit(name).alias("fold")))
-        pl.concat(out).write_parquet(f"/tmp/s25/{SPLIT}-{TAG}-{kernel}.parquet")
+        pl.concat(out).write_parquet(f"/tmp/selection/{SPLIT}-{TAG}-{kernel}.parquet")
         return kernel
 if __name__ == "__main__":
     with ProcessPoolExecutor(2) as ex:

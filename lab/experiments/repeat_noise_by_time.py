@@ -1,5 +1,5 @@
 """How far a second measurement of the same config (the store's `repeats`, another process) is from the first,
-by the config's time, and how many of a kernel's judged held-out-shape cases sit under 2 us (session 28, swiglu).
+by the config's time, and how many of a kernel's held-out-shape cases sit under 2 us (swiglu).
 
     python lab/experiments/repeat_noise_by_time.py [STORE] [KERNEL]   (default /work/bench/committed.duckdb swiglu)
 """

@@ -1,11 +1,11 @@
 import sys, glob, polars as pl, numpy as np
 CASE = ["device_id", "kernel", "dtype", "shape_key"]
 split, tags = sys.argv[1], sys.argv[2:]
-kernels = sorted({p.split("-")[-1][:-8] for p in glob.glob(f"/tmp/s25/{split}-{tags[0]}-*.parquet")})
+kernels = sorted({p.split("-")[-1][:-8] for p in glob.glob(f"/tmp/selection/{split}-{tags[0]}-*.parquet")})
 for k in kernels:
     line = f"{k:18s}"
     for tag in tags:
-        df = pl.read_parquet(f"/tmp/s25/{split}-{tag}-{k}.parquet")
+        df = pl.read_parquet(f"/tmp/selection/{split}-{tag}-{k}.parquet")
         if split == "shapes":
             df = df.filter(pl.col("device_id").is_in(["nvidia-h100-sxm", "nvidia-h200"]))
         df = df.sort([*CASE, "_s", "config_key"], nulls_last=True).with_columns(pl.int_range(1, pl.len()+1).over(CASE).alias("rank"))

@@ -1,5 +1,5 @@
 """Per case, the rank correlation between a config's place in the timing order (measured_at) and its time:
-do configs timed later in a case read faster (session 27, swiglu)?
+do configs timed later in a case read faster (swiglu)?
 
     python lab/experiments/timing_order_correlation.py [STORE]   (default /work/bench/committed.duckdb)
 """

@@ -1,4 +1,4 @@
-"""Speed, third round (notes/learning.md): an ensemble fits only the members its chosen settings use,
+"""Fit speed (notes/learning.md, "Training and evaluation time"): an ensemble fits only the members its chosen settings use,
 transfer's device models share one deduplication of the test rows, the fit cache shares a per-device
 model between fits whose rows for that device are identical, and left-out-device folds of a kernel run
 in one worker."""
@@ -59,7 +59,7 @@ def test_an_ensemble_fits_only_the_members_its_settings_use_and_scores_the_same(
     lean = _fixed(f, train, [0.5, 0.5, 0.0, 0.0], False, [0.0, 0.75, 0.0, 0.25], False)
     assert sorted(lean.rankers) == ["prior", "simd_aligned", "transfer"]
     assert "gbr_shared" not in fitted and "prior_uniform" not in fitted
-    # the reference: the same settings with every member and hedge fitted (as before this round)
+    # the reference: the same settings with every member and hedge fitted (as before `needed` existed)
     monkeypatch.setattr(CVEnsembleRanker, "needed", lambda self: self._names())
     full = _fixed(f, train, [0.5, 0.5, 0.0, 0.0], False, [0.0, 0.75, 0.0, 0.25], False)
     monkeypatch.undo()

@@ -3,7 +3,7 @@
     python lab/tools/probe/wgmma_probe.py [--dtypes float16,bfloat16] [--shape M,N,K] [--variants all|quick]
                                       [--mode speed|edges|all] [--json OUT]
 
-Not part of the package: a kernel-development tool for issue 3's matmul bar (at least half of
+Not part of the package: a kernel-development tool for the matmul target (at least half of
 mx.matmul). C[M, N] = A[M, K] @ B[K, N] with both row-major, so A is K-major and B is N-major
 (wgmma's transposed-B mode, which 16-bit types allow). A threadgroup of BM / 64 warpgroups
 computes a BM x BN block; K is walked in 64-deep slabs copied by cp.async into a ring of ST
