@@ -1,15 +1,15 @@
-"""The figures issue 4 is judged by, for one model variant, on a store: one table per split.
+"""The figures a ranker is chosen by, for one model variant, on a store: one table per split.
 
     python benchmarks/judged_scores.py --db STORE [--model NAME] [--split shapes,devices] [--jobs N] [--json FILE]
 
 - shapes: per kernel, regret@1 and @3 (geometric mean) over the held-out-shape cases of the H100 and the H200
-  together (the bar: @1 <= 1.03, @3 <= 1.01, better than every baseline), and the best baseline's figures;
+  together (the target: @1 <= 1.03, @3 <= 1.01, better than every baseline), and the best baseline's figures;
 - devices: per kernel, regret@1 (and @5) over every left-out device's cases (our data: @1 <= 1.05; Kernel
   Tuner files: @1 <= 1.10 and @5 <= 1.05), and the best baseline at the same k.
 The folds, models and baselines are evaluate.py's (submit_kernel), run in --jobs worker processes.
 With --bootstrap N (default 2000; 0: off) each model figure also gets a 95% interval from resampling the
 cases, and `beats` (the share of the same resamples, paired by case, in which the model's geometric mean is
-below the best baseline's): how firmly a figure meets or misses its bar, given this many cases.
+below the best baseline's): how firmly a figure meets or misses its target, given this many cases.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ a stage after that many seconds and says so.
 
 First it times a fixed piece of work, the kind that dominates the stages (one 200-tree boosting fit
 of 50,000 synthetic rows on one core, best of 3), and prints it as the machine's speed: the same code
-on the same store took 116 s on one 2-core machine and 143-183 s on others (notes/learning.md, sessions
-27-28), so wall times from different machines compare only through it.
+on the same store took 116 s on one 2-core machine and 143-183 s on others (notes/learning.md,
+"Training and evaluation time"), so wall times from different machines compare only through it.
 """
 
 from __future__ import annotations

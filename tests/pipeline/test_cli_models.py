@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 HOTSPOT = REPO / "tests" / "data" / "fixtures" / "hotspot"
 DEVICES = ("nvidia-rtx-a4000", "nvidia-rtx-a6000")
 ROW_KEYS = ["kernel", "device", "method", "k", "regret_geomean", "regret_p95", "hit_2pct", "cases"]
-TIED_KEYS = ["regret_tied_geomean", "hit_tied", "tied_band", "tied_band_source"]  # after the keys
+TIED_KEYS = ["regret_tied_geomean", "hit_tied", "tied_band", "tied_band_source"]  # after the score keys
 BASELINES = {"chip_default", "seed_candidates", "most_common_best", "nearest_shape", "other_device_best"}
 
 

@@ -373,7 +373,7 @@ def repeat(
 
 def noise_summary(store: Store, device: str | None = None) -> list[dict]:
     """Spread of repeated timings by size: per bucket of the first median, |repeat / first - 1| (median,
-    p95, max) and the share within 5%; the bucket "> 50 us" pools the kernels issue 3 judges."""
+    p95, max) and the share within 5%; the bucket "> 50 us" pools the kernel times the noise target covers."""
     pairs = store.repeat_pairs(device=device)
     edges = (0.0,) + NOISE_BUCKETS_US + (float("inf"),)
     buckets = [(bucket_label(i), lo, hi) for i, (lo, hi) in enumerate(zip(edges, edges[1:]))]

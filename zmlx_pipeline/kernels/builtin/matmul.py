@@ -22,7 +22,7 @@ TG is determined by the warp layout (`TG == 32 * WM * WN`); BM = 16 serves the d
 WG = 1 is a second path, for Hopper (sm_90) and 16-bit types only: the prelude's "wgmma"
 vocabulary computes the whole tile with warpgroup MMAs reading 128-byte-swizzled slabs straight
 from shared memory (no fragment loads through registers), BM / 64 warpgroups (WM = BM / 64, WN = 4
-warps each), BK = 64 and a ring of 3 or 4 stages. Measured in tools/probe/wgmma_probe.py at
+warps each), BK = 64 and a ring of 3 or 4 stages. Measured in lab/tools/probe/wgmma_probe.py at
 2048 x 14336 x 4096: 70-78% of mx.matmul, where the warp-MMA path reaches 40-44%.
 """
 

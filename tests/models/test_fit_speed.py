@@ -1,0 +1,157 @@
+"""Fit speed (notes/learning.md, "Training and evaluation time"): an ensemble fits only the members its chosen settings use,
+transfer's device models share one deduplication of the test rows, the fit cache shares a per-device
+model between fits whose rows for that device are identical, and left-out-device folds of a kernel run
+in one worker."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+
+from zmlx_pipeline.models import estimators, evaluate as ev
+from zmlx_pipeline.models.estimators import (
+    CVEnsembleRanker,
+    DeviceTransferRanker,
+    ModelError,
+    clear_fit_cache,
+    distinct_rows,
+    make_pipeline,
+    predict_distinct,
+    transfer_features,
+)
+from zmlx_pipeline.models.features import store_features
+from store_fixtures import DEVICES, fill as store_fill
+
+
+
+def fill(store, make_measurement, kernels=("k",)) -> None:
+    """store_fixtures' store with one kernel."""
+    store_fill(store, make_measurement, kernels)
+
+
+MEMBERS = ["prior", "transfer", "gbr_shared", "simd_aligned"]
+HEDGES = ["prior", "transfer", "prior_uniform"]
+
+
+@pytest.fixture
+def kernel(store, make_measurement):
+    fill(store, make_measurement, kernels=("k",))
+    return store_features(store)["k"]
+
+
+def _fixed(f, train, weights_seen, hedge_seen, weights_unseen, hedge_unseen, only=None):
+    ranker = CVEnsembleRanker(f, MEMBERS, HEDGES)
+    ranker.fixed = {"weights_seen": weights_seen, "hedge_seen": hedge_seen,
+                    "weights_unseen": weights_unseen, "hedge_unseen": hedge_unseen}
+    ranker.only = only
+    return ranker.fit(train)
+
+
+def test_an_ensemble_fits_only_the_members_its_settings_use_and_scores_the_same(kernel, monkeypatch):
+    f = kernel
+    held = pl.col("device_id") == DEVICES[0]
+    train, unseen = f.frame.filter(~held), f.frame.filter(held)
+    fitted = []
+    real = estimators.make_ranker
+    monkeypatch.setattr(estimators, "make_ranker", lambda feats, m="ensemble": fitted.append(m) or real(feats, m))
+    # gbr_shared weighs 0 in both settings and no hedge is on: it is never fitted
+    lean = _fixed(f, train, [0.5, 0.5, 0.0, 0.0], False, [0.0, 0.75, 0.0, 0.25], False)
+    assert sorted(lean.rankers) == ["prior", "simd_aligned", "transfer"]
+    assert "gbr_shared" not in fitted and "prior_uniform" not in fitted
+    # the reference: the same settings with every member and hedge fitted (as before `needed` existed)
+    monkeypatch.setattr(CVEnsembleRanker, "needed", lambda self: self._names())
+    full = _fixed(f, train, [0.5, 0.5, 0.0, 0.0], False, [0.0, 0.75, 0.0, 0.25], False)
+    monkeypatch.undo()
+    assert set(full.rankers) == set(MEMBERS) | set(HEDGES)
+    for test in (train, unseen, f.frame):
+        assert np.array_equal(lean.score(test), full.score(test))
+    # a hedged setting needs its hedges, whatever their weights
+    hedged = _fixed(f, train, [0.0, 0.0, 1.0, 0.0], True, [1.0, 0.0, 0.0, 0.0], False)
+    assert hedged.needed() == ["prior", "transfer", "gbr_shared", "prior_uniform"]
+    assert sorted(hedged.rankers) == ["gbr_shared", "prior", "prior_uniform", "transfer"]
+
+
+def test_an_ensemble_fitted_for_one_kind_of_device_refuses_rows_whose_members_it_lacks(kernel):
+    f = kernel
+    held = pl.col("device_id") == DEVICES[0]
+    train, unseen = f.frame.filter(~held), f.frame.filter(held)
+    # `only` with `fixed` (train.py's held-out folds): just the seen setting's members
+    seen_only = _fixed(f, train, [0.0, 0.0, 1.0, 0.0], False, [1.0, 0.0, 0.0, 0.0], False, only="seen")
+    assert sorted(seen_only.rankers) == ["gbr_shared"]
+    seen_only.score(train)
+    with pytest.raises(ModelError, match="did not fit prior"):
+        seen_only.score(unseen)
+    unseen_only = _fixed(f, train, [0.0, 0.0, 1.0, 0.0], False, [1.0, 0.0, 0.0, 0.0], False, only="unseen")
+    assert sorted(unseen_only.rankers) == ["prior"]
+    unseen_only.score(unseen)
+    with pytest.raises(ModelError, match="did not fit gbr_shared"):
+        unseen_only.score(train)
+
+
+def test_evaluate_scores_do_not_change_when_unused_members_are_left_out(kernel, monkeypatch):
+    """The folds' per-case regrets with every member fitted (needed() patched to all) and without."""
+    got = {}
+    for lean in (True, False):
+        if not lean:
+            monkeypatch.setattr(CVEnsembleRanker, "needed", lambda self: self._names())
+        got[lean] = pl.concat([ev.evaluate_kernel(kernel, split, ks=(1, 3), models=("ensemble",), baselines=False)
+                               for split in ("shapes", "devices")])
+    assert got[True].equals(got[False])
+
+
+def test_distinct_rows_shared_by_several_pipelines_predict_as_each_alone(kernel):
+    f = kernel
+    own = transfer_features(f)
+    # every device's rows repeat the config and shape columns: 3 copies of each transfer feature row
+    X = pl.concat([f.frame.select(own.features)] * 200)
+    unique, inverse = distinct_rows(X)
+    assert inverse is not None and unique.height * 3 == f.frame.height and X.height >= 10_000
+    assert unique[inverse].equals(X)
+    y = f.frame["log_rel"].to_numpy()
+    for i, estimator in enumerate((estimators._device_gbr(), estimators._device_gbr_light())):
+        pipeline = make_pipeline(own, estimator).fit(f.frame.select(own.features), y + i)
+        assert np.array_equal(predict_distinct(pipeline, X, (unique, inverse)), pipeline.predict(X))
+        assert np.array_equal(predict_distinct(pipeline, X), pipeline.predict(X))
+    small = f.frame.select(own.features)
+    assert distinct_rows(small)[1] is None  # under 10,000 rows: predicted as they are
+
+
+def test_transfer_shares_a_device_model_between_fits_with_identical_rows_for_it(kernel):
+    f = kernel
+    clear_fit_cache()
+    everything = DeviceTransferRanker(f).fit(f.frame)
+    without_last = DeviceTransferRanker(f).fit(f.frame.filter(pl.col("device_id") != DEVICES[-1]))
+    shared = {d: p for d, p in zip(everything.device_ids, everything.pipelines)}
+    for d, p in zip(without_last.device_ids, without_last.pipelines):
+        assert p is shared[d]  # the same fitted object: that device's rows did not change
+    # one shape fewer changes every device's rows: every model is fitted anew
+    one_shape_less = f.frame.filter(pl.col("shape_key") != f.frame["shape_key"].min())
+    other = DeviceTransferRanker(f).fit(one_shape_less)
+    assert all(p is not shared[d] for d, p in zip(other.device_ids, other.pipelines))
+
+
+def test_left_out_device_folds_of_a_kernel_run_together_in_one_worker_with_the_same_results(
+        store, make_measurement, monkeypatch):
+    kernels = ("k", "k2", "k3", "k4")
+    fill(store, make_measurement, kernels=kernels)
+    one = ev.evaluate(store, "devices", ks=(1, 3), jobs=1)
+    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)
+    submitted = []
+    real = ev.submit_kernel
+    monkeypatch.setattr(ev, "submit_kernel", lambda *a, **kw: submitted.append(kw.get("together")) or real(*a, **kw))
+    tasks = []
+    real_submit = ev.KernelPool.submit
+    monkeypatch.setattr(ev.KernelPool, "submit", lambda self, k, fn, *a: tasks.append((k, fn.__name__))
+                        or real_submit(self, k, fn, *a))
+    two = ev.evaluate(store, "devices", ks=(1, 3), jobs=2)
+    assert two == one
+    assert submitted == [True] * 4  # 4 kernels >= 2 per worker: each kernel's folds are one task
+    assert sorted(tasks) == [(k, "_score_folds") for k in kernels]
+    tasks.clear()
+    features = store_features(store)
+    with ev.KernelPool(features, jobs=2) as pool:  # one future per fold unless asked
+        alone = ev.submit_kernel(features["k"], "devices", ks=(1, 3), pool=pool)
+        together = ev.submit_kernel(features["k"], "devices", ks=(1, 3), pool=pool, together=True)
+        assert len(alone) == len(DEVICES) and len(together) == 1
+        assert ev.gather_folds(alone, (1, 3)).equals(ev.gather_folds(together, (1, 3)))
