@@ -9,8 +9,9 @@ with `git archive` and imported in a child process) and in this checkout. Where 
 same and only the version differs, the shards' rows of CUDA devices (`device_backend = 'cuda'`) at REV's
 version are rewritten to the current version, their repeated timings (the `repeats` column) with them;
 every other column, the row order, the schema, zstd compression and the Parquet key-value metadata are
-kept, and each file is replaced atomically. Kernels whose CUDA program changed are listed and left alone;
-Metal rows are never relabelled. A second run finds nothing to do.
+kept, and each file is replaced atomically. A row whose key the shard also holds at the current version
+(timed again since) stays at the old version, so no key is held twice. Kernels whose CUDA program
+changed are listed and left alone; Metal rows are never relabelled. A second run finds nothing to do.
 
 The CUDA program compared (one record per kernel, `PROBE` below) is what the harness hands MLX:
 `spec.header("cuda")` and `spec.source("cuda")` (text for every dtype: the dtype and the config reach
@@ -40,6 +41,8 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
+#: a measurement's key in the store (data/store.py), which a shard holds at most once
+KEY = ("device_id", "kernel", "kernel_version", "dtype", "shape_key", "config_key")
 #: how a rewritten shard is compressed: zstd, as `export` writes shards; level 9 keeps a rewritten shard
 #: within a quarter of the size DuckDB wrote (pyarrow's default level 1: half as large again)
 ZSTD = {"compression": "zstd", "compression_level": 9}
@@ -163,7 +166,7 @@ def plan(old: dict[str, dict], new: dict[str, dict]) -> list[KernelPlan]:
 
 def relabel_shard(path: Path, mapping: dict[tuple[str, str], str], write: bool) -> dict:
     """Relabel one shard's CUDA rows whose (kernel, kernel_version) is in `mapping` (to the mapped version);
-    returns {'path', 'rows', 'relabelled', 'written'}. Writes a temporary file next to it, checks that it
+    returns {'path', 'rows', 'relabelled', 'already_at_new_version', 'written'}. Writes a temporary file next to it, checks that it
     reads back equal but for those versions, with the same schema and metadata, then replaces the shard."""
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -174,8 +177,18 @@ def relabel_shard(path: Path, mapping: dict[tuple[str, str], str], write: bool) 
     versions = table.column("kernel_version").to_pylist()
     backends = table.column("device_backend").to_pylist()
     relabelled = [mapping.get((k, v)) if b == "cuda" else None for k, v, b in zip(kernels, versions, backends)]
+    # a key the shard already holds at the new version (timed again since) keeps that timing: its old row
+    # stays at the old version, so the shard never holds one key twice
+    keys = list(zip(*(table.column(c).to_pylist() for c in KEY)))
+    present = set(keys)
+    version_at = KEY.index("kernel_version")
+    kept = 0
+    for i, to in enumerate(relabelled):
+        if to is not None and (*keys[i][:version_at], to, *keys[i][version_at + 1:]) in present:
+            relabelled[i], kept = None, kept + 1
     count = sum(v is not None for v in relabelled)
-    result = {"path": str(path), "rows": table.num_rows, "relabelled": count, "written": False}
+    result = {"path": str(path), "rows": table.num_rows, "relabelled": count, "already_at_new_version": kept,
+              "written": False}
     if not count or not write:
         return result
     new_versions = pa.array([r or v for r, v in zip(relabelled, versions)], type=table.schema.field("kernel_version").type)
@@ -276,7 +289,9 @@ def main(argv=None, lookup: Callable[[str | None], dict[str, dict]] = kernel_pro
             print(f"{p['kernel']:12s} {p['from_version'] or '-':20s} {p['to_version'] or '-':20s} {note}")
         verb = "would relabel" if args.check else "relabelled"
         for s in report["shards"]:
-            print(f"{s['path']}: {s['rows']} rows, {verb} {s['relabelled']}")
+            kept = f"; {s['already_at_new_version']} left: their key is timed at the new version" \
+                if s["already_at_new_version"] else ""
+            print(f"{s['path']}: {s['rows']} rows, {verb} {s['relabelled']}{kept}")
     pending = sum(s["relabelled"] for s in report["shards"])
     return 1 if args.check and pending else 0
 

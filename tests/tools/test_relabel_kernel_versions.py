@@ -106,7 +106,8 @@ def test_a_second_run_changes_nothing(shard, capsys):
     capsys.readouterr()
     assert tool.main(["--from-rev", "REV", "--json", str(shard)], lookup=lookup) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["shards"] == [{"path": str(shard), "rows": 8, "relabelled": 0, "written": False}]
+    assert report["shards"] == [{"path": str(shard), "rows": 8, "relabelled": 0, "already_at_new_version": 0,
+                                 "written": False}]
     assert shard.read_bytes() == data
     assert tool.main(["--from-rev", "REV", "--check", str(shard)], lookup=lookup) == 0
 
@@ -120,6 +121,21 @@ def test_check_writes_nothing_and_exits_1_when_rows_would_move(shard, capsys):
     kernels = {k["kernel"]: k for k in report["kernels"]}
     assert kernels["softmax"]["action"] == "relabel" and kernels["softmax"]["metal_changed"] is True
     assert kernels["matmul"]["action"] == "cuda_changed" and kernels["matmul"]["differs"] == ["source"]
+
+
+def test_a_key_timed_again_at_the_new_version_keeps_that_timing(store, make_measurement, tmp_path):
+    run = add_device(store, make_measurement, GPU, "cuda")
+    store.record([make_measurement(run_id=run, device_id=GPU, kernel="softmax", kernel_version=NEW,
+                                   config={"TG": 64}, median_us=60.0)])
+    path = tmp_path / "gpu.parquet"
+    export_shard(store, path)
+    report = tool.run("REV", [path], check=False, lookup=lookup)
+    assert report["shards"][0]["relabelled"] == 1 and report["shards"][0]["already_at_new_version"] == 1
+    rows = pq.read_table(path).to_pylist()
+    timed = sorted((r["kernel_version"], r["median_us"]) for r in rows if r["kernel"] == "softmax")
+    assert timed == [(NEW, 60.0), (NEW, 128.0), (OLD, 64.0)]  # TG 64's old timing stays at the old version
+    with Store(tmp_path / "central.duckdb") as central:
+        assert central.ingest_shard(path)["added"] == 5
 
 
 def test_plan_names_kernels_found_on_one_side_only_and_unchanged_versions():
