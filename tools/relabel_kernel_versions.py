@@ -166,8 +166,9 @@ def plan(old: dict[str, dict], new: dict[str, dict]) -> list[KernelPlan]:
 
 def relabel_shard(path: Path, mapping: dict[tuple[str, str], str], write: bool) -> dict:
     """Relabel one shard's CUDA rows whose (kernel, kernel_version) is in `mapping` (to the mapped version);
-    returns {'path', 'rows', 'relabelled', 'already_at_new_version', 'written'}. Writes a temporary file next to it, checks that it
-    reads back equal but for those versions, with the same schema and metadata, then replaces the shard."""
+    returns {'path', 'rows', 'relabelled', 'already_at_new_version', 'written'}. Writes a temporary file
+    next to it, checks that it reads back equal but for those versions, with the same schema and metadata,
+    then replaces the shard."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
