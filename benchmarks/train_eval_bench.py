@@ -31,17 +31,17 @@ same run (the `reference` stage, in its own process like the others, before them
 `sklearn.ensemble.HistGradientBoostingRegressor()` with default parameters (100 trees at most, early
 stopping on above 10,000 rows), under the one-OpenMP-thread limit the stages' fits run under
 (evaluate.fit_threads; the stages spread their fits over --jobs workers), regressing log time on
-`reference_matrix`: every row the stages read (each
-kernel's feature frame), in REFERENCE_COLUMNS = 34 columns that mean the same for every kernel: the
-device's 11 spec features, the dtype's bytes, the kernel (as a number), the config's parameters in name
-order, raw and log2 (8 slots each, matmul's count; NaN past a kernel's own), the shape's dims in name
-order (log2, 4 slots) and the shape's log2 size. The stages' own frames hold 33-63 feature columns per
-kernel (about 37 per row on the committed data), so the plain fit does about as much work per row and
-column as one of theirs, once. Only the fit is timed; building the matrix is not. Target: 3x or less.
+`reference_matrix`: every row the stages read (each kernel's feature frame), in REFERENCE_COLUMNS = 34
+columns that mean the same for every kernel: the device's 11 spec features, the dtype's bytes, the kernel
+(as a number), the config's parameters in name order, raw and log2 (8 slots each, matmul's count; NaN past
+a kernel's own), the shape's dims in name order (log2, 4 slots) and the shape's log2 size. The stages' own
+frames hold 33-63 feature columns per kernel (about 37 per row on the committed data), so the plain fit
+does about as much work per row and column as one of theirs, once. Only the fit is timed; building the
+matrix is not. Target: 3x or less.
 
-It also times, first, the fixed 50,000-row fit of the stages' own boosting model on one core that earlier
-rounds printed as the machine's speed (notes/learning.md, rounds 8-9): it takes seconds, and keeps new
-runs comparable with those recorded figures.
+First it still times the fixed 50,000-row fit of the stages' own boosting model on one core that the
+recorded runs in benchmarks/results/ print as the machine's speed: it takes seconds, and keeps new runs
+comparable with those.
 """
 
 from __future__ import annotations
