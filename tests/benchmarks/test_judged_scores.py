@@ -168,6 +168,7 @@ def test_script_prints_and_writes_both_figures(repeated, tmp_path, capsys):
     assert 1.0 <= row["model_noise_r1"] <= row["model_r1"]                 # ties only ever lower a regret
     assert row["model_noise_r1_ci95"][0] <= row["model_noise_r1"] <= row["model_noise_r1_ci95"][1]
     assert report["small_case_bands"]["pairs"] == 4                       # the configs under 2 us: 2 + 1 + 1
+    assert {b["bucket"] for b in report["small_case_bands"]["bands"]} == {"0-2 us"}
     printed = capsys.readouterr().out
     assert "headline: tied regret where the best config runs under 2 us, else plain" in printed
     assert "plain " in printed
