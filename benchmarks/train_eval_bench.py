@@ -11,8 +11,8 @@ Two stores are measured:
   a random factor exp(N(0, 0.05)); failed configs stay failed. The data are NOT measurements:
   they exist only to time the code at this size.
 
-On each store three stages run, each in a fresh Python process so that its peak memory is its
-own: `train` (train_models: fit, held-out pruning k, save, register, every kernel),
+On each store four stages run, each in a fresh Python process so that its peak memory is its
+own: `reference` (below), `train` (train_models: fit, held-out pruning k, save, register, every kernel),
 `evaluate-shapes` and `evaluate-devices` (evaluate with the model and every baseline), each with
 --jobs worker processes (default: one per CPU, as the CLI). Printed per stage: wall seconds, the
 CPU seconds (user + system) of the stage's process and of its worker processes together (on a
@@ -24,10 +24,24 @@ peak (it is carried over exec), so a stage started by a process that built the 1
 that process's 3.1 GB. --stores-only builds the stores in --work and stops; --timeout stops
 a stage after that many seconds and says so.
 
-First it times a fixed piece of work, the kind that dominates the stages (one 200-tree boosting fit
-of 50,000 synthetic rows on one core, best of 3), and prints it as the machine's speed: the same code
-on the same store took 116 s on one 2-core machine and 143-183 s on others (notes/learning.md,
-"Training and evaluation time"), so wall times from different machines compare only through it.
+The headline figure of a store is a ratio, which carries from machine to machine where seconds do not
+(the same code on the same 1M store took 116 s on one 2-core machine and 143-183 s on others): the wall
+time of train plus evaluate-shapes over the wall time of one plain fit of the same rows, measured in the
+same run (the `reference` stage, in its own process like the others, before them). The plain fit is a
+`sklearn.ensemble.HistGradientBoostingRegressor()` with default parameters (100 trees at most, early
+stopping on above 10,000 rows), under the one-OpenMP-thread limit the stages' fits run under
+(evaluate.fit_threads; the stages spread their fits over --jobs workers), regressing log time on
+`reference_matrix`: every row the stages read (each kernel's feature frame), in REFERENCE_COLUMNS = 34
+columns that mean the same for every kernel: the device's 11 spec features, the dtype's bytes, the kernel
+(as a number), the config's parameters in name order, raw and log2 (8 slots each, matmul's count; NaN past
+a kernel's own), the shape's dims in name order (log2, 4 slots) and the shape's log2 size. The stages' own
+frames hold 33-63 feature columns per kernel (about 37 per row on the committed data), so the plain fit
+does about as much work per row and column as one of theirs, once. Only the fit is timed; building the
+matrix is not. Target: 3x or less.
+
+First it still times the fixed 50,000-row fit of the stages' own boosting model on one core that the
+recorded runs in benchmarks/results/ print as the machine's speed: it takes seconds, and keeps new runs
+comparable with those.
 """
 
 from __future__ import annotations
@@ -47,6 +61,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("train", "evaluate-shapes", "evaluate-devices")
+REFERENCE = "reference"  # the plain fit of the same rows, the ratio's denominator
+RATIO_STAGES = ("train", "evaluate-shapes")  # the ratio's numerator
+TARGET_RATIO = 3.0
+PARAM_SLOTS = 8  # config parameters per kernel, at most (matmul)
+DIM_SLOTS = 4    # shape dims per kernel, at most (convolution_milo)
+REFERENCE_COLUMNS = 11 + 1 + 1 + 2 * PARAM_SLOTS + DIM_SLOTS + 1
 
 
 def _log(msg: str) -> None:
@@ -73,6 +93,65 @@ def machine_speed(rows: int = 50_000, trees: int = 200, repeats: int = 3) -> dic
             best = min(best, time.perf_counter() - t)
     return {"store": "machine", "stage": "calibration", "rows": rows, "trees": trees, "repeats": repeats,
             "fit_s": round(best, 3), "cpus": os.cpu_count()}
+
+
+def reference_matrix(features: dict) -> tuple:
+    """(X, y) of the plain reference fit: every row of the kernels' feature frames in REFERENCE_COLUMNS
+    columns that mean the same for every kernel (see the module docstring), and log time."""
+    import numpy as np
+    import polars as pl
+
+    missing = pl.lit(None, dtype=pl.Float64)
+    blocks, targets = [], []
+    for code, kernel in enumerate(sorted(features)):
+        f = features[kernel]
+        devices = sorted(c for c in f.frame.columns if c.startswith("dev_log2_"))
+        params = sorted(f.params)[:PARAM_SLOTS]
+        dims = sorted(f.shape_dims)[:DIM_SLOTS]
+        raw = [pl.col(f"cfg_{p}").cast(pl.Float64) for p in params] + [missing] * (PARAM_SLOTS - len(params))
+        columns = [*(pl.col(c) for c in devices), pl.col("dtype_bytes"), pl.lit(float(code)), *raw,
+                   *(pl.when(r > 0).then(r.log(2)) for r in raw),
+                   *(pl.col(f"shape_log2_{d}") for d in dims), *[missing] * (DIM_SLOTS - len(dims)),
+                   pl.col("shape_log2_size") if "shape_log2_size" in f.frame.columns else missing]
+        if len(columns) != REFERENCE_COLUMNS:
+            raise SystemExit(f"{kernel}: {len(devices)} device spec features, the reference matrix expects 11")
+        blocks.append(f.frame.select([c.cast(pl.Float64).alias(f"x{i}") for i, c in enumerate(columns)])
+                      .to_numpy().astype(np.float64))
+        targets.append(f.frame["log_time"].to_numpy())
+    return np.vstack(blocks), np.concatenate(targets)
+
+
+def plain_fit(X, y) -> dict:
+    """Seconds of one fit of a default HistGradientBoostingRegressor on (X, y) under the stages' thread limit
+    (evaluate.fit_threads): the ratio's denominator. Columns no row fills (slots that none of the store's
+    kernels has) are left out: scikit-learn cannot bin them."""
+    import numpy as np
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    from zmlx_pipeline.models.evaluate import fit_threads
+
+    X = X[:, ~np.isnan(X).all(axis=0)]
+    model = HistGradientBoostingRegressor()
+    with fit_threads():
+        t = time.perf_counter()
+        model.fit(X, y)
+        seconds = time.perf_counter() - t
+    return {"fit_s": seconds, "trees": int(model.n_iter_), "rows": int(X.shape[0]), "columns": int(X.shape[1])}
+
+
+def ratio_summary(results: list[dict], label: str) -> dict | None:
+    """The headline of one store from its stage results of this run: (train + evaluate-shapes wall) over the
+    reference fit's wall, with both; None when a stage of it did not finish."""
+    mine = {r["stage"]: r for r in results if r.get("store") == label}
+    needed = (*RATIO_STAGES, REFERENCE)
+    if any("wall_s" not in mine.get(s, {}) for s in needed):
+        return None
+    stages = sum(mine[s]["wall_s"] for s in RATIO_STAGES)
+    reference = mine[REFERENCE]["wall_s"]
+    return {"store": label, "stage": "ratio", "rows": mine[REFERENCE].get("rows"),
+            "train_evaluate_shapes_wall_s": round(stages, 2), "reference_fit_s": round(reference, 2),
+            "ratio": round(stages / reference, 3), "target_ratio": TARGET_RATIO,
+            "reference": mine[REFERENCE].get("detail")}
 
 
 def build_committed(path: Path, data: Path, kernel_tuner: Path | None) -> int:
@@ -207,7 +286,8 @@ class MemorySampler:
 
 
 def run_stage(db: Path, stage: str, model: str | None = None, jobs: int | None = None) -> dict:
-    """One stage in this process: its wall and CPU seconds (its workers' included), peak RSS and what it produced."""
+    """One stage in this process: its wall and CPU seconds (its workers' included), peak RSS and what it produced.
+    The reference stage's wall time is its fit's alone (its CPU time includes building the matrix)."""
     from zmlx_pipeline.data.store import Store
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate
@@ -219,7 +299,16 @@ def run_stage(db: Path, stage: str, model: str | None = None, jobs: int | None =
     cpu0 = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     with MemorySampler() as sampler:
-        if stage == "train":
+        if stage == REFERENCE:
+            from zmlx_pipeline.models.evaluate import kernel_features_of
+
+            with Store(db, read_only=True) as store:
+                X, y = reference_matrix(kernel_features_of(store))
+            matrix_s = time.perf_counter() - t0
+            fit = plain_fit(X, y)
+            detail = {"rows": fit["rows"], "columns": fit["columns"], "trees": fit["trees"],
+                      "matrix_s": round(matrix_s, 2)}
+        elif stage == "train":
             with Store(db) as store:
                 rows = train_models(store, model=model, models_dir=db.parent / f"{db.stem}-models", jobs=jobs)
             detail = {r["kernel_filter"]: {"prune_k": r["scores"].get("prune_k"), "rows": r["params"]["rows"],
@@ -229,7 +318,7 @@ def run_stage(db: Path, stage: str, model: str | None = None, jobs: int | None =
             with Store(db, read_only=True) as store:
                 result = evaluate(store, split, models=(model,), jobs=jobs)
             detail = {"result_rows": len(result["results"])}
-        wall = time.perf_counter() - t0
+        wall = fit["fit_s"] if stage == REFERENCE else time.perf_counter() - t0
     cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - cpu0  # workers are reaped by now
     # VmHWM is this process's own peak (ru_maxrss starts at the parent's, see the module docstring)
     peak_kib = _status_kib("self", "VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -243,7 +332,7 @@ def measure(db: Path, label: str, rows: int, model: str | None, jobs: int | None
             timeout: float | None = None) -> list[dict]:
     """Every stage on one store, each in its own process (stopped after `timeout` seconds)."""
     out = []
-    for stage in STAGES:
+    for stage in (REFERENCE, *STAGES):
         # its own process group, so that a stopped stage takes its worker processes with it
         proc = subprocess.Popen([sys.executable, __file__, "--stage", stage, "--db", str(db),
                                  *(["--model", model] if model else []), *(["--jobs", str(jobs)] if jobs else [])],
@@ -269,6 +358,26 @@ def measure(db: Path, label: str, rows: int, model: str | None, jobs: int | None
     return out
 
 
+def report(results: list[dict], label: str) -> list[dict]:
+    """Prints a store's headline (the ratio, its two times beside it) and the stage sums; returns the ratio
+    entry for the JSON output ([] when a stage it needs was stopped)."""
+    mine = {r["stage"]: r for r in results if r.get("store") == label}
+    summary = ratio_summary(results, label)
+    if summary is None:
+        _log(f"{label}: ratio not measured (a stage was stopped)")
+    else:
+        ref = summary["reference"]
+        _log(f"{label}: train + evaluate shapes = {summary['ratio']:.2f}x one plain boosting fit of the same rows "
+             f"(target: {TARGET_RATIO:g}x or less): {summary['train_evaluate_shapes_wall_s']:.1f} s against "
+             f"{summary['reference_fit_s']:.1f} s (HistGradientBoostingRegressor(), one thread, {ref['rows']:,} rows x "
+             f"{ref['columns']} columns, {ref['trees']} trees)")
+    for name, stages in (("train + evaluate shapes", RATIO_STAGES), ("train + evaluate both splits", STAGES)):
+        if all("wall_s" in mine.get(s, {}) for s in stages):
+            _log(f"{label} {name}: wall {sum(mine[s]['wall_s'] for s in stages):.1f} s, "
+                 f"cpu {sum(mine[s]['cpu_s'] for s in stages):.1f} s")
+    return [] if summary is None else [summary]
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the resampled store (about)")
@@ -282,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: one per CPU)")
     parser.add_argument("--timeout", type=float, default=None, help="stop a stage after this many seconds")
     parser.add_argument("--stores-only", action="store_true", help="build the stores in --work and stop")
-    parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
+    parser.add_argument("--stage", choices=(REFERENCE, *STAGES), help=argparse.SUPPRESS)
     parser.add_argument("--db", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.stage:
@@ -310,8 +419,10 @@ def main(argv: list[str] | None = None) -> None:
         _log(f"committed store: {n} measurements from {args.data}"
              + (f" and the Kernel Tuner files in {kt}" if kt else " (no Kernel Tuner files found)")
              + f" ({time.perf_counter() - t:.1f} s to build)")
-        results = [speed] + ([] if args.skip_committed or args.stores_only else measure(
-            committed, "committed", n, args.model, args.jobs, args.timeout))
+        results = [speed]
+        if not (args.skip_committed or args.stores_only):
+            results += measure(committed, "committed", n, args.model, args.jobs, args.timeout)
+            results += report(results, "committed")
         if not args.skip_resampled:
             big = work / "resampled.duckdb"
             t = time.perf_counter()
@@ -321,15 +432,7 @@ def main(argv: list[str] | None = None) -> None:
             if args.stores_only:
                 return
             results += measure(big, "resampled", m, args.model, args.jobs, args.timeout)
-            mine = {r["stage"]: r for r in results if r["store"] == "resampled"}
-            for label, stages in (("train + evaluate shapes", ("train", "evaluate-shapes")),
-                                  ("train + evaluate both splits", STAGES)):
-                if any("wall_s" not in mine[s] for s in stages):
-                    _log(f"resampled {label}: not finished (a stage was stopped)")
-                    continue
-                wall = sum(mine[s]["wall_s"] for s in stages)
-                cpu = sum(mine[s]["cpu_s"] for s in stages)
-                _log(f"resampled {label}: wall {wall:.1f} s, cpu {cpu:.1f} s (target: within 120 s)")
+            results += report(results, "resampled")
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
 
