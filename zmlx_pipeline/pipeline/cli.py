@@ -255,6 +255,7 @@ def noise(db, device, as_json) -> None:
 def export(db, device, out) -> None:
     """Write the store's measurements as one Parquet shard (zstd), for ingest elsewhere."""
     store = _open_store(db, read_only=True)
+    _check_filters(store, device=device)
     n = store.export_shard(out, device=device)
     click.echo(f"wrote {n} measurements to {out} ({out.stat().st_size / 1024:.1f} KiB)")
 
@@ -287,8 +288,19 @@ def ingest(db, sources, as_json) -> None:
 def summary(db, device, kernel, as_json) -> None:
     """Per device, kernel and dtype: measurements by status, shapes covered, shapes with an ok config."""
     store = _open_store(db, read_only=True)
+    _check_filters(store, device=device, kernel=kernel)
     rows = store.summary(device=device, kernel=kernel)
     emit(rows, as_json, ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok"])
+
+
+def _check_filters(store, **filters: str | None) -> None:
+    """A --device or --kernel that matches nothing stored is a mistake (a typo), said in one line, not an empty answer."""
+    stored = store.summary()
+    for name, value in filters.items():
+        have = sorted({r[name] for r in stored})
+        if value is not None and value not in have:
+            raise click.ClickException(f"no measurements of {name} {value!r} in {store.path}; it has "
+                                       f"{', '.join(have) or 'none'} (see zmlx-pipeline summary)")
 
 
 @cli.command("run")
