@@ -257,6 +257,10 @@ def _dtype_name(dtype: Any) -> str:
     return name
 
 
+#: the largest array dimension MLX takes (its shapes are 32-bit signed integers)
+MAX_DIM = 2**31 - 1
+
+
 def check_k(k: Any) -> int:
     """`k` as a count of candidates: a whole number >= 1 (BadArgumentType / BadLookup otherwise)."""
     if isinstance(k, bool) or not isinstance(k, int):
@@ -277,6 +281,8 @@ def _dim_value(name: str, v: Any) -> int:
         raise BadLookup(f"shape dimension {name}={v!r} must be a positive integer") from None
     if iv != v or iv < 1:
         raise BadLookup(f"shape dimension {name}={v!r} must be a positive integer")
+    if iv > MAX_DIM:
+        raise BadLookup(f"shape dimension {name}={v!r} is larger than an array dimension can be ({MAX_DIM})")
     return iv
 
 
