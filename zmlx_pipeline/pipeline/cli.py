@@ -158,6 +158,11 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     budget_s = _budget(budget)
     specs, refs = _kernels(kernel_names)
     dtypes = _split(dtype_names) or list(DTYPES)
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        raise click.BadParameter(f"unknown dtype {', '.join(unknown)}; known: {', '.join(DTYPES)}", param_hint="--dtypes")
+    for spec in specs:  # an unknown preset is refused before the GPU is looked for (KernelSpecError names the presets)
+        spec.shape_grid.shapes(preset)
     device = detect_device()
     if device.backend not in ("cuda", "metal"):
         raise click.ClickException(
@@ -318,6 +323,11 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, as_json) ->
     """The main job: ingest data/, train, evaluate on held-out shapes and devices, publish, look up."""
     from zmlx_pipeline.pipeline.main_job import main_job
 
+    # refused before minutes of ingest and training, not when the bundle is written at the end
+    blocker = next((p for p in (bundle_dir, *bundle_dir.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise click.ClickException(f"cannot publish to {bundle_dir}: {blocker} is a file, not a directory; "
+                                   "choose another --bundle-dir")
     store = _open_store(db)
     collect = None
     if collect_budget:
