@@ -229,7 +229,8 @@ def test_a_bad_input_is_one_error_line(home, args, says):
 # -- the store: not a store, too new, locked, unwritable ----------------------------------------------------
 
 STORE_COMMANDS = [("summary",), ("ingest", str(SMALL_SHARD)), ("export", "out.parquet"), ("models",),
-                  ("train", "--kernel", "rmsnorm"), ("publish", "--to", "bundles")]
+                  ("train", "--kernel", "rmsnorm"), ("publish", "--to", "bundles"), ("evaluate", "--split", "shapes"),
+                  ("noise",)]
 
 
 @pytest.mark.parametrize("args", STORE_COMMANDS, ids=[a[0] for a in STORE_COMMANDS])
@@ -360,3 +361,73 @@ def test_garbage_in_the_bundle_variable_is_one_line(home, command):
     result = run_cli(home, *args, env={"ZMLX_PIPELINE_BUNDLE": str(home / "notes.txt")})
     assert_one_line_error(result)
     assert "ZMLX_PIPELINE_BUNDLE" in result.output
+
+
+# -- more files that are not what they claim ----------------------------------------------------------------
+
+@pytest.fixture
+def odd_files(home):
+    """A Parquet file that is not a shard, and a registered model whose file is not a model."""
+    from datetime import datetime, timezone
+
+    import duckdb
+
+    from zmlx_pipeline.data.store import Store, default_db_path
+
+    duckdb.connect().execute(f"COPY (SELECT 1 AS x, 'a' AS y) TO '{home / 'other.parquet'}' (FORMAT parquet)")
+    (home / "garbage.zip").write_bytes(b"PK\x03\x04 not a zip at all")
+    with Store(default_db_path()) as store:
+        store.add_model({"model_id": "rmsnorm-garbage", "kernel_filter": "rmsnorm", "created_at": datetime.now(timezone.utc),
+                         "data_fingerprint": "sha256:00", "params": {"model": "ensemble"}, "versions": {}, "scores": {},
+                         "path": str(home / "garbage.zip")})
+    return home
+
+
+MORE = [
+    (("ingest", "other.parquet"), "missing shard columns"),
+    (("ingest", "emptydata"), "no .parquet shard"),
+    (("models", "--verify"), "not a zip archive"),
+    (("publish", "--to", "bundles", "--model", "rmsnorm-garbage"), "not a zip archive"),
+    (("lookup", "rmsnorm", "--shape", "rows=8,cols=4096", "--bundle", "http://127.0.0.1:9/bundles"), "cannot fetch"),
+]
+
+
+@pytest.mark.parametrize("args, says", MORE, ids=[" ".join(a) for a, _ in MORE])
+def test_a_file_that_is_not_what_it_claims_is_one_error_line(odd_files, args, says):
+    result = run_cli(odd_files, *args)
+    assert_one_line_error(result, progress=args[0] in PROGRESS)
+    assert says in result.output.splitlines()[-1]
+
+
+@pytest.mark.parametrize("args", [("export", "emptydata"), ("import", "list.json", "--problem-size", "4096,-1"),
+                                  ("import", "list.json", "--problem-size", "[]")])
+def test_more_bad_values_are_usage_errors(home, args):
+    assert_one_line_error(run_cli(home, *args), code=2)
+
+
+# -- a killed writer ---------------------------------------------------------------------------------------
+
+KILLED = """
+import os, signal, sys
+from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.data.records import Measurement
+
+store = Store(sys.argv[1])
+con = store._conn
+con.execute("BEGIN TRANSACTION")
+con.execute("DELETE FROM measurements")
+print("mid-transaction", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_writer_killed_mid_transaction_loses_nothing_committed(home, subprocess_env):
+    before = json.loads(run_cli(home, "summary", "--json").output)
+    from zmlx_pipeline.data.store import default_db_path
+
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(default_db_path())], env=subprocess_env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9 and "mid-transaction" in proc.stdout
+    result = CliRunner().invoke(cli, ["summary", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == before and before[0]["measurements"] == 4

@@ -7,7 +7,6 @@ import hashlib
 import json
 import math
 import shutil
-import warnings
 from pathlib import Path
 
 import pytest
