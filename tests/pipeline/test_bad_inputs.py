@@ -137,6 +137,7 @@ USAGE = [  # exit 2: click refuses the value before any work starts
     ("lookup", "rmsnorm", "--shape", "rows=4096,rows=8,cols=4096"),
     ("lookup", "rmsnorm", "--shape", "rows=4096,4096"),
     ("lookup", "rmsnorm", "--shape", ","),
+    ("lookup", "rmsnorm", "--shape", "rows=4096 cols=4096"),
     ("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "-k", "0"),
     ("ingest",),
     ("ingest", "no-such-shard.parquet"),
@@ -291,6 +292,23 @@ def test_a_store_in_a_read_only_directory_is_one_line(home):
 
 
 # -- a Kernel Tuner cache with a config missing a parameter ------------------------------------------------
+
+def _kt_cache(entries: dict) -> dict:
+    return {"device_name": "NVIDIA H100", "kernel_name": "vector_add", "problem_size": [4096],
+            "tune_params_keys": ["block_size_x", "tile"], "tune_params": {"block_size_x": [64, 128], "tile": [1, 2]},
+            "objective": "time", "cache": entries}
+
+
+# (an infinite time is how old Kernel Tuner versions marked a failed config, and is kept as one)
+@pytest.mark.parametrize("time_text, says", [("-0.02", "-0.02"), ("NaN", "nan")])
+def test_a_kernel_tuner_cache_with_a_time_that_is_not_finite_and_positive_stores_nothing(home, time_text, says):
+    good = {"64,1": {"block_size_x": 64, "tile": 1, "time": 0.01, "times": [0.01]}}
+    text = json.dumps(_kt_cache({**good, "128,2": {"block_size_x": 128, "tile": 2, "time": "TIME"}}))
+    (home / "vector_add.json").write_text(text.replace('"TIME"', time_text))
+    result = run_cli(home, "import", "vector_add.json", "--device", "nvidia-h100-sxm")
+    assert_one_line_error(result)
+    assert says in result.output.lower()
+
 
 def test_a_kernel_tuner_cache_with_a_config_missing_a_parameter_stores_nothing(home):
     cache = {
