@@ -82,9 +82,10 @@ def test_lookup_table_and_defaults(toy_bundle):
                  "--bundle", str(toy_bundle[1]), "--dtype", "float16")
     assert result.exit_code == 0
     assert "evidence" in result.output and "measured" in result.output and "candidates (best first)" in result.output
-    unknown = json.loads(run("lookup", "toy_scale", "--shape", "rows=64,cols=4096", "--device", "my-own-gpu",
-                             "--bundle", str(toy_bundle[1]), "--json").output)
-    assert unknown["evidence"] == "default" and "not in the catalog" in unknown["note"]
+    unknown = run("lookup", "toy_scale", "--shape", "rows=64,cols=4096", "--device", "my-own-gpu",
+                  "--bundle", str(toy_bundle[1]), "--json")
+    assert unknown.exit_code == 1  # a --device typo is refused, not answered with catalog defaults
+    assert _one_error_line(unknown).startswith("unknown device 'my-own-gpu'")
 
 
 def _one_error_line(result) -> str:

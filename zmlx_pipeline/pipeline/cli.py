@@ -158,6 +158,11 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     budget_s = _budget(budget)
     specs, refs = _kernels(kernel_names)
     dtypes = _split(dtype_names) or list(DTYPES)
+    unknown = [d for d in dtypes if d not in DTYPES]
+    if unknown:
+        raise click.BadParameter(f"unknown dtype {', '.join(unknown)}; known: {', '.join(DTYPES)}", param_hint="--dtypes")
+    for spec in specs:  # an unknown preset is refused before the GPU is looked for (KernelSpecError names the presets)
+        spec.shape_grid.shapes(preset)
     device = detect_device()
     if device.backend not in ("cuda", "metal"):
         raise click.ClickException(
@@ -255,6 +260,7 @@ def noise(db, device, as_json) -> None:
 def export(db, device, out) -> None:
     """Write the store's measurements as one Parquet shard (zstd), for ingest elsewhere."""
     store = _open_store(db, read_only=True)
+    _check_filters(store, device=device)
     n = store.export_shard(out, device=device)
     click.echo(f"wrote {n} measurements to {out} ({out.stat().st_size / 1024:.1f} KiB)")
 
@@ -287,8 +293,19 @@ def ingest(db, sources, as_json) -> None:
 def summary(db, device, kernel, as_json) -> None:
     """Per device, kernel and dtype: measurements by status, shapes covered, shapes with an ok config."""
     store = _open_store(db, read_only=True)
+    _check_filters(store, device=device, kernel=kernel)
     rows = store.summary(device=device, kernel=kernel)
     emit(rows, as_json, ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok"])
+
+
+def _check_filters(store, **filters: str | None) -> None:
+    """A --device or --kernel that matches nothing stored is a mistake (a typo), said in one line, not an empty answer."""
+    stored = store.summary()
+    for name, value in filters.items():
+        have = sorted({r[name] for r in stored})
+        if value is not None and value not in have:
+            raise click.ClickException(f"no measurements of {name} {value!r} in {store.path}; it has "
+                                       f"{', '.join(have) or 'none'} (see zmlx-pipeline summary)")
 
 
 @cli.command("run")
@@ -306,6 +323,11 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, as_json) ->
     """The main job: ingest data/, train, evaluate on held-out shapes and devices, publish, look up."""
     from zmlx_pipeline.pipeline.main_job import main_job
 
+    # refused before minutes of ingest and training, not when the bundle is written at the end
+    blocker = next((p for p in (bundle_dir, *bundle_dir.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise click.ClickException(f"cannot publish to {bundle_dir}: {blocker} is a file, not a directory; "
+                                   "choose another --bundle-dir")
     store = _open_store(db)
     collect = None
     if collect_budget:

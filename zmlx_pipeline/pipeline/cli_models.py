@@ -112,6 +112,11 @@ def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL
     from zmlx_pipeline.models.train import train_models
 
+    blocker = next((p for p in (models_dir, *models_dir.parents) if p.exists() and not p.is_dir()), None) \
+        if models_dir is not None else None
+    if blocker is not None:
+        raise click.ClickException(f"cannot put models in {models_dir}: {blocker} is a file, not a directory; "
+                                   "choose another --models-dir")
     store = _open_store(db, must_exist=True)
     rows = train_models(store, kernels=_split(kernel_names) or None, devices=_split(device_ids) or None,
                         model=model_name or DEFAULT_MODEL,

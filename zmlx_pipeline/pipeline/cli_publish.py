@@ -42,6 +42,8 @@ def parse_shape(text: str) -> dict[str, int] | list[int]:
             out = {}
             for p in items:
                 k, v = p.split("=", 1)
+                if k.strip() in out:
+                    raise click.BadParameter(f"{text!r}: {k.strip()} is given twice", param_hint="--shape")
                 out[k.strip()] = int(v)
             return out
         if not any("=" in p for p in items):

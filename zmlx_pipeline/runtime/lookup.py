@@ -33,6 +33,7 @@ from zmlx_pipeline.runtime.errors import (
     BadArgumentType,
     UnknownDtypeError,
     UnknownKernelError,
+    UnknownName,
     expect_str,
     known,
 )
@@ -256,6 +257,10 @@ def _dtype_name(dtype: Any) -> str:
     return name
 
 
+#: the largest array dimension MLX takes (its shapes are 32-bit signed integers)
+MAX_DIM = 2**31 - 1
+
+
 def check_k(k: Any) -> int:
     """`k` as a count of candidates: a whole number >= 1 (BadArgumentType / BadLookup otherwise)."""
     if isinstance(k, bool) or not isinstance(k, int):
@@ -276,6 +281,8 @@ def _dim_value(name: str, v: Any) -> int:
         raise BadLookup(f"shape dimension {name}={v!r} must be a positive integer") from None
     if iv != v or iv < 1:
         raise BadLookup(f"shape dimension {name}={v!r} must be a positive integer")
+    if iv > MAX_DIM:
+        raise BadLookup(f"shape dimension {name}={v!r} is larger than an array dimension can be ({MAX_DIM})")
     return iv
 
 
@@ -659,14 +666,40 @@ def lookup(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "
     `candidates` holds the top k (default: the kernel's pruning k); raises BundleError for a bad bundle
     and the runtime's errors for an unknown kernel or dtype or a malformed argument.
     """
-    from zmlx_pipeline.runtime.bundle import load_bundle
-
     if k is not None:
         check_k(k)
-    if bundle is not None:
-        load_bundle(bundle, strict=True)
+    load_strictly(bundle)
+    if device is not None:
+        check_device(device)
     pred = predicted_config(kernel, shape, dtype, device)
     out = pred.as_dict()
     out["candidates"] = pred.top(k)
     out["prune_k"] = pred.prune_k
     return out
+
+
+def load_strictly(bundle: str | None) -> None:
+    """Load `bundle`, else the one $ZMLX_PIPELINE_BUNDLE names, refusing a bad one with BundleError (a command
+    answers from the bundle it was pointed at, never silently from the default)."""
+    import os
+
+    from zmlx_pipeline.runtime.bundle import load_bundle
+
+    if bundle is not None:
+        load_bundle(bundle, strict=True)
+        return
+    env = os.environ.get("ZMLX_PIPELINE_BUNDLE")
+    if env and active_bundle(load_default=False) is None:
+        try:
+            load_bundle(env, strict=True)
+        except BundleError as exc:
+            raise BundleError(f"{exc} ($ZMLX_PIPELINE_BUNDLE): point it at a published bundle or unset it") from None
+
+
+def check_device(device: Any) -> None:
+    """UnknownName for a device id that neither the active bundle nor the catalog knows (a typo gets no default)."""
+    from zmlx_pipeline.runtime.profiles import profile_records
+
+    expect_str(device, "device")
+    if device not in profile_records() and catalog_row(device) is None:
+        raise UnknownName(f"unknown device {device!r}: not in the bundle or the catalog; see zmlx-pipeline devices")

@@ -215,10 +215,9 @@ def profile_table(devices: list[str] | None = None, bundle: str | None = None) -
     An id that is not in the bundle is answered from the catalog with default threadgroups
     (evidence "default"); an id in neither raises UnknownDevice.
     """
-    from zmlx_pipeline.runtime.bundle import load_bundle
+    from zmlx_pipeline.runtime.lookup import load_strictly
 
-    if bundle is not None:
-        load_bundle(bundle, strict=True)
+    load_strictly(bundle)
     records = profile_records()
     if devices is None:
         return [records[d] for d in sorted(records)]

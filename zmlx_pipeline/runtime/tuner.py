@@ -36,7 +36,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from zmlx_pipeline.runtime import cache as cache_file
 from zmlx_pipeline.runtime.constraints import pipeline_thread_limit, refusal_text
-from zmlx_pipeline.runtime.lookup import predicted_or_default
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, UnknownKernelError, expect_str
+from zmlx_pipeline.runtime.lookup import check_k, predicted_or_default
 
 #: the pruned autotuner never times more than this share of a case's legal configs
 MAX_FRACTION = 0.2
@@ -47,6 +48,10 @@ Measure = Callable[[Any, Mapping[str, int], Mapping[str, int], str], tuple]
 
 class AutotuneError(RuntimeError):
     "The autotuner cannot run as configured (unknown kernel, no shape for the call, ...)"
+
+
+class UnknownTunedKernel(AutotuneError, UnknownKernelError):
+    "A kernel to tune that no registry or module path names (an UnknownKernelError as every lookup raises)"
 
 
 class LaunchRefused(AutotuneError):
@@ -181,10 +186,29 @@ def _spec(kernel: Any):
         return kernel
     from zmlx_pipeline.kernels.registry import UnknownKernel, get_kernel
 
+    expect_str(kernel, "kernel (a registered name, module:attr or KernelSpec)")
     try:
-        return get_kernel(str(kernel))
+        return get_kernel(kernel)
     except UnknownKernel as exc:
-        raise AutotuneError(str(exc)) from None
+        raise UnknownTunedKernel(str(exc)) from None
+
+
+def _checked_shape(spec, shape: Any) -> dict[str, int]:
+    """The shape as the kernel's dims, positive ints; the lookups' errors for a malformed one."""
+    from zmlx_pipeline.runtime.lookup import BadLookup, _dim_value
+
+    if not isinstance(shape, Mapping):
+        raise BadArgumentType(f"shape must be a mapping of dims such as {{'rows': 4096, 'cols': 4096}}, "
+                              f"not {type(shape).__name__} ({shape!r:.60})")
+    if set(map(str, shape)) != set(spec.shape_grid.dims):
+        raise BadLookup(f"kernel {spec.name!r} has dims {', '.join(spec.shape_grid.dims)}; got {', '.join(map(str, shape)) or 'none'}")
+    return {d: _dim_value(d, shape[d]) for d in spec.shape_grid.dims}
+
+
+def _checked_dtype(dtype: Any) -> str:
+    from zmlx_pipeline.runtime.lookup import _dtype_name
+
+    return _dtype_name(dtype)
 
 
 def pruned_candidates(spec, shape: Mapping[str, int], dtype: str, legal: list[dict], k: int | None = None,
@@ -231,7 +255,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     from zmlx_pipeline.kernels.spec import Limits
 
     spec = _spec(kernel)
-    shape = {d: int(shape[d]) for d in spec.shape_grid.dims}
+    dtype = _checked_dtype(dtype)
+    shape = _checked_shape(spec, shape)
     chip, mlx_version, meta = _device_and_mlx(device)
     row = meta.pop("limits_row")
     dkey, *also = cache_file.device_keys(chip, mlx_version)
@@ -471,6 +496,16 @@ class AutotunedKernel:
                  config_arg: str | None = None, measure: Measure | None = None, cache_path: str | None = None,
                  device: str | None = None, threadgroups: Sequence[Any] | None = None,
                  refusals: Sequence[type] = (RuntimeError, ValueError)) -> None:
+        for name, value, least in (("warmup", warmup, 0), ("iters", iters, 1)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise BadArgumentType(f"{name} must be a whole number >= {least}, not {type(value).__name__} ({value!r:.60})")
+            if value < least:
+                raise BadArgument(f"{name} must be >= {least} (got {value})")
+        if k is not None:
+            check_k(k)
+        if kernel is not None and not isinstance(kernel, str) and not hasattr(kernel, "legal_configs"):
+            raise BadArgumentType(f"kernel must be a registered name, a module:attr path or a KernelSpec, "
+                                  f"not {type(kernel).__name__} ({kernel!r:.60})")
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.kernel = kernel

@@ -1,0 +1,451 @@
+"""Bad input to every command, as a new user meets it: one `Error:` line, a non-zero exit, nothing stored lost.
+
+Each case runs one command through click's CliRunner against a small real store (and, for the
+runtime's commands, a copy of the packaged bundle), then checks the exit code, that the output
+is the one error line (a usage error: click's usage text and exactly one `Error:` line), and that
+every file under the test's directory (store, bundles, caches, inputs) has the same content
+digest as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zmlx_pipeline.pipeline.cli import cli
+from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL_SHARD = REPO / "data" / "nvidia-h100-sxm-32sm.parquet"
+
+
+def digest(root: Path) -> dict[str, str]:
+    """sha256 of every file under root, by relative path (what a bad command must leave as it was)."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+#: commands that report progress on stderr as they go; their error is still one line, and the last
+PROGRESS = {"run", "train", "publish"}
+
+
+def assert_one_line_error(result, code: int = 1, progress: bool = False) -> None:
+    """Exit `code`, no traceback, nothing on stdout, exactly one `Error:` line and it is the last: alone for exit 1
+    (after any progress lines of a command that reports them), after click's usage text for exit 2."""
+    assert result.exit_code == code, (result.exit_code, result.output, result.exception)
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    assert result.stdout == "", result.stdout
+    lines = result.output.splitlines()
+    assert [line for line in lines if line.startswith("Error:")] == [lines[-1]], result.output
+    if code == 2:
+        assert lines[0].startswith("Usage: "), result.output
+    elif not progress:
+        assert len(lines) == 1, result.output
+    assert len(lines[-1]) > len("Error: ") + 10  # says what is wrong, not just that something is
+
+
+@pytest.fixture(autouse=True)
+def fresh_runtime():
+    """Each command starts as in a new process: no bundle loaded, no answer remembered."""
+    from zmlx_pipeline.runtime import bundle, lookup
+
+    bundle.reset()
+    lookup.clear_cache()
+    yield
+    bundle.reset()
+    lookup.clear_cache()
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch, make_measurement):
+    """tmp_path as the working directory, with a small real store at $ZMLX_PIPELINE_DB and files to misuse."""
+    from zmlx_pipeline.data.store import Store, default_db_path
+
+    monkeypatch.chdir(tmp_path)
+    with Store(default_db_path()) as store:
+        store.upsert_device({"device_id": "nvidia-h200", "name": "NVIDIA H200", "vendor": "nvidia"})
+        store.record([make_measurement(device_id="nvidia-h200", kernel="rmsnorm", shape={"rows": r, "cols": 512},
+                                       config={"TG": tg}, median_us=float(tg + r))
+                      for r in (1, 8) for tg in (32, 64)])
+    (tmp_path / "notes.txt").write_text("just some words\n")
+    (tmp_path / "empty.json").write_bytes(b"")
+    (tmp_path / "list.json").write_text("[1, 2, 3]\n")
+    (tmp_path / "text.parquet").write_text("this is not parquet\n")
+    (tmp_path / "empty.parquet").write_bytes(b"")
+    data = SMALL_SHARD.read_bytes()
+    (tmp_path / "truncated.parquet").write_bytes(data[: len(data) // 2])
+    (tmp_path / "fake.json.gz").write_bytes(b"\x1f\x8b not really gzip")
+    (tmp_path / "plainfile").write_text("a regular file\n")
+    (tmp_path / "emptydata").mkdir()
+    (tmp_path / "data").mkdir()
+    shutil.copy(SMALL_SHARD, tmp_path / "data" / SMALL_SHARD.name)
+    return tmp_path
+
+
+def run_cli(home: Path, *args: str, env: dict | None = None):
+    """The command's result, after checking that it changed no file under home."""
+    before = digest(home)
+    result = CliRunner().invoke(cli, list(args), env=env)
+    assert digest(home) == before, f"{args} changed files on disk"
+    return result
+
+
+# -- every command: unknown names, bad option values, files that are not what they claim ------------------
+
+USAGE = [  # exit 2: click refuses the value before any work starts
+    ("devices", "--vendor", "intel"),
+    ("collect", "--budget", "10x"),
+    ("collect", "--budget", "-5m"),
+    ("collect", "--budget", "0"),
+    ("collect", "-j", "0"),
+    ("collect", "-j", "abc"),
+    ("collect", "--samples", "0"),
+    ("collect", "-t", "float64"),
+    ("collect", "--timer", "wall"),
+    ("repeat", "--fraction", "2"),
+    ("repeat", "--fraction", "0"),
+    ("repeat", "--fraction", "abc"),
+    ("repeat", "-j", "0"),
+    ("repeat", "--budget", "10x"),
+    ("contribute", "--budget", "10x"),
+    ("contribute", "--budget", "0"),
+    ("run", "--collect", "10x"),
+    ("run", "--data", "notes.txt"),
+    ("run", "--data", "no-such-dir"),
+    ("evaluate", "--split", "shapes", "--k", "0"),
+    ("evaluate", "--split", "shapes", "--k", "-3"),
+    ("evaluate", "--split", "shapes", "-j", "0"),
+    ("evaluate",),
+    ("train", "-j", "0"),
+    ("report", "--out", "r", "--split", "rows"),
+    ("report", "--out", "r", "--heatmaps", "11"),
+    ("report",),
+    ("publish",),
+    ("lookup", "rmsnorm"),
+    ("lookup", "rmsnorm", "--shape", "rows="),
+    ("lookup", "rmsnorm", "--shape", "rows=1e99,cols=4096"),
+    ("lookup", "rmsnorm", "--shape", "rows=abc,cols=4096"),
+    ("lookup", "rmsnorm", "--shape", "rows=4096,rows=8,cols=4096"),
+    ("lookup", "rmsnorm", "--shape", "rows=4096,4096"),
+    ("lookup", "rmsnorm", "--shape", ","),
+    ("lookup", "rmsnorm", "--shape", "rows=4096 cols=4096"),
+    ("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "-k", "0"),
+    ("ingest",),
+    ("ingest", "no-such-shard.parquet"),
+    ("import", "no-such-cache.json"),
+    ("import", "list.json", "--problem-size", "abc"),
+    ("import", "list.json", "--device-map", "no-such-map.json"),
+    ("export",),
+]
+
+
+@pytest.mark.parametrize("args", USAGE, ids=[" ".join(a) for a in USAGE])
+def test_a_bad_option_value_is_a_usage_error(home, args):
+    assert_one_line_error(run_cli(home, *args), code=2)
+
+
+ERRORS = [  # exit 1: the command refuses the input in one line that says why
+    (("evaluate", "--split", "rows"), "unknown split 'rows'"),
+    (("kernels", "-k", "rmsnrom"), "unknown kernel 'rmsnrom'"),
+    (("kernels", "-k", "no_such_module_xyz:SPEC"), "cannot import 'no_such_module_xyz'"),
+    (("kernels", "-k", "zmlx_pipeline:__version__"), "not a KernelSpec"),
+    (("collect", "-k", "rmsnrom"), "unknown kernel 'rmsnrom'"),
+    (("collect", "--preset", "huge"), "no shape preset 'huge'"),
+    (("collect",), "no Metal or CUDA backend"),
+    (("repeat", "-k", "rmsnrom"), "unknown kernel 'rmsnrom'"),
+    (("contribute",), "no Metal or CUDA backend"),
+    (("export", "plainfile/out.parquet"), "plainfile is a file"),
+    (("export", "--device", "nvidia-h2000", "out.parquet"), "no measurements of device 'nvidia-h2000'"),
+    (("export", "--db", "no-such.duckdb", "out.parquet"), "no store at no-such.duckdb"),
+    (("ingest", "text.parquet"), "not a readable Parquet shard"),
+    (("ingest", "truncated.parquet"), "not a readable Parquet shard"),
+    (("ingest", "empty.parquet"), "not a readable Parquet shard"),
+    (("ingest", "--db", "plainfile/store.duckdb", str(SMALL_SHARD)), "plainfile is a file"),
+    (("import", "list.json", "--device", "nvidia-h100-sxm"), "not a JSON object"),
+    (("import", "empty.json", "--device", "nvidia-h100-sxm"), "the file is empty"),
+    (("import", "fake.json.gz", "--device", "nvidia-h100-sxm"), "corrupt gzip"),
+    (("import", "notes.txt", "--device", "nvidia-h100-sxm"), "not valid JSON"),
+    (("import", "list.json", "--device", "nvidia-h9000"), "'nvidia-h9000' is neither a catalog id"),
+    (("import", "list.json", "--device-map", "list.json"), "--device-map list.json"),
+    (("summary", "--device", "nvidia-h2000"), "no measurements of device 'nvidia-h2000'"),
+    (("summary", "--kernel", "rmsnrom"), "no measurements of kernel 'rmsnrom'"),
+    (("summary", "--db", "no-such.duckdb"), "no store at no-such.duckdb"),
+    (("noise",), "no repeated timings"),
+    (("noise", "--device", "nvidia-h2000"), "no repeated timings"),
+    (("run", "--data", "emptydata"), "no .parquet shard"),
+    (("run", "--data", "data", "--bundle-dir", "plainfile/bundles"), "plainfile is a file"),
+    (("evaluate", "--split", "shapes", "--kernel", "rmsnrom"), "rmsnrom"),
+    (("evaluate", "--split", "shapes", "--model", "no-such-model"), "unknown model 'no-such-model'"),
+    (("evaluate", "--split", "shapes", "--db", "no-such.duckdb"), "no store at no-such.duckdb"),
+    (("train", "--kernel", "rmsnrom"), "rmsnrom"),
+    (("train", "--model", "no-such-model"), "unknown model 'no-such-model'"),
+    (("train", "--device", "nvidia-h2000"), "nvidia-h2000"),
+    (("train", "--models-dir", "plainfile/models"), "plainfile is a file"),
+    (("models", "--kernel", "rmsnrom"), "no trained model for kernel 'rmsnrom'"),
+    (("models", "--db", "no-such.duckdb"), "no store at no-such.duckdb"),
+    (("publish", "--to", "bundles", "--model", "rmsnorm-no-such-id"), "no registered model 'rmsnorm-no-such-id'"),
+    (("publish", "--to", "bundles", "--kernel", "rmsnrom"), "rmsnrom"),
+    (("publish", "--to", "bundles", "--device", "nvidia-h2000"), "'nvidia-h2000'"),
+    (("publish", "--to", "plainfile/bundles"), "plainfile is a file"),
+    (("publish", "--to", "bundles", "--db", "no-such.duckdb"), "no store at no-such.duckdb"),
+    (("report", "--out", "r", "--kernel", "rmsnrom"), "rmsnrom"),
+    (("report", "--out", "plainfile/r"), "plainfile/r"),
+    (("lookup", "rmsnrom", "--shape", "rows=4096,cols=4096"), "unknown kernel 'rmsnrom'"),
+    (("lookup", "no_such_kernel", "--shape", "rows=4096,cols=4096"), "unknown kernel 'no_such_kernel'"),
+    (("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "--dtype", "float64"), "unknown dtype 'float64'"),
+    (("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "--dtype", "fp16x"), "unknown dtype 'fp16x'"),
+    (("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "--device", "nvidia-h2000"),
+     "unknown device 'nvidia-h2000'"),
+    (("lookup", "rmsnorm", "--shape", "rows=-1,cols=4096"), "rows=-1 must be a positive integer"),
+    (("lookup", "rmsnorm", "--shape", "rows=0,cols=4096"), "rows=0 must be a positive integer"),
+    (("lookup", "rmsnorm", "--shape", "rows=99999999999999999999,cols=4096"), "larger than an array dimension"),
+    (("lookup", "rmsnorm", "--shape", "cols=4096"), "has dims rows, cols; got cols"),
+    (("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096,depth=2"), "got rows, cols, depth"),
+    (("lookup", "rmsnorm", "--shape", "4096,4096,4096"), "got 3 values"),
+    (("lookup", "rmsnorm", "--shape", "rows=4096,cols=3", "--device", "nvidia-h100-sxm"),
+     "no config of 'rmsnorm' is legal for rows=4096,cols=3"),
+    (("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "--bundle", "no-such-bundle"), "no such bundle"),
+    (("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "--bundle", "notes.txt"), "no manifest.json"),
+    (("profiles", "--device", "nvidia-h2000"), "no device 'nvidia-h2000'"),
+    (("profiles", "--bundle", "no-such-bundle"), "no such bundle"),
+]
+
+
+@pytest.mark.parametrize("args, says", ERRORS, ids=[" ".join(a) for a, _ in ERRORS])
+def test_a_bad_input_is_one_error_line(home, args, says):
+    result = run_cli(home, *args)
+    assert_one_line_error(result, progress=args[0] in PROGRESS)
+    assert says in result.output.splitlines()[-1]
+
+
+# -- the store: not a store, too new, locked, unwritable ----------------------------------------------------
+
+STORE_COMMANDS = [("summary",), ("ingest", str(SMALL_SHARD)), ("export", "out.parquet"), ("models",),
+                  ("train", "--kernel", "rmsnorm"), ("publish", "--to", "bundles"), ("evaluate", "--split", "shapes"),
+                  ("noise",)]
+
+
+@pytest.mark.parametrize("args", STORE_COMMANDS, ids=[a[0] for a in STORE_COMMANDS])
+def test_a_store_that_is_a_text_file_is_refused(home, args):
+    assert_one_line_error(run_cli(home, *args, "--db", "notes.txt"), progress=args[0] in PROGRESS)
+
+
+@pytest.mark.parametrize("args", STORE_COMMANDS[:3], ids=[a[0] for a in STORE_COMMANDS[:3]])
+def test_a_store_from_a_newer_schema_is_refused(home, args):
+    import duckdb
+
+    from zmlx_pipeline.data.store import default_db_path
+
+    con = duckdb.connect(str(default_db_path()))
+    con.execute("INSERT INTO _migrations (version, name, applied_at) VALUES (999, 'future', now())")
+    con.close()
+    result = run_cli(home, *args)
+    assert_one_line_error(result)
+    assert "newer" in result.output
+
+
+HOLD = """
+import sys, time, duckdb
+con = duckdb.connect(sys.argv[1])
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.fixture
+def locked(home):
+    """The store held writable by another process for the test's duration."""
+    from zmlx_pipeline.data.store import default_db_path
+
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(default_db_path())], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    yield home
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("args", STORE_COMMANDS[:4], ids=[a[0] for a in STORE_COMMANDS[:4]])
+def test_a_store_locked_by_another_process_is_one_line(locked, args):
+    result = run_cli(locked, *args)
+    assert_one_line_error(result)
+    assert "locked by another process" in result.output
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root writes through file permissions")
+def test_a_store_in_a_read_only_directory_is_one_line(home):
+    ro = home / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        assert_one_line_error(run_cli(home, "ingest", "--db", str(ro / "store.duckdb"), str(SMALL_SHARD)))
+    finally:
+        ro.chmod(0o700)
+
+
+# -- a Kernel Tuner cache with a config missing a parameter ------------------------------------------------
+
+def _kt_cache(entries: dict) -> dict:
+    return {"device_name": "NVIDIA H100", "kernel_name": "vector_add", "problem_size": [4096],
+            "tune_params_keys": ["block_size_x", "tile"], "tune_params": {"block_size_x": [64, 128], "tile": [1, 2]},
+            "objective": "time", "cache": entries}
+
+
+# (an infinite time is how old Kernel Tuner versions marked a failed config, and is kept as one)
+@pytest.mark.parametrize("time_text, says", [("-0.02", "-0.02"), ("NaN", "nan")])
+def test_a_kernel_tuner_cache_with_a_time_that_is_not_finite_and_positive_stores_nothing(home, time_text, says):
+    good = {"64,1": {"block_size_x": 64, "tile": 1, "time": 0.01, "times": [0.01]}}
+    text = json.dumps(_kt_cache({**good, "128,2": {"block_size_x": 128, "tile": 2, "time": "TIME"}}))
+    (home / "vector_add.json").write_text(text.replace('"TIME"', time_text))
+    result = run_cli(home, "import", "vector_add.json", "--device", "nvidia-h100-sxm")
+    assert_one_line_error(result)
+    assert says in result.output.lower()
+
+
+def test_a_kernel_tuner_cache_with_a_config_missing_a_parameter_stores_nothing(home):
+    cache = {
+        "device_name": "NVIDIA H100", "kernel_name": "vector_add", "problem_size": [4096],
+        "tune_params_keys": ["block_size_x", "tile"], "tune_params": {"block_size_x": [64, 128], "tile": [1, 2]},
+        "objective": "time",
+        "cache": {
+            "64,1": {"block_size_x": 64, "tile": 1, "time": 0.01, "times": [0.01]},
+            "128,2": {"block_size_x": 128, "time": 0.02, "times": [0.02]},
+        },
+    }
+    (home / "vector_add.json").write_text(json.dumps(cache))
+    result = run_cli(home, "import", "vector_add.json", "--device", "nvidia-h100-sxm")
+    assert_one_line_error(result)
+    assert "tile" in result.output
+
+
+# -- bundles: tampered, no manifest, unknown schema, garbage in $ZMLX_PIPELINE_BUNDLE -----------------------
+
+def _bundle_copy(home: Path, name: str) -> Path:
+    dest = home / name
+    shutil.copytree(DEFAULT_BUNDLE_DIR, dest)
+    return dest
+
+
+def _tampered(home: Path) -> Path:
+    b = _bundle_copy(home, "tampered")
+    profiles = b / "profiles.json"
+    profiles.write_bytes(profiles.read_bytes().replace(b'"threadgroup"', b'"threadgroup_"', 1))
+    return b
+
+
+def _no_manifest(home: Path) -> Path:
+    b = _bundle_copy(home, "no-manifest")
+    (b / "manifest.json").unlink()
+    return b
+
+
+def _unknown_schema(home: Path) -> Path:
+    b = _bundle_copy(home, "future")
+    manifest = json.loads((b / "manifest.json").read_text())
+    manifest["schema_version"] = 99
+    (b / "manifest.json").write_text(json.dumps(manifest))
+    return b
+
+
+def _truncated(home: Path) -> Path:
+    b = _bundle_copy(home, "truncated")
+    kernels = b / "kernels.json"
+    kernels.write_bytes(kernels.read_bytes()[:100])
+    return b
+
+
+BAD_BUNDLES = [_tampered, _no_manifest, _unknown_schema, _truncated]
+
+
+@pytest.mark.parametrize("make", BAD_BUNDLES, ids=[f.__name__.strip("_") for f in BAD_BUNDLES])
+@pytest.mark.parametrize("command", ["lookup", "profiles"])
+def test_a_bad_bundle_is_refused_in_one_line(home, make, command):
+    bundle = make(home)
+    args = ["lookup", "rmsnorm", "--shape", "rows=4096,cols=4096"] if command == "lookup" else ["profiles"]
+    assert_one_line_error(run_cli(home, *args, "--bundle", str(bundle)))
+
+
+@pytest.mark.parametrize("command", ["lookup", "profiles"])
+def test_garbage_in_the_bundle_variable_is_one_line(home, command):
+    args = ["lookup", "rmsnorm", "--shape", "rows=4096,cols=4096"] if command == "lookup" else ["profiles"]
+    result = run_cli(home, *args, env={"ZMLX_PIPELINE_BUNDLE": str(home / "notes.txt")})
+    assert_one_line_error(result)
+    assert "ZMLX_PIPELINE_BUNDLE" in result.output
+
+
+# -- more files that are not what they claim ----------------------------------------------------------------
+
+@pytest.fixture
+def odd_files(home):
+    """A Parquet file that is not a shard, and a registered model whose file is not a model."""
+    from datetime import datetime, timezone
+
+    import duckdb
+
+    from zmlx_pipeline.data.store import Store, default_db_path
+
+    duckdb.connect().execute(f"COPY (SELECT 1 AS x, 'a' AS y) TO '{home / 'other.parquet'}' (FORMAT parquet)")
+    (home / "garbage.zip").write_bytes(b"PK\x03\x04 not a zip at all")
+    with Store(default_db_path()) as store:
+        store.add_model({"model_id": "rmsnorm-garbage", "kernel_filter": "rmsnorm", "created_at": datetime.now(timezone.utc),
+                         "data_fingerprint": "sha256:00", "params": {"model": "ensemble"}, "versions": {}, "scores": {},
+                         "path": str(home / "garbage.zip")})
+    return home
+
+
+MORE = [
+    (("ingest", "other.parquet"), "missing shard columns"),
+    (("ingest", "emptydata"), "no .parquet shard"),
+    (("models", "--verify"), "not a zip archive"),
+    (("publish", "--to", "bundles", "--model", "rmsnorm-garbage"), "not a zip archive"),
+    (("lookup", "rmsnorm", "--shape", "rows=8,cols=4096", "--bundle", "http://127.0.0.1:9/bundles"), "cannot fetch"),
+]
+
+
+@pytest.mark.parametrize("args, says", MORE, ids=[" ".join(a) for a, _ in MORE])
+def test_a_file_that_is_not_what_it_claims_is_one_error_line(odd_files, args, says):
+    result = run_cli(odd_files, *args)
+    assert_one_line_error(result, progress=args[0] in PROGRESS)
+    assert says in result.output.splitlines()[-1]
+
+
+@pytest.mark.parametrize("args", [("export", "emptydata"), ("import", "list.json", "--problem-size", "4096,-1"),
+                                  ("import", "list.json", "--problem-size", "[]")])
+def test_more_bad_values_are_usage_errors(home, args):
+    assert_one_line_error(run_cli(home, *args), code=2)
+
+
+# -- a killed writer ---------------------------------------------------------------------------------------
+
+KILLED = """
+import os, signal, sys
+from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.data.records import Measurement
+
+store = Store(sys.argv[1])
+con = store._conn
+con.execute("BEGIN TRANSACTION")
+con.execute("DELETE FROM measurements")
+print("mid-transaction", flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_writer_killed_mid_transaction_loses_nothing_committed(home, subprocess_env):
+    before = json.loads(run_cli(home, "summary", "--json").output)
+    from zmlx_pipeline.data.store import default_db_path
+
+    proc = subprocess.run([sys.executable, "-c", KILLED, str(default_db_path())], env=subprocess_env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -9 and "mid-transaction" in proc.stdout
+    result = CliRunner().invoke(cli, ["summary", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == before and before[0]["measurements"] == 4

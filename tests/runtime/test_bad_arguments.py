@@ -1,0 +1,182 @@
+"""The runtime API given what a caller should not pass: the runtime's own error with a one-line message, and no
+file under the home (bundle cache, autotune cache) changed; no answer breaks its kernel's constraints."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from zmlx_pipeline import runtime as rt
+from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+S = {"rows": 4096, "cols": 4096}
+
+
+def digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _profile():
+    return rt.get_device_profile("M3", "Max")
+
+
+def _autotuned(**kwargs):
+    return rt.autotune(kwargs.pop("kernel", "rmsnorm"), **kwargs)(lambda x, config=None: x)
+
+
+CASES = [  # (what, call, the runtime's error class)
+    ("kernel None", lambda: rt.predicted_config(None, S, "float16"), rt.BadArgumentType),
+    ("kernel int", lambda: rt.predicted_config(123, S, "float16"), rt.BadArgumentType),
+    ("kernel list", lambda: rt.predicted_config(["rmsnorm"], S, "float16"), rt.BadArgumentType),
+    ("kernel misspelt", lambda: rt.predicted_config("rmsnrom", S, "float16"), rt.UnknownKernelError),
+    ("kernel empty", lambda: rt.predicted_config("", S, "float16"), rt.UnknownKernelError),
+    ("shape None", lambda: rt.predicted_config("rmsnorm", None, "float16"), rt.BadArgumentType),
+    ("shape int", lambda: rt.predicted_config("rmsnorm", 4096, "float16"), rt.BadArgumentType),
+    ("shape str", lambda: rt.predicted_config("rmsnorm", "4096,4096", "float16"), rt.BadArgumentType),
+    ("dim inf", lambda: rt.predicted_config("rmsnorm", {"rows": math.inf, "cols": 4096}, "float16"), rt.BadArgument),
+    ("dim nan", lambda: rt.predicted_config("rmsnorm", {"rows": math.nan, "cols": 4096}, "float16"), rt.BadArgument),
+    ("dim negative", lambda: rt.predicted_config("rmsnorm", {"rows": -1, "cols": 4096}, "float16"), rt.BadArgument),
+    ("dim zero", lambda: rt.predicted_config("rmsnorm", {"rows": 0, "cols": 4096}, "float16"), rt.BadArgument),
+    ("dim 1e99", lambda: rt.predicted_config("rmsnorm", {"rows": 1e99, "cols": 4096}, "float16"), rt.BadArgument),
+    ("dim 2**40", lambda: rt.predicted_config("rmsnorm", {"rows": 2**40, "cols": 4096}, "float16"), rt.BadArgument),
+    ("dim fraction", lambda: rt.predicted_config("rmsnorm", {"rows": 4096.5, "cols": 4096}, "float16"), rt.BadArgument),
+    ("dim str", lambda: rt.predicted_config("rmsnorm", {"rows": "4096", "cols": 4096}, "float16"), rt.BadArgumentType),
+    ("dim None", lambda: rt.predicted_config("rmsnorm", {"rows": None, "cols": 4096}, "float16"), rt.BadArgumentType),
+    ("dim bool", lambda: rt.predicted_config("rmsnorm", {"rows": True, "cols": 4096}, "float16"), rt.BadArgumentType),
+    ("dim list", lambda: rt.predicted_config("rmsnorm", {"rows": [4096], "cols": 4096}, "float16"), rt.BadArgumentType),
+    ("dim missing", lambda: rt.predicted_config("rmsnorm", {"cols": 4096}, "float16"), rt.BadArgument),
+    ("dim extra", lambda: rt.predicted_config("rmsnorm", {**S, "depth": 2}, "float16"), rt.BadArgument),
+    ("dims too few", lambda: rt.predicted_config("rmsnorm", [4096], "float16"), rt.BadArgument),
+    ("dtype None", lambda: rt.predicted_config("rmsnorm", S, None), rt.BadArgumentType),
+    ("dtype float64", lambda: rt.predicted_config("rmsnorm", S, "float64"), rt.UnknownDtypeError),
+    ("dtype list", lambda: rt.predicted_config("rmsnorm", S, ["float16"]), rt.BadArgumentType),
+    ("dtype dict", lambda: rt.predicted_config("rmsnorm", S, {"float16": 1}), rt.BadArgumentType),
+    ("device int", lambda: rt.predicted_config("rmsnorm", S, "float16", device=123), rt.BadArgumentType),
+    ("device list", lambda: rt.predicted_config("rmsnorm", S, "float16", device=["nvidia-h200"]), rt.BadArgumentType),
+    ("candidates k 0", lambda: rt.candidates("rmsnorm", S, "float16", k=0), rt.BadArgument),
+    ("candidates k -1", lambda: rt.candidates("rmsnorm", S, "float16", k=-1), rt.BadArgument),
+    ("candidates k inf", lambda: rt.candidates("rmsnorm", S, "float16", k=math.inf), rt.BadArgumentType),
+    ("candidates k str", lambda: rt.candidates("rmsnorm", S, "float16", k="3"), rt.BadArgumentType),
+    ("candidates kernel misspelt", lambda: rt.candidates("sofmax", S, "float16"), rt.UnknownKernelError),
+    ("load_bundle None", lambda: rt.load_bundle(None), rt.BadArgumentType),
+    ("load_bundle int", lambda: rt.load_bundle(123), rt.BadArgumentType),
+    ("load_bundle nan", lambda: rt.load_bundle(math.nan), rt.BadArgumentType),
+    ("load_bundle list", lambda: rt.load_bundle(["bundles"]), rt.BadArgumentType),
+    ("load_bundle dict", lambda: rt.load_bundle({"path": "bundles"}), rt.BadArgumentType),
+    ("load_bundle empty", lambda: rt.load_bundle(""), rt.BadArgument),
+    ("load_bundle missing strict", lambda: rt.load_bundle("/no/such/bundle", strict=True), rt.BundleError),
+    ("get_device_profile None", lambda: rt.get_device_profile(None), rt.BadArgumentType),
+    ("get_device_profile int", lambda: rt.get_device_profile(3), rt.BadArgumentType),
+    ("get_device_profile variant int", lambda: rt.get_device_profile("M3", 5), rt.BadArgumentType),
+    ("get_device_profile list", lambda: rt.get_device_profile(["M3"]), rt.BadArgumentType),
+    ("candidates_for_shape profile None", lambda: rt.get_threadgroup_candidates_for_shape(None, 4096), rt.BadArgumentType),
+    ("candidates_for_shape profile dict", lambda: rt.get_threadgroup_candidates_for_shape({"family": "M3"}, 4096),
+     rt.BadArgumentType),
+    ("candidates_for_shape dim negative", lambda: rt.get_threadgroup_candidates_for_shape(_profile(), -1), rt.BadArgument),
+    ("candidates_for_shape dim inf", lambda: rt.get_threadgroup_candidates_for_shape(_profile(), math.inf),
+     rt.BadArgumentType),
+    ("candidates_for_shape dim nan", lambda: rt.get_threadgroup_candidates_for_shape(_profile(), math.nan),
+     rt.BadArgumentType),
+    ("candidates_for_shape dim str", lambda: rt.get_threadgroup_candidates_for_shape(_profile(), "4096"),
+     rt.BadArgumentType),
+    ("candidates_for_shape type None", lambda: rt.get_threadgroup_candidates_for_shape(_profile(), 4096, None),
+     rt.BadArgumentType),
+    ("autotune warmup -1", lambda: _autotuned(warmup=-1), rt.BadArgument),
+    ("autotune iters 0", lambda: _autotuned(iters=0), rt.BadArgument),
+    ("autotune iters float", lambda: _autotuned(iters=2.5), rt.BadArgumentType),
+    ("autotune k 0", lambda: _autotuned(k=0), rt.BadArgument),
+    ("autotune kernel int", lambda: _autotuned(kernel=123), rt.BadArgumentType),
+    ("autotune kernel misspelt", lambda: _autotuned(kernel="rmsnrom")(1), rt.UnknownKernelError),
+    ("tune kernel misspelt", lambda: rt.tune("rmsnrom", S, "float16"), rt.UnknownKernelError),
+    ("tune kernel None", lambda: rt.tune(None, S, "float16"), rt.BadArgumentType),
+    ("tune shape None", lambda: rt.tune("rmsnorm", None, "float16"), rt.BadArgumentType),
+    ("tune dim missing", lambda: rt.tune("rmsnorm", {"rows": 8}, "float16"), rt.BadArgument),
+    ("tune dim nan", lambda: rt.tune("rmsnorm", {"rows": math.nan, "cols": 8}, "float16"), rt.BadArgument),
+    ("tune dtype float64", lambda: rt.tune("rmsnorm", S, "float64"), rt.UnknownDtypeError),
+]
+
+
+@pytest.mark.parametrize("call, error", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_bad_argument_raises_the_runtimes_error_in_one_line(tmp_path, call, error):
+    before = digest(tmp_path)
+    with pytest.raises(error) as info:
+        call()
+    assert isinstance(info.value, rt.RuntimeAPIError)
+    message = str(info.value)
+    assert message and "\n" not in message and len(message) < 400
+    assert digest(tmp_path) == before
+
+
+def _bad_bundle(tmp_path: Path, how: str) -> Path:
+    b = tmp_path / how
+    shutil.copytree(DEFAULT_BUNDLE_DIR, b)
+    if how == "tampered":
+        p = b / "profiles.json"
+        p.write_bytes(p.read_bytes().replace(b'"threadgroup"', b'"threadgroup_"', 1))
+    elif how == "no-manifest":
+        (b / "manifest.json").unlink()
+    elif how == "unknown-schema":
+        m = json.loads((b / "manifest.json").read_text())
+        m["schema_version"] = 99
+        (b / "manifest.json").write_text(json.dumps(m))
+    return b
+
+
+@pytest.mark.parametrize("how", ["tampered", "no-manifest", "unknown-schema"])
+def test_a_bad_bundle_is_refused_strictly_and_leaves_the_one_in_use(tmp_path, how):
+    bundle = _bad_bundle(tmp_path, how)
+    in_use = rt.load_bundle(DEFAULT_BUNDLE_DIR, strict=True)
+    before = digest(tmp_path)
+    with pytest.raises(rt.BundleError) as info:
+        rt.load_bundle(bundle, strict=True)
+    assert "\n" not in str(info.value)
+    with pytest.warns(rt.BundleWarning) as caught:
+        kept = rt.load_bundle(bundle)
+    assert len(caught) == 1 and kept.bundle_id == in_use.bundle_id
+    assert rt.predicted_config("rmsnorm", S, "float16", device="nvidia-h200").evidence in ("measured", "predicted")
+    assert digest(tmp_path) == before
+
+
+def test_garbage_in_the_bundle_variable_warns_once_and_the_shipped_bundle_answers(tmp_path, monkeypatch):
+    (tmp_path / "garbage.txt").write_text("not a bundle\n")
+    monkeypatch.setenv("ZMLX_PIPELINE_BUNDLE", str(tmp_path / "garbage.txt"))
+    before = digest(tmp_path)
+    with pytest.warns(rt.BundleWarning, match="ZMLX_PIPELINE_BUNDLE") as caught:
+        p = rt.predicted_config("rmsnorm", S, "float16", device="nvidia-h200")
+        rt.predicted_config("rmsnorm", {"rows": 8, "cols": 4096}, "float16", device="nvidia-h200")
+    assert len(caught) == 1
+    assert p.config and p.evidence in ("measured", "predicted")
+    assert digest(tmp_path) == before
+
+
+ODD = [{"rows": 1, "cols": 8}, {"rows": 3, "cols": 4100}, {"rows": 7, "cols": 96}, {"rows": 4096, "cols": 33},
+       {"rows": 100000, "cols": 12288}, {"rows": 2, "cols": 2**20}]
+
+
+@pytest.mark.parametrize("device", ["nvidia-h200", "nvidia-h100-pcie", "apple-m3-max-40c", "amd-mi300x", "my-own-gpu"])
+@pytest.mark.parametrize("kernel", ["rmsnorm", "softmax", "layernorm"])
+def test_no_answer_breaks_the_kernels_constraints(kernel, device):
+    from zmlx_pipeline.data.catalog import UnknownDevice, get_device
+    from zmlx_pipeline.kernels.registry import get_kernel
+    from zmlx_pipeline.kernels.spec import Limits
+
+    spec = get_kernel(kernel)
+    try:
+        limits = Limits.from_device_row(get_device(device).as_row())
+    except UnknownDevice:
+        limits = Limits.from_device_row(None)
+    for shape in ODD:
+        for dtype in ("float16", "float32"):
+            p = rt.predicted_config(kernel, shape, dtype, device=device)
+            legal = spec.legal_configs(shape, dtype, limits)
+            if p.config is None:
+                assert not legal and p.evidence == "none", (shape, dtype)
+                continue
+            for config in [p.config, *p.candidates]:
+                assert spec.violations(config, shape, dtype, limits) == [], (shape, dtype, config)
