@@ -31,7 +31,7 @@ _LOCK = threading.Lock()
 
 def _candidates() -> list[str]:
     found = [os.environ.get("ZMLX_PIPELINE_NVRTC", "")]
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    for home in _cuda_homes():
         if home:
             found += sorted(glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")), reverse=True)
             found += sorted(glob.glob(os.path.join(home, "targets", "*", "lib", "libnvrtc.so*")), reverse=True)
@@ -39,6 +39,12 @@ def _candidates() -> list[str]:
         found += sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", "libnvrtc.so*")), reverse=True)
     found += ["libnvrtc.so.13", "libnvrtc.so.12", ctypes.util.find_library("nvrtc") or ""]
     return [c for c in found if c and "alt" not in os.path.basename(c) and "builtins" not in c]
+
+
+def _cuda_homes() -> list[str]:
+    """$CUDA_HOME, $CUDA_PATH, /usr/local/cuda, then versioned toolkits newest first (MLX's own order, extended)."""
+    fixed = [os.environ.get("CUDA_HOME", ""), os.environ.get("CUDA_PATH", ""), "/usr/local/cuda"]
+    return [h for h in fixed if h] + sorted(glob.glob("/usr/local/cuda-*"), reverse=True)
 
 
 def library():
@@ -162,7 +168,7 @@ def include_paths() -> list[str]:
     except ImportError:
         pass
     paths.append(os.environ.get("MLX_CCCL_DIR", ""))
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    for home in _cuda_homes():
         if home:
             paths.append(os.path.join(home, "include"))
     for site in sys.path:
