@@ -67,8 +67,8 @@ class SlowCompiler:
         return f"// ptx of {name} for {options[0]}\n".encode()
 
 
-def _compiler(tmp_path, fake, **kw):
-    return compiled.Compiler(PtxCache(tmp_path), arch=(9, 0), compile_fn=fake, nvrtc_version="13.0", includes=[], **kw)
+def _compiler(tmp_path, fake, arch=(9, 0)):
+    return compiled.Compiler(PtxCache(tmp_path), arch=arch, compile_fn=fake, nvrtc_version="13.0", includes=[])
 
 
 def test_ptx_many_compiles_in_parallel_once_per_program_and_the_cache_serves_the_next_process(tmp_path):
@@ -76,11 +76,11 @@ def test_ptx_many_compiles_in_parallel_once_per_program_and_the_cache_serves_the
     programs = [(f"src {i}", f"k{i}") for i in range(8)] + [("src 0", "k0")]
     got = _compiler(tmp_path, fake).ptx_many(programs, workers=4)
     assert sorted(fake.calls) == sorted(f"k{i}" for i in range(8)) and fake.peak > 1
-    assert got[0] == got[-1] == b"// ptx of k0 for --gpu-architecture=compute_90\n"
+    assert got[0] == got[-1] == b"// ptx of k0 for --gpu-architecture=compute_90a\n"  # wgmma needs sm_90a
     again = SlowCompiler()
     assert _compiler(tmp_path, again).ptx_many(programs) == got and again.calls == []
     other_arch = SlowCompiler()
-    compiled.Compiler(PtxCache(tmp_path), arch=(10, 0), compile_fn=other_arch, nvrtc_version="13.0",
+    compiled.Compiler(PtxCache(tmp_path), arch=(8, 0), compile_fn=other_arch, nvrtc_version="13.0",
                       includes=[]).ptx("src 0", "k0")
     assert other_arch.calls == ["k0"]
 
@@ -96,3 +96,9 @@ def test_a_failed_compile_is_returned_not_cached(tmp_path):
 def test_the_path_is_off_when_disabled(monkeypatch):
     monkeypatch.setenv(compiled.DISABLE_ENV, "0")
     assert compiled.process_compiler() is None
+
+
+def test_arch_specific_targets_where_mlx_uses_them(tmp_path):
+    target = lambda cc: _compiler(tmp_path, SlowCompiler(), arch=cc).arch  # noqa: E731
+    assert (target((9, 0)), target((8, 0)), target((8, 9)), target((10, 0))) == (
+        "compute_90a", "compute_80", "compute_89", "compute_100a")

@@ -33,6 +33,10 @@ CUDA_TYPES = {
 }
 
 
+#: compute capabilities compiled for their arch-specific target (sm_90a, sm_100a, sm_121a), as MLX does
+ARCH_SPECIFIC = {(9, 0), (10, 0), (12, 1)}
+
+
 class PrecompiledUnsupported(RuntimeError):
     """This program cannot take the precompiled path (cuda_kernel launches it instead)"""
 
@@ -131,7 +135,9 @@ class Compiler:
         arch = arch or nvrtc.compute_capability()
         if arch is None:
             raise PrecompiledUnsupported("no CUDA device found through the driver")
-        self.arch = f"compute_{arch[0]}{arch[1]}"
+        # Hopper and Blackwell's arch-specific features (wgmma) need the "a" target, as MLX compiles them:
+        # PTX for compute_90 holding wgmma is refused at load (CUDA_ERROR_INVALID_PTX), compute_90a loads
+        self.arch = f"compute_{arch[0]}{arch[1]}{'a' if tuple(arch) in ARCH_SPECIFIC else ''}"
         self._compile = compile_fn or nvrtc.compile_ptx
         includes = nvrtc.include_paths() if includes is None else includes
         self.options = [f"--gpu-architecture={self.arch}"] + [f"--include-path={p}" for p in includes]
