@@ -121,3 +121,15 @@ def test_the_cli_refuses_gpus_without_a_cuda_gpu(tmp_path, gpu_backend):
     assert "CUDA" in out.output and len(out.output.strip().splitlines()) == 1
     bad = CliRunner().invoke(cli, ["collect", "--db", str(tmp_path / "s.duckdb"), "--gpus", "two"])
     assert bad.exit_code == 2 and "use all, a count such as 2" in bad.output
+
+
+def test_the_cli_says_how_to_get_ray_and_refuses_gpus_with_ray(tmp_path):
+    import importlib.util
+
+    db = str(tmp_path / "s.duckdb")
+    both = CliRunner().invoke(cli, ["collect", "--db", db, "--gpus", "2", "--ray", "auto"])
+    assert both.exit_code == 2 and "exclude each other" in both.output
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("Ray is installed here")
+    out = CliRunner().invoke(cli, ["collect", "--db", db, "-k", "rmsnorm", "--ray", "auto"])
+    assert out.exit_code == 1 and "pip install 'zmlx-pipeline[ray]'" in out.output and "Traceback" not in out.output
