@@ -113,6 +113,7 @@ def measure_on_gpus(
                 if not share:
                     continue
                 job = {"backend": backend, "settings": dataclasses.asdict(settings), "gpu": gpu,
+                       "compile_threads": max(1, (os.cpu_count() or 1) // len(gpus)),
                        "items": [{"i": i, "ref": kernel_refs[tasks[i].spec.name], "dtype": tasks[i].dtype,
                                   "shape": dict(tasks[i].shape), "config": dict(tasks[i].config)} for i in share]}
                 path = os.path.join(tmp, f"job{w}.json")
