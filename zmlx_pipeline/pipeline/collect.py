@@ -293,13 +293,11 @@ def collect(
     if on_gpus:
         results = measure_on_gpus(tasks, kernel_refs, device.backend, settings, list(gpus), deadline, clock,
                                   **({"worker": tuple(worker)} if worker else {}))
-    elif in_workers:
-        results = measure_in_workers(tasks, kernel_refs, device.backend, settings, jobs, deadline, clock,
-                                     **({"worker": tuple(worker)} if worker else {}))
-    else:
-        results = ((None, t, o) for t, o in _measure_serially(tasks, measurer, deadline, clock))
-    if not on_gpus and in_workers:
-        results = ((None, t, o) for t, o in results)
+    else:  # (gpu, task, outcome) as measure_on_gpus yields them; None: this run's one GPU
+        one = (measure_in_workers(tasks, kernel_refs, device.backend, settings, jobs, deadline, clock,
+                                  **({"worker": tuple(worker)} if worker else {}))
+               if in_workers else _measure_serially(tasks, measurer, deadline, clock))
+        results = ((None, t, o) for t, o in one)
     status = "finished"
     try:
         for gpu, task, outcome in results:
