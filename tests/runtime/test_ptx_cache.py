@@ -101,3 +101,27 @@ def test_build_all_returns_each_result_or_its_error_in_order(tmp_path):
     assert [g for g in got if isinstance(g, bytes)] == [b"ptx %d" % i for i in range(5)]
     assert isinstance(got[2], RuntimeError) and "identifier undefined" in str(got[2])
     assert cache.read({**FIELDS, "name": "bad"}) is None
+
+
+def _slow_builder(root, counter):
+    import time
+
+    def build():
+        with open(counter, "a") as fh:
+            fh.write("x")
+        time.sleep(0.5)
+        return PTX
+
+    assert PtxCache(root).get_or_build(FIELDS, build) == PTX
+
+
+def test_processes_asking_for_one_entry_compile_it_once(tmp_path):
+    counter = tmp_path / "builds"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_slow_builder, args=(str(tmp_path / "cache"), str(counter))) for _ in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    assert counter.read_text() == "x"

@@ -5,11 +5,13 @@ An entry is keyed by everything that changes the binary (the caller's fields: so
 NVRTC and MLX versions, compile options), written atomically (a temporary file renamed over the
 name, so two processes writing one entry leave one whole file), and carries the sha256 of its
 PTX: an entry that is truncated, fails its checksum or was made for other fields is rebuilt, never
-returned. Standard library only.
+returned. A build holds a lock on its entry across processes, so processes that need one program
+(collect's per-GPU workers) compile it once. Standard library only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -89,15 +91,37 @@ class PtxCache:
             ptx = self.read(fields)
             if ptx is not None:
                 return ptx
-            existed = self.path(key).exists()
-            ptx = build()
-            self.built += 1
-            self.rebuilt += existed
-            try:
-                self.write(fields, ptx)
-            except OSError:
-                pass  # a read-only or full cache directory costs a compile next time, nothing else
-            return ptx
+            with self._process_lock(key):
+                ptx = self.read(fields)  # another process may have built it while we waited
+                if ptx is not None:
+                    return ptx
+                existed = self.path(key).exists()
+                ptx = build()
+                self.built += 1
+                self.rebuilt += existed
+                try:
+                    self.write(fields, ptx)
+                except OSError:
+                    pass  # a read-only or full cache directory costs a compile next time, nothing else
+                return ptx
+
+    @contextlib.contextmanager
+    def _process_lock(self, key: str):
+        """An exclusive lock on one entry across processes (collect's per-GPU workers need the same programs),
+        so each is compiled once on the machine; without fcntl or a writable directory, no lock."""
+        try:
+            import fcntl
+
+            self.root.mkdir(parents=True, exist_ok=True)
+            fh = open(self.root / f"{key}.lock", "a")
+        except (ImportError, OSError):
+            yield
+            return
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            yield
+        finally:
+            fh.close()  # closing releases the lock
 
 
 def build_all(cache: PtxCache, jobs: Iterable[tuple[Mapping[str, Any], Callable[[], bytes]]],
