@@ -22,11 +22,17 @@ ROOT = HERE.parent.parent
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     flag_dir = tmp_path_factory.mktemp("flags")
+    saved = {k: os.environ.get(k) for k in ("FAKE_RAY_DIR", "PYTHONPATH")}
     os.environ["FAKE_RAY_DIR"] = str(flag_dir)
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), *sys.path])
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(HERE), str(ROOT), *sys.path])  # the actors import these
     ray.init(num_cpus=2, num_gpus=2, include_dashboard=False, log_to_driver=False)
     yield flag_dir
     ray.shutdown()
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def _run(store, shards, **kw):
