@@ -102,3 +102,19 @@ def test_arch_specific_targets_where_mlx_uses_them(tmp_path):
     target = lambda cc: _compiler(tmp_path, SlowCompiler(), arch=cc).arch  # noqa: E731
     assert (target((9, 0)), target((8, 0)), target((8, 9)), target((10, 0))) == (
         "compute_90a", "compute_80", "compute_89", "compute_100a")
+
+
+def test_without_nvrtc_or_cupy_the_compiler_says_so(monkeypatch):
+    import sys
+
+    from zmlx_pipeline.kernels import nvrtc
+
+    monkeypatch.setattr(nvrtc, "_LIB", None)
+    monkeypatch.setattr(nvrtc, "_candidates", lambda: ["/nonexistent/libnvrtc.so"])
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    monkeypatch.setitem(sys.modules, "cupy.cuda", None)
+    monkeypatch.setitem(sys.modules, "cupy.cuda.nvrtc", None)
+    with pytest.raises(nvrtc.NvrtcUnavailable, match="CuPy"):
+        nvrtc.version()
+    with pytest.raises(nvrtc.NvrtcUnavailable, match="CuPy"):
+        nvrtc.compile_ptx("", "k", ["--gpu-architecture=compute_90"])

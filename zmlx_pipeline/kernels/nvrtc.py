@@ -84,8 +84,11 @@ def version() -> str:
     try:
         lib = library()
     except NvrtcUnavailable:
-        import cupy.cuda.nvrtc as cnvrtc  # noqa: PLC0415 - the fallback compiler
-
+        try:
+            import cupy.cuda.nvrtc as cnvrtc  # noqa: PLC0415 - the fallback compiler
+        except ImportError:
+            raise NvrtcUnavailable("no libnvrtc found (set CUDA_HOME or $ZMLX_PIPELINE_NVRTC) and CuPy is not "
+                                   "installed") from None
         major, minor = cnvrtc.getVersion()
         return f"{major}.{minor}"
     major, minor = ctypes.c_int(), ctypes.c_int()
