@@ -8,8 +8,7 @@ kernel cache (NVRTC in parallel threads) into an empty cache directory, reads th
 new Compiler (the warm cache: nothing compiled), and loads each PTX with the CUDA driver
 (cuModuleLoadData, then the kernel by name). Prints the NVRTC version, the target, the wall times
 and every failure. The ranks of inputs are the built-in kernels' (1 for topk_gating's kk, 3 for
-moe_combine's expert_out, else 2). On an H200 (CUDA 13.0, 16 cores): 48 programs compiled in
-2.51 s, read back warm in 0.024 s (0 compiled, same bytes), 0 load failures.
+moe_combine's expert_out, else 2). notes/compiled-kernels.md has the figures from an H200.
 """
 
 from __future__ import annotations
