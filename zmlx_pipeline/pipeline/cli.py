@@ -148,7 +148,8 @@ _timer_option = click.option(
               help="At most N legal configs per shape, evenly spread (a quick check).")
 @click.option("--gpus", "gpus_text", default=None, metavar="all|N|0,2,3",
               help="CUDA: one measuring process per GPU of this host, each pinned to its GPU, all timing at once "
-                   "into this store (every GPU its own run of the same device): all, the first N, or indices (3, for one).")
+                   "into this store (every GPU its own run of the same device): all, the first N, or indices (3, for one). "
+                   "-j is not used then: each GPU's process compiles in threads.")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Collect on a Ray cluster (pip install 'zmlx-pipeline[ray]'): one actor per GPU, each writing a "
                    "shard into --shards, ingested into this store; 'auto' joins the running cluster.")
