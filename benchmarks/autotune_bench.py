@@ -2,7 +2,8 @@
 
     python benchmarks/autotune_bench.py [--bundle DIR_OR_URL] [--kernels rmsnorm,softmax,...] [--shapes 24]
                                         [--dtype float16] [--warmup 3] [--iters 10] [--budget 1800] [--jobs 16]
-                                        [--h2h-rounds 7] [--no-h2h] [--no-repeat] [--no-tune] [--out FILE]
+                                        [--h2h-rounds 7] [--no-h2h] [--no-repeat] [--no-tune] [--no-warm]
+                                        [--out FILE_OR_DIR]
 
 For each unseen shape (dims drawn log-uniformly inside the kernel's grid, never a shape of its
 shape grids nor of the shards in data/), every legal config is checked and timed the way collect
@@ -24,6 +25,14 @@ regret of the pruned pick, scored two ways, side by side:
   best time in that round: both sides see the same process, clocks and moment, and neither was
   selected as a minimum. A pick equal to the best scores exactly 1.0 and nothing is timed. A failed
   measurement gives None, never a number.
+
+First calls: each shape's tune() wall time is what a new shape costs on its first call. The tuner
+phase starts with an empty compiled-kernel cache (kernels/compiled.py; the exhaustive passes use a
+cache of their own), so it is the cold figure: every candidate compiled (in parallel, through
+NVRTC) before it is timed. Then (unless --no-warm) a new process tunes the same shapes again on
+the cache the first pass filled: the warm figure, a new process on a machine that compiled these
+kernels before. Reported per shape (pruned_wall_s cold, warm_wall_s) and as median, p90 and max,
+next to the picks' regret.
 
 The noise ceiling: with --repeat (default), the whole space is timed a second time in new
 processes, and the second pass's best is scored against the first pass's best like a pick, both
@@ -286,6 +295,8 @@ def summarize(rows: Sequence[dict]) -> dict:
         "max_shape_fraction": max((r["pruned_timed"] / r["exhaustive_timed"] for r in rows if r["exhaustive_timed"]),
                                   default=None),
         "pruned_wall_s": round(sum(r["pruned_wall_s"] for r in rows), 2),
+        "first_call_cold_s": wall_stats([r["pruned_wall_s"] for r in rows]),
+        "first_call_warm_s": wall_stats([r.get("warm_wall_s") for r in rows]),
         "h2h_wall_s": round(sum(r.get("h2h_wall_s") or 0.0 for r in rows), 2),
         "h2h_timed_shapes": sum(1 for r in rows if r["h2h_rounds"] or r["repeat_h2h_rounds"]),
         **scores(rows),
@@ -313,7 +324,14 @@ def summary_line(s: dict) -> str:
             f"{_pct(s['repeat_within_2pct'])} of {s['repeat_scored']}, head-to-head "
             f"{_pct(s['repeat_h2h_within_2pct'])} of {s['repeat_h2h_scored']}; pick regret geomean table "
             f"{_num(s['regret_geomean'])}, head-to-head {_num(s['h2h_regret_geomean'])}; max table "
-            f"{_num(s['regret_max'])}, head-to-head {_num(s['h2h_regret_max'])}")
+            f"{_num(s['regret_max'])}, head-to-head {_num(s['h2h_regret_max'])}; first call per new shape "
+            f"(s, median/p90/max) cold {_walls(s.get('first_call_cold_s'))}, warm {_walls(s.get('first_call_warm_s'))}")
+
+
+def _walls(w: dict | None) -> str:
+    if not w or w.get("median") is None:
+        return "n/a"
+    return f"{w['median']}/{w['p90']}/{w['max']}"
 
 
 def write_json(path: Path, obj: dict) -> None:
@@ -346,7 +364,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "head-to-head phase (each phase gets this much)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None,
-                        help="also write the JSON result here (rewritten after every shape)")
+                        help="also write the JSON result here (rewritten after every shape); a folder gets "
+                             "autotune_bench-<device>-<time>.json inside it")
+    parser.add_argument("--no-warm", dest="warm", action="store_false",
+                        help="skip the warm-cache pass (a new process tuning the same shapes again)")
     parser.add_argument("--jobs", type=_positive_int, default=16,
                         help="worker processes for the exhaustive timing (CUDA; at most one per kernel and dtype)")
     parser.add_argument("--h2h-rounds", type=_positive_int, default=7,
@@ -358,12 +379,84 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-tune", dest="tune", action="store_false",
                         help="only the two exhaustive passes (the noise ceiling), no autotuner")
     args = parser.parse_args(argv)
-    if args.out is not None and not args.out.resolve().parent.is_dir():
+    if args.out is not None and not args.out.is_dir() and not args.out.resolve().parent.is_dir():
         parser.error(f"--out {args.out}: its folder does not exist (create it first)")
     return args
 
 
+def wall_stats(values: Sequence[float]) -> dict:
+    """Median, p90 and max of per-shape wall times (None when there are none)."""
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return {"median": None, "p90": None, "max": None}
+    return {"median": round(statistics.median(v), 3), "p90": round(v[min(len(v) - 1, math.ceil(0.9 * len(v)) - 1)], 3),
+            "max": round(v[-1], 3)}
+
+
+def tune_walls(cases: Sequence[tuple[str, dict]], dtype: str, device: str, warmup: int, iters: int,
+               rotate_bytes: int, timer: str) -> list[float | None]:
+    """tune() wall time of each (kernel, shape) in this process (cache off), in order; None where it failed."""
+    from zmlx_pipeline.runtime import tune
+    from zmlx_pipeline.runtime.tuner import harness_measure
+
+    out: list[float | None] = []
+    for kernel, shape in cases:
+        t0 = time.perf_counter()
+        try:
+            tune(kernel, shape, dtype, device=device, use_cache=False, warmup=warmup, iters=iters,
+                 measure=harness_measure(warmup, iters, rotate_bytes=rotate_bytes, timer=timer))
+            out.append(round(time.perf_counter() - t0, 3))
+        except Exception:  # noqa: BLE001 - a failed tune has no first-call time
+            out.append(None)
+    return out
+
+
+def warm_pass(cases: Sequence[tuple[str, dict]], args, device: str, rotate_bytes: int) -> list[float | None]:
+    """tune_walls in a new process on this process's compiled-kernel cache (the warm first calls)."""
+    import subprocess
+    import tempfile
+
+    job = {"cases": [list(c) for c in cases], "dtype": args.dtype, "device": device, "warmup": args.warmup,
+           "iters": args.iters, "rotate_bytes": rotate_bytes, "timer": args.timer}
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(job, fh)
+    try:
+        out = subprocess.run([sys.executable, __file__, "--warm-child", fh.name], capture_output=True, text=True,
+                             check=False, env=dict(os.environ))
+    finally:
+        os.unlink(fh.name)
+    if out.returncode != 0:
+        print(f"warm pass failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}", file=sys.stderr)
+        return [None] * len(cases)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _warm_child(path: str) -> int:
+    with open(path) as fh:
+        job = json.load(fh)
+    walls = tune_walls([tuple(c) for c in job["cases"]], job["dtype"], job["device"], job["warmup"], job["iters"],
+                       job["rotate_bytes"], job["timer"])
+    print(json.dumps(walls))
+    return 0
+
+
+def _ptx_cache(prefix: str) -> str:
+    """Point this process (and the workers it starts) at a new empty compiled-kernel cache."""
+    import tempfile
+
+    from zmlx_pipeline.kernels import compiled
+    from zmlx_pipeline.runtime.ptx_cache import ENV
+
+    path = tempfile.mkdtemp(prefix=prefix)
+    os.environ[ENV] = path
+    compiled._PROCESS_COMPILER, compiled._UNAVAILABLE = None, None
+    return path
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--warm-child"]:
+        return _warm_child(argv[1])
     args = parse_args(argv)
 
     from zmlx_pipeline.data.detect import detect_backend, detect_device
@@ -382,6 +475,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from zmlx_pipeline.runtime.tuner import MAX_FRACTION, harness_measure
 
     device = detect_device()
+    if args.out is not None and args.out.is_dir():
+        args.out = args.out / f"autotune_bench-{device.device_id}-{time.strftime('%Y%m%dT%H%M%S')}.json"
     bundle = load_bundle(args.bundle or ROOT / "zmlx_pipeline" / "runtime" / "default_bundle", strict=True)
     if device.device_id not in bundle.tables:
         print(f"note: {device.device_id} has no table in bundle {bundle.bundle_id}: candidates are catalog defaults",
@@ -398,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{device.device_id} ({backend}), bundle {bundle.bundle_id}: {len(plan)} unseen shapes, {args.dtype}",
           file=sys.stderr)
 
+    _ptx_cache("zmlx-ptx-exhaustive-")  # the exhaustive passes must not warm the tuner's cache
     t0 = time.perf_counter()
     settings = collect_settings(device.row, args.timer)
     first, workers = exhaustive(plan, args.dtype, limits, backend, args.jobs, settings)
@@ -431,6 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # the tuner, shape by shape; the head-to-head comes after it, so that configs compiled for a
     # head-to-head cannot shorten a later shape's tuning wall time
+    _ptx_cache("zmlx-ptx-tune-")  # cold: the first calls compile every candidate
     start = time.perf_counter()
     for spec, shape in plan:
         if time.perf_counter() - start > args.budget:
@@ -462,6 +559,19 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"(repeat {_num(row['repeat_regret'])}) wall {row['pruned_wall_s']:.2f}s", file=sys.stderr)
         snapshot("tuning")
 
+    if args.tune and args.warm and cases and stopped != "gpu_unhealthy":
+        from zmlx_pipeline.kernels import compiled
+
+        comp = compiled.process_compiler()
+        header["compiled_path"] = "precompiled" if comp is not None else f"cuda_kernel ({compiled.unavailable_reason()})"
+        warm = warm_pass([(spec.name, shape) for spec, shape, _, _ in cases], args, device.device_id,
+                         settings.rotate_bytes)
+        for row, w in zip(rows, warm):
+            row["warm_wall_s"] = w
+        print(f"first call per new shape, cold cache: {wall_stats([r['pruned_wall_s'] for r in rows])}; "
+              f"warm cache (new process): {wall_stats(warm)}", file=sys.stderr)
+        snapshot("warm")
+
     if args.h2h and stopped != "gpu_unhealthy":
         pair_measurer = GpuMeasurer(backend, collect_settings(device.row, args.timer))
         print(f"head to head: {len(cases)} shapes, {args.h2h_rounds} rounds per pair", file=sys.stderr)
@@ -484,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stopped = "gpu_unhealthy"
                 break
             row["h2h_wall_s"] = round(time.perf_counter() - t0, 3)
-            rows[i] = row
+            rows[i] = {**row, "warm_wall_s": rows[i].get("warm_wall_s")}
             print(f"{spec.name:12s} {json.dumps(shape):40s} best {row['best_us']:.1f}us regret table "
                   f"{_num(row['regret'])} head-to-head {_num(row['h2h_regret'])} (repeat table "
                   f"{_num(row['repeat_regret'])} head-to-head {_num(row['repeat_h2h_regret'])}) "

@@ -302,3 +302,9 @@ def test_main_without_head_to_head_or_repeat(monkeypatch, capsys):
     for r in result["rows"]:
         assert r["h2h_regret"] is None and r["repeat_h2h_regret"] is None and r["repeat_regret"] is None
         assert r["regret"] == pytest.approx(11.0 / 10.0)
+
+
+def test_first_call_wall_stats_median_p90_max():
+    walls = [0.5, 0.2, 0.3, 4.0, 0.4, 0.1, 0.2, 0.3, 0.25, 0.35, None]
+    assert bench.wall_stats(walls) == {"median": 0.3, "p90": 0.5, "max": 4.0}
+    assert bench.wall_stats([None]) == {"median": None, "p90": None, "max": None}

@@ -1,6 +1,7 @@
 """Test double of a measuring worker (unit tests only): speaks kernels/worker.py's protocol without a GPU.
 
 Each item's fake time derives from its index; the item with index FAKE_FATAL (env) reports a broken GPU.
+With FAKE_LOG (env) set, appends one JSON line there per worker: its pid, CUDA_VISIBLE_DEVICES and item indices.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import sys
 def main(path: str) -> int:
     with open(path) as fh:
         job = json.load(fh)
+    if os.environ.get("FAKE_LOG"):
+        with open(os.environ["FAKE_LOG"], "a") as log:
+            log.write(json.dumps({"pid": os.getpid(), "gpu": os.environ.get("CUDA_VISIBLE_DEVICES"),
+                                  "job_gpu": job.get("gpu"), "items": [it["i"] for it in job["items"]]}) + "\n")
     print(json.dumps({"ready": len(job["items"]), "pid": os.getpid()}), flush=True)
     if sys.stdin.readline().strip() != "go":
         return 0

@@ -163,3 +163,34 @@ def test_tune_times_with_inputs_rotated_over_twice_the_l2_as_collect_does(real, 
          use_cache=False, timer="auto")
     l2 = int(catalog_row(H200)["l2_bytes"])
     assert l2 > 0 and asked == [(2, 7, 2 * l2, "chain"), (2, 7, 2 * l2, "auto")]
+
+
+def test_every_candidate_is_compiled_before_the_first_is_timed(real, tmp_path):
+    events = []
+
+    class Ordered(FakeMeasure):
+        def precompile(self, spec, configs, shape, dtype):
+            events.append(("compile", [dict(c) for c in configs]))
+
+        def __call__(self, spec, config, shape, dtype):
+            events.append(("time", dict(config)))
+            return super().__call__(spec, config, shape, dtype)
+
+    measure = Ordered()
+    result = tune("rmsnorm", SHAPE, "float16", device=H200, measure=measure, cache_path=str(tmp_path / "c.json"))
+    assert events[0][0] == "compile" and [e[0] for e in events[1:]] == ["time"] * len(measure.calls)
+    assert events[0][1] == measure.calls and len(measure.calls) > 1
+    assert result.source == "timed"
+
+
+def test_an_explicit_precompile_runs_first_and_its_failure_times_anyway(real, tmp_path):
+    events = []
+
+    def precompile(spec, configs, shape, dtype):
+        events.append(len(configs))
+        raise RuntimeError("nvrtc missing")
+
+    measure = FakeMeasure()
+    result = tune("rmsnorm", SHAPE, "float16", device=H200, k=3, measure=measure, precompile=precompile,
+                  cache_path=str(tmp_path / "c.json"))
+    assert events == [len(measure.calls)] and result.source == "timed"

@@ -105,7 +105,9 @@ def short_error(exc: BaseException, limit: int = 400) -> str:
 class Launcher:
     """A kernel compiled for one backend; calling it launches one config (compiled once per config and dtype)."""
 
-    def __init__(self, spec: KernelSpec, backend: str):
+    def __init__(self, spec: KernelSpec, backend: str, precompiled: bool | None = None):
+        """`precompiled`: on CUDA, launch through the compiled-kernel cache (kernels/compiled.py): None
+        where it can run here, False never (every config compiled by mx.fast.cuda_kernel)."""
         import mlx.core as mx
 
         factories = {"cuda": getattr(mx.fast, "cuda_kernel", None), "metal": getattr(mx.fast, "metal_kernel", None)}
@@ -119,6 +121,12 @@ class Launcher:
         self._factory = factories[backend]
         self._kernels: dict[int, Any] = {}
         self.kernel = self.kernel_for(0)
+        self.compiler = None
+        if backend == "cuda" and precompiled is not False:
+            from zmlx_pipeline.kernels import compiled
+
+            self.compiler = compiled.process_compiler()
+        self._programs: dict[tuple, tuple[str, bytes] | None] = {}  # (template, signature, outputs) -> (name, ptx)
 
     def kernel_for(self, shared_memory: int):
         """The MLX kernel object launching with this much dynamic shared memory (CUDA fixes it per
@@ -154,8 +162,99 @@ class Launcher:
         }
         if init_value is not None:
             kwargs["init_value"] = init_value
-        kernel = self.kernel_for(self.spec.shared_memory_bytes(config, dtype, self.backend))
-        return lambda inputs: kernel(inputs=list(inputs), **kwargs)
+        shared_memory = self.spec.shared_memory_bytes(config, dtype, self.backend)
+        kernel = self.kernel_for(shared_memory)
+
+        def plain(inputs):
+            return kernel(inputs=list(inputs), **kwargs)
+
+        if self.compiler is None:
+            return plain
+        return self._bind_precompiled(kwargs, shared_memory, plain)
+
+    def _out_dtypes(self, kwargs) -> tuple[str, ...]:
+        from zmlx_pipeline.kernels.compiled import dtype_name
+
+        return tuple(dtype_name(d) for d in kwargs["output_dtypes"])
+
+    def _program(self, template, signature, out_dtypes) -> tuple[str, str]:
+        """(kernel name, full program text) of one launch signature (compiled.program)."""
+        from zmlx_pipeline.kernels import compiled
+
+        name = compiled.launch_name(self.name, template, signature, out_dtypes)
+        return name, compiled.program(name, self.spec.header(self.backend), self.spec.source(self.backend),
+                                      self.spec.inputs, self.spec.outputs, signature, out_dtypes, template)
+
+    def _resolve(self, template, signature, out_dtypes) -> tuple[str, bytes] | None:
+        """(name, PTX) from the cache (compiling on a miss), or None: cuda_kernel launches this one."""
+        from zmlx_pipeline.kernels.compiled import PrecompiledUnsupported
+        from zmlx_pipeline.kernels.nvrtc import NvrtcCompileError, NvrtcUnavailable
+
+        key = (tuple(template), tuple(signature), tuple(out_dtypes))
+        if key not in self._programs:
+            try:
+                name, text = self._program(template, signature, out_dtypes)
+                self._programs[key] = (name, self.compiler.ptx(text, name))
+            except (PrecompiledUnsupported, NvrtcCompileError, NvrtcUnavailable, KeyError, OSError):
+                # cuda_kernel compiles it instead and reports its own error, if any
+                self._programs[key] = None
+        return self._programs[key]
+
+    def precompile(self, items, workers: int | None = None) -> int:
+        """Compile ahead, in parallel threads, every (config, shape, dtype, inputs) in `items`, so their
+        first launches load cached PTX; returns how many programs are ready (0 without the compiled path)."""
+        if self.compiler is None:
+            return 0
+        from zmlx_pipeline.kernels.compiled import PrecompiledUnsupported, input_signature
+
+        jobs: dict[tuple, tuple[str, str]] = {}
+        for config, shape, dtype, inputs in items:
+            kwargs = self._launch_kwargs(config, shape, dtype)
+            key = (tuple(kwargs["template"]), input_signature(inputs), self._out_dtypes(kwargs))
+            if key in self._programs or key in jobs:
+                continue
+            try:
+                jobs[key] = self._program(*key)
+            except (PrecompiledUnsupported, KeyError):
+                self._programs[key] = None
+        got = self.compiler.ptx_many([(text, name) for name, text in jobs.values()], workers)
+        for key, (name, _), ptx in zip(jobs, jobs.values(), got):
+            self._programs[key] = None if isinstance(ptx, BaseException) else (name, ptx)
+        return sum(v is not None for v in self._programs.values())
+
+    def _launch_kwargs(self, config, shape, dtype) -> dict[str, Any]:
+        launch = self.spec.launch(config, shape)
+        names = launch.output_dtypes or (None,) * len(self.spec.outputs)
+        return {"template": [("T", mx_dtype(dtype))] + [(k, int(v)) for k, v in config.items()],
+                "output_dtypes": [mx_dtype(d or dtype) for d in names]}
+
+    def _bind_precompiled(self, kwargs, shared_memory: int, plain):
+        """A launch function through mx.fast.precompiled_cuda_kernel, falling back to `plain` (cuda_kernel)
+        for a signature the compiled path cannot build."""
+        import mlx.core as mx
+
+        from zmlx_pipeline.kernels.compiled import input_signature, shape_inputs, shape_scalars
+
+        fast = mx.fast.precompiled_cuda_kernel
+        template, out_dtypes = kwargs["template"], self._out_dtypes(kwargs)
+        uses = shape_inputs(self.spec.source(self.backend), self.spec.inputs)
+        extra = {k: kwargs[k] for k in ("init_value",) if k in kwargs}
+        resolved: dict[tuple, tuple[str, bytes] | None] = {}
+
+        def launch(inputs):
+            signature = input_signature(inputs)
+            if signature not in resolved:
+                resolved[signature] = self._resolve(template, signature, out_dtypes)
+            entry = resolved[signature]
+            if entry is None:
+                return plain(inputs)
+            name, ptx = entry
+            return fast(name=name, compiled_source=ptx, inputs=list(inputs), output_shapes=kwargs["output_shapes"],
+                        output_dtypes=kwargs["output_dtypes"], scalars=shape_scalars(uses, inputs),
+                        grid=kwargs["grid"], threadgroup=kwargs["threadgroup"], shared_memory=shared_memory,
+                        ensure_row_contiguous=True, **extra)
+
+        return launch
 
 
 def compare(spec: KernelSpec, outs, refs, dtype: str) -> str | None:

@@ -146,16 +146,52 @@ _timer_option = click.option(
 @click.option("--max-shapes", default=None, type=click.IntRange(1), help="Only the first N shapes of each preset.")
 @click.option("--max-configs", default=None, type=click.IntRange(1),
               help="At most N legal configs per shape, evenly spread (a quick check).")
+@click.option("--gpus", "gpus_text", default=None, metavar="all|N|0,2,3",
+              help="CUDA: one measuring process per GPU of this host, each pinned to its GPU, all timing at once "
+                   "into this store (every GPU its own run of the same device): all, the first N, or indices (3, for one). "
+                   "-j is not used then: each GPU's process compiles in threads.")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Collect on a Ray cluster (pip install 'zmlx-pipeline[ray]'): one actor per GPU, each writing a "
+                   "shard into --shards, ingested into this store; 'auto' joins the running cluster.")
+@click.option("--shards", "shard_dir", default=None, type=click.Path(file_okay=False),
+              help="With --ray: the folder, shared by the cluster, the actors write their shards to "
+                   "(default: shards/ next to the store).")
 @_timer_option
 @output_options
 @_user_errors
 def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup, warmup_ms, max_shapes, max_configs,
-            timer, as_json) -> None:
+            gpus_text, ray_address, shard_dir, timer, as_json) -> None:
     """Check and time every legal config of the chosen kernels on this machine's GPU; resumable."""
     from zmlx_pipeline.data.detect import detect_device
     from zmlx_pipeline.pipeline import collect as stage
+    from zmlx_pipeline.pipeline.gpus import GpuSelectionError, parse_gpus
 
     budget_s = _budget(budget)
+    if gpus_text is not None and ray_address is not None:
+        raise click.UsageError("--gpus and --ray exclude each other: Ray places one actor on every GPU itself")
+    if gpus_text is not None:
+        t = gpus_text.strip().lower()
+        if t != "all" and not all(p.strip().isdigit() for p in t.split(",") if p.strip()) or not t.strip(","):
+            raise click.BadParameter(f"cannot read {gpus_text!r}: use all, a count such as 2, or indices such as 0,2,3",
+                                     param_hint="--gpus")
+    if ray_address is not None:
+        from zmlx_pipeline.pipeline import ray_collect
+
+        specs, refs = _kernels(kernel_names)
+        store = _open_store(db)
+        try:
+            out = ray_collect.collect_on_ray(
+                store, specs, refs, address=ray_address, shard_dir=shard_dir or ray_collect.default_shard_dir(db),
+                dtypes=_split(dtype_names) or list(DTYPES), preset=preset, budget_s=budget_s,
+                settings=stage.TimingSettings(warmup=warmup, samples=samples, warmup_s=warmup_ms / 1000, timer=timer),
+                shapes_limit=max_shapes, configs_limit=max_configs)
+        except ray_collect.RayUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
+        emit(out if as_json else out["actors"], as_json)
+        if not as_json:
+            click.echo(f"\n{out['ingested']} measurements ingested from {len(out['shards'])} shards; "
+                       f"{out['remaining']} left: run the same command again to resume")
+        return
     specs, refs = _kernels(kernel_names)
     dtypes = _split(dtype_names) or list(DTYPES)
     unknown = [d for d in dtypes if d not in DTYPES]
@@ -169,6 +205,14 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
             f"no Metal or CUDA backend on this machine (MLX runs on the {device.backend}): custom kernels "
             "need Apple silicon, or an NVIDIA GPU with `pip install 'mlx[cuda13]'`"
         )
+    gpus = None
+    if gpus_text is not None:
+        if device.backend != "cuda":
+            raise click.ClickException(f"--gpus needs the MLX CUDA backend (MLX runs on the {device.backend} here)")
+        try:
+            gpus = parse_gpus(gpus_text)
+        except GpuSelectionError as exc:
+            raise click.ClickException(str(exc)) from None
     store = _open_store(db)
     bar_holder: dict = {}
 
@@ -185,7 +229,7 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     try:
         result = stage.collect(store, device, specs, dtypes=dtypes, preset=preset, budget_s=budget_s,
                                settings=settings, jobs=jobs, kernel_refs=refs, shapes_limit=max_shapes, configs_limit=max_configs,
-                               on_plan=on_plan, on_result=on_result)
+                               on_plan=on_plan, on_result=on_result, gpus=gpus)
     finally:
         if "bar" in bar_holder:
             bar_holder["bar"].__exit__(None, None, None)

@@ -58,6 +58,7 @@ class CollectResult:
     by_kernel: dict[str, dict[str, int]] = field(default_factory=dict)
     stopped: str = "finished"  # finished | budget | interrupted
     elapsed_s: float = 0.0
+    gpu_runs: dict[str, str] = field(default_factory=dict)  # with --gpus: GPU -> its run id
 
     @property
     def remaining(self) -> int:
@@ -69,6 +70,7 @@ class CollectResult:
             "already_measured": self.already, "measured": self.done, "remaining": self.remaining,
             "by_status": self.by_status, "by_kernel": self.by_kernel, "stopped": self.stopped,
             "elapsed_s": round(self.elapsed_s, 2),
+            **({"gpu_runs": self.gpu_runs} if self.gpu_runs else {}),
         }
 
 
@@ -225,12 +227,22 @@ def collect(
     on_plan: Callable[[int, int], None] | None = None,
     on_result: Callable[[Task, Outcome], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    gpus: Sequence[str] | None = None,
+    worker: Sequence[str] | None = None,
 ) -> CollectResult:
-    """Measure what is missing for `device` within `budget_s`; returns what was done and what is left."""
+    """Measure what is missing for `device` within `budget_s`; returns what was done and what is left.
+
+    `gpus` (CUDA_VISIBLE_DEVICES values, CUDA with `kernel_refs`): one measuring process per GPU, all at
+    once (pipeline/gpus.py); every GPU records into this device with a run of its own. `worker`: the
+    worker command after the interpreter (default: the real one, kernels/worker.py).
+    """
     settings = settings or TimingSettings()
     row = dict(device.row)
     limits = Limits.from_device_row(row)
-    in_workers = measurer is None and jobs > 1 and device.backend == "cuda" and bool(kernel_refs)
+    on_gpus = measurer is None and bool(gpus) and device.backend == "cuda"
+    if on_gpus and not kernel_refs:
+        raise CollectError("collecting on several GPUs needs the kernels' import references (kernel_refs)")
+    in_workers = measurer is None and not on_gpus and jobs > 1 and device.backend == "cuda" and bool(kernel_refs)
     if measurer is None:
         if device.backend not in ("cuda", "metal"):
             raise CollectError(
@@ -257,26 +269,39 @@ def collect(
         on_plan(len(tasks), already)
     if not tasks:
         return result
-    run_id = store.start_run(
-        device.device_id, host=platform.node(), backend=device.backend, mlx_version=_mlx_version(),
-        pipeline_version=__version__,
-        settings={"kernels": [s.name for s in specs], "dtypes": list(dtypes), "preset": preset,
-                  "budget_s": budget_s, "warmup": settings.warmup, "samples": settings.samples,
-                  "max_chain": settings.max_chain, "timing": TIMER_LABELS.get(settings.timer, settings.timer),
-                  "gpu_launches": settings.gpu_launches,
-                  "target_sample_s": settings.target_sample_s, "reported_name": getattr(device, "reported_name", None)},
-    )
-    result.run_id = run_id
+    run_settings = {
+        "kernels": [s.name for s in specs], "dtypes": list(dtypes), "preset": preset,
+        "budget_s": budget_s, "warmup": settings.warmup, "samples": settings.samples,
+        "max_chain": settings.max_chain, "timing": TIMER_LABELS.get(settings.timer, settings.timer),
+        "gpu_launches": settings.gpu_launches,
+        "target_sample_s": settings.target_sample_s, "reported_name": getattr(device, "reported_name", None)}
+
+    def new_run(**more) -> str:
+        return store.start_run(device.device_id, host=platform.node(), backend=device.backend,
+                               mlx_version=_mlx_version(), pipeline_version=__version__,
+                               settings={**run_settings, **more})
+
+    if on_gpus:
+        from zmlx_pipeline.pipeline.gpus import measure_on_gpus
+
+        result.gpu_runs = {g: new_run(gpu=g, gpus=list(gpus)) for g in gpus}
+        run_id = result.run_id = result.gpu_runs[gpus[0]]
+    else:
+        run_id = result.run_id = new_run()
     start = clock()
     deadline = None if budget_s is None else start + budget_s
-    if in_workers:
-        results = measure_in_workers(tasks, kernel_refs, device.backend, settings, jobs, deadline, clock)
-    else:
-        results = _measure_serially(tasks, measurer, deadline, clock)
+    if on_gpus:
+        results = measure_on_gpus(tasks, kernel_refs, device.backend, settings, list(gpus), deadline, clock,
+                                  **({"worker": tuple(worker)} if worker else {}))
+    else:  # (gpu, task, outcome) as measure_on_gpus yields them; None: this run's one GPU
+        one = (measure_in_workers(tasks, kernel_refs, device.backend, settings, jobs, deadline, clock,
+                                  **({"worker": tuple(worker)} if worker else {}))
+               if in_workers else _measure_serially(tasks, measurer, deadline, clock))
+        results = ((None, t, o) for t, o in one)
     status = "finished"
     try:
-        for task, outcome in results:
-            m = _measurement(run_id, device.device_id, task, outcome)
+        for gpu, task, outcome in results:
+            m = _measurement(result.gpu_runs.get(gpu, run_id), device.device_id, task, outcome)
             store.record([m])
             result.done += 1
             result.by_status[outcome.status] = result.by_status.get(outcome.status, 0) + 1
@@ -289,12 +314,14 @@ def collect(
     except KeyboardInterrupt:
         result.stopped = status = "interrupted"
     except GpuUnhealthy as exc:
-        store.finish_run(run_id, "failed")
+        for rid in result.gpu_runs.values() or [run_id]:
+            store.finish_run(rid, "failed")
         raise CollectError(f"the GPU stopped working after a failed launch ({exc}); "
                            f"{result.done} results were saved, run collect again to resume") from exc
     finally:
         result.elapsed_s = clock() - start
-    store.finish_run(run_id, "finished" if status == "finished" else "interrupted")
+    for rid in result.gpu_runs.values() or [run_id]:
+        store.finish_run(rid, "finished" if status == "finished" else "interrupted")
     return result
 
 

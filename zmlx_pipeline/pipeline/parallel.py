@@ -80,6 +80,7 @@ def measure_in_workers(
                 job = {
                     "backend": backend,
                     "settings": dataclasses.asdict(settings),
+                    "compile_threads": max(1, (os.cpu_count() or 1) // len(shares)),  # NVRTC threads per worker
                     "items": [{"i": i, "ref": kernel_refs[tasks[i].spec.name], "dtype": tasks[i].dtype,
                                "shape": dict(tasks[i].shape), "config": dict(tasks[i].config)} for i in share],
                 }

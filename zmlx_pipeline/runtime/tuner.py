@@ -159,21 +159,32 @@ def _new_harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: 
     launchers: dict = {}
     prepared: dict = {}
 
-    def measure(spec, config, shape, dtype) -> tuple[str, float | None]:
+    def launcher_for(spec):
         launcher = launchers.get(spec.name)
-        if launcher is None:
+        if launcher is None or launcher.spec is not spec:
             launcher = launchers[spec.name] = harness.Launcher(spec, backend)
-        extra: dict = {}
-        if hasattr(harness, "prepare"):
-            key = (spec.name, tuple(sorted(shape.items())), dtype)
-            if key not in prepared:
-                prepared.clear()
-                prepared[key] = harness.prepare(spec, dict(shape), dtype, 0, rotate_bytes)
-            extra["prepared"] = prepared[key]
+        return launcher
+
+    def prepared_for(spec, shape, dtype):
+        key = (spec.name, tuple(sorted(shape.items())), dtype)
+        if key not in prepared:
+            prepared.clear()
+            prepared[key] = harness.prepare(spec, dict(shape), dtype, 0, rotate_bytes)
+        return prepared[key]
+
+    def precompile(spec, configs, shape, dtype) -> int:
+        """Compile every candidate at once (threads, through the compiled-kernel cache) before any is timed."""
+        inputs = prepared_for(spec, shape, dtype).check_inputs
+        return launcher_for(spec).precompile([(dict(c), dict(shape), dtype, inputs) for c in configs])
+
+    def measure(spec, config, shape, dtype) -> tuple[str, float | None]:
+        launcher = launcher_for(spec)
+        extra = {"prepared": prepared_for(spec, shape, dtype)}
         outcome = harness.measure(launcher, dict(config), dict(shape), dtype, warmup=warmup, samples=iters,
                                   timer=timer, **extra)
         return outcome.status, (outcome.timing.median_us if outcome.timing else None), outcome.error
 
+    measure.precompile = precompile  # type: ignore[attr-defined]
     return measure
 
 
@@ -244,13 +255,17 @@ def pruned_candidates(spec, shape: Mapping[str, int], dtype: str, legal: list[di
 def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = None, device_aware: bool = True,
          configs: Sequence[Mapping[str, Any]] | None = None, warmup: int = 3, iters: int = 10,
          use_cache: bool = True, device: str | None = None, measure: Measure | None = None,
-         cache_path: str | None = None, threadgroups: Sequence[int] | None = None, timer: str = "chain") -> TuneResult:
+         cache_path: str | None = None, threadgroups: Sequence[int] | None = None, timer: str = "chain",
+         precompile: Callable | None = None) -> TuneResult:
     """The best config for one case: from the cache, else by timing the pruned candidates (or all, or `configs`).
 
     `threadgroups` keeps only legal configs with one of these threadgroup sizes (ZMLX's candidate list).
     Configs refused at launch on this device before are left out; with `use_cache`, a candidate the
     pipeline refuses for its thread limit while timed is remembered as refused too.
     `timer` is the harness's timer when `measure` is not given ("chain", "gpu" or "auto").
+    `precompile(spec, configs, shape, dtype)` compiles every candidate before the first is timed
+    (default: the measurer's own `precompile`, which the harness measurer has on CUDA: NVRTC in
+    parallel threads through the on-disk compiled-kernel cache, shared with collect).
     """
     from zmlx_pipeline.kernels.spec import Limits
 
@@ -298,6 +313,12 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         config = pred.config if pred.evidence != "default" else cands[0]
         warnings.warn(f"zmlx-pipeline autotune: nothing timed ({exc}); using the {pred.evidence} config", stacklevel=3)
         return TuneResult(spec.name, shape, dtype, config, "predicted", legal=len(legal), key=key, note=str(exc))
+    ahead = precompile or getattr(measure, "precompile", None)
+    if ahead is not None:
+        try:
+            ahead(spec, [dict(c) for c in cands], dict(shape), dtype)
+        except Exception:  # noqa: BLE001 - a candidate that cannot compile fails its own measurement
+            pass
     timed = []
     for cfg in cands:
         status, median, *error = measure(spec, cfg, shape, dtype)

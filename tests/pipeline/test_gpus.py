@@ -1,0 +1,135 @@
+"""Collect on several GPUs of one host: GPU selection, the split by case, one pinned worker per GPU, one store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zmlx_pipeline.data.detect import detect_device
+from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.kernels.harness import GpuUnhealthy
+from zmlx_pipeline.kernels.registry import get_kernel
+from zmlx_pipeline.pipeline.cli import cli
+from zmlx_pipeline.pipeline.collect import CollectError, Task, TimingSettings, collect
+from zmlx_pipeline.pipeline.gpus import GpuSelectionError, measure_on_gpus, parse_gpus, partition_cases
+from zmlx_pipeline.pipeline.parallel import case_key
+
+FAKE = (str(Path(__file__).with_name("fake_worker.py")),)
+
+
+def _device():
+    return detect_device({"device_name": "NVIDIA H200", "architecture": "sm_90"}, backend="cuda", gpu_cores=132)
+
+
+@pytest.mark.parametrize("text,count,visible,want", [
+    ("all", 4, "", ["0", "1", "2", "3"]),
+    ("2", 4, "", ["0", "1"]),
+    ("0,2,3", 4, "", ["0", "2", "3"]),
+    ("3,", 4, "", ["3"]),
+    ("1,0", 2, "4,7", ["7", "4"]),  # numbered as this process sees them, inside its inherited list
+    ("all", 2, "GPU-aa,GPU-bb", ["GPU-aa", "GPU-bb"]),
+])
+def test_gpu_selection(text, count, visible, want):
+    assert parse_gpus(text, count=count, visible=visible) == want
+
+
+@pytest.mark.parametrize("text,count,fragment", [
+    ("5", 4, "GPUs 0..3"), ("0,4", 4, "GPUs 0..3"), ("0,0", 4, "twice"), ("x", 4, "use all"),
+    ("0", 4, "at least 1"), ("all", 0, "no CUDA GPU"),
+])
+def test_a_bad_selection_says_what_to_give(text, count, fragment):
+    with pytest.raises(GpuSelectionError, match=fragment):
+        parse_gpus(text, count=count, visible="")
+
+
+def _tasks():
+    spec = get_kernel("rmsnorm")
+    configs = [{"TG": tg, "VEC": 1, "ROWS": 1} for tg in (32, 64, 128, 256)]
+    return [Task(spec, d, {"rows": r, "cols": 4096}, c)
+            for d in ("float16", "float32") for r in (16, 64, 256) for c in configs]
+
+
+def test_cases_are_split_whole_and_balanced():
+    tasks = _tasks()
+    shares = partition_cases(tasks, 4)
+    assert sorted(i for s in shares for i in s) == list(range(len(tasks)))
+    owner = {}
+    for w, share in enumerate(shares):
+        assert share == sorted(share)
+        for i in share:
+            assert owner.setdefault(case_key(tasks[i]), w) == w
+    assert sorted(len(s) for s in shares) == [4, 4, 8, 8]  # six cases of four configs over four GPUs
+
+
+def test_each_gpu_worker_is_pinned_and_no_task_is_timed_twice(tmp_path, monkeypatch):
+    log = tmp_path / "workers.jsonl"
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    tasks = _tasks()
+    got = list(measure_on_gpus(tasks, {"rmsnorm": "rmsnorm"}, "cuda", TimingSettings(timer="chain"),
+                               ["0", "1", "2"], worker=FAKE))
+    assert sorted(id(t) for _, t, _ in got) == sorted(id(t) for t in tasks)
+    workers = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sorted(w["gpu"] for w in workers) == ["0", "1", "2"] and all(w["gpu"] == w["job_gpu"] for w in workers)
+    by_gpu = {w["gpu"]: set(w["items"]) for w in workers}
+    for gpu, task, _ in got:
+        assert tasks.index(task) in by_gpu[gpu]
+
+
+def test_a_broken_gpu_stops_the_collect(monkeypatch):
+    monkeypatch.setenv("FAKE_FATAL", "5")
+    with pytest.raises(GpuUnhealthy, match="GPU"):
+        list(measure_on_gpus(_tasks(), {"rmsnorm": "rmsnorm"}, "cuda", TimingSettings(timer="chain"), ["0", "1"],
+                             worker=FAKE))
+
+
+def _collect(path, gpus, **kw):
+    seen = []
+    with Store(str(path)) as store:
+        result = collect(store, _device(), [get_kernel("rmsnorm")], dtypes=("float16", "float32"), preset="smoke",
+                         settings=TimingSettings(timer="chain"), kernel_refs={"rmsnorm": "rmsnorm"}, gpus=gpus,
+                         worker=FAKE, on_result=lambda t, o: seen.append((t.dtype, mapping_key(t.shape),
+                                                                           mapping_key(t.config))), **kw)
+        rows = store.measurements(device=result.device_id, kernel="rmsnorm")
+        runs = store.runs(device=result.device_id)
+    return result, seen, rows, runs
+
+
+def test_a_collect_on_two_gpus_stores_the_keys_of_a_one_gpu_collect_once_each_in_a_run_per_gpu(tmp_path):
+    one, seen_one, rows_one, _ = _collect(tmp_path / "one.duckdb", ["0"])
+    two, seen_two, rows_two, runs = _collect(tmp_path / "two.duckdb", ["0", "1"])
+    assert len(seen_two) == len(set(seen_two)) == two.planned == one.planned > 0
+    assert set(seen_two) == set(seen_one)
+    keys = lambda rows: sorted((r["dtype"], r["shape_key"], r["config_key"]) for r in rows)  # noqa: E731
+    assert keys(rows_two) == keys(rows_one)
+    assert {r["device_id"] for r in rows_two} == {two.device_id}
+    assert set(two.gpu_runs) == {"0", "1"} and len(set(two.gpu_runs.values())) == 2
+    assert {r["run_id"] for r in rows_two} == set(two.gpu_runs.values())
+    assert sorted((r.get("settings") or {}).get("gpu") for r in runs) == ["0", "1"]
+    again, seen_again, _, _ = _collect(tmp_path / "two.duckdb", ["0", "1"])
+    assert again.planned == 0 and seen_again == []  # resumable: nothing left to time
+
+
+def test_the_cli_refuses_gpus_without_a_cuda_gpu(tmp_path, gpu_backend):
+    if gpu_backend == "cuda":
+        pytest.skip("this machine has a CUDA GPU")
+    out = CliRunner().invoke(cli, ["collect", "--db", str(tmp_path / "s.duckdb"), "--gpus", "2"])
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert "CUDA" in out.output and len(out.output.strip().splitlines()) == 1
+    bad = CliRunner().invoke(cli, ["collect", "--db", str(tmp_path / "s.duckdb"), "--gpus", "two"])
+    assert bad.exit_code == 2 and "use all, a count such as 2" in bad.output
+
+
+def test_the_cli_says_how_to_get_ray_and_refuses_gpus_with_ray(tmp_path):
+    import importlib.util
+
+    db = str(tmp_path / "s.duckdb")
+    both = CliRunner().invoke(cli, ["collect", "--db", db, "--gpus", "2", "--ray", "auto"])
+    assert both.exit_code == 2 and "exclude each other" in both.output
+    if importlib.util.find_spec("ray") is not None:
+        pytest.skip("Ray is installed here")
+    out = CliRunner().invoke(cli, ["collect", "--db", db, "-k", "rmsnorm", "--ray", "auto"])
+    assert out.exit_code == 1 and "pip install 'zmlx-pipeline[ray]'" in out.output and "Traceback" not in out.output
