@@ -62,7 +62,7 @@ def test_evaluate_devices_split_and_its_old_name(filled):
     data = json.loads(result.output)
     assert data["split"] == "devices"
     pooled = {r["method"]: r for r in data["results"] if r["device"] is None}
-    assert set(pooled) == {"model"} | BASELINES and pooled["model"]["cases"] == 8
+    assert set(pooled) == {"model", "oracle_device"} | BASELINES and pooled["model"]["cases"] == 8
     assert pooled["nearest_shape"]["cases"] == 0  # nothing of the left-out device is measured
 
 
@@ -191,7 +191,7 @@ def test_a_kernel_tuner_file_of_another_kernel_imports_and_evaluates(tmp_path):
     assert pooled[("model", 1)]["cases"] == 2 and pooled[("model", 1)]["regret_geomean"] >= 1.0
     # block_size_x * block_size_y is its threadgroup: the seed's candidates apply, the catalog default does not
     assert {m for m, _ in pooled} == {"model", "common_top10", "seed_candidates", "most_common_best",
-                                      "nearest_shape", "other_device_best"}
+                                      "nearest_shape", "other_device_best", "oracle_device"}
     trained = invoke("train", "--db", db, "--json")
     assert trained.exit_code == 0, trained.output
     (row,) = json.loads(trained.output)

@@ -23,7 +23,8 @@ SEED_PROFILES: dict = {
 }
 SEED_FALLBACK = (128, (64, 128, 256))
 _TOP = 10
-_LAST = 1e9  # score of a config a baseline knows nothing about: after every config it knows
+LAST = 1e9  # score of a config a baseline knows nothing about: after every config it knows
+_LAST = LAST
 
 
 def _common_order(train: pl.DataFrame) -> pl.DataFrame:
@@ -168,8 +169,10 @@ def baseline_names(features: KernelFeatures) -> list[str]:
     return names + ["most_common_best", "nearest_shape", "other_device_best"]
 
 
-def baseline_scores(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame) -> dict[str, pl.Series]:
-    """Every baseline's scores for the test rows, trained on `train` (method name -> scores)."""
+def baseline_scores(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame,
+                    only: tuple[str, ...] | None = None) -> dict[str, pl.Series]:
+    """Every baseline's scores for the test rows, trained on `train` (method name -> scores); `only`: just
+    these (any of BASELINES, whether or not it is one the kernel reports)."""
     make = {
         "chip_default": lambda: _chip_default(features, train, test),
         "common_top10": lambda: _common_top10(train, test),
@@ -178,4 +181,4 @@ def baseline_scores(features: KernelFeatures, train: pl.DataFrame, test: pl.Data
         "nearest_shape": lambda: _nearest_shape(features, train, test),
         "other_device_best": lambda: _other_device_best(features, train, test),
     }
-    return {name: make[name]() for name in baseline_names(features)}
+    return {name: make[name]() for name in (baseline_names(features) if only is None else only)}

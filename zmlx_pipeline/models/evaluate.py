@@ -77,6 +77,7 @@ from zmlx_pipeline.models.baselines import (  # noqa: F401  (re-exported: evalua
     BASELINES,
     SEED_FALLBACK,
     SEED_PROFILES,
+    _from_source_case,
     baseline_names,
     baseline_scores,
     seed_threadgroups,
@@ -92,6 +93,12 @@ from zmlx_pipeline.models.features import (
 
 SPLITS = ("shapes", "devices")
 SPLIT_ALIASES = {"lodo": "devices"}
+PROTOCOLS = ("nested", "fixed")
+# the after-the-fact floor of the devices split: not a method one could use (it picks with the test device's times)
+ORACLE = "oracle_device"
+FLOORS = {ORACLE: "after the fact: for each left-out device, the one other device whose measured ranking "
+                  "(same shape and dtype) gives the lowest regret on it, chosen per k with the left-out "
+                  "device's own times; a floor for what copying one device can reach, not a method"}
 PRUNE_SHARE = 0.95
 HIT_WITHIN = 1.02
 SHAPE_FOLDS = 5
@@ -553,6 +560,70 @@ def folds(frame: pl.DataFrame, split: str) -> list[tuple[str, pl.Expr, pl.Expr]]
 # evaluation
 
 
+def oracle_device(features: KernelFeatures, ks: Sequence[int]) -> pl.DataFrame:
+    """Per-case regrets of the after-the-fact floor of the devices split (ORACLE), method column ORACLE.
+
+    For each left-out device, every other device's measured ranking of the same (kernel, dtype, shape) is
+    scored on the left-out device's cases; per k the other device with the lowest mean log regret@k wins
+    (among those covering the most cases). hit_rank and configs are those of the smallest k's winner.
+    """
+    ks = tuple(ks)
+    frame, parts = features.frame, []
+    for name, train_filter, test_filter in folds(frame, "devices"):
+        train, test = _fold_rows(frame, "devices", train_filter, test_filter)
+        per_source = {}
+        for src in sorted(train["device_id"].unique().to_list()):
+            mapping = test.select(CASE).unique().with_columns(
+                pl.lit(src).alias("_src_device_id"), *[pl.col(c).alias(f"_src_{c}") for c in CASE if c != "device_id"])
+            mapping = mapping.select(*CASE, *[f"_src_{c}" for c in CASE])
+            scores = _from_source_case(train.filter(pl.col("device_id") == src), test, mapping)
+            # a case the source did not measure: all its rows get _LAST (one _src_ key, no _v), so drop it
+            known = test.select(CASE).with_columns(scores.alias("_s")).with_columns(
+                (pl.col("_s") < 1e8).any().over(CASE).alias("_k"))["_k"].to_numpy()
+            regrets = case_regrets(test, np.where(known, scores.to_numpy(), np.nan), ks)
+            if not regrets.is_empty():
+                per_source[src] = regrets
+        if not per_source:
+            continue
+        most = max(r.height for r in per_source.values())
+        full = {s: r for s, r in per_source.items() if r.height == most}
+        chosen = {k: min(full, key=lambda s: (full[s][f"r{k}"].log().mean(), s)) for k in ks}
+        first = full[chosen[min(ks)]]
+        out = first.select(*CASE, "hit_rank", "configs")
+        for k in ks:
+            out = out.join(full[chosen[k]].select(*CASE, f"r{k}"), on=list(CASE), how="left", maintain_order="left")
+        parts.append(out.select(*CASE, *[f"r{k}" for k in ks], "hit_rank", "configs").with_columns(
+            pl.lit(ORACLE).alias("method"), pl.lit(name).alias("fold")))
+    return pl.concat(parts) if parts else gather_folds([], ks)
+
+
+def check_protocol(protocol: str | None, split: str) -> str:
+    """The protocol's name (None: `nested`); EvaluationError for an unknown one.
+
+    `nested`: each outer fold's model makes every choice (ensemble weights, hedging, fallback to a
+    baseline) by inner folds inside that fold's training rows, so the held-out shapes or the left-out
+    device are never seen by any choice. `fixed`: the choices of one fit on every row are kept for
+    every fold (what train's held-out pruning does): cheaper, but the choices saw the test rows.
+    """
+    protocol = "nested" if protocol is None else protocol
+    if protocol not in PROTOCOLS:
+        raise EvaluationError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
+    return protocol
+
+
+def fixed_selections(features: KernelFeatures, models: Sequence[str]) -> dict | None:
+    """The `fixed` protocol's settings: each model's selection() from one fit on every row of the kernel
+    (None where a model has nothing to select)."""
+    out = {}
+    with fit_threads():
+        for model in models:
+            ranker = make_ranker(features, model)
+            selection = getattr(ranker, "selection", None)
+            if callable(selection):
+                out[model] = ranker.fit(features.frame).selection()
+    return out or None
+
+
 def evaluate_kernel(
     features: KernelFeatures,
     split: str,
@@ -702,6 +773,8 @@ def evaluate_features(
     noise: NoiseBands | None = None,
     jobs: int | None = None,
     pool: KernelPool | None = None,
+    protocol: str | None = None,
+    oracle: bool = True,
 ) -> dict:
     """evaluate() on prepared feature frames (one per kernel); `noise` gives the tie bands
     (None: no repeats known, so the fallback band, and the result says so); `jobs` worker
@@ -719,6 +792,8 @@ def evaluate_features(
         raise EvaluationError("nothing to evaluate: name a model or keep the baselines")
     labels = {models[0]: "model"} if label_model and len(models) == 1 else {}
     noise = noise if noise is not None else NoiseBands()
+    protocol = check_protocol(protocol, split)
+    oracle = oracle and baselines and split == "devices"
     rows = []
     with (KernelPool(features, jobs) if pool is None else contextlib.nullcontext(pool)) as pool:
         pool.attach(features)
@@ -726,18 +801,23 @@ def evaluate_features(
         # left-out devices a kernel's folds run in one worker, sharing its fits (submit_kernel's `together`)
         order = sorted(features, key=lambda k: -features[k].frame.height)
         together = split == "devices" and len(features) >= 2 * pool.jobs
-        futures = {k: submit_kernel(features[k], split, ks, models, baselines, pool=pool, together=together)
-                   for k in order}
+        fixed = {k: fixed_selections(features[k], models) for k in order} if protocol == "fixed" else {}
+        futures = {k: submit_kernel(features[k], split, ks, models, baselines, fixed=fixed.get(k), pool=pool,
+                                    together=together) for k in order}
         for kernel, f in features.items():
-            per_case = tied_regrets(gather_folds(futures[kernel], ks), f.frame, noise, ks)
-            methods = list(models) + (baseline_names(f) if baselines else [])
+            per_case = gather_folds(futures[kernel], ks)
+            if oracle:
+                per_case = pl.concat([per_case, oracle_device(f, ks)])
+            per_case = tied_regrets(per_case, f.frame, noise, ks)
+            methods = list(models) + (baseline_names(f) if baselines else []) + ([ORACLE] if oracle else [])
             rows += regret_rows(per_case, kernel, ks, methods, labels)
-    return {"split": split, "ks": list(ks), "models": list(models), "results": rows, "noise": noise.summary()}
+    return {"split": split, "ks": list(ks), "models": list(models), "protocol": protocol, "results": rows,
+            "floors": {m: d for m, d in FLOORS.items() if oracle}, "noise": noise.summary()}
 
 
 def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
              models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True, label_model: bool = False,
-             jobs: int | None = None) -> dict:
+             jobs: int | None = None, protocol: str | None = None, oracle: bool = True) -> dict:
     """Regret@k of the model(s) and the baselines on a split (`shapes` or `devices`) of the store's ok measurements.
 
     Returns {"split", "ks", "models", "results", "noise"}: results are flat dicts {kernel, device
@@ -745,13 +825,16 @@ def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
     hit_tied, tied_band, tied_band_source}; a model's method is its variant name, or "model" with
     `label_model` and one model (the CLI's contract); "noise" describes the tie bands (the store's
     repeats, or the fallback). `jobs`: worker processes for the folds (None: one per CPU; 1: none).
+    `protocol` (check_protocol): `nested` (default) or `fixed`. Under `devices` the results also hold the
+    after-the-fact floor ORACLE (`oracle`, with the baselines), and "floors" says what it is.
     """
     split = canonical_split(split)
+    check_protocol(protocol, split)
     jobs = check_jobs(jobs)  # before the features are read, which takes a while on a big store
     with KernelPool(None, jobs, rows=ok_rows(store, kernels)) as pool:  # workers start while the features are read
         features = kernel_features_of(store, kernels)
         return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store),
-                                 pool=pool)
+                                 pool=pool, protocol=protocol, oracle=oracle)
 
 
 def ok_rows(store, kernels=None, devices=None) -> int:
