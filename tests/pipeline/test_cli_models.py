@@ -197,3 +197,16 @@ def test_a_kernel_tuner_file_of_another_kernel_imports_and_evaluates(tmp_path):
     (row,) = json.loads(trained.output)
     assert row["kernel_filter"] == "calculate_temp" and row["scores"]["prune_split"] == "devices"
     assert 1 <= row["scores"]["prune_k"] <= 13
+
+
+def test_evaluate_marks_the_oracle_as_a_floor_and_takes_a_protocol(filled):
+    table = invoke("evaluate", "--split", "devices", "--model", "prior", "--k", "1")
+    assert table.exit_code == 0, table.output
+    assert any(line.split()[:4] == ["rms", "(all)", "oracle_device", "(floor)"] for line in table.output.splitlines())
+    assert "oracle_device (floor) = after the fact" in table.output and "protocol nested" in table.output
+    fixed = invoke("evaluate", "--split", "devices", "--model", "ensemble", "--k", "1", "--protocol", "fixed", "--json")
+    assert fixed.exit_code == 0, fixed.output
+    data = json.loads(fixed.output)
+    assert data["protocol"] == "fixed" and set(data["floors"]) == {"oracle_device"}
+    bad = invoke("evaluate", "--split", "devices", "--protocol", "loose")
+    assert bad.exit_code == 2 and "'loose' is not one of 'nested', 'fixed'" in bad.output
