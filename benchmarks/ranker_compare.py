@@ -10,7 +10,8 @@ and under `devices` the after-the-fact floor (evaluate.ORACLE) and the spread ov
 (the lowest and highest per-device regret@1 of the variant). A last line per variant counts the kernels
 where it is at or below the best baseline at both k.
 
---one-shape keeps one shape per kernel (the middle one of its sorted shape keys, same on every device) and
+--one-shape keeps one shape per kernel (of the shapes measured on the most devices, the middle one of their
+sorted keys) and
 drops the kernels measured on one device only: our data in the regime of the public Kernel Tuner files (one
 problem size measured on a few devices), to check a variant there on kernels it was not developed on.
 """
@@ -35,7 +36,8 @@ def one_shape(features: dict) -> dict:
 
     out = {}
     for kernel, f in features.items():
-        shapes = sorted(f.frame["shape_key"].unique().to_list())
+        counts = f.frame.group_by("shape_key").agg(pl.col("device_id").n_unique().alias("n"))
+        shapes = sorted(counts.filter(pl.col("n") == counts["n"].max())["shape_key"].to_list())
         frame = f.frame.filter(pl.col("shape_key") == shapes[len(shapes) // 2])
         if frame["device_id"].n_unique() >= 3:
             out[kernel] = replace(f, frame=frame)

@@ -40,6 +40,13 @@ prediction cannot drift apart. Variants (MODEL_VARIANTS):
 - `split_rel`: a different model for the devices seen in training (the mean of `gbr_rel`,
   `gbr_rel_clip2`, clipped at 2x, and `gbr_rel_top`, each case's fastest configs weighted up) and
   for new devices (`ensemble`, its unseen setting only): SeenUnseenRanker;
+- `baseline_<name>`: one of evaluate's baselines (models/baselines.py) as a ranker (BaselineRanker);
+- `robust`: `ensemble` whose nested inner selection may also let a baseline lead (only when the inner
+  folds hold enough cases and the baseline wins most of them) and interleaves the best baselines into
+  its top k where the inner folds say so (CVEnsembleRanker's guards; notes/ranker-selection.md);
+- `stacked`: the ensemble with `baseline_other_device_best` and `baseline_common_top10` as weighted members;
+- `gbr_shared_top`: `gbr_shared` with each case's fastest configs weighted up (a ranking objective on
+  relative time); `rank_guarded`: it alone, guarded as `robust` is;
 
 The default was chosen by the scores of evaluate.py (leave-one-device-out on the Kernel Tuner
 files, both splits on our H100/H200 data); its weights are never fitted on the rows it is
