@@ -811,7 +811,7 @@ class CVEnsembleRanker(Ranker):
         """Which ranking leads and which baselines the top k interleaves, from nested inner regrets.
 
         The lead: the model, unless the inner folds hold at least GUARD_MIN_CASES cases and a baseline's
-        inner regret@first is lower by GUARD_MARGIN (in log) on the mean and in most inner folds (a kernel
+        inner regret@first is lower by GUARD_MARGIN (in log) on the mean and in every inner fold (a kernel
         measured at one shape per device gives one case per inner fold: too few to overrule the model).
         The hedge: the top k interleaves the lead with the one or two baselines of lowest inner
         regret@last (the model too, when a baseline leads), whichever of none, one or two gives the
@@ -823,7 +823,7 @@ class CVEnsembleRanker(Ranker):
         gains = {b: np.mean(model_k[first]) - np.mean(v[first]) for b, v in base_k.items()}
         best = max(gains, key=lambda b: (gains[b], -list(gains).index(b)))
         wins = sum(m > x for m, x in zip(model_k[first], base_k[best][first]))
-        if cases >= GUARD_MIN_CASES and gains[best] > GUARD_MARGIN and wins * 2 > folds:
+        if cases >= GUARD_MIN_CASES and gains[best] > GUARD_MARGIN and wins == folds:
             lead = best
         by_last = sorted((b for b in base_k if b != lead), key=lambda b: (np.mean(base_k[b][last]), list(base_k).index(b)))
         hedges = [[], *([by_last[:1]] if by_last else []), *([by_last[:2]] if len(by_last) > 1 else [])]
@@ -976,8 +976,16 @@ class SeenUnseenRanker(Ranker):
         if only not in (None, "seen", "unseen"):
             raise ModelError(f"setting {only!r}: expected seen, unseen or None")
         self.train_devices = sorted(train["device_id"].unique().to_list())
-        self.seen_rankers = ({} if only == "unseen" else
-                             {m: make_ranker(self.features, m).fit(train) for m in self.seen_names})
+        self.seen_rankers = {}
+        for m in ([] if only == "unseen" else self.seen_names):
+            ranker = make_ranker(self.features, m)
+            if hasattr(ranker, "only"):  # an ensemble member: only its seen setting is read here
+                fixed = (self.fixed or {}).get("seen", {}).get(m)
+                if fixed:
+                    ranker.fixed = fixed
+                else:
+                    ranker.only = "seen"
+            self.seen_rankers[m] = ranker.fit(train)
         self.unseen_ranker = None
         if only != "seen":
             ranker = make_ranker(self.features, self.unseen_name)
@@ -989,9 +997,10 @@ class SeenUnseenRanker(Ranker):
         return self
 
     def selection(self) -> dict:
-        """The unseen ensemble's selection (set as `fixed` on an unfitted one to skip its inner CV)."""
+        """The ensembles' selections, unseen and seen members' (set as `fixed` on an unfitted one to skip their inner CV)."""
         selection = getattr(self.unseen_ranker, "selection", None)
-        return {"unseen": selection() if callable(selection) else None}
+        seen = {m: r.selection() for m, r in self.seen_rankers.items() if callable(getattr(r, "selection", None))}
+        return {"unseen": selection() if callable(selection) else None, "seen": seen}
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
         seen = test["device_id"].is_in(self.train_devices).to_numpy()
@@ -1108,8 +1117,12 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "gbr_shared_top": lambda f: PipelineRanker(shared_features(f), boosting_regressor(), target="log_rel",
                                                clip=CLIP_LOG_REL, top_weight=4.0, top_scale=0.1, name="gbr_shared_top"),
     # the ensemble whose nested selection may fall back to a baseline or interleave one with its top k
-    "robust": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, max_device_folds=4,
-                                         guards_seen=GUARDS_SEEN, guards_unseen=GUARDS_UNSEEN, name="robust"),
+    "ensemble_guarded": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, max_device_folds=4,
+                                                   guards_seen=GUARDS_SEEN, guards_unseen=GUARDS_UNSEEN,
+                                                   name="ensemble_guarded"),
+    # the default: the ensemble for the devices seen in training (its seen setting), and for new devices the
+    # ranking objective guarded by the baselines (notes/ranker-selection.md)
+    "robust": lambda f: SeenUnseenRanker(f, ("ensemble",), "rank_guarded", name="robust"),
     # stacking: baselines as weighted members of the ensemble
     "stacked": lambda f: CVEnsembleRanker(f, STACKED_MEMBERS, ENSEMBLE_HEDGES, max_device_folds=4, name="stacked"),
     # the ranking objective alone, guarded as `robust` is
@@ -1124,7 +1137,7 @@ SPLIT_REL_SEEN = ("gbr_rel", "gbr_rel_clip2", "gbr_rel_top")  # split_rel's memb
 GUARDS_SEEN = ("nearest_shape", "most_common_best")
 GUARDS_UNSEEN = ("other_device_best", "most_common_best", "common_top10", "chip_default")
 STACKED_MEMBERS = ("prior", "transfer", "gbr_shared", "baseline_other_device_best", "baseline_common_top10")
-DEFAULT_MODEL = "ensemble"
+DEFAULT_MODEL = "robust"
 
 
 def make_ranker(features: KernelFeatures, model: str = DEFAULT_MODEL) -> Ranker:
