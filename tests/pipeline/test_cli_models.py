@@ -42,7 +42,7 @@ def test_evaluate_json_has_the_flat_result_rows(filled):
     result = invoke("evaluate", "--split", "shapes", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["split"] == "shapes" and data["models"] == ["ensemble"]
+    assert data["split"] == "shapes" and data["models"] == ["robust"]
     rows = data["results"]
     assert rows and all(list(r) == ROW_KEYS + TIED_KEYS for r in rows)
     assert data["noise"]["fallback"] is True  # the fixture has no repeats
@@ -101,7 +101,7 @@ def test_train_then_list_and_verify(filled):
     result = invoke("train", "--json")
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.output)
-    assert row["kernel_filter"] == "rms" and row["params"]["model"] == "ensemble"
+    assert row["kernel_filter"] == "rms" and row["params"]["model"] == "robust"
     assert isinstance(row["scores"]["prune_k"], int) and row["data_fingerprint"].startswith("sha256:")
     table = invoke("train", "--model", "prior")
     assert table.exit_code == 0, table.output
@@ -110,7 +110,7 @@ def test_train_then_list_and_verify(filled):
     listed = invoke("models", "--verify", "--json")
     assert listed.exit_code == 0, listed.output
     rows = json.loads(listed.output)
-    assert [r["params"]["model"] for r in rows] == ["prior", "ensemble"]  # newest first
+    assert [r["params"]["model"] for r in rows] == ["prior", "robust"]  # newest first
     assert rows[1]["model_id"] == row["model_id"]
 
 
