@@ -13,7 +13,7 @@ import zmlx_pipeline
 from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.data.importers import import_files
 from zmlx_pipeline.data.store import Store
-from zmlx_pipeline.models.estimators import MODEL_VARIANTS, fit_kernel_model, make_pipeline
+from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model, make_pipeline
 from zmlx_pipeline.models.evaluate import (
     LARGE_KERNEL_CASES,
     EvaluationError,
@@ -252,15 +252,15 @@ def test_model_beats_every_baseline_leaving_one_device_out(kernel_tuner_store):
     pooled = {(r["kernel"], r["method"], r["k"]): r for r in result["results"] if r["device"] is None}
     for kernel in ("convolution_milo", "dedispersion_milo"):
         for k in (1, 5):
-            model = pooled[(kernel, "ensemble", k)]
+            model = pooled[(kernel, DEFAULT_MODEL, k)]
             assert model["cases"] == 5
             for baseline in ("common_top10", "seed_candidates", "most_common_best", "other_device_best"):
                 other = pooled[(kernel, baseline, k)]
                 assert other["cases"] == 5
                 assert model["regret_geomean"] < other["regret_geomean"], (kernel, baseline, k)
             assert pooled[(kernel, "nearest_shape", k)]["cases"] == 0
-    assert pooled[("dedispersion_milo", "ensemble", 1)]["regret_geomean"] <= 1.10
-    assert pooled[("dedispersion_milo", "ensemble", 5)]["regret_geomean"] <= 1.05
+    assert pooled[("dedispersion_milo", DEFAULT_MODEL, 1)]["regret_geomean"] <= 1.10
+    assert pooled[("dedispersion_milo", DEFAULT_MODEL, 5)]["regret_geomean"] <= 1.05
 
 
 # time[device][TG] of one shape: left out, the A4000 is ranked right only by the M3 (not by the nearer A6000)

@@ -118,3 +118,11 @@ def test_unknown_guard_is_refused(same_order):
     with pytest.raises(ModelError, match="unknown baseline"):
         CVEnsembleRanker(same_order, ("prior",), guards_unseen=("no_such",))
     assert set(estimators.GUARDS_UNSEEN) <= set(estimators._baselines.BASELINES)
+
+
+def test_robust_scores_held_out_shapes_as_the_ensemble_does(same_order):
+    """On a seen device `robust` is the ensemble's seen setting: the held-out-shapes regrets are the same."""
+    got = {m: evaluate_kernel(same_order, "shapes", ks=(1, 3), models=(m,), baselines=False).drop("method")
+           for m in ("robust", "ensemble")}
+    assert got["robust"].height == 8 * len(DEVICES)
+    assert got["robust"].equals(got["ensemble"])
