@@ -774,8 +774,10 @@ class CVEnsembleRanker(Ranker):
                       for m in self._names()}
             regret = _FoldRegret(inner_test, self.ks)
             hedged = [regret.ranks(scores[h]) for h in self.hedge_names]  # the same for every weight vector
-            # a baseline reads every inner training row (they are cheap), as evaluate's baselines do
-            base = {b: regret.ranks(BaselineRanker(self.features, b).fit(inner_train).score(inner_test))
+            # a baseline reads up to MAX_FIT_ROWS inner training rows (every case's fastest configs kept): all of
+            # them on the committed data, a bounded group-by on a big store
+            base_train = fit_sample(inner_train) if guards else inner_train
+            base = {b: regret.ranks(BaselineRanker(self.features, b).fit(base_train).score(inner_test))
                     for b in guards}
             per_fold.append((inner_test, scores, regret, hedged, base))
 
