@@ -13,7 +13,7 @@ import zmlx_pipeline
 from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.data.importers import import_files
 from zmlx_pipeline.data.store import Store
-from zmlx_pipeline.models.estimators import MODEL_VARIANTS, fit_kernel_model, make_pipeline
+from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model, make_pipeline
 from zmlx_pipeline.models.evaluate import (
     LARGE_KERNEL_CASES,
     EvaluationError,
@@ -252,12 +252,46 @@ def test_model_beats_every_baseline_leaving_one_device_out(kernel_tuner_store):
     pooled = {(r["kernel"], r["method"], r["k"]): r for r in result["results"] if r["device"] is None}
     for kernel in ("convolution_milo", "dedispersion_milo"):
         for k in (1, 5):
-            model = pooled[(kernel, "ensemble", k)]
+            model = pooled[(kernel, DEFAULT_MODEL, k)]
             assert model["cases"] == 5
             for baseline in ("common_top10", "seed_candidates", "most_common_best", "other_device_best"):
                 other = pooled[(kernel, baseline, k)]
                 assert other["cases"] == 5
                 assert model["regret_geomean"] < other["regret_geomean"], (kernel, baseline, k)
             assert pooled[(kernel, "nearest_shape", k)]["cases"] == 0
-    assert pooled[("dedispersion_milo", "ensemble", 1)]["regret_geomean"] <= 1.10
-    assert pooled[("dedispersion_milo", "ensemble", 5)]["regret_geomean"] <= 1.05
+    assert pooled[("dedispersion_milo", DEFAULT_MODEL, 1)]["regret_geomean"] <= 1.10
+    assert pooled[("dedispersion_milo", DEFAULT_MODEL, 5)]["regret_geomean"] <= 1.05
+
+
+# time[device][TG] of one shape: left out, the A4000 is ranked right only by the M3 (not by the nearer A6000)
+ORACLE_TIMES = {A4000: {64: 10.0, 256: 12.0, 1024: 15.0}, A6000: {64: 13.0, 256: 11.0, 1024: 12.0},
+                M3: {64: 10.5, 256: 20.0, 1024: 30.0}}
+
+
+def test_oracle_device_is_the_best_single_other_device_after_the_fact(store, make_measurement):
+    for device_id in ORACLE_TIMES:
+        store.upsert_device({**get_device(device_id).as_row(), "device_id": device_id, "in_catalog": True})
+    store.record([make_measurement(device_id=d, kernel="k", dtype="float32", shape={"rows": 64, "cols": 1024},
+                                   config={"TG": tg}, median_us=t)
+                  for d, by_tg in ORACLE_TIMES.items() for tg, t in by_tg.items()])
+    result = evaluate(store, "devices", ks=(1, 2), models=("prior",), jobs=1)
+    rows = {(r["method"], r["device"], r["k"]): r for r in result["results"]}
+    # A4000: the M3's best (64) is its best; A6000: both others pick 64 (13 / 11); M3: the A4000's 64 is its best
+    assert rows[("oracle_device", A4000, 1)]["regret_geomean"] == pytest.approx(1.0)
+    assert rows[("oracle_device", A6000, 1)]["regret_geomean"] == pytest.approx(13 / 11)
+    assert rows[("oracle_device", M3, 1)]["regret_geomean"] == pytest.approx(1.0)
+    assert rows[("oracle_device", None, 1)]["regret_geomean"] == pytest.approx((13 / 11) ** (1 / 3))
+    # the nearest other device (what other_device_best copies) is the A6000 for the A4000: 12 / 10
+    assert rows[("other_device_best", A4000, 1)]["regret_geomean"] == pytest.approx(1.2)
+    # chosen per k: at k = 2 either other device's top 2 (64, then 256) holds the A6000's best, 256
+    assert rows[("oracle_device", A6000, 2)]["regret_geomean"] == pytest.approx(1.0)
+    assert "oracle_device" in result["floors"] and "after the fact" in result["floors"]["oracle_device"]
+    assert result["protocol"] == "nested"
+    shapes = evaluate(store, "shapes", ks=(1,), models=("prior",), jobs=1)
+    assert not shapes["floors"] and all(r["method"] != "oracle_device" for r in shapes["results"])
+
+
+def test_unknown_protocol_is_refused(store, make_measurement):
+    fill(store, make_measurement)
+    with pytest.raises(EvaluationError, match="unknown protocol 'loose'; expected one of nested, fixed"):
+        evaluate(store, "devices", protocol="loose", jobs=1)

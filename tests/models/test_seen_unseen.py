@@ -94,7 +94,8 @@ def test_fixed_selection_and_model_file_give_the_same_scores(features, cheap, tm
     train, test = features.frame.filter(~HELD_DEVICE), features.frame
     ranker = SeenUnseenRanker(features, ["prior"], cheap).fit(train)
     selection = ranker.selection()
-    assert set(selection) == {"unseen"} and "weights_unseen" in selection["unseen"]
+    # seen members without a selection of their own (prior) add nothing to it
+    assert set(selection) == {"unseen", "seen"} and "weights_unseen" in selection["unseen"] and selection["seen"] == {}
     again = SeenUnseenRanker(features, ["prior"], cheap)
     again.fixed = selection
     again.fit(train)

@@ -42,7 +42,7 @@ def test_evaluate_json_has_the_flat_result_rows(filled):
     result = invoke("evaluate", "--split", "shapes", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["split"] == "shapes" and data["models"] == ["ensemble"]
+    assert data["split"] == "shapes" and data["models"] == ["robust"]
     rows = data["results"]
     assert rows and all(list(r) == ROW_KEYS + TIED_KEYS for r in rows)
     assert data["noise"]["fallback"] is True  # the fixture has no repeats
@@ -62,7 +62,7 @@ def test_evaluate_devices_split_and_its_old_name(filled):
     data = json.loads(result.output)
     assert data["split"] == "devices"
     pooled = {r["method"]: r for r in data["results"] if r["device"] is None}
-    assert set(pooled) == {"model"} | BASELINES and pooled["model"]["cases"] == 8
+    assert set(pooled) == {"model", "oracle_device"} | BASELINES and pooled["model"]["cases"] == 8
     assert pooled["nearest_shape"]["cases"] == 0  # nothing of the left-out device is measured
 
 
@@ -101,7 +101,7 @@ def test_train_then_list_and_verify(filled):
     result = invoke("train", "--json")
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.output)
-    assert row["kernel_filter"] == "rms" and row["params"]["model"] == "ensemble"
+    assert row["kernel_filter"] == "rms" and row["params"]["model"] == "robust"
     assert isinstance(row["scores"]["prune_k"], int) and row["data_fingerprint"].startswith("sha256:")
     table = invoke("train", "--model", "prior")
     assert table.exit_code == 0, table.output
@@ -110,7 +110,7 @@ def test_train_then_list_and_verify(filled):
     listed = invoke("models", "--verify", "--json")
     assert listed.exit_code == 0, listed.output
     rows = json.loads(listed.output)
-    assert [r["params"]["model"] for r in rows] == ["prior", "ensemble"]  # newest first
+    assert [r["params"]["model"] for r in rows] == ["prior", "robust"]  # newest first
     assert rows[1]["model_id"] == row["model_id"]
 
 
@@ -191,9 +191,22 @@ def test_a_kernel_tuner_file_of_another_kernel_imports_and_evaluates(tmp_path):
     assert pooled[("model", 1)]["cases"] == 2 and pooled[("model", 1)]["regret_geomean"] >= 1.0
     # block_size_x * block_size_y is its threadgroup: the seed's candidates apply, the catalog default does not
     assert {m for m, _ in pooled} == {"model", "common_top10", "seed_candidates", "most_common_best",
-                                      "nearest_shape", "other_device_best"}
+                                      "nearest_shape", "other_device_best", "oracle_device"}
     trained = invoke("train", "--db", db, "--json")
     assert trained.exit_code == 0, trained.output
     (row,) = json.loads(trained.output)
     assert row["kernel_filter"] == "calculate_temp" and row["scores"]["prune_split"] == "devices"
     assert 1 <= row["scores"]["prune_k"] <= 13
+
+
+def test_evaluate_marks_the_oracle_as_a_floor_and_takes_a_protocol(filled):
+    table = invoke("evaluate", "--split", "devices", "--model", "prior", "--k", "1")
+    assert table.exit_code == 0, table.output
+    assert any(line.split()[:4] == ["rms", "(all)", "oracle_device", "(floor)"] for line in table.output.splitlines())
+    assert "oracle_device (floor) = after the fact" in table.output and "protocol nested" in table.output
+    fixed = invoke("evaluate", "--split", "devices", "--model", "ensemble", "--k", "1", "--protocol", "fixed", "--json")
+    assert fixed.exit_code == 0, fixed.output
+    data = json.loads(fixed.output)
+    assert data["protocol"] == "fixed" and set(data["floors"]) == {"oracle_device"}
+    bad = invoke("evaluate", "--split", "devices", "--protocol", "loose")
+    assert bad.exit_code == 2 and "'loose' is not one of 'nested', 'fixed'" in bad.output

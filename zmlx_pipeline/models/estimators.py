@@ -40,6 +40,13 @@ prediction cannot drift apart. Variants (MODEL_VARIANTS):
 - `split_rel`: a different model for the devices seen in training (the mean of `gbr_rel`,
   `gbr_rel_clip2`, clipped at 2x, and `gbr_rel_top`, each case's fastest configs weighted up) and
   for new devices (`ensemble`, its unseen setting only): SeenUnseenRanker;
+- `baseline_<name>`: one of evaluate's baselines (models/baselines.py) as a ranker (BaselineRanker);
+- `robust`: `ensemble` whose nested inner selection may also let a baseline lead (only when the inner
+  folds hold enough cases and the baseline wins most of them) and interleaves the best baselines into
+  its top k where the inner folds say so (CVEnsembleRanker's guards; notes/ranker-selection.md);
+- `stacked`: the ensemble with `baseline_other_device_best` and `baseline_common_top10` as weighted members;
+- `gbr_shared_top`: `gbr_shared` with each case's fastest configs weighted up (a ranking objective on
+  relative time); `rank_guarded`: it alone, guarded as `robust` is;
 
 The default was chosen by the scores of evaluate.py (leave-one-device-out on the Kernel Tuner
 files, both splits on our H100/H200 data); its weights are never fitted on the rows it is
@@ -67,6 +74,7 @@ from sklearn.neighbors import KDTree
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder
 
+from zmlx_pipeline.models import baselines as _baselines
 from zmlx_pipeline.models.derived import SHARED_ONLY_PREFIX
 from zmlx_pipeline.models.features import CASE, DISTANCE_SPECS, TARGETS, KernelFeatures, device_distances
 
@@ -125,6 +133,43 @@ class Ranker(ABC):
         ranker = cls.__new__(cls)
         ranker.__dict__.update(state)
         return ranker
+
+
+
+class BaselineRanker(Ranker):
+    """One of evaluate's baselines (models/baselines.py) as a ranker: it keeps the training rows the
+    baseline reads and scores each case by the baseline's rank of its configs (0 = first, 1 = last).
+    Where the baseline has nothing to say about a case (no other device measured its shape, no
+    threadgroup parameter), the case is ranked by `common_top10`, which always has an order."""
+
+    def __init__(self, features: KernelFeatures, baseline: str, name: str | None = None) -> None:
+        super().__init__(features)
+        if baseline not in _baselines.BASELINES:
+            raise ModelError(f"unknown baseline {baseline!r}; expected one of {', '.join(_baselines.BASELINES)}")
+        self.baseline = baseline
+        self.name = name or f"baseline_{baseline}"
+        self.train: pl.DataFrame | None = None
+
+    def fit(self, train: pl.DataFrame) -> "BaselineRanker":
+        if train.is_empty():
+            raise ModelError(f"{self.features.kernel}: no training rows")
+        keep = [c for c in train.columns if c in (*CASE, "config_key", "log_time", "log_rel")
+                or c.startswith(("cfg_", "shape_log2_"))]
+        self.train = train.select(keep)
+        return self
+
+    def score(self, test: pl.DataFrame) -> np.ndarray:
+        if self.baseline in _baselines.baseline_names(self.features):
+            raw = _baselines.baseline_scores(self.features, self.train, test, only=(self.baseline,))[self.baseline]
+        else:
+            raw = pl.Series("_s", [None] * test.height, dtype=pl.Float64)
+        fill = _baselines.baseline_scores(self.features, self.train, test, only=("common_top10",))["common_top10"]
+        ranked = test.select(CASE).with_columns(raw.cast(pl.Float64).alias("_b"), fill.cast(pl.Float64).alias("_f"))
+        # a case the baseline does not know: every row null, all ordered by common_top10 instead
+        key = pl.when(pl.col("_b").is_null().all().over(CASE)).then(pl.col("_f")).otherwise(pl.col("_b").fill_null(
+            2 * _baselines.LAST))
+        rank = (key.rank("ordinal").over(CASE) - 1) / pl.max_horizontal(pl.len().over(CASE) - 1, pl.lit(1))
+        return ranked.select(rank.cast(pl.Float64).alias("_r"))["_r"].to_numpy()
 
 
 MAX_FIT_ROWS = 50_000  # rows one scikit-learn fit sees at most (fit time grows with rows; see fit_sample)
@@ -530,6 +575,7 @@ class _FoldRegret:
         self._top = {k: position < k for k in self.ks}
         self._position = position + 1.0
         self._best = np.minimum.reduceat(self._median, self._starts) if case.size else np.zeros(0)
+        self.cases = int(self._starts.size)
 
     def _order(self, scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Indices into `rows` ordering them by case, then score (NaN last), ties as `rows` has them."""
@@ -542,12 +588,21 @@ class _FoldRegret:
         out[self._by_row[self._order(scores, self._by_row)]] = self._position
         return out
 
-    def mean(self, scores: np.ndarray) -> float:
+    def mean(self, scores: np.ndarray, ks: Sequence[int] | None = None) -> float:
+        """Mean over cases of the mean over `ks` (default: the fold's) of log regret@k."""
+        ks = self.ks if ks is None else list(ks)
         median = self._median[self._order(scores, self._by_config)]
         total = np.zeros(self._starts.size)
-        for k in self.ks:
-            total += np.log(np.minimum.reduceat(np.where(self._top[k], median, np.inf), self._starts) / self._best)
-        return float((total / len(self.ks)).mean())
+        for k in ks:
+            top = self._top[k] if k in self._top else self._position <= k
+            total += np.log(np.minimum.reduceat(np.where(top, median, np.inf), self._starts) / self._best)
+        return float((total / len(ks)).mean())
+
+
+def _first_min(values: np.ndarray) -> int:
+    """Index of the lowest value; an earlier one wins within 1e-12 (equal weights, the model alone come first)."""
+    values = np.asarray(values, dtype=float)
+    return int(np.flatnonzero(values <= values.min() + 1e-12)[0])
 
 
 def weight_grid(n: int, step: float) -> list[tuple[float, ...]]:
@@ -561,6 +616,9 @@ def weight_grid(n: int, step: float) -> list[tuple[float, ...]]:
 # rows an inner fold of CVEnsembleRanker scores at most: above every inner fold of the committed data
 # (the largest, one Kernel Tuner dedispersion device, holds 11k rows), so only bigger stores are thinned
 INNER_TEST_ROWS = 30_000
+# a guard baseline leads a robust ranker only when its nested inner log regret@1 is this much lower (1%)
+GUARD_MARGIN = math.log(1.01)
+GUARD_MIN_CASES = 30  # ... and only when its inner folds held this many cases in all
 
 
 def sample_cases(frame: pl.DataFrame, cases: int, seed: int = 0) -> pl.DataFrame:
@@ -611,11 +669,17 @@ class CVEnsembleRanker(Ranker):
     inner_test_rows: int = INNER_TEST_ROWS
     fixed: dict | None = None
     only: str | None = None
+    guards_seen: tuple = ()
+    guards_unseen: tuple = ()
+    policy_seen: dict = {"mode": "model", "baseline": None}
+    policy_unseen: dict = {"mode": "model", "baseline": None}
+    guard_rankers: dict = {}
 
     def __init__(self, features: KernelFeatures, members: Sequence[str], hedges: Sequence[str] = (),
                  step: float = 0.25, inner_rows: int = 6_000, inner_cases: int = 120,
                  inner_test_rows: int = INNER_TEST_ROWS, max_device_folds: int = 3,
-                 shape_folds: int = 2, ks: Sequence[int] = (1, 5), name: str = "ensemble") -> None:
+                 shape_folds: int = 2, ks: Sequence[int] = (1, 5), guards_seen: Sequence[str] = (),
+                 guards_unseen: Sequence[str] = (), name: str = "ensemble") -> None:
         super().__init__(features)
         if not members:
             raise ModelError("an ensemble needs members")
@@ -632,6 +696,14 @@ class CVEnsembleRanker(Ranker):
         self.shape_folds = shape_folds
         self.ks = list(ks)
         self.name = name
+        unknown = [b for b in (*guards_seen, *guards_unseen) if b not in _baselines.BASELINES]
+        if unknown:
+            raise ModelError(f"unknown baseline(s) {', '.join(unknown)}")
+        # baselines the nested selection may fall back to, or interleave with, per kind of test device
+        self.guards_seen, self.guards_unseen = tuple(guards_seen), tuple(guards_unseen)
+        self.policy_seen = {"mode": "model", "baseline": None}
+        self.policy_unseen = {"mode": "model", "baseline": None}
+        self.guard_rankers: dict[str, Ranker] = {}
         self.rankers: dict[str, Ranker] = {}
         equal = [1.0 / len(self.member_names)] * len(self.member_names)
         self.weights_seen, self.weights_unseen = list(equal), list(equal)
@@ -644,6 +716,8 @@ class CVEnsembleRanker(Ranker):
         self.only: str | None = None
 
     def _inner_folds(self, train: pl.DataFrame, split: str) -> list[tuple[pl.DataFrame, pl.DataFrame]]:
+        """(inner training rows, inner test rows) per inner fold, all inside `train`: training devices left
+        out one at a time (`devices`), or training shapes held out (`shapes`)."""
         if split == "devices":
             devices = sorted(train["device_id"].unique().to_list())
             if len(devices) < 2:
@@ -678,11 +752,17 @@ class CVEnsembleRanker(Ranker):
             return total
         return interleave(frame, [total, *[scores[h] for h in self.hedge_names]])
 
-    def _select(self, train: pl.DataFrame, split: str) -> tuple[list[float], bool, float | None]:
-        """The grid weights and hedging with the lowest mean inner log regret, and that regret (None: no folds)."""
+    def _select(self, train: pl.DataFrame, split: str) -> tuple[list[float], bool, float | None, dict]:
+        """The grid weights and hedging with the lowest mean inner log regret, that regret (None: no folds)
+        and the policy: the weighted model alone, or one of the setting's guard baselines alone, first, or
+        after the model (see `_apply_policy`)."""
+        equal = [1.0 / len(self.member_names)] * len(self.member_names)
+        keep = {"mode": "model", "baseline": None}
         folds = self._inner_folds(train, split)
         if not folds:
-            return [1.0 / len(self.member_names)] * len(self.member_names), False, None
+            return equal, False, None, keep
+        guards = [b for b in (self.guards_unseen if split == "devices" else self.guards_seen)
+                  if b in _baselines.baseline_names(self.features)]
         per_fold = []
         for inner_train, inner_test in folds:
             sample = fit_sample(inner_train, max_rows=self.inner_rows)
@@ -694,26 +774,93 @@ class CVEnsembleRanker(Ranker):
                       for m in self._names()}
             regret = _FoldRegret(inner_test, self.ks)
             hedged = [regret.ranks(scores[h]) for h in self.hedge_names]  # the same for every weight vector
-            per_fold.append((inner_test, scores, regret, hedged))
+            # a baseline reads up to MAX_FIT_ROWS inner training rows (every case's fastest configs kept): all of
+            # them on the committed data, a bounded group-by on a big store
+            base_train = fit_sample(inner_train) if guards else inner_train
+            base = {b: regret.ranks(BaselineRanker(self.features, b).fit(base_train).score(inner_test))
+                    for b in guards}
+            per_fold.append((inner_test, scores, regret, hedged, base))
 
         def combined(t, s, w, hedge, regret, hedged):  # _combine, with the hedges' ranks computed once
             total = self._total(t, s, w)
             return interleave_ranks([regret.ranks(total), *hedged]) if hedge else total
 
-        best, best_loss = ([1.0 / len(self.member_names)] * len(self.member_names), False), math.inf
-        for hedge in ([False, True] if self.hedge_names else [False]):
-            for w in weight_grid(len(self.member_names), self.step):
-                loss = float(np.mean([regret.mean(combined(t, s, w, hedge, regret, hedged))
-                                      for t, s, regret, hedged in per_fold]))
-                if loss < best_loss - 1e-12:
-                    best, best_loss = (list(w), hedge), loss
-        return best[0], best[1], best_loss
+        candidates = [(list(w), hedge) for hedge in ([False, True] if self.hedge_names else [False])
+                      for w in weight_grid(len(self.member_names), self.step)]
+        loss = np.array([[regret.mean(combined(t, s, w, hedge, regret, hedged)) for t, s, regret, hedged, _ in per_fold]
+                         for w, hedge in candidates])  # candidates x folds
+        best = _first_min(loss.mean(axis=1))
+        weights, hedge = candidates[best]
+        if not guards:
+            return weights, hedge, float(loss[best].mean()), keep
+        # Nested: each inner fold is scored by the candidate the OTHER inner folds choose, so the model's
+        # figures carry the cost of its own selection, as a baseline's do (it has none to make).
+        first, last = min(self.ks), max(self.ks)
+        model_k, base_k, ranks = {first: [], last: []}, {}, []
+        for f, (t, s, regret, hedged, base) in enumerate(per_fold):
+            others = [g for g in range(len(per_fold)) if g != f]
+            c = _first_min(loss[:, others].mean(axis=1)) if others else 0
+            model_ranks = regret.ranks(combined(t, s, *candidates[c], regret, hedged))
+            ranks.append(model_ranks)
+            for k in (first, last):
+                model_k[k].append(regret.mean(model_ranks, [k]))
+                for b, r in base.items():
+                    base_k.setdefault(b, {first: [], last: []})[k].append(regret.mean(r, [k]))
+        policy = self._guard_policy(per_fold, ranks, model_k, base_k, first, last)
+        return weights, hedge, float(loss[best].mean()), policy
+
+    def _guard_policy(self, per_fold, ranks, model_k, base_k, first, last) -> dict:
+        """Which ranking leads and which baselines the top k interleaves, from nested inner regrets.
+
+        The lead: the model, unless the inner folds hold at least GUARD_MIN_CASES cases and a baseline's
+        inner regret@first is lower by GUARD_MARGIN (in log) on the mean and in every inner fold (a kernel
+        measured at one shape per device gives one case per inner fold: too few to overrule the model).
+        The hedge: the top k interleaves the lead with the one or two baselines of lowest inner
+        regret@last (the model too, when a baseline leads), whichever of none, one or two gives the
+        lowest inner regret@last (more hedging wins ties: it costs no regret@1).
+        """
+        folds = len(per_fold)
+        cases = sum(regret.cases for _, _, regret, _, _ in per_fold)
+        lead = None
+        gains = {b: np.mean(model_k[first]) - np.mean(v[first]) for b, v in base_k.items()}
+        best = max(gains, key=lambda b: (gains[b], -list(gains).index(b)))
+        wins = sum(m > x for m, x in zip(model_k[first], base_k[best][first]))
+        if cases >= GUARD_MIN_CASES and gains[best] > GUARD_MARGIN and wins == folds:
+            lead = best
+        by_last = sorted((b for b in base_k if b != lead), key=lambda b: (np.mean(base_k[b][last]), list(base_k).index(b)))
+        hedges = [[], *([by_last[:1]] if by_last else []), *([by_last[:2]] if len(by_last) > 1 else [])]
+        if lead is not None:
+            hedges = [["model", *h] for h in hedges]
+        losses = []
+        for names in hedges:
+            mixed = []
+            for (t, s, regret, hedged, base), model_ranks in zip(per_fold, ranks):
+                lists = [model_ranks if lead is None else base[lead]]
+                lists += [model_ranks if n == "model" else base[n] for n in names]
+                mixed.append(regret.mean(interleave_ranks(lists) if len(lists) > 1 else lists[0], [last]))
+            losses.append(float(np.mean(mixed)))
+        pick = max(i for i, v in enumerate(losses) if v <= min(losses) + 1e-12)
+        inner = {f"model@{first}": float(np.mean(model_k[first])), f"model@{last}": float(np.mean(model_k[last])),
+                 **{f"{b}@{k}": float(np.mean(v[k])) for b, v in base_k.items() for k in (first, last)},
+                 **{f"hedge[{','.join(h)}]@{last}": v for h, v in zip(hedges, losses)}}
+        return {"mode": "model" if lead is None else "baseline", "baseline": lead, "hedges": hedges[pick],
+                "inner": inner}
+
+    def _apply_policy(self, frame: pl.DataFrame, total: np.ndarray, policy: dict) -> np.ndarray:
+        """The model's scores under a policy: the lead (the model, or baseline `baseline` when mode is
+        `baseline`), its ranking interleaved with the rankings of `hedges` (baselines, or "model")."""
+        lead = total if policy.get("mode", "model") == "model" else self.guard_rankers[policy["baseline"]].score(frame)
+        hedges = policy.get("hedges") or []
+        if not hedges:
+            return lead
+        return interleave(frame, [lead, *[total if h == "model" else self.guard_rankers[h].score(frame) for h in hedges]])
 
     def selection(self) -> dict:
         """The fitted weights and hedging: set them as `fixed` on an unfitted ensemble and its fit skips the
         inner cross-validation (train.py's held-out scoring refits one per fold at the cost of its members)."""
         return {"weights_seen": list(self.weights_seen), "hedge_seen": bool(self.hedge_seen),
-                "weights_unseen": list(self.weights_unseen), "hedge_unseen": bool(self.hedge_unseen)}
+                "weights_unseen": list(self.weights_unseen), "hedge_unseen": bool(self.hedge_unseen),
+                "policy_seen": dict(self.policy_seen), "policy_unseen": dict(self.policy_unseen)}
 
     def fit(self, train: pl.DataFrame) -> "CVEnsembleRanker":
         if train.is_empty():
@@ -722,20 +869,31 @@ class CVEnsembleRanker(Ranker):
         if fixed:
             self.weights_seen, self.hedge_seen = list(fixed["weights_seen"]), fixed["hedge_seen"]
             self.weights_unseen, self.hedge_unseen = list(fixed["weights_unseen"]), fixed["hedge_unseen"]
+            self.policy_seen = dict(fixed.get("policy_seen") or {"mode": "model", "baseline": None})
+            self.policy_unseen = dict(fixed.get("policy_unseen") or {"mode": "model", "baseline": None})
             self.inner_scores = {"devices": None, "shapes": None}
         else:
             only = self.only
             if only not in (None, "seen", "unseen"):
                 raise ModelError(f"ensemble setting {only!r}: expected seen, unseen or None")
             equal = [1.0 / len(self.member_names)] * len(self.member_names)
-            self.weights_unseen, self.hedge_unseen, loss_unseen = (
-                self._select(train, "devices") if only != "seen" else (list(equal), False, None))
-            self.weights_seen, self.hedge_seen, loss_seen = (
-                self._select(train, "shapes") if only != "unseen" else (list(equal), False, None))
+            keep = {"mode": "model", "baseline": None}
+            self.weights_unseen, self.hedge_unseen, loss_unseen, self.policy_unseen = (
+                self._select(train, "devices") if only != "seen" else (list(equal), False, None, keep))
+            self.weights_seen, self.hedge_seen, loss_seen, self.policy_seen = (
+                self._select(train, "shapes") if only != "unseen" else (list(equal), False, None, dict(keep)))
             self.inner_scores = {"devices": loss_unseen, "shapes": loss_seen}
         self.rankers = {m: make_ranker(self.features, m).fit(train) for m in self.needed()}
+        used = {b for p in self._policies() for b in [p.get("baseline"), *(p.get("hedges") or [])]
+                if b is not None and b != "model"}
+        self.guard_rankers = {b: BaselineRanker(self.features, b).fit(train) for b in sorted(used)}
         self.train_devices = sorted(train["device_id"].unique().to_list())
         return self
+
+    def _policies(self) -> list[dict]:
+        """The policies of the settings fitted (both, or `only`'s)."""
+        only = None if self.fixed else self.only
+        return [p for p, kind in ((self.policy_seen, "seen"), (self.policy_unseen, "unseen")) if only in (None, kind)]
 
     def _used(self, weights: Sequence[float], hedge: bool) -> set[str]:
         """The members a setting's scores read: those of nonzero weight, and the hedges when it hedges."""
@@ -766,11 +924,12 @@ class CVEnsembleRanker(Ranker):
                                  f"which its {kind}-device setting needs; refit it without `only`")
         scores = {m: relative_to_case(test, r.score(test)) for m, r in self.rankers.items()}
         out = np.zeros(test.height)
-        for mask, weights, hedge in ((seen, self.weights_seen, self.hedge_seen),
-                                     (~seen, self.weights_unseen, self.hedge_unseen)):
+        for mask, weights, hedge, policy in ((seen, self.weights_seen, self.hedge_seen, self.policy_seen),
+                                             (~seen, self.weights_unseen, self.hedge_unseen, self.policy_unseen)):
             if mask.any():
                 part = test.filter(pl.Series(mask))
-                out[mask] = self._combine(part, {m: v[mask] for m, v in scores.items()}, weights, hedge)
+                total = self._combine(part, {m: v[mask] for m, v in scores.items()}, weights, hedge)
+                out[mask] = self._apply_policy(part, total, policy)
         return out
 
 
@@ -819,8 +978,16 @@ class SeenUnseenRanker(Ranker):
         if only not in (None, "seen", "unseen"):
             raise ModelError(f"setting {only!r}: expected seen, unseen or None")
         self.train_devices = sorted(train["device_id"].unique().to_list())
-        self.seen_rankers = ({} if only == "unseen" else
-                             {m: make_ranker(self.features, m).fit(train) for m in self.seen_names})
+        self.seen_rankers = {}
+        for m in ([] if only == "unseen" else self.seen_names):
+            ranker = make_ranker(self.features, m)
+            if hasattr(ranker, "only"):  # an ensemble member: only its seen setting is read here
+                fixed = (self.fixed or {}).get("seen", {}).get(m)
+                if fixed:
+                    ranker.fixed = fixed
+                else:
+                    ranker.only = "seen"
+            self.seen_rankers[m] = ranker.fit(train)
         self.unseen_ranker = None
         if only != "seen":
             ranker = make_ranker(self.features, self.unseen_name)
@@ -832,9 +999,10 @@ class SeenUnseenRanker(Ranker):
         return self
 
     def selection(self) -> dict:
-        """The unseen ensemble's selection (set as `fixed` on an unfitted one to skip its inner CV)."""
+        """The ensembles' selections, unseen and seen members' (set as `fixed` on an unfitted one to skip their inner CV)."""
         selection = getattr(self.unseen_ranker, "selection", None)
-        return {"unseen": selection() if callable(selection) else None}
+        seen = {m: r.selection() for m, r in self.seen_rankers.items() if callable(getattr(r, "selection", None))}
+        return {"unseen": selection() if callable(selection) else None, "seen": seen}
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
         seen = test["device_id"].is_in(self.train_devices).to_numpy()
@@ -947,11 +1115,31 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     # the three gbr_rel variants averaged for the devices seen in training, the ensemble for new ones
     # (notes/learning.md, "gbr_rel for seen devices")
     "split_rel": lambda f: SeenUnseenRanker(f, SPLIT_REL_SEEN, "ensemble", name="split_rel"),
+    # a ranking objective on relative time: log(time / case best), each case's fastest configs weighted up
+    "gbr_shared_top": lambda f: PipelineRanker(shared_features(f), boosting_regressor(), target="log_rel",
+                                               clip=CLIP_LOG_REL, top_weight=4.0, top_scale=0.1, name="gbr_shared_top"),
+    # the ensemble whose nested selection may fall back to a baseline or interleave one with its top k
+    "ensemble_guarded": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, max_device_folds=4,
+                                                   guards_seen=GUARDS_SEEN, guards_unseen=GUARDS_UNSEEN,
+                                                   name="ensemble_guarded"),
+    # the default: the ensemble for the devices seen in training (its seen setting), and for new devices the
+    # ranking objective guarded by the baselines (notes/ranker-selection.md)
+    "robust": lambda f: SeenUnseenRanker(f, ("ensemble",), "rank_guarded", name="robust"),
+    # stacking: baselines as weighted members of the ensemble
+    "stacked": lambda f: CVEnsembleRanker(f, STACKED_MEMBERS, ENSEMBLE_HEDGES, max_device_folds=4, name="stacked"),
+    # the ranking objective alone, guarded as `robust` is
+    "rank_guarded": lambda f: CVEnsembleRanker(f, ("gbr_shared_top",), (), max_device_folds=4, guards_seen=GUARDS_SEEN,
+                                               guards_unseen=GUARDS_UNSEEN, name="rank_guarded"),
+    **{f"baseline_{b}": (lambda b: lambda f: BaselineRanker(f, b))(b) for b in _baselines.BASELINES},
 }
 ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV
 ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave
 SPLIT_REL_SEEN = ("gbr_rel", "gbr_rel_clip2", "gbr_rel_top")  # split_rel's members for seen devices
-DEFAULT_MODEL = "ensemble"
+# the baselines `robust` may fall back to or interleave with, for a seen device (new shape) and a new device
+GUARDS_SEEN = ("nearest_shape", "most_common_best")
+GUARDS_UNSEEN = ("other_device_best", "most_common_best", "common_top10", "chip_default")
+STACKED_MEMBERS = ("prior", "transfer", "gbr_shared", "baseline_other_device_best", "baseline_common_top10")
+DEFAULT_MODEL = "robust"
 
 
 def make_ranker(features: KernelFeatures, model: str = DEFAULT_MODEL) -> Ranker:

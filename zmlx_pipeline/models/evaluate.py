@@ -72,30 +72,34 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import polars as pl
 
-from zmlx_pipeline.data.catalog import UnknownDevice, get_device
 from zmlx_pipeline.data.noise_buckets import bucket_index, bucket_label
+from zmlx_pipeline.models.baselines import (  # noqa: F401  (re-exported: evaluate's baselines live there)
+    BASELINES,
+    SEED_FALLBACK,
+    SEED_PROFILES,
+    _from_source_case,
+    baseline_names,
+    baseline_scores,
+    seed_threadgroups,
+)
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, make_ranker
 from zmlx_pipeline.models.features import (
     CASE,
     KernelFeatures,
     build_features,
-    device_distances,
     devices_frame,
     measurements_frame,
 )
 
 SPLITS = ("shapes", "devices")
 SPLIT_ALIASES = {"lodo": "devices"}
-BASELINES = ("chip_default", "common_top10", "seed_candidates", "most_common_best", "nearest_shape",
-             "other_device_best")
+PROTOCOLS = ("nested", "fixed")
+# the after-the-fact floor of the devices split: not a method one could use (it picks with the test device's times)
+ORACLE = "oracle_device"
+FLOORS = {ORACLE: "after the fact: for each left-out device, the one other device whose measured ranking "
+                  "(same shape and dtype) gives the lowest regret on it, chosen per k with the left-out "
+                  "device's own times; a floor for what copying one device can reach, not a method"}
 PRUNE_SHARE = 0.95
-# The seed's device profiles: (family, variant) or variant -> (default threadgroup, candidates);
-# a device outside its table (every non-Apple GPU) gets its fallback profile.
-SEED_PROFILES: dict = {
-    "base": (128, (64, 128, 256)), "pro": (256, (128, 256, 512)), "max": (256, (128, 256, 512)),
-    "ultra": (256, (256, 512, 1024)), ("m4", "max"): (256, (256, 512, 1024)),
-}
-SEED_FALLBACK = (128, (64, 128, 256))
 HIT_WITHIN = 1.02
 SHAPE_FOLDS = 5
 # A kernel of more cases than this is held out in SHAPE_FOLDS_LARGE shape folds: fewer fits, and each fold's
@@ -108,8 +112,6 @@ PARALLEL_MIN_ROWS = 20_000  # less work (rows over all kernels) runs in this pro
 # the tie band (noise-aware regret) is taken per time bucket of `zmlx-pipeline noise` (data/noise_buckets.py)
 MIN_PAIRS = 20  # repeat pairs a (device, bucket) needs for its own band; fewer: pooled over devices
 FALLBACK_BAND = HIT_WITHIN - 1.0  # only for a store with no repeat at all: the plain 2% hit margin
-_TOP = 10
-_LAST = 1e9  # score of a config a baseline knows nothing about: after every config it knows
 
 
 class EvaluationError(ValueError):
@@ -555,166 +557,71 @@ def folds(frame: pl.DataFrame, split: str) -> list[tuple[str, pl.Expr, pl.Expr]]
 
 
 # ------------------------------------------------------------------------------------------
-# baselines: each returns one score per test row (lower is better, null = no opinion)
-
-
-def _common_order(train: pl.DataFrame) -> pl.DataFrame:
-    """config_key -> _pos: configs by how often they are in a training case's top 10 (then by mean log_rel)."""
-    top = train.with_columns(pl.col("log_time").rank("ordinal").over(CASE).alias("_r"))
-    stats = top.group_by("config_key").agg((pl.col("_r") <= _TOP).sum().alias("_n"),
-                                           pl.col("log_rel").mean().alias("_m"))
-    return stats.sort(["_n", "_m", "config_key"], descending=[True, False, False]).with_columns(
-        pl.int_range(0, pl.len()).cast(pl.Float64).alias("_pos")).select("config_key", "_pos")
-
-
-def _common_top10(train: pl.DataFrame, test: pl.DataFrame) -> pl.Series:
-    """Configs by how often they are in a training case's top 10 (then by mean log_rel)."""
-    return test.select("config_key").join(_common_order(train), on="config_key", how="left",
-                                          maintain_order="left")["_pos"].fill_null(_LAST)
-
-
-def seed_threadgroups(device_id: str) -> tuple[int, tuple[int, ...]]:
-    """The seed autotuner's (default threadgroup, three candidates) for a device (see SEED_PROFILES)."""
-    try:
-        spec = get_device(device_id.split("@")[0])  # a core-limited device keeps its chip's profile
-    except (UnknownDevice, ValueError):
-        return SEED_FALLBACK
-    if spec.vendor != "apple":
-        return SEED_FALLBACK
-    return SEED_PROFILES.get((spec.family, spec.variant)) or SEED_PROFILES.get(spec.variant, SEED_FALLBACK)
-
-
-def _seed_candidates(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame) -> pl.Series:
-    """The seed's candidate threadgroups of the device (default first), other params as common_top10's leader.
-
-    Order: candidate configs before all others; among them by the common_top10 position of
-    their other parameters' values, then default, smaller, larger; other configs by log2
-    distance to the nearest candidate.
-    """
-    thread_cols = [f"cfg_{p}" for p in features.thread_params]
-    rest = [f"cfg_{p}" for p in features.params if p not in features.thread_params]
-    rest_key = (pl.concat_str([pl.col(c).cast(pl.String).fill_null("none") for c in rest], separator="|")
-                if rest else pl.lit(""))
-    configs = pl.concat([train.select("config_key", *rest, *thread_cols).unique("config_key"),
-                         test.select("config_key", *rest, *thread_cols).unique("config_key")]).unique("config_key")
-    threads = pl.reduce(lambda a, b: a * b, [pl.col(c).round().cast(pl.Int64) for c in thread_cols])
-    configs = configs.select("config_key", rest_key.alias("_rest"), threads.alias("_threads"))
-    rest_pos = configs.join(_common_order(train), on="config_key").group_by("_rest").agg(
-        pl.col("_pos").min().alias("_rest_pos"))
-    devices = test["device_id"].unique().to_list()
-    profiles = pl.DataFrame(
-        {"device_id": devices,
-         "_cands": [[seed_threadgroups(d)[0]] + sorted(set(seed_threadgroups(d)[1]) - {seed_threadgroups(d)[0]})
-                    for d in devices]},
-        schema={"device_id": pl.String, "_cands": pl.List(pl.Int64)})
-    out = test.select("device_id", "config_key").join(configs, on="config_key", how="left", maintain_order="left").join(
-        profiles, on="device_id", how="left", maintain_order="left").join(
-        rest_pos, on="_rest", how="left", maintain_order="left")
-    cand = [pl.col("_cands").list.get(i, null_on_oob=True) for i in range(3)]
-    cand_pos = pl.coalesce([pl.when(c == pl.col("_threads")).then(pl.lit(float(i))) for i, c in enumerate(cand)])
-    log_t = pl.col("_threads").cast(pl.Float64).log(2)
-    gap = pl.min_horizontal([(log_t - c.cast(pl.Float64).log(2)).abs() for c in cand])
-    rest_score = pl.col("_rest_pos").fill_null(_LAST / 1e3)
-    score = pl.when(cand_pos.is_not_null()).then(rest_score * 10 + cand_pos).otherwise(_LAST + gap * 1e6 + rest_score)
-    return out.select(score.cast(pl.Float64).alias("_s"))["_s"]
-
-
-def _chip_default(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame) -> pl.Series:
-    """Threadgroup closest to the catalog default (log2 distance), then common_top10."""
-    tie = _common_top10(train, test)
-    gap = test["cfg_log2_threads_per_default"].abs()
-    return gap * _LAST + tie
-
-
-def _most_common_best(train: pl.DataFrame, test: pl.DataFrame) -> pl.Series:
-    """Per device: configs by how often they are best in its training cases (pooled if it has none)."""
-    best = train.with_columns(pl.col("log_time").rank("ordinal").over(CASE).alias("_r"))
-
-    def order(keys: list[str]) -> pl.DataFrame:
-        """Position of each config within `keys` groups: most often best first, then lowest mean log_rel."""
-        stats = best.group_by([*keys, "config_key"]).agg((pl.col("_r") == 1).sum().alias("_n"),
-                                                         pl.col("log_rel").mean().alias("_m"))
-        stats = stats.sort([*keys, "_n", "_m", "config_key"], descending=[*([False] * len(keys)), True, False, False])
-        pos = pl.int_range(0, pl.len())
-        return stats.with_columns((pos.over(keys) if keys else pos).cast(pl.Float64).alias("_pos"))
-
-    per_device = order(["device_id"]).select("device_id", "config_key", pl.col("_pos").alias("_dev"))
-    pooled = order([]).select("config_key", pl.col("_pos").alias("_all"))
-    seen = set(train["device_id"].unique().to_list())
-    out = test.select("device_id", "config_key").join(per_device, on=["device_id", "config_key"], how="left",
-                                                      maintain_order="left")
-    out = out.join(pooled, on="config_key", how="left", maintain_order="left")
-    return out.select(
-        pl.when(pl.col("device_id").is_in(list(seen))).then(pl.col("_dev")).otherwise(pl.col("_all"))
-        .fill_null(_LAST).alias("_s"))["_s"]
-
-
-def _from_source_case(train: pl.DataFrame, test: pl.DataFrame, mapping: pl.DataFrame) -> pl.Series:
-    """Scores from the measured log_rel of each test case's mapped training case (mapping: CASE -> _src_*)."""
-    src = train.select(*[pl.col(c).alias("_src_" + c) for c in CASE], "config_key", pl.col("log_rel").alias("_v"))
-    out = test.select(*CASE, "config_key").join(mapping, on=list(CASE), how="left", maintain_order="left")
-    out = out.join(src, on=[*[f"_src_{c}" for c in CASE], "config_key"], how="left", maintain_order="left")
-    return out.select(pl.when(pl.col("_src_device_id").is_null()).then(None)
-                      .otherwise(pl.col("_v").fill_null(_LAST)).alias("_s"))["_s"]
-
-
-def _nearest_shape(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame) -> pl.Series:
-    """The measured ranking of the nearest (log2 dims) training shape on the same device and dtype."""
-    dims = [f"shape_log2_{d}" for d in features.shape_dims]
-    cases = lambda f: f.group_by(CASE).agg([pl.col(c).first() for c in dims])  # noqa: E731
-    tc, rc = cases(test), cases(train).rename({c: "_src_" + c for c in (*CASE, *dims)})
-    pairs = tc.join(rc, left_on=["device_id", "kernel", "dtype"],
-                    right_on=["_src_device_id", "_src_kernel", "_src_dtype"], how="inner", coalesce=False)
-    if pairs.is_empty():
-        return pl.Series("_s", [None] * test.height, dtype=pl.Float64)
-    dist = pl.sum_horizontal([(pl.col(c) - pl.col("_src_" + c)) ** 2 for c in dims]) if dims else pl.lit(0.0)
-    mapping = pairs.with_columns(dist.alias("_d")).sort([*CASE, "_d", "_src_shape_key"]).group_by(
-        CASE, maintain_order=True).first().select(*CASE, *[f"_src_{c}" for c in CASE])
-    return _from_source_case(train, test, mapping)
-
-
-def _other_device_best(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame) -> pl.Series:
-    """The measured ranking of the nearest other device (normalised spec distance), same shape and dtype."""
-    ids, dist = device_distances(features.devices)
-    ddist = pl.DataFrame({"device_id": [a for a in ids for _ in ids], "_src_device_id": [b for _ in ids for b in ids],
-                          "_d": dist.reshape(-1).tolist()},
-                         schema={"device_id": pl.String, "_src_device_id": pl.String, "_d": pl.Float64})
-    tc = test.select(CASE).unique()
-    rc = train.select(CASE).unique().rename({c: "_src_" + c for c in CASE})
-    pairs = tc.join(rc, left_on=["kernel", "dtype", "shape_key"],
-                    right_on=["_src_kernel", "_src_dtype", "_src_shape_key"], how="inner", coalesce=False)
-    pairs = pairs.filter(pl.col("device_id") != pl.col("_src_device_id"))
-    if pairs.is_empty():
-        return pl.Series("_s", [None] * test.height, dtype=pl.Float64)
-    mapping = pairs.join(ddist, on=["device_id", "_src_device_id"], how="left").sort(
-        [*CASE, "_d", "_src_device_id"]).group_by(CASE, maintain_order=True).first().select(
-        *CASE, *[f"_src_{c}" for c in CASE])
-    return _from_source_case(train, test, mapping)
-
-
-def baseline_names(features: KernelFeatures) -> list[str]:
-    """The baselines that apply to a kernel, in report order."""
-    names = ["chip_default" if features.threadgroup_param else "common_top10"]
-    if features.thread_params:
-        names.append("seed_candidates")
-    return names + ["most_common_best", "nearest_shape", "other_device_best"]
-
-
-def baseline_scores(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame) -> dict[str, pl.Series]:
-    """Every baseline's scores for the test rows, trained on `train` (method name -> scores)."""
-    make = {
-        "chip_default": lambda: _chip_default(features, train, test),
-        "common_top10": lambda: _common_top10(train, test),
-        "seed_candidates": lambda: _seed_candidates(features, train, test),
-        "most_common_best": lambda: _most_common_best(train, test),
-        "nearest_shape": lambda: _nearest_shape(features, train, test),
-        "other_device_best": lambda: _other_device_best(features, train, test),
-    }
-    return {name: make[name]() for name in baseline_names(features)}
-
-
-# ------------------------------------------------------------------------------------------
 # evaluation
+
+
+def oracle_device(features: KernelFeatures, ks: Sequence[int]) -> pl.DataFrame:
+    """Per-case regrets of the after-the-fact floor of the devices split (ORACLE), method column ORACLE.
+
+    For each left-out device, every other device's measured ranking of the same (kernel, dtype, shape) is
+    scored on the left-out device's cases; per k the other device with the lowest mean log regret@k wins
+    (among those covering the most cases). hit_rank and configs are those of the smallest k's winner.
+    """
+    ks = tuple(ks)
+    frame, parts = features.frame, []
+    for name, train_filter, test_filter in folds(frame, "devices"):
+        train, test = _fold_rows(frame, "devices", train_filter, test_filter)
+        per_source = {}
+        for src in sorted(train["device_id"].unique().to_list()):
+            mapping = test.select(CASE).unique().with_columns(
+                pl.lit(src).alias("_src_device_id"), *[pl.col(c).alias(f"_src_{c}") for c in CASE if c != "device_id"])
+            mapping = mapping.select(*CASE, *[f"_src_{c}" for c in CASE])
+            scores = _from_source_case(train.filter(pl.col("device_id") == src), test, mapping)
+            # a case the source did not measure: all its rows get _LAST (one _src_ key, no _v), so drop it
+            known = test.select(CASE).with_columns(scores.alias("_s")).with_columns(
+                (pl.col("_s") < 1e8).any().over(CASE).alias("_k"))["_k"].to_numpy()
+            regrets = case_regrets(test, np.where(known, scores.to_numpy(), np.nan), ks)
+            if not regrets.is_empty():
+                per_source[src] = regrets
+        if not per_source:
+            continue
+        most = max(r.height for r in per_source.values())
+        full = {s: r for s, r in per_source.items() if r.height == most}
+        chosen = {k: min(full, key=lambda s: (full[s][f"r{k}"].log().mean(), s)) for k in ks}
+        first = full[chosen[min(ks)]]
+        out = first.select(*CASE, "hit_rank", "configs")
+        for k in ks:
+            out = out.join(full[chosen[k]].select(*CASE, f"r{k}"), on=list(CASE), how="left", maintain_order="left")
+        parts.append(out.select(*CASE, *[f"r{k}" for k in ks], "hit_rank", "configs").with_columns(
+            pl.lit(ORACLE).alias("method"), pl.lit(name).alias("fold")))
+    return pl.concat(parts) if parts else gather_folds([], ks)
+
+
+def check_protocol(protocol: str | None, split: str) -> str:
+    """The protocol's name (None: `nested`); EvaluationError for an unknown one.
+
+    `nested`: each outer fold's model makes every choice (ensemble weights, hedging, fallback to a
+    baseline) by inner folds inside that fold's training rows, so the held-out shapes or the left-out
+    device are never seen by any choice. `fixed`: the choices of one fit on every row are kept for
+    every fold (what train's held-out pruning does): cheaper, but the choices saw the test rows.
+    """
+    protocol = "nested" if protocol is None else protocol
+    if protocol not in PROTOCOLS:
+        raise EvaluationError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
+    return protocol
+
+
+def fixed_selections(features: KernelFeatures, models: Sequence[str]) -> dict | None:
+    """The `fixed` protocol's settings: each model's selection() from one fit on every row of the kernel
+    (None where a model has nothing to select)."""
+    out = {}
+    with fit_threads():
+        for model in models:
+            ranker = make_ranker(features, model)
+            selection = getattr(ranker, "selection", None)
+            if callable(selection):
+                out[model] = ranker.fit(features.frame).selection()
+    return out or None
 
 
 def evaluate_kernel(
@@ -866,6 +773,8 @@ def evaluate_features(
     noise: NoiseBands | None = None,
     jobs: int | None = None,
     pool: KernelPool | None = None,
+    protocol: str | None = None,
+    oracle: bool = True,
 ) -> dict:
     """evaluate() on prepared feature frames (one per kernel); `noise` gives the tie bands
     (None: no repeats known, so the fallback band, and the result says so); `jobs` worker
@@ -883,6 +792,8 @@ def evaluate_features(
         raise EvaluationError("nothing to evaluate: name a model or keep the baselines")
     labels = {models[0]: "model"} if label_model and len(models) == 1 else {}
     noise = noise if noise is not None else NoiseBands()
+    protocol = check_protocol(protocol, split)
+    oracle = oracle and baselines and split == "devices"
     rows = []
     with (KernelPool(features, jobs) if pool is None else contextlib.nullcontext(pool)) as pool:
         pool.attach(features)
@@ -890,18 +801,23 @@ def evaluate_features(
         # left-out devices a kernel's folds run in one worker, sharing its fits (submit_kernel's `together`)
         order = sorted(features, key=lambda k: -features[k].frame.height)
         together = split == "devices" and len(features) >= 2 * pool.jobs
-        futures = {k: submit_kernel(features[k], split, ks, models, baselines, pool=pool, together=together)
-                   for k in order}
+        fixed = {k: fixed_selections(features[k], models) for k in order} if protocol == "fixed" else {}
+        futures = {k: submit_kernel(features[k], split, ks, models, baselines, fixed=fixed.get(k), pool=pool,
+                                    together=together) for k in order}
         for kernel, f in features.items():
-            per_case = tied_regrets(gather_folds(futures[kernel], ks), f.frame, noise, ks)
-            methods = list(models) + (baseline_names(f) if baselines else [])
+            per_case = gather_folds(futures[kernel], ks)
+            if oracle:
+                per_case = pl.concat([per_case, oracle_device(f, ks)])
+            per_case = tied_regrets(per_case, f.frame, noise, ks)
+            methods = list(models) + (baseline_names(f) if baselines else []) + ([ORACLE] if oracle else [])
             rows += regret_rows(per_case, kernel, ks, methods, labels)
-    return {"split": split, "ks": list(ks), "models": list(models), "results": rows, "noise": noise.summary()}
+    return {"split": split, "ks": list(ks), "models": list(models), "protocol": protocol, "results": rows,
+            "floors": {m: d for m, d in FLOORS.items() if oracle}, "noise": noise.summary()}
 
 
 def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
              models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True, label_model: bool = False,
-             jobs: int | None = None) -> dict:
+             jobs: int | None = None, protocol: str | None = None, oracle: bool = True) -> dict:
     """Regret@k of the model(s) and the baselines on a split (`shapes` or `devices`) of the store's ok measurements.
 
     Returns {"split", "ks", "models", "results", "noise"}: results are flat dicts {kernel, device
@@ -909,13 +825,16 @@ def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
     hit_tied, tied_band, tied_band_source}; a model's method is its variant name, or "model" with
     `label_model` and one model (the CLI's contract); "noise" describes the tie bands (the store's
     repeats, or the fallback). `jobs`: worker processes for the folds (None: one per CPU; 1: none).
+    `protocol` (check_protocol): `nested` (default) or `fixed`. Under `devices` the results also hold the
+    after-the-fact floor ORACLE (`oracle`, with the baselines), and "floors" says what it is.
     """
     split = canonical_split(split)
+    check_protocol(protocol, split)
     jobs = check_jobs(jobs)  # before the features are read, which takes a while on a big store
     with KernelPool(None, jobs, rows=ok_rows(store, kernels)) as pool:  # workers start while the features are read
         features = kernel_features_of(store, kernels)
         return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store),
-                                 pool=pool)
+                                 pool=pool, protocol=protocol, oracle=oracle)
 
 
 def ok_rows(store, kernels=None, devices=None) -> int:

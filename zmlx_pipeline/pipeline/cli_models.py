@@ -46,9 +46,13 @@ def _fmt(value) -> str | None:
 @click.option("--k", "ks", multiple=True, type=click.IntRange(1), help="k of regret@k (default: 1, 3, 5).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None,
               help="Worker processes for the folds (default: one per CPU; 1: none). Results do not depend on it.")
+@click.option("--protocol", type=click.Choice(["nested", "fixed"]), default="nested", show_default=True,
+              help="nested: every choice of the model (weights, hedging, fallback) is made inside each fold's "
+                   "training rows, never seeing the test device or shapes; fixed: the choices of one fit on "
+                   "every row are kept for every fold (faster, optimistic).")
 @output_options
 @_model_errors
-def evaluate(db, split, kernel_names, model_names, ks, jobs, as_json) -> None:
+def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, as_json) -> None:
     """Regret@k of the model and of every baseline on data the model did not train on."""
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate as run_evaluation
@@ -57,10 +61,10 @@ def evaluate(db, split, kernel_names, model_names, ks, jobs, as_json) -> None:
     store = _open_store(db, read_only=True)
     ks = tuple(sorted(set(ks))) or (1, 3, 5)
     result = run_evaluation(store, split, kernels=_split(kernel_names) or None, ks=ks, models=models,
-                            label_model=len(models) == 1, jobs=jobs)
+                            label_model=len(models) == 1, jobs=jobs, protocol=protocol)
     if as_json:
-        emit({"split": result["split"], "models": result["models"], "results": result["results"],
-              "noise": result["noise"]}, True)
+        emit({"split": result["split"], "models": result["models"], "protocol": result["protocol"],
+              "floors": result["floors"], "results": result["results"], "noise": result["noise"]}, True)
         return
     table: dict[tuple, dict] = {}
     devices = {}
@@ -70,7 +74,8 @@ def evaluate(db, split, kernel_names, model_names, ks, jobs, as_json) -> None:
         if r["device"] is not None and len(devices[r["kernel"]]) <= 2:
             continue  # one device: its rows repeat the pooled ones
         key = (r["kernel"], r["device"] or "", r["method"])
-        row = table.setdefault(key, {"kernel": r["kernel"], "device": r["device"] or "(all)", "method": r["method"]})
+        method = f"{r['method']} (floor)" if r["method"] in result["floors"] else r["method"]
+        row = table.setdefault(key, {"kernel": r["kernel"], "device": r["device"] or "(all)", "method": method})
         row[f"regret@{r['k']}"] = _fmt(r["regret_geomean"])
         row[f"p95@{r['k']}"] = _fmt(r["regret_p95"])
         row[f"hit@{r['k']}"] = None if r["hit_2pct"] is None else f"{r['hit_2pct']:.2f}"
@@ -82,6 +87,11 @@ def evaluate(db, split, kernel_names, model_names, ks, jobs, as_json) -> None:
     click.echo(f"\nsplit {result['split']}: regret@k = time of the best of the top k / measured best, geometric mean "
                "(and p95) over held-out cases; hit = share within 2% of the best; (all) = every device pooled; "
                "per-device rows with --json or where a kernel has several devices")
+    click.echo(f"protocol {result['protocol']}: " + ("every choice of the model made inside each fold's training rows"
+               if result["protocol"] == "nested" else "the choices of one fit on every row, kept for every fold "
+               "(they saw the test rows: optimistic)"))
+    for method, what in result["floors"].items():
+        click.echo(f"{method} (floor) = {what}")
     click.echo("tied = regret@k counting a pick inside the repeat noise of the case's best as a tie: "
                "geomean of max(1, regret / (1 + band)); " + _band_line(result["noise"]))
 
