@@ -13,7 +13,8 @@ import pytest
 import zmlx_pipeline
 
 REPO_ROOT = Path(zmlx_pipeline.__file__).resolve().parents[1]
-CITING_DOCS = ("README.md", "ARCHITECTURE.md", "lab/README.md")
+CITING_DOCS = ("README.md", "ARCHITECTURE.md", "lab/README.md",
+               *sorted(f"notes/{p.name}" for p in (Path(__file__).resolve().parents[1] / "notes").glob("*.md")))
 # A cited path starts with a top-level folder or, in the architecture's module paths, a package folder.
 TOP_LEVEL = ("notes", "benchmarks", "tools", "examples", "data", "lab", "tests", "zmlx_pipeline")
 PACKAGE_LEVEL = ("kernels", "data", "models", "publish", "runtime", "pipeline")
