@@ -10,7 +10,7 @@ A reader following `latest` sees either the previous complete version or the new
 
 `publish` writes plain JSON (schema 2: readable by every runtime since, and ZMLX's autotune_v3.json
 usable as it is). `rewrite_bundle` turns a bundle into its compact form (schema 3: every file but
-the manifest gzip-compressed as NAME.gz, 6.5x smaller for the default bundle) or back; the package's
+the manifest gzip-compressed as NAME.gz, 6.2x smaller for the default bundle) or back; the package's
 default bundle ships compact.
 """
 
