@@ -3,7 +3,7 @@ gets none of the pipeline's heavy packages, answers lookups from the default bun
 command names the extra to install in one line.
 
 Needs `python -m venv` and a package index (or pip's cache) for MLX and the build backend; skipped when either
-is missing. About 40 s on 2 cores with pip's cache warm, a minute or two when MLX has to be downloaded.
+is missing. 15-25 s on 2 cores with pip's cache warm; 100 s the first time on a busy 2-core machine.
 """
 
 import json
