@@ -13,6 +13,10 @@ would take: feature rows, the ranker's score, the argmin.
 Import time: `import zmlx_pipeline.runtime` timed inside fresh interpreters, with bytecode caches
 written (a normal install) and without (PYTHONDONTWRITEBYTECODE=1, every module compiled).
 
+Bundle forms: the bundle rewritten as plain JSON (schema 2) and compact (schema 3, gzip), in one run and
+interleaved so a busy machine slows both alike: bytes stored, verifying load, the first answer for one device
+(its table inflated and parsed), warmed lookups, and the first answer in a fresh process; quote the ratios.
+
 CLI lookup: `python -m zmlx_pipeline lookup` (an answer, and a misspelt kernel's error) timed from
 process start to exit, with bytecode cached (one untimed run writes it) and without, next to a bare
 interpreter's start (`python -c pass`, site packages included) timed the same way: on a busy machine
@@ -64,7 +68,9 @@ def shapes_for(bundle, n, rng):
 
 
 def bench_lookup(bundle_arg, n, rounds, rng):
-    from zmlx_pipeline.runtime import load_bundle, predicted_config
+    from zmlx_pipeline.runtime import load_bundle, lookup, predicted_config
+
+    lookup.clear_cache()
 
     bundle = load_bundle(bundle_arg, strict=True) if bundle_arg else load_bundle(
         ROOT / "zmlx_pipeline" / "runtime" / "default_bundle", strict=True)
@@ -191,6 +197,63 @@ def bench_import(runs):
     return out
 
 
+def _first_answer_ms(directory, case):
+    """Load a bundle into a clean runtime and answer one lookup: (load ms, first answer ms)."""
+    from zmlx_pipeline.runtime import bundle, load_bundle, lookup, predicted_config
+
+    bundle.reset()
+    lookup.clear_cache()
+    t0 = time.perf_counter()
+    load_bundle(directory, strict=True)
+    t1 = time.perf_counter()
+    predicted_config(*case)
+    t2 = time.perf_counter()
+    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+
+def bench_forms(bundle_arg, n, rounds, runs, seed):
+    """The same bundle as plain JSON and compact, measured side by side (see the module's docstring)."""
+    from zmlx_pipeline.publish.writer import rewrite_bundle
+    from zmlx_pipeline.runtime.bundle import read_dir
+
+    src = bundle_arg or ROOT / "zmlx_pipeline" / "runtime" / "default_bundle"
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = {form: rewrite_bundle(src, Path(tmp) / form, compact=form == "compact")[1] for form in ("json", "compact")}
+        bundle = read_dir(dirs["json"])
+        device = (bundle.manifest.get("measured_devices") or sorted(bundle.tables))[0]
+        kernel = sorted(bundle.kernels)[0]
+        meta = bundle.kernels[kernel]
+        shape = next(iter(meta["buckets"].values()), None) or {d: 1024 for d in meta["dims"]}
+        case = (kernel, dict(shape), (meta.get("dtypes") or ["float16"])[0], device)
+        fresh = ("import sys, time; t = time.perf_counter(); "
+                 "from zmlx_pipeline.runtime import load_bundle, predicted_config; "
+                 f"load_bundle(sys.argv[1], strict=True); predicted_config(*{case!r}); "
+                 "print((time.perf_counter() - t) * 1e3)")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        samples = {form: {"load_ms": [], "first_answer_ms": [], "fresh_process_ms": []} for form in dirs}
+        for _ in range(runs):
+            for form, directory in dirs.items():
+                load, first = _first_answer_ms(directory, case)
+                samples[form]["load_ms"].append(load)
+                samples[form]["first_answer_ms"].append(first)
+                res = subprocess.run([sys.executable, "-c", fresh, str(directory)], env=env, capture_output=True,
+                                     text=True, check=True)
+                samples[form]["fresh_process_ms"].append(float(res.stdout.strip().splitlines()[-1]))
+        for _ in range(3):  # warmed lookups, alternating forms; each time the same cases in a fresh runtime
+            for form, directory in dirs.items():
+                lk = bench_lookup(directory, n, rounds, random.Random(seed))
+                samples[form]["p50_us"] = [*samples[form].get("p50_us", []), lk["p50_us"]]
+                samples[form]["p99_us"] = [*samples[form].get("p99_us", []), lk["p99_us"]]
+        for form, directory in dirs.items():
+            stored = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+            out[form] = {"bytes": stored, **{k: round(statistics.median(v), 3) for k, v in samples[form].items()}}
+    out["compact_over_json"] = {k: round(out["compact"][k] / out["json"][k], 3) if out["json"][k] else None
+                                for k in out["json"]}
+    out["case"] = list(case)
+    return out
+
+
 #: the CLI lookups timed: an answer (exit 0) and a misspelt kernel (exit 1, the error path)
 CLI_LOOKUPS = {
     "answer": ["rmsnorm", "--shape", "rows=4096,cols=4096", "--dtype", "float16", "--device", "apple-m3-max-40c"],
@@ -233,6 +296,7 @@ def main() -> int:
     parser.add_argument("--imports", type=int, default=15, help="fresh interpreters per import measurement")
     parser.add_argument("--cli", type=int, default=10, help="fresh processes per CLI lookup measurement")
     parser.add_argument("--sklearn-cases", type=int, default=200)
+    parser.add_argument("--forms", type=int, default=9, help="runs per bundle form (JSON against compact); 0 skips")
     parser.add_argument("--skip-sklearn", action="store_true")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
@@ -241,6 +305,8 @@ def main() -> int:
     result = {"python": sys.version.split()[0], "cpus": os.cpu_count(),
               "lookup": bench_lookup(args.bundle, args.shapes, args.rounds, rng),
               "import": bench_import(args.imports), "cli": bench_cli(args.cli, args.bundle)}
+    if args.forms:
+        result["forms"] = bench_forms(args.bundle, min(args.shapes, 5000), args.rounds, args.forms, args.seed)
     if not args.skip_sklearn:
         result["sklearn"] = bench_sklearn(args.sklearn_cases, rng)
     if args.json:
@@ -260,6 +326,14 @@ def main() -> int:
               f"p99 {sk['pipeline_predict_p99_us']} us")
         print(f"  features + ranker + argmin p50 {sk['features_and_ranker_p50_us']} us, "
               f"p99 {sk['features_and_ranker_p99_us']} us")
+    if "forms" in result:
+        fm = result["forms"]
+        print(f"bundle forms (medians of {args.forms} interleaved runs; first answer: {fm['case']}):")
+        for form in ("json", "compact"):
+            f = fm[form]
+            print(f"  {form:8s} {f['bytes']:>9d} bytes, load {f['load_ms']} ms, first answer {f['first_answer_ms']} ms, "
+                  f"fresh process {f['fresh_process_ms']} ms, warmed p50 {f['p50_us']} us, p99 {f['p99_us']} us")
+        print(f"  compact / json: {fm['compact_over_json']}")
     for label, im in result["import"].items():
         print(f"import zmlx_pipeline.runtime [{label}] ({im['runs']} fresh processes): min {im['min_ms']} ms, "
               f"median {im['median_ms']} ms, max {im['max_ms']} ms; heavy modules loaded: {im['heavy_modules_loaded']}")

@@ -23,3 +23,13 @@ def test_the_default_bundle_is_package_data():
     globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["zmlx_pipeline"]
     files = [p.relative_to(REPO / "zmlx_pipeline") for p in DEFAULT_BUNDLE_DIR.rglob("*") if p.is_file()]
     assert files and all(any(f.match(g) for g in globs) for f in files)
+
+
+def test_the_default_bundle_ships_compact():
+    """Every file but the manifest is stored gzip-compressed (schema 3), several times smaller than its JSON."""
+    bundle = default_bundle()
+    files = bundle.manifest["files"]
+    assert bundle.schema_version == 3 and files and all(name.endswith(".gz") for name in files)
+    stored = sum(entry["bytes"] for entry in files.values())
+    inflated = sum(len(bundle.data(name)) for name in bundle.logical_names())
+    assert stored * 4 < inflated

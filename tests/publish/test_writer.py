@@ -96,3 +96,20 @@ def test_an_unreadable_latest_pointer_is_a_bundle_error_not_a_traceback(tmp_path
     monkeypatch.setattr(Path, "read_text", unreadable)
     with pytest.raises(bundle_mod.BundleError, match=r"cannot read the bundle \(Permission denied\)"):
         bundle_mod.read_dir(tmp_path / "pub")
+
+
+def test_a_compact_write_stores_gzip_files_under_their_names_dot_gz_reproducibly(tmp_path):
+    import gzip
+    import json
+
+    files = {"kernels.json": {"kernels": {}}, "profiles.json": {"devices": {}},
+             "tables.json": {"devices": {"nvidia-h200": "devices/a.json"}}, "devices/a.json": {"kernels": {}}}
+    first, path = write_bundle(tmp_path / "one", files, {}, versioned=False, compact=True)
+    second, _ = write_bundle(tmp_path / "two", files, {}, versioned=False, compact=True)
+    plain, _ = write_bundle(tmp_path / "plain", files, {}, versioned=False)
+    assert first["schema_version"] == 3 and plain["schema_version"] == 2
+    assert sorted(first["files"]) == sorted(n + ".gz" for n in files)
+    assert json.loads(gzip.decompress((path / "devices/a.json.gz").read_bytes())) == {"kernels": {}}
+    assert first["files"] == second["files"] != plain["files"]  # no timestamp in the gzip header
+    loaded = bundle_mod.read_dir(path)
+    assert loaded.tables == {"nvidia-h200": "devices/a.json"} and loaded.json("devices/a.json") == {"kernels": {}}

@@ -7,10 +7,16 @@
       latest                        the name of the newest version (a small file, replaced with os.replace)
 
 A reader following `latest` sees either the previous complete version or the new complete one.
+
+`publish` writes plain JSON (schema 2: readable by every runtime since, and ZMLX's autotune_v3.json
+usable as it is). `rewrite_bundle` turns a bundle into its compact form (schema 3: every file but
+the manifest gzip-compressed as NAME.gz, 6.2x smaller for the default bundle) or back; the package's
+default bundle ships compact.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -21,7 +27,17 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from zmlx_pipeline import __version__
-from zmlx_pipeline.runtime.bundle import BUNDLE_SCHEMA, BUNDLE_SCHEMA_VERSION, LATEST, MANIFEST
+from zmlx_pipeline.runtime.bundle import (
+    BUNDLE_SCHEMA,
+    BUNDLE_SCHEMA_VERSION,
+    COMPACT_SCHEMA_VERSION,
+    COMPRESSED_SUFFIX,
+    LATEST,
+    MANIFEST,
+)
+
+#: manifest fields make_manifest writes itself; the rest are the publisher's and survive a rewrite
+OWN_FIELDS = ("schema", "schema_version", "bundle_id", "content_sha256", "files")
 
 
 class PublishError(OSError):
@@ -51,12 +67,25 @@ def encode(obj: Any) -> bytes:
     return (json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n").encode()
 
 
-def make_manifest(blobs: Mapping[str, bytes], fields: Mapping[str, Any], created: datetime) -> dict:
+def compress(blob: bytes) -> bytes:
+    """gzip at level 9 with no timestamp in the header, so the same content always gives the same bytes and hash."""
+    return gzip.compress(blob, compresslevel=9, mtime=0)
+
+
+def stored_blobs(blobs: Mapping[str, bytes], compact: bool) -> dict[str, bytes]:
+    """The files as a bundle stores them: as they are, or each gzip-compressed under NAME.gz."""
+    if not compact:
+        return dict(blobs)
+    return {name + COMPRESSED_SUFFIX: compress(blob) for name, blob in blobs.items()}
+
+
+def make_manifest(blobs: Mapping[str, bytes], fields: Mapping[str, Any], created: datetime,
+                  schema_version: int = BUNDLE_SCHEMA_VERSION) -> dict:
     files = {name: {"sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)} for name, blob in sorted(blobs.items())}
     content = hashlib.sha256("".join(f"{n}:{e['sha256']}" for n, e in files.items()).encode()).hexdigest()
     return {
         "schema": BUNDLE_SCHEMA,
-        "schema_version": BUNDLE_SCHEMA_VERSION,
+        "schema_version": schema_version,
         "bundle_id": f"{created.strftime('%Y%m%dT%H%M%SZ')}-{content[:8]}",
         "created": created.isoformat().replace("+00:00", "Z"),
         "pipeline_version": __version__,
@@ -121,14 +150,39 @@ def swap_latest(to_dir: Path, name: str) -> None:
 
 
 def write_bundle(to_dir: str | os.PathLike, files: Mapping[str, Any], fields: Mapping[str, Any],
-                 created: datetime | None = None, versioned: bool = True) -> tuple[dict, Path]:
+                 created: datetime | None = None, versioned: bool = True, compact: bool = False) -> tuple[dict, Path]:
     """Publish JSON files as a new version under `to_dir` (atomic, then `latest`); returns (manifest, path).
 
-    `versioned=False` replaces `to_dir` itself with the bundle (for the package's default bundle).
+    `versioned=False` replaces `to_dir` itself with the bundle (for the package's default bundle);
+    `compact=True` stores every file gzip-compressed (schema 3).
     """
-    created = created or datetime.now(timezone.utc).replace(microsecond=0)
     blobs = {name: encode(obj) for name, obj in files.items()}
-    manifest = make_manifest(blobs, fields, created)
+    return write_blobs(to_dir, blobs, fields, created=created, versioned=versioned, compact=compact)
+
+
+def rewrite_bundle(src: str | os.PathLike, dest: str | os.PathLike, compact: bool = True) -> tuple[dict, Path]:
+    """A bundle (directory or publish root) written again, verified first, as a compact or a plain-JSON bundle
+    that replaces `dest` (which may be `src` itself); the content, creation time and publisher's fields are kept.
+    Returns (manifest, path)."""
+    from zmlx_pipeline.runtime.bundle import read_dir
+
+    bundle = read_dir(src)
+    if bundle.schema_version < BUNDLE_SCHEMA_VERSION:
+        # a compact bundle holds schema 2's content; calling older content that would make lookups trust it
+        raise PublishError(f"cannot rewrite {src}: bundle schema {bundle.schema_version} predates schema "
+                           f"{BUNDLE_SCHEMA_VERSION}; publish it again")
+    blobs = {name: bundle.data(name) for name in bundle.logical_names()}
+    fields = {k: v for k, v in bundle.manifest.items() if k not in OWN_FIELDS}
+    created = datetime.fromisoformat(str(bundle.manifest["created"]).replace("Z", "+00:00"))
+    return write_blobs(dest, blobs, fields, created=created, versioned=False, compact=compact)
+
+
+def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: Mapping[str, Any],
+                created: datetime | None = None, versioned: bool = True, compact: bool = False) -> tuple[dict, Path]:
+    """write_bundle for files already encoded: `blobs` maps each file's name to its JSON bytes."""
+    created = created or datetime.now(timezone.utc).replace(microsecond=0)
+    blobs = stored_blobs(blobs, compact)
+    manifest = make_manifest(blobs, fields, created, COMPACT_SCHEMA_VERSION if compact else BUNDLE_SCHEMA_VERSION)
     root = Path(to_dir)
     parent = root if versioned else root.parent
     try:

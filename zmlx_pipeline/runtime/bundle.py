@@ -1,7 +1,10 @@
 """Profile bundles: load one from a directory or an http(s) URL, verify every file's sha256, keep it active.
 
 A bundle is a directory (or the same files behind a URL): `manifest.json` names every other file
-with its sha256 and size. Nothing is used before every hash matches. A bundle that fails (bad
+with its sha256 and size. Nothing is used before every hash matches. In a compact bundle (schema 3,
+the one shipped in the package) every file but the manifest is stored gzip-compressed as `NAME.gz`;
+the hashes are of the stored bytes, and a file is decompressed and parsed only when first asked
+for, so a lookup for one device never inflates another device's table. A bundle that fails (bad
 hash, truncated file, unknown schema, unreachable server) is refused with one warning line and
 the bundle already in use keeps serving; with no bundle loaded yet, the one shipped inside the
 package (`default_bundle/`) is used. Remote bundles are cached under
@@ -21,9 +24,15 @@ from typing import Any, Callable
 from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError
 
 BUNDLE_SCHEMA = "zmlx-pipeline-bundle"
-#: the schema this runtime writes; 2 added extrapolated evidence, its source device and scaled times,
-#: the kernels' measured ranges and work terms (publish/build.py), and the chips' fp32 TFLOPs
+#: the schema of plain-JSON bundles (what `publish` writes); 2 added extrapolated evidence, its source device
+#: and scaled times, the kernels' measured ranges and work terms (publish/build.py), and the chips' fp32 TFLOPs
 BUNDLE_SCHEMA_VERSION = 2
+#: the schema of compact bundles: schema 2's content, every file but the manifest stored as `NAME.gz`
+COMPACT_SCHEMA_VERSION = 3
+#: the newest schema this runtime reads
+MAX_SCHEMA_VERSION = COMPACT_SCHEMA_VERSION
+#: the suffix of a file stored gzip-compressed in a compact bundle
+COMPRESSED_SUFFIX = ".gz"
 #: the oldest schema this runtime still reads (lookup.py answers a schema-1 bundle with what it holds)
 MIN_SCHEMA_VERSION = 1
 MANIFEST = "manifest.json"
@@ -65,19 +74,42 @@ class Bundle:
     def schema_version(self) -> int:
         return int(self.manifest.get("schema_version") or BUNDLE_SCHEMA_VERSION)
 
+    def stored_name(self, name: str) -> str | None:
+        """The file that holds `name`: itself, or in a compact bundle `name.gz`; None if the bundle has neither."""
+        return _stored_name(name, self._raw, self.schema_version)
+
     @property
     def bundle_id(self) -> str:
         return self.manifest.get("bundle_id", "?")
 
+    def logical_names(self) -> list[str]:
+        """Every file of the bundle by the name readers ask for (a compact bundle's `NAME.gz` as `NAME`)."""
+        compact = self.schema_version >= COMPACT_SCHEMA_VERSION
+        return sorted(n[: -len(COMPRESSED_SUFFIX)] if compact and n.endswith(COMPRESSED_SUFFIX) else n
+                      for n in self._raw)
+
+    def data(self, name: str) -> bytes:
+        """The verified content of a file, decompressed if the bundle stores it compressed."""
+        stored = self.stored_name(name)
+        if stored is None:
+            raise BundleError(f"bundle {self.source}: no file {name!r} in its manifest")
+        raw = self._raw[stored]
+        if stored == name:
+            return raw
+        import zlib
+
+        try:
+            return zlib.decompress(raw, wbits=31)  # 31: a gzip header and trailer around the deflate stream
+        except zlib.error as exc:
+            raise BundleError(f"bundle {self.source}: {stored} is not valid gzip ({exc})") from None
+
     def json(self, name: str) -> Any:
-        """A file of the bundle, parsed (once) from its verified bytes."""
+        """A file of the bundle, decompressed and parsed (once, on first use) from its verified bytes."""
         try:
             return self._parsed[name]
         except KeyError:
             pass
-        raw = self._raw.get(name)
-        if raw is None:
-            raise BundleError(f"bundle {self.source}: no file {name!r} in its manifest")
+        raw = self.data(name)
         import json
 
         try:
@@ -95,6 +127,14 @@ class Bundle:
 # verification
 
 
+def _stored_name(name: str, files: Any, schema_version: int) -> str | None:
+    if name in files:
+        return name
+    if schema_version >= COMPACT_SCHEMA_VERSION and name + COMPRESSED_SUFFIX in files:
+        return name + COMPRESSED_SUFFIX
+    return None
+
+
 def sha256_hex(data: bytes) -> str:
     import hashlib
 
@@ -109,12 +149,12 @@ def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
     version = manifest.get("schema_version")
     if not isinstance(version, int):
         raise BundleError(f"{source}: manifest has no integer schema_version")
-    if version > BUNDLE_SCHEMA_VERSION:
+    if version > MAX_SCHEMA_VERSION:
         raise BundleError(f"{source}: bundle schema {version} is newer than this runtime reads "
-                          f"({BUNDLE_SCHEMA_VERSION}); upgrade zmlx-pipeline")
+                          f"({MAX_SCHEMA_VERSION}); upgrade zmlx-pipeline")
     if version < MIN_SCHEMA_VERSION:
         raise BundleError(f"{source}: bundle schema {version} is older than this runtime reads "
-                          f"({MIN_SCHEMA_VERSION}-{BUNDLE_SCHEMA_VERSION}); publish it again")
+                          f"({MIN_SCHEMA_VERSION}-{MAX_SCHEMA_VERSION}); publish it again")
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise BundleError(f"{source}: manifest lists no files")
@@ -123,7 +163,7 @@ def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
             raise BundleError(f"{source}: manifest names an unsafe path {name!r}")
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise BundleError(f"{source}: manifest entry for {name!r} has no sha256")
-    missing = [f for f in REQUIRED_FILES if f not in files]
+    missing = [f for f in REQUIRED_FILES if _stored_name(f, files, version) is None]
     if missing:
         raise BundleError(f"{source}: manifest lacks {', '.join(missing)}")
     return files
@@ -170,7 +210,7 @@ def _check_contents(bundle: Bundle) -> None:
     """Structure checks beyond the hashes: every table file a device points at is in the manifest."""
     try:
         for device, name in bundle.tables.items():
-            if name not in bundle._raw:
+            if bundle.stored_name(name) is None:
                 raise BundleError(f"{bundle.source}: device {device!r} points at {name!r}, which the manifest does not list")
         for kernel, meta in bundle.kernels.items():
             if not isinstance(meta.get("dims"), list) or not isinstance(meta.get("configs"), list):

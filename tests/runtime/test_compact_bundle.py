@@ -1,0 +1,166 @@
+"""Compact bundles (schema 3): every file gzip-compressed, hashes of the stored bytes, one device inflated at a time."""
+
+import json
+import zlib
+from pathlib import Path
+
+import pytest
+
+from bundle_fixtures import TOY_DEVICES, TOY_SHAPES, latest_dir
+from zmlx_pipeline.publish.writer import PublishError, rewrite_bundle
+from zmlx_pipeline.runtime import BundleError, BundleWarning, active_bundle, load_bundle, predicted_config
+from zmlx_pipeline.runtime.bundle import COMPACT_SCHEMA_VERSION, read_dir
+
+
+@pytest.fixture
+def compact(toy_bundle, tmp_path) -> Path:
+    manifest, path = rewrite_bundle(toy_bundle[1], tmp_path / "compact", compact=True)
+    assert path == tmp_path / "compact"
+    return path
+
+
+def _answers():
+    return [(kernel_dtype, device, tuple(shape.items()), p.config, p.evidence, p.predicted_us, p.expected_regret,
+             [c for c in p.candidates])
+            for device in (*TOY_DEVICES, "apple-m3-max-40c", "nvidia-a100-sxm4-80gb")
+            for shape in (*TOY_SHAPES, {"rows": 300, "cols": 2000})
+            for kernel_dtype in [("toy_scale", "float16")]
+            for p in [predicted_config(*kernel_dtype[:1], shape, kernel_dtype[1], device=device)]]
+
+
+def test_a_compact_bundle_stores_every_file_compressed_and_is_much_smaller(toy_bundle, compact):
+    plain = json.loads((latest_dir(toy_bundle[1]) / "manifest.json").read_text())
+    manifest = json.loads((compact / "manifest.json").read_text())
+    assert manifest["schema_version"] == COMPACT_SCHEMA_VERSION == 3
+    assert sorted(manifest["files"]) == sorted(name + ".gz" for name in plain["files"])
+    assert sorted(p.relative_to(compact).as_posix() for p in compact.rglob("*") if p.is_file()) == sorted(
+        [*manifest["files"], "manifest.json"])
+    stored = sum(e["bytes"] for e in manifest["files"].values())
+    assert stored * 3 < sum(e["bytes"] for e in plain["files"].values())
+    for field in ("model_id", "models", "data_fingerprint", "kernels", "measured_devices", "created"):
+        assert manifest[field] == plain[field]
+
+
+def test_a_compact_bundle_answers_exactly_as_its_json_form(toy_bundle, compact):
+    load_bundle(toy_bundle[1], strict=True)
+    plain = _answers()
+    load_bundle(compact, strict=True)
+    assert active_bundle().schema_version == 3
+    assert _answers() == plain
+    assert {a[4] for a in plain} >= {"measured", "predicted"}
+
+
+def test_only_the_device_asked_for_is_decompressed_and_parsed(compact, monkeypatch):
+    inflated = []
+    real = zlib.decompress
+    monkeypatch.setattr(zlib, "decompress", lambda data, *a, **k: inflated.append(len(data)) or real(data, *a, **k))
+    bundle = load_bundle(compact, strict=True)
+    assert len(inflated) == 3  # the index files: kernels, profiles, tables
+    assert set(bundle._parsed) == {"kernels.json", "profiles.json", "tables.json"}
+    predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h200")
+    assert len(inflated) == 4
+    assert set(bundle._parsed) == {"kernels.json", "profiles.json", "tables.json", bundle.tables["nvidia-h200"]}
+    predicted_config("toy_scale", {"rows": 1, "cols": 1024}, "float16", device="nvidia-h200")
+    assert len(inflated) == 4
+
+
+def test_json_to_compact_and_back_gives_the_same_files(toy_bundle, compact, tmp_path):
+    plain = json.loads((latest_dir(toy_bundle[1]) / "manifest.json").read_text())
+    manifest, back = rewrite_bundle(compact, tmp_path / "back", compact=False)
+    assert manifest["schema_version"] == 2
+    assert manifest["files"] == plain["files"] and manifest["bundle_id"] == plain["bundle_id"]
+    again, _ = rewrite_bundle(back, tmp_path / "again", compact=True)
+    assert again["files"] == json.loads((compact / "manifest.json").read_text())["files"]  # gzip without timestamps
+
+
+def test_rewriting_in_place_replaces_the_bundle(compact):
+    before = json.loads((compact / "manifest.json").read_text())
+    manifest, path = rewrite_bundle(compact, compact, compact=False)
+    assert path == compact and manifest["schema_version"] == 2
+    assert not any(p.name.endswith(".gz") for p in compact.rglob("*"))
+    assert read_dir(compact).manifest["bundle_id"] == manifest["bundle_id"] != before["bundle_id"]
+
+
+@pytest.mark.parametrize("damage", ["tampered", "truncated", "not_gzip"])
+def test_a_damaged_compact_bundle_is_refused_and_the_previous_one_keeps_serving(toy_bundle, compact, damage):
+    good = load_bundle(toy_bundle[1], strict=True)
+    table = compact / (json.loads(zlib.decompress((compact / "tables.json.gz").read_bytes(), wbits=31))
+                       ["devices"]["nvidia-h100-sxm"] + ".gz")
+    blob = table.read_bytes()
+    if damage == "tampered":
+        table.write_bytes(blob[:-9] + bytes([blob[-9] ^ 1]) + blob[-8:])
+        expect = "sha256"
+    elif damage == "truncated":
+        table.write_bytes(blob[: len(blob) // 2])
+        expect = "truncated"
+    else:  # stored bytes that match the manifest but are not gzip: caught when that device is first asked for
+        import hashlib
+
+        table.write_bytes(b"not gzip at all")
+        manifest = json.loads((compact / "manifest.json").read_text())
+        manifest["files"][table.relative_to(compact).as_posix()] = {
+            "sha256": hashlib.sha256(b"not gzip at all").hexdigest(), "bytes": 15}
+        (compact / "manifest.json").write_text(json.dumps(manifest))
+        load_bundle(compact, strict=True)
+        with pytest.warns(BundleWarning, match="not valid gzip"):
+            p = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h100-sxm")
+        assert p.evidence == "default"
+        assert predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16",
+                                device="nvidia-h200").evidence == "measured"
+        return
+    with pytest.warns(BundleWarning, match=expect):
+        kept = load_bundle(compact)
+    assert kept is good is active_bundle()
+    with pytest.raises(BundleError, match=expect):
+        load_bundle(compact, strict=True)
+
+
+def test_compressed_names_mean_nothing_below_schema_3(compact):
+    manifest = json.loads((compact / "manifest.json").read_text())
+    manifest["schema_version"] = 2
+    (compact / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="lacks kernels.json, profiles.json, tables.json"):
+        read_dir(compact)
+
+
+def test_a_schema_1_bundle_is_not_rewritten_as_a_newer_one(toy_bundle, tmp_path):
+    import shutil
+
+    old = tmp_path / "old"
+    shutil.copytree(latest_dir(toy_bundle[1]), old)
+    manifest = json.loads((old / "manifest.json").read_text())
+    manifest["schema_version"] = 1
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(PublishError, match="schema 1 predates schema 2; publish it again"):
+        rewrite_bundle(old, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_compact_bundle_is_fetched_from_a_url_and_cached(compact, tmp_path, isolated_home):
+    import functools
+    import shutil
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    www = tmp_path / "www"
+    shutil.copytree(compact, www / "v1")
+    (www / "latest").write_text("v1\n")
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(www))
+    handler.log_message = lambda *a, **k: None
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+    try:
+        fetched = load_bundle(url, strict=True)
+        assert fetched.schema_version == 3
+        assert predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16",
+                                device="nvidia-h100-sxm").evidence == "measured"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert (fetched.root / "tables.json.gz").is_file()
+    with pytest.warns(BundleWarning, match="using the cached copy"):
+        again = load_bundle(url, strict=True)
+    assert again.bundle_id == fetched.bundle_id and again.schema_version == 3
+    assert predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16",
+                            device="nvidia-h200").evidence == "measured"
