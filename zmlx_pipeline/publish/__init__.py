@@ -35,11 +35,9 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
     from zmlx_pipeline.publish.build import build_contents
 
     check_publish_dir(to_dir if versioned else Path(to_dir).parent)  # before minutes of building, not after
-    if progress:
-        progress("loading models")
     # Many small fits and predictions: one thread each is several times faster than contending OpenMP pools.
     with threadpool_limits(limits=1):
-        models = load_models(store, model_id, kernels, evaluate=evaluate)
+        models = load_models(store, model_id, kernels, evaluate=evaluate, progress=progress)
         files, summary = build_contents(store, models, devices=devices, progress=progress)
     created = datetime.now(timezone.utc).replace(microsecond=0)
     fields = {

@@ -21,6 +21,7 @@ specs) or `default` (the catalog's default threadgroup: no model covers that cla
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -28,6 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import polars as pl
 
 from zmlx_pipeline.data.records import DTYPES
+from zmlx_pipeline.progress import Steps
 from zmlx_pipeline.publish.models import KernelModel, ModelSet
 from zmlx_pipeline.models.features import CASE
 from zmlx_pipeline.publish.predict import (
@@ -140,11 +142,13 @@ class KernelTables:
             lambda: {"buckets": {}, "measured": {}}))
         self.bucket_shapes: dict[str, dict] = {}
 
-    def index(self, config_key: str, config: dict) -> int:
+    def index(self, config_key: str, config: dict | str) -> int:
+        """The config's place in the list (added when new); `config` as a dict or its JSON text (parsed only
+        when new: most rows name a config already listed)."""
         i = self.config_index.get(config_key)
         if i is None:
             i = self.config_index[config_key] = len(self.configs)
-            self.configs.append(config)
+            self.configs.append(json.loads(config) if isinstance(config, str) else config)
         return i
 
     def key(self, shape: Mapping[str, int]) -> str:
@@ -162,7 +166,7 @@ def _measured(km: KernelModel, tables: KernelTables, store_k: int) -> set[str]:
     cases = frame.group_by(["device_id", "dtype", "shape_key"], maintain_order=True).agg(
         pl.col("shape").first(), pl.col("config_key"), pl.col("config"), pl.col("median_us"))
     for row in cases.iter_rows(named=True):
-        idx = [tables.index(k, json.loads(c)) for k, c in zip(row["config_key"][:store_k], row["config"][:store_k])]
+        idx = [tables.index(k, c) for k, c in zip(row["config_key"][:store_k], row["config"][:store_k])]
         shape = json.loads(row["shape"])
         tables.entries[row["device_id"]][row["dtype"]]["measured"][tables.key(shape)] = [
             idx[0], idx, _round(row["median_us"][0]), 1.0, "measured", len(row["config_key"])]
@@ -235,7 +239,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
             pl.col("shape").first(), pl.col("config_key"), pl.col("config"), pl.col("n_legal").first()
         ).join(times, on=list(CASE), how="left")
         for row in grouped.iter_rows(named=True):
-            idx = [tables.index(k, json.loads(c)) for k, c in zip(row["config_key"], row["config"])]
+            idx = [tables.index(k, c) for k, c in zip(row["config_key"], row["config"])]
             if kind == "buckets":  # the overall ranking stays the grid's vote
                 for r, i in enumerate(idx):
                     tables.weight[i] += 1.0 / (r + 1)
@@ -504,8 +508,11 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
             raise UnknownDevice(f"no catalog or store device {', '.join(map(repr, unknown))}: see zmlx-pipeline devices")
     frame = all_devices_frame(store)
     kernel_tables: dict[str, tuple[KernelTables, dict]] = {}
+    steps = Steps(progress, "publish", sum(km.features.frame.height for km in models.kernels.values()),
+                  parts=len(models.kernels))
     for name, km in sorted(models.kernels.items()):
-        kernel_tables[name] = build_kernel(km, records, frame, devices, progress)
+        kernel_tables[name] = build_kernel(km, records, frame, devices, steps.note if progress else None)
+        steps.done(f"{name}: tables built", km.features.frame.height)
     measured_devices = set()
     for tables, meta in kernel_tables.values():
         measured_devices.update(meta["trained_devices"])

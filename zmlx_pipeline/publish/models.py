@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, Ranker, fit_kernel_model, make_ranker
 from zmlx_pipeline.models.features import KernelFeatures
+from zmlx_pipeline.progress import Say, Steps
 
 #: the pruning k when the model records none (no held-out case): the candidates the runtime autotuner times
 DEFAULT_PRUNE_K = 5
@@ -123,10 +124,10 @@ def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: 
 
 
 def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Sequence[str] | None = None,
-                evaluate: bool = True) -> ModelSet:
-    """The newest registered model of each kernel (named ids replace their kernel's); others fitted here."""
+                evaluate: bool = True, progress: Say | None = None) -> ModelSet:
+    """The newest registered model of each kernel (named ids replace their kernel's); others fitted here.
+    `progress` gets a line per kernel loaded (or fitted) and scored, with an estimate of the time left."""
     from zmlx_pipeline.models.evaluate import EvaluationError, kernel_features_of
-    from zmlx_pipeline.models.train import NoTrainedModel, load_model
 
     named = [model_ids] if isinstance(model_ids, str) else list(model_ids or [])
     chosen: dict[str, dict] = {}
@@ -142,44 +143,54 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
     except EvaluationError as exc:
         raise ModelSourceError(str(exc)) from None
     out: dict[str, KernelModel] = {}
+    steps = Steps(progress, "publish", sum(f.frame.height for f in feats.values()), parts=len(feats))
     for name, f in feats.items():
-        row = chosen.get(name)
-        if row is None:
-            rows = store.models(kernel=name)
-            row = rows[0] if rows else None
-        if row is None:
-            out[name] = fit_kernel(f, heldout=evaluate, note="no registered model: fitted at publish")
-            continue
-        version = (row.get("params") or {}).get("kernel_version")
-        if version and version != f.kernel_version:
-            if row["model_id"] in named:
-                raise ModelSourceError(f"model {row['model_id']} ranks {name} version {version}, but the store's data "
-                                       f"is version {f.kernel_version}: retrain with zmlx-pipeline train")
-            out[name] = fit_kernel(f, heldout=evaluate,
-                                   note=f"registered model {row['model_id']} is for kernel version {version}: "
-                                        "fitted at publish")
-            continue
-        try:
-            trained = load_model(store, model_id=row["model_id"])
-        except NoTrainedModel as exc:
-            raise ModelSourceError(str(exc)) from None
-        except (OSError, ValueError) as exc:
-            raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
-        scores = row.get("scores") or {}
-        out[name] = KernelModel(
-            kernel=name, features=f, ranker=trained.ranker, time_model=_time_model(f),
-            prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores),
-            variant=(row.get("params") or {}).get("model", "?"), model_id=row["model_id"], source="registry",
-            data_fingerprint=row.get("data_fingerprint") or "", note="" if scores.get("prune_k") else
-            f"no pruning k recorded: default {DEFAULT_PRUNE_K}",
-        )
+        out[name] = _kernel_model(store, name, f, chosen.get(name), named, evaluate)
+        steps.done(f"{name}: model {out[name].model_id} ({'registered' if out[name].source == 'registry' else 'fitted here'})"
+                   ", time model fitted", f.frame.height)
     if not out:
         raise ModelSourceError("no kernel to publish: the store holds no ok measurements (collect, import or ingest first)")
     if evaluate:
-        for km in out.values():
-            if km.regret.get("unseen_device") is None:
-                km.regret["unseen_device"] = unseen_device_regret(km.features, km.variant)
+        todo = [km for km in out.values() if km.regret.get("unseen_device") is None]
+        steps = Steps(progress, "publish", sum(km.features.frame.height for km in todo), parts=len(todo))
+        for km in todo:
+            km.regret["unseen_device"] = unseen_device_regret(km.features, km.variant)
+            steps.done(f"{km.kernel}: regret on left-out devices scored", km.features.frame.height)
     return ModelSet(out, {"evaluated": evaluate})
+
+
+def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: Sequence[str],
+                  evaluate: bool) -> KernelModel:
+    """One kernel's model: the registered one (`row`, else the kernel's newest) when it is for the store's
+    kernel version, else one fitted here."""
+    from zmlx_pipeline.models.train import NoTrainedModel, load_model
+
+    if row is None:
+        rows = store.models(kernel=name)
+        row = rows[0] if rows else None
+    if row is None:
+        return fit_kernel(f, heldout=evaluate, note="no registered model: fitted at publish")
+    version = (row.get("params") or {}).get("kernel_version")
+    if version and version != f.kernel_version:
+        if row["model_id"] in named:
+            raise ModelSourceError(f"model {row['model_id']} ranks {name} version {version}, but the store's data "
+                                   f"is version {f.kernel_version}: retrain with zmlx-pipeline train")
+        return fit_kernel(f, heldout=evaluate,
+                          note=f"registered model {row['model_id']} is for kernel version {version}: fitted at publish")
+    try:
+        trained = load_model(store, model_id=row["model_id"])
+    except NoTrainedModel as exc:
+        raise ModelSourceError(str(exc)) from None
+    except (OSError, ValueError) as exc:
+        raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
+    scores = row.get("scores") or {}
+    return KernelModel(
+        kernel=name, features=f, ranker=trained.ranker, time_model=_time_model(f),
+        prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores),
+        variant=(row.get("params") or {}).get("model", "?"), model_id=row["model_id"], source="registry",
+        data_fingerprint=row.get("data_fingerprint") or "", note="" if scores.get("prune_k") else
+        f"no pruning k recorded: default {DEFAULT_PRUNE_K}",
+    )
 
 
 def unseen_device_regret(features: KernelFeatures, variant: str) -> float | None:
