@@ -41,7 +41,7 @@ def test_report_on_the_smoke_shard(smoke_db, tmp_path):
     out = tmp_path / "report"
     result = CliRunner().invoke(cli, ["report", "--out", str(out), "--kernel", "rmsnorm", "--heatmaps", "1", "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)
     assert summary["split"] == "shapes" and summary["kernels"] == ["rmsnorm"]
     assert summary["cases"] == 24  # eight shapes x three dtypes on one device, each held out once
     assert sorted(summary["figures"]) == ["heatmap_rmsnorm_1.png", "predicted_vs_measured.png", "regret_curves.png"]

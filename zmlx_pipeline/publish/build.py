@@ -142,6 +142,13 @@ class KernelTables:
             lambda: {"buckets": {}, "measured": {}}))
         self.bucket_shapes: dict[str, dict] = {}
 
+    def plain(self) -> "KernelTables":
+        """The same tables with plain dicts for entries (the nested defaults cannot be pickled), for a worker
+        to send back; lookups of devices or dtypes that were never filled must then use `in` or .get."""
+        self.entries = {d: {t: dict(kinds) for t, kinds in per.items()} for d, per in self.entries.items()}
+        self.weight = dict(self.weight)
+        return self
+
     def index(self, config_key: str, config: dict | str) -> int:
         """The config's place in the list (added when new); `config` as a dict or its JSON text (parsed only
         when new: most rows name a config already listed)."""
@@ -493,9 +500,62 @@ def build_autotune_v3(kernel_tables: dict[str, tuple[KernelTables, dict]], devic
 # the whole bundle
 
 
+def _build_task(features, km: KernelModel, records: dict[str, dict], device_frame: pl.DataFrame,
+                only_devices: Sequence[str] | None, progress: Progress | None) -> tuple[KernelTables, dict]:
+    """build_kernel where a KernelPool runs it (a worker, or this process): the time model fitted first when
+    it is due, on one OpenMP thread; the tables come back as plain data."""
+    from dataclasses import replace
+
+    from zmlx_pipeline.models.evaluate import fit_threads
+    from zmlx_pipeline.publish.models import fit_time_model
+
+    km = replace(km, features=features)
+    with fit_threads():
+        if km.time_model_due:
+            km = replace(km, time_model=fit_time_model(features), time_model_due=False)
+        tables, meta = build_kernel(km, records, device_frame, only_devices, progress)
+    return tables.plain(), meta
+
+
+def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.DataFrame,
+                  only_devices: Sequence[str] | None = None, progress: Progress | None = None,
+                  jobs: int | None = None) -> dict[str, tuple[KernelTables, dict]]:
+    """Every kernel's tables (build_kernel), the largest kernels first, in `jobs` worker processes (None: one
+    per CPU; a small store builds here); a progress line as each kernel is done, with an estimate of the
+    time left. The tables do not depend on where they were built."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from dataclasses import replace
+
+    from zmlx_pipeline.models.evaluate import KernelPool
+
+    kms = models.kernels
+    rows = {name: km.features.frame.height for name, km in kms.items()}
+    order = sorted(kms, key=lambda k: (-rows[k], k))
+    steps = Steps(progress, "publish", sum(rows.values()), parts=len(kms))
+    built: dict[str, tuple[KernelTables, dict]] = {}
+    with KernelPool({name: km.features for name, km in kms.items()}, jobs) as pool:
+        if not pool.parallel:
+            for name in order:
+                built[name] = pool.submit(name, _build_task, kms[name], records, device_frame, only_devices,
+                                          steps.note if progress else None).result()
+                steps.done(f"{name}: tables built", rows[name])
+        else:
+            steps.note(f"building {len(kms)} kernels' tables in {pool.jobs} worker processes")
+            pending = {pool.submit(name, _build_task, replace(kms[name], features=None), records, device_frame,
+                                   only_devices, None): name for name in order}
+            while pending:  # short waits: Ctrl-C and SIGTERM reach this thread between them
+                ready, _ = wait(list(pending), timeout=0.25, return_when=FIRST_COMPLETED)
+                for future in ready:
+                    name = pending.pop(future)
+                    built[name] = future.result()
+                    steps.done(f"{name}: tables built", rows[name])
+    return {name: built[name] for name in sorted(built)}
+
+
 def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None,
-                   progress: Progress | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(files: name -> JSON-able object, summary) of a bundle built from `models` on the store's devices."""
+                   progress: Progress | None = None, jobs: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(files: name -> JSON-able object, summary) of a bundle built from `models` on the store's devices;
+    `jobs` worker processes build the kernels' tables (build_kernels)."""
     import hashlib
     import json
 
@@ -507,12 +567,7 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
 
             raise UnknownDevice(f"no catalog or store device {', '.join(map(repr, unknown))}: see zmlx-pipeline devices")
     frame = all_devices_frame(store)
-    kernel_tables: dict[str, tuple[KernelTables, dict]] = {}
-    steps = Steps(progress, "publish", sum(km.features.frame.height for km in models.kernels.values()),
-                  parts=len(models.kernels))
-    for name, km in sorted(models.kernels.items()):
-        kernel_tables[name] = build_kernel(km, records, frame, devices, steps.note if progress else None)
-        steps.done(f"{name}: tables built", km.features.frame.height)
+    kernel_tables = build_kernels(models, records, frame, devices, progress, jobs)
     measured_devices = set()
     for tables, meta in kernel_tables.values():
         measured_devices.update(meta["trained_devices"])

@@ -48,6 +48,7 @@ class KernelModel:
     source: str                       # "registry" or "fitted"
     data_fingerprint: str
     note: str = ""
+    time_model_due: bool = False      # not fitted yet: fitted where the tables are built (publish's workers)
 
 
 @dataclass
@@ -100,7 +101,8 @@ def regret_from_scores(scores: dict | None) -> dict[str, Any]:
     }
 
 
-def _time_model(features: KernelFeatures) -> Ranker | None:
+def fit_time_model(features: KernelFeatures) -> Ranker | None:
+    """The time model: plain gradient boosting on log time over all of the kernel's rows (None when it cannot fit)."""
     try:
         return make_ranker(features, "gbr").fit(features.frame)
     except ValueError:
@@ -108,15 +110,17 @@ def _time_model(features: KernelFeatures) -> Ranker | None:
 
 
 def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: bool = True,
-               note: str = "") -> KernelModel:
-    """Fit the variant on all of a kernel's rows and score it on held-out data (no registry involved)."""
+               note: str = "", time_model: bool = True) -> KernelModel:
+    """Fit the variant on all of a kernel's rows and score it on held-out data (no registry involved);
+    `time_model` False leaves the time model to be fitted later (time_model_due)."""
     from zmlx_pipeline.models.train import data_fingerprint, heldout_scores
 
     ranker = fit_kernel_model(features, variant)
     scores = heldout_scores(features, variant, ranker) if heldout else {}  # as train_models scores
     fingerprint = data_fingerprint(features.frame)
     return KernelModel(
-        kernel=features.kernel, features=features, ranker=ranker, time_model=_time_model(features),
+        kernel=features.kernel, features=features, ranker=ranker,
+        time_model=fit_time_model(features) if time_model else None, time_model_due=not time_model,
         prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores), variant=variant,
         model_id=f"fitted-{features.kernel}-{variant}-{fingerprint.split(':')[-1][:8]}", source="fitted",
         data_fingerprint=fingerprint, note=note,
@@ -124,9 +128,10 @@ def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: 
 
 
 def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Sequence[str] | None = None,
-                evaluate: bool = True, progress: Say | None = None) -> ModelSet:
+                evaluate: bool = True, progress: Say | None = None, time_models: bool = True) -> ModelSet:
     """The newest registered model of each kernel (named ids replace their kernel's); others fitted here.
-    `progress` gets a line per kernel loaded (or fitted) and scored, with an estimate of the time left."""
+    `progress` gets a line per kernel loaded (or fitted) and scored, with an estimate of the time left;
+    `time_models` False leaves each time model due, for the table builder to fit (in its workers)."""
     from zmlx_pipeline.models.evaluate import EvaluationError, kernel_features_of
 
     named = [model_ids] if isinstance(model_ids, str) else list(model_ids or [])
@@ -145,9 +150,9 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
     out: dict[str, KernelModel] = {}
     steps = Steps(progress, "publish", sum(f.frame.height for f in feats.values()), parts=len(feats))
     for name, f in feats.items():
-        out[name] = _kernel_model(store, name, f, chosen.get(name), named, evaluate)
-        steps.done(f"{name}: model {out[name].model_id} ({'registered' if out[name].source == 'registry' else 'fitted here'})"
-                   ", time model fitted", f.frame.height)
+        out[name] = _kernel_model(store, name, f, chosen.get(name), named, evaluate, time_models)
+        steps.done(f"{name}: model {out[name].model_id} ({'registered' if out[name].source == 'registry' else 'fitted here'})",
+                   f.frame.height)
     if not out:
         raise ModelSourceError("no kernel to publish: the store holds no ok measurements (collect, import or ingest first)")
     if evaluate:
@@ -160,7 +165,7 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
 
 
 def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: Sequence[str],
-                  evaluate: bool) -> KernelModel:
+                  evaluate: bool, time_models: bool) -> KernelModel:
     """One kernel's model: the registered one (`row`, else the kernel's newest) when it is for the store's
     kernel version, else one fitted here."""
     from zmlx_pipeline.models.train import NoTrainedModel, load_model
@@ -169,13 +174,13 @@ def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: 
         rows = store.models(kernel=name)
         row = rows[0] if rows else None
     if row is None:
-        return fit_kernel(f, heldout=evaluate, note="no registered model: fitted at publish")
+        return fit_kernel(f, heldout=evaluate, note="no registered model: fitted at publish", time_model=time_models)
     version = (row.get("params") or {}).get("kernel_version")
     if version and version != f.kernel_version:
         if row["model_id"] in named:
             raise ModelSourceError(f"model {row['model_id']} ranks {name} version {version}, but the store's data "
                                    f"is version {f.kernel_version}: retrain with zmlx-pipeline train")
-        return fit_kernel(f, heldout=evaluate,
+        return fit_kernel(f, heldout=evaluate, time_model=time_models,
                           note=f"registered model {row['model_id']} is for kernel version {version}: fitted at publish")
     try:
         trained = load_model(store, model_id=row["model_id"])
@@ -185,7 +190,8 @@ def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: 
         raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
     scores = row.get("scores") or {}
     return KernelModel(
-        kernel=name, features=f, ranker=trained.ranker, time_model=_time_model(f),
+        kernel=name, features=f, ranker=trained.ranker, time_model=fit_time_model(f) if time_models else None,
+        time_model_due=not time_models,
         prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores),
         variant=(row.get("params") or {}).get("model", "?"), model_id=row["model_id"], source="registry",
         data_fingerprint=row.get("data_fingerprint") or "", note="" if scores.get("prune_k") else
