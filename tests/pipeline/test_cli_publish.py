@@ -1,6 +1,7 @@
 """`publish`, `lookup` and `profiles` through click: JSON shapes, tables, one-line errors."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -37,8 +38,14 @@ def test_publish_writes_a_version_and_latest(tmp_path):
         fill_toy(store)
     result = run("publish", "--db", str(db), "--to", str(tmp_path / "out"), "--device", "nvidia-h200", "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.stdout)
+    data = json.loads(result.stdout)  # progress goes to stderr, so stdout stays JSON
     assert data["kernels"] == ["toy_scale"] and data["profiles"] >= 87 and data["recorded"] is True
+    progress = result.stderr.splitlines()
+    assert all(line.startswith("... publish: ") for line in progress), progress
+    assert any(re.fullmatch(r"\.\.\. publish: toy_scale: model fitted-toy_scale-\S+ \(fitted here\) \(1/1\), "
+                            r"\d+:\d\d elapsed, done", line) for line in progress), progress
+    assert any(re.fullmatch(r"\.\.\. publish: toy_scale: tables built \(1/1\), \d+:\d\d elapsed, done", line)
+               for line in progress), progress
     assert (tmp_path / "out" / "latest").read_text().strip() == Path(data["path"]).name
     table = run("publish", "--db", str(db), "--to", str(tmp_path / "out"), "--device", "nvidia-h200")
     assert table.exit_code == 0 and "bundle_id" in table.output and "data_fingerprint" in table.output

@@ -40,7 +40,8 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
     # Many small fits and predictions: one thread each is several times faster than contending OpenMP pools.
     with threadpool_limits(limits=1):
         # the time models are fitted with the tables, in the builder's worker processes
-        models = load_models(store, model_id, kernels, evaluate=evaluate, progress=progress, time_models=False)
+        models = load_models(store, model_id, kernels, evaluate=evaluate, progress=progress, time_models=False,
+                             jobs=jobs)
         files, summary = build_contents(store, models, devices=devices, progress=progress, jobs=jobs)
     created = datetime.now(timezone.utc).replace(microsecond=0)
     fields = {

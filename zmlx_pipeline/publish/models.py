@@ -128,10 +128,12 @@ def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: 
 
 
 def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Sequence[str] | None = None,
-                evaluate: bool = True, progress: Say | None = None, time_models: bool = True) -> ModelSet:
+                evaluate: bool = True, progress: Say | None = None, time_models: bool = True,
+                jobs: int | None = None) -> ModelSet:
     """The newest registered model of each kernel (named ids replace their kernel's); others fitted here.
     `progress` gets a line per kernel loaded (or fitted) and scored, with an estimate of the time left;
-    `time_models` False leaves each time model due, for the table builder to fit (in its workers)."""
+    `time_models` False leaves each time model due, for the table builder to fit (in its workers); `jobs`:
+    worker processes for the regret on left-out devices (None: one per CPU)."""
     from zmlx_pipeline.models.evaluate import EvaluationError, kernel_features_of
 
     named = [model_ids] if isinstance(model_ids, str) else list(model_ids or [])
@@ -156,12 +158,35 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
     if not out:
         raise ModelSourceError("no kernel to publish: the store holds no ok measurements (collect, import or ingest first)")
     if evaluate:
-        todo = [km for km in out.values() if km.regret.get("unseen_device") is None]
-        steps = Steps(progress, "publish", sum(km.features.frame.height for km in todo), parts=len(todo))
-        for km in todo:
-            km.regret["unseen_device"] = unseen_device_regret(km.features, km.variant)
-            steps.done(f"{km.kernel}: regret on left-out devices scored", km.features.frame.height)
+        _score_unseen([km for km in out.values() if km.regret.get("unseen_device") is None], progress, jobs)
     return ModelSet(out, {"evaluated": evaluate})
+
+
+def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int | None) -> None:
+    """unseen_device_regret of each kernel model (set in its regret), the folds of every kernel in `jobs` worker
+    processes at once (a small store scores here); a progress line per kernel with an estimate of the time left."""
+    from zmlx_pipeline.models.estimators import MODEL_VARIANTS
+    from zmlx_pipeline.models.evaluate import KernelPool, gather_folds, submit_kernel, summarize
+
+    for km in todo:
+        if km.features.frame["device_id"].n_unique() < 2 or km.variant not in MODEL_VARIANTS:
+            km.regret["unseen_device"] = None
+    todo = sorted((km for km in todo if km.features.frame["device_id"].n_unique() >= 2
+                   and km.variant in MODEL_VARIANTS), key=lambda km: -km.features.frame.height)
+    if not todo:
+        return
+    steps = Steps(progress, "publish", sum(km.features.frame.height for km in todo), parts=len(todo))
+
+    def submit(km: KernelModel, pool: KernelPool) -> list:
+        return submit_kernel(km.features, "devices", ks=(1,), models=(km.variant,), baselines=False, pool=pool)
+
+    with KernelPool({km.kernel: km.features for km in todo}, jobs) as pool:
+        submitted = {km.kernel: submit(km, pool) for km in todo} if pool.parallel else {}
+        for km in todo:
+            per_case = gather_folds(submitted.get(km.kernel) or submit(km, pool), (1,))
+            km.regret["unseen_device"] = (summarize(per_case["r1"].to_list())["regret_geomean"]
+                                          if not per_case.is_empty() else None)
+            steps.done(f"{km.kernel}: regret on left-out devices scored", km.features.frame.height)
 
 
 def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: Sequence[str],
@@ -200,7 +225,8 @@ def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: 
 
 
 def unseen_device_regret(features: KernelFeatures, variant: str) -> float | None:
-    """Regret@1 geometric mean of the variant on devices left out of training (None with one device)."""
+    """Regret@1 geometric mean of the variant on devices left out of training (None with one device);
+    load_models scores it for every kernel at once (_score_unseen), the same folds."""
     from zmlx_pipeline.models.evaluate import evaluate_kernel, summarize
     from zmlx_pipeline.models.estimators import MODEL_VARIANTS
 
