@@ -6,8 +6,10 @@ from their files (models/persist.py: no code runs from a file) with the held-out
 registry recorded. A kernel with no registered model, or whose model was trained on another
 kernel version than the store now holds, is fitted here with the default variant and scored
 on held-out data the same way (models/train.py `heldout_scores`, the call train_models makes, so
-both record the same pruning k). The time model is a plain gradient-boosting regressor on log
-time, fitted here on the store's data.
+both record the same pruning k). A registered model is never fitted again: publishing from it
+gives the bundle a fit at publish would (tests/publish/test_build.py). The time model is a plain
+gradient-boosting regressor on log time over the store's data, fitted by publish where the tables
+are built (its worker processes: time_model_due).
 
 Expected regret (regret@1 geometric mean on held-out data) is recorded per kernel as
 `seen_device` when the held-out split was unseen shapes of measured devices, `unseen_device`
