@@ -1,7 +1,7 @@
 """Wall and CPU time of `zmlx-pipeline run` (the main job), `publish` and `report` on the committed data.
 
     python benchmarks/stage_times.py [--baseline REV] [--stages run,publish,report] [--data DIR]
-                                     [--work DIR] [--timeout SECONDS] [--repeat N]
+                                     [--store DB] [--kernel K] [--work DIR] [--timeout SECONDS] [--repeat N]
 
 Each stage runs as the CLI does, in a fresh process, on a fresh store in a temporary folder: `run`
 ingests the shards of --data (default: data/), trains, evaluates both splits, publishes and looks
@@ -45,26 +45,28 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
-def stage_command(stage: str, store: Path, work: Path, data: Path) -> list[str]:
+def stage_command(stage: str, store: Path, work: Path, data: Path, kernel: str | None = None) -> list[str]:
     """The CLI command line of a stage (every one prints JSON on stdout, progress on stderr)."""
     base = [sys.executable, "-m", "zmlx_pipeline"]
+    only = ["--kernel", kernel] if kernel else []
     if stage == "run":
         return [*base, "run", "--db", str(store), "--data", str(data), "--bundle-dir", str(work / "bundles"), "--json"]
     if stage == "publish":
-        return [*base, "publish", "--db", str(store), "--to", str(work / "published"), "--json"]
+        return [*base, "publish", "--db", str(store), "--to", str(work / "published"), *only, "--json"]
     if stage == "report":
-        return [*base, "report", "--db", str(store), "--out", str(work / "report"), "--json"]
+        return [*base, "report", "--db", str(store), "--out", str(work / "report"), *only, "--json"]
     raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
 
 
-def time_stage(code: Path, stage: str, store: Path, work: Path, data: Path, timeout: float) -> dict:
+def time_stage(code: Path, stage: str, store: Path, work: Path, data: Path, timeout: float,
+               kernel: str | None = None) -> dict:
     """Run one stage with `code` first on the path; its wall and CPU seconds (workers included), exit code and JSON."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH")) if p)}
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     try:
-        done = subprocess.run(stage_command(stage, store, work, data), cwd=code, env=env, capture_output=True,
+        done = subprocess.run(stage_command(stage, store, work, data, kernel), cwd=code, env=env, capture_output=True,
                               text=True, timeout=timeout)
         rc, out, err = done.returncode, done.stdout, done.stderr
     except subprocess.TimeoutExpired as exc:
@@ -89,6 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", metavar="REV", help="also time the code of this commit (e.g. HEAD~1, main)")
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated: run, publish, report")
     parser.add_argument("--data", type=Path, default=ROOT / "data", help="the shards `run` ingests")
+    parser.add_argument("--store", type=Path, default=None,
+                        help="start publish and report from a copy of this store instead of running `run` first")
+    parser.add_argument("--kernel", default=None, help="publish and report only this kernel")
     parser.add_argument("--work", type=Path, default=None, help="keep stores and outputs here (default: a temp dir)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds before a stage is stopped")
     parser.add_argument("--repeat", type=int, default=1, help="time every stage this many times per code")
@@ -98,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in stages if s not in STAGES]
     if bad:
         parser.error(f"unknown stage(s) {', '.join(bad)}; expected {', '.join(STAGES)}")
-    if any(s != "run" for s in stages) and "run" not in stages:
+    if any(s != "run" for s in stages) and "run" not in stages and args.store is None:
         stages.insert(0, "run")  # publish and report need the store and models that run makes
     top = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="stage-times-"))
     top.mkdir(parents=True, exist_ok=True)
@@ -113,10 +118,15 @@ def main(argv: list[str] | None = None) -> int:
             for w in works.values():
                 shutil.rmtree(w, ignore_errors=True)
                 w.mkdir(parents=True)
+                if args.store is not None:  # the store and its model files (paths relative to its folder)
+                    shutil.copy(args.store, w / "store.duckdb")
+                    if (args.store.parent / "models").is_dir():
+                        shutil.copytree(args.store.parent / "models", w / "models")
             for stage in stages:
                 for name, code in codes.items():
                     _log(f"{stage} with {name} code ({code}) ...")
-                    row = time_stage(code, stage, works[name] / "store.duckdb", works[name], data, args.timeout)
+                    row = time_stage(code, stage, works[name] / "store.duckdb", works[name], data, args.timeout,
+                                     args.kernel)
                     row.update(code=name, rev=args.baseline if name == "baseline" else "checkout", repeat=r)
                     rows.append(row)
                     _log(f"  {row['wall_s']} s wall, {row['cpu_s']} s CPU, exit {row['exit']}"
