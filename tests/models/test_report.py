@@ -329,3 +329,16 @@ def test_progress_lines_carry_elapsed_and_time_left(filled, tmp_path):
     assert folds[-1].endswith("done") and any("left" in line for line in folds[:-1])
     assert any(line.startswith("report: heatmap_rowk_1.png drawn") for line in lines)
     assert all(line.startswith("report: ") for line in lines)
+
+
+def test_folds_scored_in_worker_processes_give_the_same_report(filled, reports, tmp_path, monkeypatch):
+    from zmlx_pipeline.models import evaluate as ev
+
+    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)  # the fixture store is small: use the workers anyway
+    lines: list[str] = []
+    result = build_report(filled, tmp_path / "out", split="shapes", jobs=2, progress=lines.append)
+    directory, here = reports["shapes"]
+    assert any("in 2 worker processes" in line for line in lines), lines
+    assert json.loads((tmp_path / "out" / "scores.json").read_text()) == \
+        json.loads((directory / "scores.json").read_text())
+    assert result["cases"] == here["cases"] and result["figures"] == here["figures"]
