@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             wall = sum(x["wall_s"] for x in base) / sum(x["wall_s"] for x in mine)
             cpu = sum(x["cpu_s"] for x in base) / max(0.1, sum(x["cpu_s"] for x in mine))
-            stopped = " (the baseline was stopped at --timeout: at least this)" if any(x["exit"] is None for x in base) else ""
+            stopped = (" (the baseline was stopped at --timeout: at least this)"
+                       if any(x["exit"] is None for x in base) else "")
             print(f"  {stage:8} wall {wall:.2f}x  CPU {cpu:.2f}x{stopped}")
     return 0 if all(r["exit"] == 0 for r in rows if r["code"] == "this") else 1
 

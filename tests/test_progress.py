@@ -50,3 +50,14 @@ def test_no_estimate_before_any_weight_and_silence_without_a_callback():
     quiet.done("x")
     quiet.note("y")
     assert quiet.count == 1 and quiet.weight == 1.0
+
+
+def test_a_later_phase_says_the_commands_elapsed_time_and_estimates_from_its_own_pace():
+    lines: list[str] = []
+    clock = Clock()
+    began = clock.now
+    clock.now += 60                      # an earlier phase took a minute
+    steps = Steps(lines.append, "publish", total=2.0, parts=2, clock=clock, started=began)
+    clock.now += 10
+    steps.done("first kernel built")     # 1 of 2 in this phase's 10 s: 10 s left
+    assert lines == ["publish: first kernel built (1/2), 1:10 elapsed, about 0:10 left"]

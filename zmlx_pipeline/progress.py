@@ -30,7 +30,9 @@ class Steps:
     """
 
     def __init__(self, say: Say | None, label: str, total: float, parts: int | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, started: float | None = None) -> None:
+        """`started`: when the whole command began (its clock's time), for the elapsed time said when this
+        is one phase of several; the estimate uses this phase's own pace."""
         self.say = say
         self.label = label
         self.total = float(total)
@@ -39,15 +41,17 @@ class Steps:
         self.weight = 0.0
         self._clock = clock
         self.start = clock()
+        self.started = self.start if started is None else started
 
     def elapsed(self) -> float:
-        return self._clock() - self.start
+        """Seconds since the command began."""
+        return self._clock() - self.started
 
     def remaining(self) -> float | None:
-        """Seconds left at the pace so far (None before any weight is done)."""
+        """Seconds left at this phase's pace so far (None before any weight is done)."""
         if self.weight <= 0 or self.total <= 0:
             return None
-        return self.elapsed() * max(0.0, self.total - self.weight) / self.weight
+        return (self._clock() - self.start) * max(0.0, self.total - self.weight) / self.weight
 
     def note(self, what: str) -> None:
         """A line about the stage that finishes no part (a step starting, say), with the time so far."""

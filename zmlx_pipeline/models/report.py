@@ -9,8 +9,9 @@ Figures, all on data the model did not train on (the folds of evaluate.py):
   with the model's pick and the measured best marked.
 The page also carries the score table: the same numbers as `evaluate` (scores.json holds
 them as flat rows). Each fold is fitted once, in worker processes, for the table and the figures
-alike (score_fold), with a progress line per fold and an estimate of the time left. Figure functions take plain data and write a PNG, so they test alone;
-matplotlib is imported only when a figure is drawn (Agg canvas, no pyplot state).
+alike (score_fold), with a progress line per fold and an estimate of the time left. Figure
+functions take plain data and write a PNG, so they test alone; matplotlib is imported only when a
+figure is drawn (Agg canvas, no pyplot state).
 """
 
 from __future__ import annotations
@@ -269,7 +270,7 @@ class ReportData:
 
 def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT_MODEL,
                 heatmaps_per_kernel: int = HEATMAPS_PER_KERNEL, jobs: int | None = None,
-                progress: Say | None = None) -> ReportData:
+                progress: Say | None = None, started: float | None = None) -> ReportData:
     """Scores, held-out predictions and heatmaps of the store's kernels under a split.
 
     Each fold is fitted once (score_fold) for both the score table and the figures, in `jobs` worker
@@ -283,7 +284,8 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
     if model not in MODEL_VARIANTS:
         raise ReportError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}")
     jobs = ev.check_jobs(jobs)
-    with ev.KernelPool(None, jobs, rows=ev.ok_rows(store, kernels)) as pool:  # workers start while the features are read
+    # the workers start while the features are read
+    with ev.KernelPool(None, jobs, rows=ev.ok_rows(store, kernels)) as pool:
         try:
             features = ev.kernel_features_of(store, kernels)
         except ev.EvaluationError as exc:
@@ -295,13 +297,13 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
             raise ReportError(f"no held-out cases under --split {public_split}: it needs {need} "
                               f"(try the other split)")
         pool.attach(features)
-        done = _score_folds(pool, features, plans, split_eval, model, progress)
+        done = _score_folds(pool, features, plans, split_eval, model, progress, started)
     noise = ev.noise_bands(store)
     rows: list[dict] = []
     points: dict[str, dict[str, list]] = {}
     heatmaps: dict[str, list[HeatmapData]] = {}
     cases = 0
-    steps = Steps(progress, "report", len(features), parts=len(features))
+    steps = Steps(progress, "report", len(features), parts=len(features), started=started)
     for name, f in features.items():
         regrets = [part for i in plans[name] for part in done[(name, i)][0]]
         per_case = ev.tied_regrets(pl.concat(regrets) if regrets else ev.gather_folds([], CURVE_KS), f.frame, noise,
@@ -321,13 +323,13 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
 
 
 def _score_folds(pool, features: Mapping[str, KernelFeatures], plans: Mapping[str, list[int]], split: str,
-                 model: str, progress: Say | None) -> dict[tuple[str, int], tuple]:
+                 model: str, progress: Say | None, started: float | None = None) -> dict[tuple[str, int], tuple]:
     """score_fold of every planned fold, the largest kernels first, in the pool's workers (or here one after
     the other); a progress line as each fold finishes, weighted by its kernel's rows per fold."""
     order = sorted(features, key=lambda k: -features[k].frame.height)
     tasks = [(k, i) for k in order for i in plans[k]]
     weight = {k: features[k].frame.height / max(1, len(plans[k])) for k in order}
-    steps = Steps(progress, "report", sum(weight[k] for k, _ in tasks), parts=len(tasks))
+    steps = Steps(progress, "report", sum(weight[k] for k, _ in tasks), parts=len(tasks), started=started)
     steps.note(f"{len(tasks)} folds of {len(order)} kernel(s) to fit and score"
                + (f" in {pool.jobs} worker processes" if pool.parallel else ""))
     out: dict[tuple[str, int], tuple] = {}
@@ -779,11 +781,12 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def write_report(data: ReportData, out: Path, db: str = "", progress: Say | None = None) -> dict:
+def write_report(data: ReportData, out: Path, db: str = "", progress: Say | None = None,
+                 started: float | None = None) -> dict:
     """Draw every figure of `data` into `out`, then scores.json and index.html; returns what was written.
     `progress` gets a line per figure drawn, with the time elapsed and an estimate of the time left."""
     out = Path(out)
-    steps = Steps(progress, "report", 2 + sum(len(items) for items in data.heatmaps.values()))
+    steps = Steps(progress, "report", 2 + sum(len(items) for items in data.heatmaps.values()), started=started)
     figures: dict[str, object] = {}
     written: list[str] = []
     if any(r.get("regret_geomean") is not None for r in data.rows):
@@ -834,10 +837,12 @@ def build_report(store, out: Path, split: str = "shapes", kernels=None, model: s
     A report that fails leaves no directory it created itself (a folder it found is left as it was).
     `jobs`: worker processes for the folds (None: one per CPU); `progress` gets lines with an estimate
     of the time left."""
+    started = time.monotonic()
     created = [p for p in (Path(out), *Path(out).parents) if not p.exists()]
     out = prepare_out(out)
     try:
-        data = report_data(store, split, kernels, model, heatmaps_per_kernel, jobs=jobs, progress=progress)
+        data = report_data(store, split, kernels, model, heatmaps_per_kernel, jobs=jobs, progress=progress,
+                           started=started)
     except BaseException:
         for directory in created:  # innermost first; rmdir refuses a folder that is not empty
             try:
@@ -845,4 +850,4 @@ def build_report(store, out: Path, split: str = "shapes", kernels=None, model: s
             except OSError:
                 break
         raise
-    return write_report(data, out, db, progress=progress)
+    return write_report(data, out, db, progress=progress, started=started)

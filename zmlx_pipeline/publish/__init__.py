@@ -9,6 +9,7 @@ The runtime (`zmlx_pipeline.runtime.load_bundle`) reads what this writes.
 from __future__ import annotations
 
 import os
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -36,13 +37,14 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
 
     from zmlx_pipeline.publish.build import build_contents
 
+    started = time.monotonic()
     check_publish_dir(to_dir if versioned else Path(to_dir).parent)  # before minutes of building, not after
     # Many small fits and predictions: one thread each is several times faster than contending OpenMP pools.
     with threadpool_limits(limits=1):
         # the time models are fitted with the tables, in the builder's worker processes
         models = load_models(store, model_id, kernels, evaluate=evaluate, progress=progress, time_models=False,
-                             jobs=jobs)
-        files, summary = build_contents(store, models, devices=devices, progress=progress, jobs=jobs)
+                             jobs=jobs, started=started)
+        files, summary = build_contents(store, models, devices=devices, progress=progress, jobs=jobs, started=started)
     created = datetime.now(timezone.utc).replace(microsecond=0)
     fields = {
         "model_id": models.model_id,

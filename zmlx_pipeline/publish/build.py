@@ -519,7 +519,7 @@ def _build_task(features, km: KernelModel, records: dict[str, dict], device_fram
 
 def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.DataFrame,
                   only_devices: Sequence[str] | None = None, progress: Progress | None = None,
-                  jobs: int | None = None) -> dict[str, tuple[KernelTables, dict]]:
+                  jobs: int | None = None, started: float | None = None) -> dict[str, tuple[KernelTables, dict]]:
     """Every kernel's tables (build_kernel), the largest kernels first, in `jobs` worker processes (None: one
     per CPU; a small store builds here); a progress line as each kernel is done, with an estimate of the
     time left. The tables do not depend on where they were built."""
@@ -531,7 +531,7 @@ def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.D
     kms = models.kernels
     rows = {name: km.features.frame.height for name, km in kms.items()}
     order = sorted(kms, key=lambda k: (-rows[k], k))
-    steps = Steps(progress, "publish", sum(rows.values()), parts=len(kms))
+    steps = Steps(progress, "publish", sum(rows.values()), parts=len(kms), started=started)
     built: dict[str, tuple[KernelTables, dict]] = {}
     with KernelPool({name: km.features for name, km in kms.items()}, jobs) as pool:
         if not pool.parallel:
@@ -553,7 +553,8 @@ def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.D
 
 
 def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None,
-                   progress: Progress | None = None, jobs: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+                   progress: Progress | None = None, jobs: int | None = None,
+                   started: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(files: name -> JSON-able object, summary) of a bundle built from `models` on the store's devices;
     `jobs` worker processes build the kernels' tables (build_kernels)."""
     import hashlib
@@ -567,7 +568,7 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
 
             raise UnknownDevice(f"no catalog or store device {', '.join(map(repr, unknown))}: see zmlx-pipeline devices")
     frame = all_devices_frame(store)
-    kernel_tables = build_kernels(models, records, frame, devices, progress, jobs)
+    kernel_tables = build_kernels(models, records, frame, devices, progress, jobs, started)
     measured_devices = set()
     for tables, meta in kernel_tables.values():
         measured_devices.update(meta["trained_devices"])

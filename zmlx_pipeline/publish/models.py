@@ -131,11 +131,12 @@ def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: 
 
 def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Sequence[str] | None = None,
                 evaluate: bool = True, progress: Say | None = None, time_models: bool = True,
-                jobs: int | None = None) -> ModelSet:
+                jobs: int | None = None, started: float | None = None) -> ModelSet:
     """The newest registered model of each kernel (named ids replace their kernel's); others fitted here.
     `progress` gets a line per kernel loaded (or fitted) and scored, with an estimate of the time left;
     `time_models` False leaves each time model due, for the table builder to fit (in its workers); `jobs`:
-    worker processes for the regret on left-out devices (None: one per CPU)."""
+    worker processes for the regret on left-out devices (None: one per CPU); `started`: when the command
+    began (time.monotonic), for the elapsed time in progress lines."""
     from zmlx_pipeline.models.evaluate import EvaluationError, kernel_features_of
 
     named = [model_ids] if isinstance(model_ids, str) else list(model_ids or [])
@@ -152,19 +153,21 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
     except EvaluationError as exc:
         raise ModelSourceError(str(exc)) from None
     out: dict[str, KernelModel] = {}
-    steps = Steps(progress, "publish", sum(f.frame.height for f in feats.values()), parts=len(feats))
+    steps = Steps(progress, "publish", sum(f.frame.height for f in feats.values()), parts=len(feats),
+                  started=started)
     for name, f in feats.items():
-        out[name] = _kernel_model(store, name, f, chosen.get(name), named, evaluate, time_models)
-        steps.done(f"{name}: model {out[name].model_id} ({'registered' if out[name].source == 'registry' else 'fitted here'})",
+        km = out[name] = _kernel_model(store, name, f, chosen.get(name), named, evaluate, time_models)
+        steps.done(f"{name}: model {km.model_id} ({'registered' if km.source == 'registry' else 'fitted here'})",
                    f.frame.height)
     if not out:
         raise ModelSourceError("no kernel to publish: the store holds no ok measurements (collect, import or ingest first)")
     if evaluate:
-        _score_unseen([km for km in out.values() if km.regret.get("unseen_device") is None], progress, jobs)
+        _score_unseen([km for km in out.values() if km.regret.get("unseen_device") is None], progress, jobs, started)
     return ModelSet(out, {"evaluated": evaluate})
 
 
-def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int | None) -> None:
+def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int | None,
+                  started: float | None = None) -> None:
     """unseen_device_regret of each kernel model (set in its regret), the folds of every kernel in `jobs` worker
     processes at once (a small store scores here); a progress line per kernel with an estimate of the time left."""
     from zmlx_pipeline.models.estimators import MODEL_VARIANTS
@@ -177,7 +180,8 @@ def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int |
                    and km.variant in MODEL_VARIANTS), key=lambda km: -km.features.frame.height)
     if not todo:
         return
-    steps = Steps(progress, "publish", sum(km.features.frame.height for km in todo), parts=len(todo))
+    steps = Steps(progress, "publish", sum(km.features.frame.height for km in todo), parts=len(todo),
+                  started=started)
 
     def submit(km: KernelModel, pool: KernelPool) -> list:
         return submit_kernel(km.features, "devices", ks=(1,), models=(km.variant,), baselines=False, pool=pool)
