@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -11,7 +12,8 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 
-from bundle_fixtures import fill_toy, latest_dir  # noqa: E402
+from bundle_fixtures import TOY_CONFIGS, TOY_DEVICES, TOY_SHAPES, fill_toy, latest_dir, toy_time  # noqa: E402
+from zmlx_pipeline.data.records import Measurement  # noqa: E402
 from zmlx_pipeline.data.store import Store  # noqa: E402
 from zmlx_pipeline.publish import publish  # noqa: E402
 
@@ -39,9 +41,21 @@ def _contents(publish_dir: Path) -> dict[str, object]:
 
 @pytest.fixture(scope="module")
 def toy_store(tmp_path_factory):
+    """The toy kernel and a second one (its times with the threadgroup's effect reversed): the workers build
+    tables only when there are two kernels or more."""
     db = tmp_path_factory.mktemp("build") / "toy.duckdb"
     with Store(db) as store:
         fill_toy(store)
+        run = store.start_run(TOY_DEVICES[0], host="test", backend="cuda", mlx_version="0.30.0",
+                              pipeline_version="0.1.0", settings={}, status="imported")
+        store.record([
+            Measurement(run_id=run, device_id=device, kernel="toy_flip", kernel_version="sha256:00000000000000bb",
+                        dtype="float16", shape=shape, config=cfg, status="ok",
+                        median_us=toy_time(device, shape, {**cfg, "TG": 32768 // cfg["TG"]}), p10_us=None,
+                        p90_us=None, samples=10)
+            for device in TOY_DEVICES for shape in TOY_SHAPES for cfg in TOY_CONFIGS
+        ])
+        store.finish_run(run, "imported")
     return db
 
 
@@ -54,7 +68,8 @@ def test_tables_built_in_workers_equal_tables_built_here(toy_store, tmp_path, mo
         lines: list[str] = []
         there = publish(store, tmp_path / "there", jobs=2, evaluate=False, record=False, progress=lines.append)
     assert any("in 2 worker processes" in line for line in lines), lines
-    assert any(line.startswith("publish: toy_scale: tables built (1/1)") and line.endswith("done") for line in lines)
+    built = [line for line in lines if re.match(r"publish: toy_\w+: tables built \(\d/2\)", line)]
+    assert len(built) == 2 and built[-1].endswith("done") and "left" in built[0], lines
     assert here["entries"] == there["entries"] > 0
     assert _contents(tmp_path / "here") == _contents(tmp_path / "there")
 

@@ -533,7 +533,8 @@ def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.D
     order = sorted(kms, key=lambda k: (-rows[k], k))
     steps = Steps(progress, "publish", sum(rows.values()), parts=len(kms), started=started)
     built: dict[str, tuple[KernelTables, dict]] = {}
-    with KernelPool({name: km.features for name, km in kms.items()}, jobs) as pool:
+    # one kernel gains nothing from workers, which only add their start and the frame's copy
+    with KernelPool({name: km.features for name, km in kms.items()}, jobs if len(kms) > 1 else 1) as pool:
         if not pool.parallel:
             for name in order:
                 built[name] = pool.submit(name, _build_task, kms[name], records, device_frame, only_devices,
