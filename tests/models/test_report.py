@@ -282,3 +282,63 @@ def test_page_renders_in_headless_chromium(reports, tmp_path):
     assert np.allclose(rgb[10, 10], np.array([0x1F, 0x4E, 0x9C]) / 255, atol=0.02)
     background = np.all(np.abs(rgb - np.array([0xF6, 0xF7, 0xF9]) / 255) < 0.01, axis=-1)
     assert background.mean() < 0.6
+
+
+# ------------------------------------------------------------------------------------------
+# one fit per fold, and progress
+
+
+def test_each_fold_is_fitted_once_for_table_and_figures_and_no_whole_data_model(filled, tmp_path, monkeypatch):
+    """The score table and the figures share each fold's fits: one model and one time model per fold
+    (evaluate's fits and a second round for the figures were two), and nothing is fitted on all rows,
+    registered model or not."""
+    from zmlx_pipeline.models import estimators
+    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.models import report as rp
+    from zmlx_pipeline.models.train import train_models
+
+    made: list[str] = []
+    real = estimators.make_ranker
+
+    def counting(features, model="ensemble"):
+        made.append(model)
+        return real(features, model)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the report fitted a model on every row")
+
+    with Store(tmp_path / "s.duckdb") as store:
+        fill_store(store)
+        train_models(store, models_dir=tmp_path / "models", jobs=1)
+        folds = len(ev.fold_plan(ev.kernel_features_of(store)["rowk"], "shapes"))
+        expected = [r for r in result_rows(evaluate(store, "shapes")) if r["k"] in TABLE_KS]
+        for module in (rp, ev):  # where the folds' models are made (an ensemble makes its members elsewhere)
+            monkeypatch.setattr(module, "make_ranker", counting)
+        monkeypatch.setattr(estimators, "fit_kernel_model", refuse)
+        build_report(store, tmp_path / "out", split="shapes", jobs=1)
+    assert folds >= 2 and sorted(made) == sorted(["ensemble"] * folds + ["gbr"] * folds)
+    assert json.loads((tmp_path / "out" / "scores.json").read_text())["results"] == expected
+
+
+def test_progress_lines_carry_elapsed_and_time_left(filled, tmp_path):
+    lines: list[str] = []
+    build_report(filled, tmp_path / "out", split="devices", jobs=1, progress=lines.append)
+    folds = [line for line in lines if " fold " in line and " scored in " in line]
+    assert len(folds) == 3  # one fold per left-out device
+    assert all(re.search(r"\(\d/3\), \d+:\d\d elapsed, (about \d+:\d\d left|done)$", line) for line in folds), lines
+    assert folds[-1].endswith("done") and any("left" in line for line in folds[:-1])
+    assert any(line.startswith("report: heatmap_rowk_1.png drawn") for line in lines)
+    assert all(line.startswith("report: ") for line in lines)
+
+
+def test_folds_scored_in_worker_processes_give_the_same_report(filled, reports, tmp_path, monkeypatch):
+    from zmlx_pipeline.models import evaluate as ev
+
+    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)  # the fixture store is small: use the workers anyway
+    lines: list[str] = []
+    result = build_report(filled, tmp_path / "out", split="shapes", jobs=2, progress=lines.append)
+    directory, here = reports["shapes"]
+    assert any("in 2 worker processes" in line for line in lines), lines
+    assert json.loads((tmp_path / "out" / "scores.json").read_text()) == \
+        json.loads((directory / "scores.json").read_text())
+    assert result["cases"] == here["cases"] and result["figures"] == here["figures"]

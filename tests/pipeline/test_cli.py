@@ -127,7 +127,7 @@ def test_run_is_the_whole_loop_on_real_shards(tmp_path):
     result = invoke("run", "--db", str(tmp_path / "fresh.duckdb"), "--data", str(data), "--bundle-dir", str(bundles),
                     "-k", "rmsnorm", "--json")
     assert result.exit_code == 0, result.output
-    out = json.loads(result.output)
+    out = json.loads(result.stdout)  # progress lines go to stderr
     assert out["ingest"]["files"] == 2 and out["ingest"]["added"] > 500
     assert [t["kernel"] for t in out["train"]] == ["rmsnorm"] and out["train"][0]["prune_k"] >= 1
     splits = {(s["split"], s["kernel"]) for s in out["scores"]}

@@ -1,6 +1,7 @@
 """`publish`, `lookup` and `profiles` through click: JSON shapes, tables, one-line errors."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -43,8 +44,14 @@ def test_publish_writes_a_version_and_latest(tmp_path):
         fill_toy(store)
     result = run("publish", "--db", str(db), "--to", str(tmp_path / "out"), "--device", "nvidia-h200", "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)  # progress goes to stderr, so stdout stays JSON
     assert data["kernels"] == ["toy_scale"] and data["profiles"] >= 87 and data["recorded"] is True
+    progress = result.stderr.splitlines()
+    assert all(line.startswith("... publish: ") for line in progress), progress
+    assert any(re.fullmatch(r"\.\.\. publish: toy_scale: model fitted-toy_scale-\S+ \(fitted here\) \(1/1\), "
+                            r"\d+:\d\d elapsed, done", line) for line in progress), progress
+    assert any(re.fullmatch(r"\.\.\. publish: toy_scale: tables built \(1/1\), \d+:\d\d elapsed, done", line)
+               for line in progress), progress
     assert (tmp_path / "out" / "latest").read_text().strip() == Path(data["path"]).name
     table = run("publish", "--db", str(db), "--to", str(tmp_path / "out"), "--device", "nvidia-h200")
     assert table.exit_code == 0 and "bundle_id" in table.output and "data_fingerprint" in table.output
@@ -67,7 +74,7 @@ def test_lookup_json(toy_bundle):
     result = run("lookup", "toy_scale", "--shape", "rows=64,cols=4096", "--dtype", "float16",
                  "--device", "nvidia-h100-sxm", "--bundle", str(out), "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
+    data = json.loads(result.stdout)
     assert {"kernel", "device", "dtype", "shape", "config", "evidence", "expected_regret", "candidates"} <= set(data)
     assert (data["kernel"], data["device"], data["dtype"], data["shape"]) == ("toy_scale", "nvidia-h100-sxm", "float16", shape)
     assert data["config"] == toy_best("nvidia-h100-sxm", shape) and data["evidence"] == "measured"
@@ -192,7 +199,7 @@ def test_lookup_refuses_a_tampered_bundle(toy_bundle, tmp_path):
 def test_profiles(toy_bundle):
     one = run("profiles", "--device", "nvidia-h200", "--bundle", str(toy_bundle[1]), "--json")
     assert one.exit_code == 0
-    (rec,) = json.loads(one.output)
+    (rec,) = json.loads(one.stdout)
     assert rec["device_id"] == "nvidia-h200" and rec["evidence"] == "measured"
     assert rec["classes"]["toy_scale"]["evidence"] == "measured" and rec["seed"]["candidates"]
     table = run("profiles", "--bundle", str(toy_bundle[1]))

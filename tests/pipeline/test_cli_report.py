@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,12 @@ def test_report_on_the_smoke_shard(smoke_db, tmp_path):
     out = tmp_path / "report"
     result = CliRunner().invoke(cli, ["report", "--out", str(out), "--kernel", "rmsnorm", "--heatmaps", "1", "--json"])
     assert result.exit_code == 0, result.output
-    summary = json.loads(result.output)
+    summary = json.loads(result.stdout)  # progress goes to stderr, so stdout stays JSON
+    progress = result.stderr.splitlines()
+    assert progress and all(line.startswith("... report: ") for line in progress), progress
+    folds = [line for line in progress if re.search(r"rmsnorm fold \d scored in [\d.]+ s \(\d/\d\)", line)]
+    assert len(folds) >= 2 and all(re.search(r"\d+:\d\d elapsed, (about \d+:\d\d left|done)$", f) for f in folds)
+    assert "left" in folds[0] and folds[-1].endswith("done")
     assert summary["split"] == "shapes" and summary["kernels"] == ["rmsnorm"]
     assert summary["cases"] == 24  # eight shapes x three dtypes on one device, each held out once
     assert sorted(summary["figures"]) == ["heatmap_rmsnorm_1.png", "predicted_vs_measured.png", "regret_curves.png"]
@@ -51,7 +57,7 @@ def test_report_on_the_smoke_shard(smoke_db, tmp_path):
     scores = json.loads((out / "scores.json").read_text())
     assert {r["method"] for r in scores["results"]} >= {"ensemble", "chip_default"}
     plain = CliRunner().invoke(cli, ["report", "--out", str(out), "-k", "rmsnorm", "--heatmaps", "0"])
-    assert plain.exit_code == 0 and plain.output.startswith(f"wrote {out / 'index.html'}: 2 figures")
+    assert plain.exit_code == 0 and plain.stdout.startswith(f"wrote {out / 'index.html'}: 2 figures")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -22,3 +22,38 @@ def test_score_table_puts_the_tied_scores_next_to_the_plain_ones():
     assert got["model@1"] == 1.30 and got["model_tied@1"] == 1.05 and got["tie_band"] == "device+pooled"
     assert (got["best_baseline@1"], got["baseline"]) == (1.25, "nearest_shape")
     assert got["best_baseline_tied@1"] == 1.02
+
+
+def test_main_job_says_each_step_with_elapsed_and_time_left(tmp_path):
+    """A line as each step starts and ends (the end with an estimate of the time left), publish's own
+    lines indented under its step."""
+    import re
+    import sys
+    from pathlib import Path
+
+    from threadpoolctl import threadpool_limits
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+    from bundle_fixtures import fill_toy
+
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.pipeline.main_job import main_job
+
+    with Store(tmp_path / "source.duckdb") as source:
+        fill_toy(source)
+        source.export_shard(tmp_path / "data" / "toy.parquet")
+    lines: list[str] = []
+    with Store(tmp_path / "store.duckdb") as store, threadpool_limits(limits=1):
+        out = main_job(store, tmp_path / "data", tmp_path / "bundles", lookups=(), progress=lines.append)
+    steps = ["ingest", "train", "evaluate shapes", "evaluate devices", "publish", "lookup"]
+    starts = [m.group(1) for line in lines
+              if (m := re.fullmatch(r"run: (.+) \(step (\d) of 6\), \d+:\d\d elapsed", line))]
+    ends = [m for line in lines
+            if (m := re.fullmatch(r"run: (.+) done in [\d.]+ s \((\d)/6\), \d+:\d\d elapsed, (about \d+:\d\d left|done)",
+                                  line))]
+    assert starts == steps and [m.group(1) for m in ends] == steps, lines
+    assert [m.group(3) for m in ends][-1] == "done" and all(m.group(3).startswith("about") for m in ends[:-1])
+    publish_at = next(i for i, line in enumerate(lines) if line.startswith("run: publish (step"))
+    lookup_at = next(i for i, line in enumerate(lines) if line.startswith("run: lookup (step"))
+    assert any(line.startswith("  publish: toy_scale: tables built (1/1)") for line in lines[publish_at:lookup_at])
+    assert list(out["timings_s"]) == steps

@@ -8,8 +8,10 @@ Figures, all on data the model did not train on (the folds of evaluate.py):
   within-case variance of log time (each cell: the fastest config with those two values),
   with the model's pick and the measured best marked.
 The page also carries the score table: the same numbers as `evaluate` (scores.json holds
-them as flat rows). Figure functions take plain data and write a PNG, so they test alone;
-matplotlib is imported only when a figure is drawn (Agg canvas, no pyplot state).
+them as flat rows). Each fold is fitted once, in worker processes, for the table and the figures
+alike (score_fold), with a progress line per fold and an estimate of the time left. Figure
+functions take plain data and write a PNG, so they test alone; matplotlib is imported only when a
+figure is drawn (Agg canvas, no pyplot state).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import html
 import json
 import math
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,7 +32,8 @@ import polars as pl
 from zmlx_pipeline import __version__
 from zmlx_pipeline.models import evaluate as ev
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, make_ranker
-from zmlx_pipeline.models.features import CASE, KernelFeatures, store_features
+from zmlx_pipeline.models.features import CASE, KernelFeatures
+from zmlx_pipeline.progress import Say, Steps
 
 SPLIT_NAMES = ("shapes", "devices")
 CURVE_KS = tuple(range(1, 11))
@@ -75,29 +80,52 @@ def held_out_predictions(features: KernelFeatures, split: str, model: str = DEFA
     `predicted_us` (exp of the time model's log-time prediction) and `fold`.
     """
     split = evaluation_split(split)
+    parts = [score_fold(features, i, split, CURVE_KS, model, time_model, baselines=False)[1]
+             for i in ev.fold_plan(features, split)]
+    return pl.concat(parts) if parts else _empty_held(features)
+
+
+def _held_columns(features: KernelFeatures) -> list[str]:
     frame = features.frame
     cfg = [f"cfg_{p}" for p in features.params if f"cfg_{p}" in frame.columns]
-    keep = [*CASE, "shape", "config_key", "config", "median_us", *cfg]
-    parts = []
-    for name, train_filter, test_filter in ev.folds(frame, split):
-        train, test = frame.filter(train_filter), frame.filter(test_filter)
-        if split == "shapes":
-            test = test.filter(pl.col("device_id").is_in(train["device_id"].unique().to_list()))
-        if train.is_empty() or test.is_empty():
-            continue
-        scores = make_ranker(features, model).fit(train).score(test)
+    return [*CASE, "shape", "config_key", "config", "median_us", *cfg]
+
+
+def _empty_held(features: KernelFeatures) -> pl.DataFrame:
+    keep = _held_columns(features)
+    return pl.DataFrame(schema={**{c: features.frame.schema[c] for c in keep}, "score": pl.Float64,
+                                "predicted_us": pl.Float64, "fold": pl.String})
+
+
+def score_fold(features: KernelFeatures, index: int, split: str, ks: Sequence[int], model: str,
+               time_model: str = TIME_MODEL, baselines: bool = True) -> tuple[list[pl.DataFrame], pl.DataFrame, float]:
+    """Fold `index` of a kernel, fitted once for both the score table and the figures: evaluate.py's
+    per-case regret frames of the model and every baseline (as its fold scoring makes them: the ranker
+    fits only the seen or unseen setting its test rows use, on one OpenMP thread), the held-out rows
+    with the model's score and the time model's predicted time, and the seconds it took."""
+    start = time.perf_counter()
+    frame = features.frame
+    name, train_filter, test_filter = ev.folds(frame, split)[index]
+    train, test = frame.filter(train_filter), frame.filter(test_filter)
+    if split == "shapes":
+        test = test.filter(pl.col("device_id").is_in(train["device_id"].unique().to_list()))
+    seen = test["device_id"].is_in(train["device_id"].unique().to_list())
+    with ev.fit_threads():
+        ranker = make_ranker(features, model)
+        if hasattr(ranker, "only"):
+            ranker.only = "seen" if seen.all() else "unseen" if not seen.any() else None
+        scores = {model: np.asarray(ranker.fit(train).score(test), dtype=float)}
         timer = make_ranker(features, time_model)
         if getattr(timer, "target", None) != "log_time":
             raise ReportError(f"model {time_model!r} does not predict times")
-        predicted = np.exp(timer.fit(train).score(test))
-        parts.append(test.select(keep).with_columns(
-            pl.Series("score", np.asarray(scores, dtype=float)),
-            pl.Series("predicted_us", np.asarray(predicted, dtype=float)),
-            pl.lit(name).alias("fold")))
-    if not parts:
-        return pl.DataFrame(schema={**{c: frame.schema[c] for c in keep}, "score": pl.Float64,
-                                    "predicted_us": pl.Float64, "fold": pl.String})
-    return pl.concat(parts)
+        predicted = np.exp(np.asarray(timer.fit(train).score(test), dtype=float))
+        if baselines:
+            scores.update({k: v.to_numpy() for k, v in ev.baseline_scores(features, train, test).items()})
+    regrets = [ev.case_regrets(test, s, ks).with_columns(pl.lit(method).alias("method"), pl.lit(name).alias("fold"))
+               for method, s in scores.items()]
+    held = test.select(_held_columns(features)).with_columns(
+        pl.Series("score", scores[model]), pl.Series("predicted_us", predicted), pl.lit(name).alias("fold"))
+    return regrets, held, time.perf_counter() - start
 
 
 def param_importance(frame: pl.DataFrame, params: Sequence[str]) -> list[tuple[str, float]]:
@@ -241,40 +269,85 @@ class ReportData:
 
 
 def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT_MODEL,
-                heatmaps_per_kernel: int = HEATMAPS_PER_KERNEL) -> ReportData:
-    """Scores, held-out predictions and heatmaps of the store's kernels under a split."""
-    from zmlx_pipeline.models.features import FeatureError
+                heatmaps_per_kernel: int = HEATMAPS_PER_KERNEL, jobs: int | None = None,
+                progress: Say | None = None, started: float | None = None) -> ReportData:
+    """Scores, held-out predictions and heatmaps of the store's kernels under a split.
+
+    Each fold is fitted once (score_fold) for both the score table and the figures, in `jobs` worker
+    processes (None: one per CPU); the table's rows are evaluate()'s, number for number. `progress`
+    gets a line per scored fold with the time elapsed and an estimate of the time left.
+    """
+    from zmlx_pipeline.models.estimators import MODEL_VARIANTS
 
     split_eval = evaluation_split(split)
     public_split = "devices" if split_eval in ("devices", "lodo") else split_eval
-    try:
-        features = store_features(store, kernels)
-    except FeatureError as exc:
-        raise ReportError(str(exc)) from None
-    if not features:
-        raise ReportError("the store has no ok measurements; fill it first "
-                          "(zmlx-pipeline run, ingest, import or collect)")
-    result = ev.evaluate(store, split_eval, kernels=list(features), ks=CURVE_KS, models=(model,))
-    rows = result_rows(result)
+    if model not in MODEL_VARIANTS:
+        raise ReportError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}")
+    jobs = ev.check_jobs(jobs)
+    # the workers start while the features are read
+    with ev.KernelPool(None, jobs, rows=ev.ok_rows(store, kernels)) as pool:
+        try:
+            features = ev.kernel_features_of(store, kernels)
+        except ev.EvaluationError as exc:
+            raise ReportError(str(exc)) from None
+        plans = {name: ev.fold_plan(f, split_eval) for name, f in features.items()}
+        if not any(plans.values()):
+            need = "two devices that measured the same kernel" if public_split == "devices" \
+                else "a kernel measured at two or more shapes on one device"
+            raise ReportError(f"no held-out cases under --split {public_split}: it needs {need} "
+                              f"(try the other split)")
+        pool.attach(features)
+        done = _score_folds(pool, features, plans, split_eval, model, progress, started)
+    noise = ev.noise_bands(store)
+    rows: list[dict] = []
     points: dict[str, dict[str, list]] = {}
     heatmaps: dict[str, list[HeatmapData]] = {}
     cases = 0
+    steps = Steps(progress, "report", len(features), parts=len(features), started=started)
     for name, f in features.items():
-        held = held_out_predictions(f, split_eval, model)
+        regrets = [part for i in plans[name] for part in done[(name, i)][0]]
+        per_case = ev.tied_regrets(pl.concat(regrets) if regrets else ev.gather_folds([], CURVE_KS), f.frame, noise,
+                                   CURVE_KS)
+        rows += ev.regret_rows(per_case, name, CURVE_KS, [model, *ev.baseline_names(f)])
+        held = pl.concat([done[(name, i)][1] for i in plans[name]]) if plans[name] else _empty_held(f)
         if held.is_empty():
             continue
         cases += held.select(CASE).unique().height
         points[name] = {"measured": held["median_us"].to_list(), "predicted": held["predicted_us"].to_list(),
                         "device": held["device_id"].to_list()}
         heatmaps[name] = kernel_heatmaps(f, held, heatmaps_per_kernel)
-    if not cases:
-        need = "two devices that measured the same kernel" if public_split == "devices" \
-            else "a kernel measured at two or more shapes on one device"
-        raise ReportError(f"no held-out cases under --split {public_split}: it needs {need} "
-                          f"(try the other split)")
+        steps.done(f"{name}: scores and heatmap data")
     devices = sorted({d for f in features.values() for d in f.frame["device_id"].unique().to_list()})
     return ReportData(split=public_split, model=model, kernels=list(features), rows=rows, points=points,
                       heatmaps=heatmaps, devices=devices, cases=cases)
+
+
+def _score_folds(pool, features: Mapping[str, KernelFeatures], plans: Mapping[str, list[int]], split: str,
+                 model: str, progress: Say | None, started: float | None = None) -> dict[tuple[str, int], tuple]:
+    """score_fold of every planned fold, the largest kernels first, in the pool's workers (or here one after
+    the other); a progress line as each fold finishes, weighted by its kernel's rows per fold."""
+    order = sorted(features, key=lambda k: -features[k].frame.height)
+    tasks = [(k, i) for k in order for i in plans[k]]
+    weight = {k: features[k].frame.height / max(1, len(plans[k])) for k in order}
+    steps = Steps(progress, "report", sum(weight[k] for k, _ in tasks), parts=len(tasks), started=started)
+    steps.note(f"{len(tasks)} folds of {len(order)} kernel(s) to fit and score"
+               + (f" in {pool.jobs} worker processes" if pool.parallel else ""))
+    out: dict[tuple[str, int], tuple] = {}
+
+    def finished(task: tuple[str, int], future: Future) -> None:
+        out[task] = future.result()
+        steps.done(f"{task[0]} fold {task[1] + 1} scored in {out[task][2]:.1f} s", weight[task[0]])
+
+    if not pool.parallel:
+        for task in tasks:
+            finished(task, pool.submit(task[0], score_fold, task[1], split, CURVE_KS, model))
+        return out
+    pending = {pool.submit(k, score_fold, i, split, CURVE_KS, model): (k, i) for k, i in tasks}
+    while pending:  # short waits: Ctrl-C and SIGTERM reach this thread between them
+        ready, _ = wait(list(pending), timeout=0.25, return_when=FIRST_COMPLETED)
+        for future in ready:
+            finished(pending.pop(future), future)
+    return out
 
 
 def table_rows(rows: Sequence[dict], ks: Sequence[int] = TABLE_KS) -> list[dict]:
@@ -708,19 +781,24 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def write_report(data: ReportData, out: Path, db: str = "") -> dict:
-    """Draw every figure of `data` into `out`, then scores.json and index.html; returns what was written."""
+def write_report(data: ReportData, out: Path, db: str = "", progress: Say | None = None,
+                 started: float | None = None) -> dict:
+    """Draw every figure of `data` into `out`, then scores.json and index.html; returns what was written.
+    `progress` gets a line per figure drawn, with the time elapsed and an estimate of the time left."""
     out = Path(out)
+    steps = Steps(progress, "report", 2 + sum(len(items) for items in data.heatmaps.values()), started=started)
     figures: dict[str, object] = {}
     written: list[str] = []
     if any(r.get("regret_geomean") is not None for r in data.rows):
         regret_curves_figure(data.rows, [data.model], out / "regret_curves.png", data.split)
         figures["regret"] = "regret_curves.png"
         written.append("regret_curves.png")
+    steps.done("regret curves drawn")
     if data.points:
         predicted_vs_measured_figure(data.points, out / "predicted_vs_measured.png")
         figures["predicted"] = "predicted_vs_measured.png"
         written.append("predicted_vs_measured.png")
+    steps.done("predicted vs measured drawn")
     maps = []
     for kernel, items in data.heatmaps.items():
         for i, item in enumerate(items):
@@ -728,6 +806,7 @@ def write_report(data: ReportData, out: Path, db: str = "") -> dict:
             heatmap_figure(item, out / name)
             maps.append((name, f"{item.title}, {item.subtitle}", item.note, len(item.x_values) > 10))
             written.append(name)
+            steps.done(f"{name} drawn")
     figures["heatmaps"] = maps
     scores = {"split": data.split, "model": data.model, "results": table_rows(data.rows)}
     (out / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
@@ -752,13 +831,18 @@ def prepare_out(out: Path) -> Path:
 
 
 def build_report(store, out: Path, split: str = "shapes", kernels=None, model: str = DEFAULT_MODEL,
-                 heatmaps_per_kernel: int = HEATMAPS_PER_KERNEL, db: str = "") -> dict:
+                 heatmaps_per_kernel: int = HEATMAPS_PER_KERNEL, db: str = "", jobs: int | None = None,
+                 progress: Say | None = None) -> dict:
     """The whole report of the store under a split, written to `out` (index.html, PNGs, scores.json).
-    A report that fails leaves no directory it created itself (a folder it found is left as it was)."""
+    A report that fails leaves no directory it created itself (a folder it found is left as it was).
+    `jobs`: worker processes for the folds (None: one per CPU); `progress` gets lines with an estimate
+    of the time left."""
+    started = time.monotonic()
     created = [p for p in (Path(out), *Path(out).parents) if not p.exists()]
     out = prepare_out(out)
     try:
-        data = report_data(store, split, kernels, model, heatmaps_per_kernel)
+        data = report_data(store, split, kernels, model, heatmaps_per_kernel, jobs=jobs, progress=progress,
+                           started=started)
     except BaseException:
         for directory in created:  # innermost first; rmdir refuses a folder that is not empty
             try:
@@ -766,4 +850,4 @@ def build_report(store, out: Path, split: str = "shapes", kernels=None, model: s
             except OSError:
                 break
         raise
-    return write_report(data, out, db)
+    return write_report(data, out, db, progress=progress, started=started)

@@ -15,7 +15,7 @@ import click
 from zmlx_pipeline import __version__
 from zmlx_pipeline.data.records import DTYPES
 from zmlx_pipeline.pipeline.errors import expected_errors
-from zmlx_pipeline.pipeline.output import emit, output_options
+from zmlx_pipeline.pipeline.output import emit, output_options, progress_line
 
 
 def _db_option(fn: Callable) -> Callable:
@@ -376,7 +376,6 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, as_json) ->
     collect = None
     if collect_budget:
         collect = _collect_first(store, collect_budget)
-    say = (lambda msg: None) if as_json else (lambda msg: click.echo(f"... {msg}", err=True))
     from zmlx_pipeline.models.estimators import ModelError
     from zmlx_pipeline.models.evaluate import EvaluationError
     from zmlx_pipeline.models.features import FeatureError
@@ -384,7 +383,7 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, as_json) ->
 
     try:
         result = main_job(store, data_dir, bundle_dir, kernels=_split(kernel_names) or None, collect=collect,
-                          progress=say)
+                          progress=progress_line)  # stderr, with --json too: stdout holds only the result
     except (EvaluationError, FeatureError, ModelError, ModelSourceError, PublishError) as exc:
         raise click.ClickException(f"{str(exc).splitlines()[0]} (data from {data_dir})") from None
     if as_json:

@@ -9,7 +9,7 @@ from typing import Callable
 import click
 
 from zmlx_pipeline.pipeline.errors import expected_errors
-from zmlx_pipeline.pipeline.output import emit, output_options
+from zmlx_pipeline.pipeline.output import emit, output_options, progress_line
 
 
 def _errors(fn: Callable) -> Callable:
@@ -76,9 +76,8 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
         raise click.ClickException(f"no store at {path}: run `zmlx-pipeline run`, import or collect first, or pass --db")
     store = Store(path)
     click.get_current_context().call_on_close(store.close)
-    progress = None if as_json else (lambda msg: click.echo(msg, err=True))
     result = publish(store, to_dir, _split(model_ids) or None, kernels=_split(kernel_names) or None,
-                     devices=_split(device_ids) or None, progress=progress)
+                     devices=_split(device_ids) or None, progress=progress_line)
     if as_json:
         emit(result, True)
         return

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from zmlx_pipeline.pipeline.output import emit, output_options
+from zmlx_pipeline.pipeline.output import emit, output_options, progress_line
 
 
 def _names(values: tuple[str, ...]) -> list[str]:
@@ -40,7 +40,8 @@ def report(db, out, split, kernel_names, model, heatmaps, as_json) -> None:
         store = Store(path, read_only=True)
         click.get_current_context().call_on_close(store.close)
         result = build_report(store, out, split=split, kernels=_names(kernel_names) or None,
-                              model=model or DEFAULT_MODEL, heatmaps_per_kernel=heatmaps, db=str(path))
+                              model=model or DEFAULT_MODEL, heatmaps_per_kernel=heatmaps, db=str(path),
+                              progress=progress_line)
     except (StoreError, ReportError, FeatureError, EvaluationError, ModelError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

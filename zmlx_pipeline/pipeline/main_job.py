@@ -21,6 +21,10 @@ DEFAULT_LOOKUPS: tuple[tuple[str, dict[str, int], str, str | None], ...] = (
 )
 
 
+#: each step's share of the main job's time on the committed data (2 cores), for the estimate of the time left
+STEP_SHARES = {"ingest": 0.03, "train": 0.32, "evaluate": 0.2, "publish": 0.23, "lookup": 0.02}
+
+
 def score_table(result: dict, split: str) -> list[dict]:
     """Per kernel (pooled over devices): the model's regret@1/3/5 and the best baseline at k=1, each
     also noise-aware (`model_tied@1`, `best_baseline_tied@1`: the lowest tied score of any baseline)."""
@@ -63,24 +67,40 @@ def main_job(
     lookups: Sequence[tuple] = DEFAULT_LOOKUPS,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Run the loop and return what each step did; every figure comes from the store's real rows."""
+    """Run the loop and return what each step did; every figure comes from the store's real rows.
+    `progress` gets a line as each step starts and ends (elapsed, an estimate of the time left by
+    STEP_SHARES) and publish's lines per kernel, indented."""
     from zmlx_pipeline.data.shards import ingest_shards
     from zmlx_pipeline.models.evaluate import evaluate
     from zmlx_pipeline.models.train import train_models
+    from zmlx_pipeline.progress import Steps
     from zmlx_pipeline.publish import publish
 
     say = progress or (lambda _msg: None)
     out: dict[str, Any] = {"timings_s": {}}
 
-    def step(name: str, fn: Callable[[], Any]) -> Any:
-        say(name)
+    def timed(name: str, fn: Callable[[], Any]) -> Any:
         t = time.perf_counter()
         value = fn()
         out["timings_s"][name] = round(time.perf_counter() - t, 1)
         return value
 
-    if collect is not None:
-        out["collect"] = step("collect", collect)
+    if collect is not None:  # runs for its own budget: the estimate covers the learning steps after it
+        say("collect")
+        out["collect"] = timed("collect", collect)
+    names = ["ingest", "train", *(f"evaluate {s}" for s in splits), "publish", "lookup"]
+    share = {n: STEP_SHARES.get(n.split()[0], 0.0) for n in names}
+    steps = Steps(say, "run", sum(share.values()), parts=len(names))
+
+    def step(name: str, fn: Callable[[], Any]) -> Any:
+        steps.note(f"{name} (step {steps.count + 1} of {len(names)})")
+        value = timed(name, fn)
+        steps.done(f"{name} done in {out['timings_s'][name]} s", share[name])
+        return value
+
+    def sub(message: str) -> None:
+        say(f"  {message}")
+
     out["ingest"] = step("ingest", lambda: ingest_shards(store, [data_dir]))
     trained = step("train", lambda: train_models(store, kernels))
     out["train"] = [{"kernel": r["kernel_filter"], "model_id": r["model_id"], "rows": r["params"]["rows"],
@@ -90,7 +110,7 @@ def main_job(
         result = step(f"evaluate {split}",
                       lambda split=split: evaluate(store, split, kernels=kernels, ks=(1, 3, 5), label_model=True))
         out["scores"].extend(score_table(result, split))
-    bundle = step("publish", lambda: publish(store, bundle_dir, kernels=kernels, evaluate=False))
+    bundle = step("publish", lambda: publish(store, bundle_dir, kernels=kernels, evaluate=False, progress=sub))
     out["bundle"] = {k: bundle[k] for k in ("bundle_id", "path") if k in bundle}
     out["lookups"] = step("lookup", lambda: _lookups(Path(bundle["path"]), lookups))
     return out

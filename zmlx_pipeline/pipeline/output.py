@@ -1,4 +1,5 @@
-"""One way to print results: every listing command takes --json, and tables render the same rows."""
+"""One way to print results: every listing command takes --json, and tables render the same rows;
+progress goes to stderr, so stdout holds only the result (what --json users parse)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,8 @@ def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None, title: 
     if isinstance(data, dict):
         data = [{"key": k, "value": v} for k, v in data.items()]
     click.echo(render_table(data, columns))
+
+
+def progress_line(message: str) -> None:
+    """A progress line of a long command, on stderr ("... " first, so it reads apart from the result)."""
+    click.echo(f"... {message}", err=True)

@@ -9,6 +9,7 @@ The runtime (`zmlx_pipeline.runtime.load_bundle`) reads what this writes.
 from __future__ import annotations
 
 import os
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -23,24 +24,27 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
             devices: Sequence[str] | None = None, kernels: Sequence[str] | None = None,
             evaluate: bool = True, record: bool = True, versioned: bool = True,
             extra_manifest: dict[str, Any] | None = None,
-            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+            progress: Callable[[str], None] | None = None, jobs: int | None = None) -> dict[str, Any]:
     """Build a bundle from the store's newest model per kernel (or the named ones) and publish it under `to_dir`.
 
     `devices` limits the lookup tables to these devices (plus every measured one; profiles always
     cover the whole catalog); `kernels` limits the kernels. Records the bundle in the store's
-    `bundles` table when `record` and the store is writable. Returns what was published.
+    `bundles` table when `record` and the store is writable. Returns what was published. `jobs`: worker
+    processes that build the kernels' tables (None: one per CPU; 1: none; the bundle does not depend on it);
+    `progress` gets a line per kernel loaded and built, with the time elapsed and an estimate of the time left.
     """
     from threadpoolctl import threadpool_limits
 
     from zmlx_pipeline.publish.build import build_contents
 
+    started = time.monotonic()
     check_publish_dir(to_dir if versioned else Path(to_dir).parent)  # before minutes of building, not after
-    if progress:
-        progress("loading models")
     # Many small fits and predictions: one thread each is several times faster than contending OpenMP pools.
     with threadpool_limits(limits=1):
-        models = load_models(store, model_id, kernels, evaluate=evaluate)
-        files, summary = build_contents(store, models, devices=devices, progress=progress)
+        # the time models are fitted with the tables, in the builder's worker processes
+        models = load_models(store, model_id, kernels, evaluate=evaluate, progress=progress, time_models=False,
+                             jobs=jobs, started=started)
+        files, summary = build_contents(store, models, devices=devices, progress=progress, jobs=jobs, started=started)
     created = datetime.now(timezone.utc).replace(microsecond=0)
     fields = {
         "model_id": models.model_id,

@@ -31,6 +31,7 @@ threadgroup: no model covers that class).
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections import defaultdict
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -38,6 +39,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import polars as pl
 
 from zmlx_pipeline.data.records import DTYPES
+from zmlx_pipeline.progress import Steps
 from zmlx_pipeline.publish.models import KernelModel, ModelSet
 from zmlx_pipeline.models.features import CASE
 from zmlx_pipeline.publish.predict import (
@@ -159,11 +161,20 @@ class KernelTables:
             lambda: {"buckets": {}, "measured": {}}))
         self.bucket_shapes: dict[str, dict] = {}
 
-    def index(self, config_key: str, config: dict) -> int:
+    def plain(self) -> "KernelTables":
+        """The same tables with plain dicts for entries (the nested defaults cannot be pickled), for a worker
+        to send back; lookups of devices or dtypes that were never filled must then use `in` or .get."""
+        self.entries = {d: {t: dict(kinds) for t, kinds in per.items()} for d, per in self.entries.items()}
+        self.weight = dict(self.weight)
+        return self
+
+    def index(self, config_key: str, config: dict | str) -> int:
+        """The config's place in the list (added when new); `config` as a dict or its JSON text (parsed only
+        when new: most rows name a config already listed)."""
         i = self.config_index.get(config_key)
         if i is None:
             i = self.config_index[config_key] = len(self.configs)
-            self.configs.append(config)
+            self.configs.append(json.loads(config) if isinstance(config, str) else config)
         return i
 
     def key(self, shape: Mapping[str, int]) -> str:
@@ -181,7 +192,7 @@ def _measured(km: KernelModel, tables: KernelTables, store_k: int) -> set[str]:
     cases = frame.group_by(["device_id", "dtype", "shape_key"], maintain_order=True).agg(
         pl.col("shape").first(), pl.col("config_key"), pl.col("config"), pl.col("median_us"))
     for row in cases.iter_rows(named=True):
-        idx = [tables.index(k, json.loads(c)) for k, c in zip(row["config_key"][:store_k], row["config"][:store_k])]
+        idx = [tables.index(k, c) for k, c in zip(row["config_key"][:store_k], row["config"][:store_k])]
         shape = json.loads(row["shape"])
         tables.entries[row["device_id"]][row["dtype"]]["measured"][tables.key(shape)] = [
             idx[0], idx, _round(row["median_us"][0]), 1.0, "measured", len(row["config_key"])]
@@ -263,7 +274,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
             pl.col("shape").first(), pl.col("config_key"), pl.col("config"), pl.col("n_legal").first()
         ).join(times, on=list(CASE), how="left")
         for row in grouped.iter_rows(named=True):
-            idx = [tables.index(k, json.loads(c)) for k, c in zip(row["config_key"], row["config"])]
+            idx = [tables.index(k, c) for k, c in zip(row["config_key"], row["config"])]
             if kind == "buckets":  # the overall ranking stays the grid's vote
                 for r, i in enumerate(idx):
                     tables.weight[i] += 1.0 / (r + 1)
@@ -568,9 +579,64 @@ def build_autotune_v3(kernel_tables: dict[str, tuple[KernelTables, dict]], devic
 # the whole bundle
 
 
+def _build_task(features, km: KernelModel, records: dict[str, dict], device_frame: pl.DataFrame,
+                only_devices: Sequence[str] | None, progress: Progress | None) -> tuple[KernelTables, dict]:
+    """build_kernel where a KernelPool runs it (a worker, or this process): the time model fitted first when
+    it is due, on one OpenMP thread; the tables come back as plain data."""
+    from dataclasses import replace
+
+    from zmlx_pipeline.models.evaluate import fit_threads
+    from zmlx_pipeline.publish.models import fit_time_model
+
+    km = replace(km, features=features)
+    with fit_threads():
+        if km.time_model_due:
+            km = replace(km, time_model=fit_time_model(features), time_model_due=False)
+        tables, meta = build_kernel(km, records, device_frame, only_devices, progress)
+    return tables.plain(), meta
+
+
+def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.DataFrame,
+                  only_devices: Sequence[str] | None = None, progress: Progress | None = None,
+                  jobs: int | None = None, started: float | None = None) -> dict[str, tuple[KernelTables, dict]]:
+    """Every kernel's tables (build_kernel), the largest kernels first, in `jobs` worker processes (None: one
+    per CPU; a small store builds here); a progress line as each kernel is done, with an estimate of the
+    time left. The tables do not depend on where they were built."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+    from dataclasses import replace
+
+    from zmlx_pipeline.models.evaluate import KernelPool
+
+    kms = models.kernels
+    rows = {name: km.features.frame.height for name, km in kms.items()}
+    order = sorted(kms, key=lambda k: (-rows[k], k))
+    steps = Steps(progress, "publish", sum(rows.values()), parts=len(kms), started=started)
+    built: dict[str, tuple[KernelTables, dict]] = {}
+    # one kernel gains nothing from workers, which only add their start and the frame's copy
+    with KernelPool({name: km.features for name, km in kms.items()}, jobs if len(kms) > 1 else 1) as pool:
+        if not pool.parallel:
+            for name in order:
+                built[name] = pool.submit(name, _build_task, kms[name], records, device_frame, only_devices,
+                                          steps.note if progress else None).result()
+                steps.done(f"{name}: tables built", rows[name])
+        else:
+            steps.note(f"building {len(kms)} kernels' tables in {pool.jobs} worker processes")
+            pending = {pool.submit(name, _build_task, replace(kms[name], features=None), records, device_frame,
+                                   only_devices, None): name for name in order}
+            while pending:  # short waits: Ctrl-C and SIGTERM reach this thread between them
+                ready, _ = wait(list(pending), timeout=0.25, return_when=FIRST_COMPLETED)
+                for future in ready:
+                    name = pending.pop(future)
+                    built[name] = future.result()
+                    steps.done(f"{name}: tables built", rows[name])
+    return {name: built[name] for name in sorted(built)}
+
+
 def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None,
-                   progress: Progress | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(files: name -> JSON-able object, summary) of a bundle built from `models` on the store's devices."""
+                   progress: Progress | None = None, jobs: int | None = None,
+                   started: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(files: name -> JSON-able object, summary) of a bundle built from `models` on the store's devices;
+    `jobs` worker processes build the kernels' tables (build_kernels)."""
     import hashlib
     import json
 
@@ -582,9 +648,7 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
 
             raise UnknownDevice(f"no catalog or store device {', '.join(map(repr, unknown))}: see zmlx-pipeline devices")
     frame = all_devices_frame(store)
-    kernel_tables: dict[str, tuple[KernelTables, dict]] = {}
-    for name, km in sorted(models.kernels.items()):
-        kernel_tables[name] = build_kernel(km, records, frame, devices, progress)
+    kernel_tables = build_kernels(models, records, frame, devices, progress, jobs, started)
     measured_devices = set()
     for tables, meta in kernel_tables.values():
         measured_devices.update(meta["trained_devices"])

@@ -6,8 +6,10 @@ from their files (models/persist.py: no code runs from a file) with the held-out
 registry recorded. A kernel with no registered model, or whose model was trained on another
 kernel version than the store now holds, is fitted here with the default variant and scored
 on held-out data the same way (models/train.py `heldout_scores`, the call train_models makes, so
-both record the same pruning k). The time model is a plain gradient-boosting regressor on log
-time, fitted here on the store's data.
+both record the same pruning k). A registered model is never fitted again: publishing from it
+gives the bundle a fit at publish would (tests/publish/test_build.py). The time model is a plain
+gradient-boosting regressor on log time over the store's data, fitted by publish where the tables
+are built (its worker processes: time_model_due).
 
 Expected regret (regret@1 geometric mean on held-out data) is recorded per kernel as
 `seen_device` when the held-out split was unseen shapes of measured devices, `unseen_device`
@@ -24,6 +26,7 @@ from typing import Any, Sequence
 
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, Ranker, fit_kernel_model, make_ranker
 from zmlx_pipeline.models.features import KernelFeatures
+from zmlx_pipeline.progress import Say, Steps
 
 #: the pruning k when the model records none (no held-out case): the candidates the runtime autotuner times
 DEFAULT_PRUNE_K = 5
@@ -48,6 +51,7 @@ class KernelModel:
     source: str                       # "registry" or "fitted"
     data_fingerprint: str
     note: str = ""
+    time_model_due: bool = False      # not fitted yet: fitted where the tables are built (publish's workers)
 
 
 @dataclass
@@ -101,7 +105,8 @@ def regret_from_scores(scores: dict | None) -> dict[str, Any]:
     }
 
 
-def _time_model(features: KernelFeatures) -> Ranker | None:
+def fit_time_model(features: KernelFeatures) -> Ranker | None:
+    """The time model: plain gradient boosting on log time over all of the kernel's rows (None when it cannot fit)."""
     try:
         return make_ranker(features, "gbr").fit(features.frame)
     except ValueError:
@@ -109,15 +114,17 @@ def _time_model(features: KernelFeatures) -> Ranker | None:
 
 
 def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: bool = True,
-               note: str = "") -> KernelModel:
-    """Fit the variant on all of a kernel's rows and score it on held-out data (no registry involved)."""
+               note: str = "", time_model: bool = True) -> KernelModel:
+    """Fit the variant on all of a kernel's rows and score it on held-out data (no registry involved);
+    `time_model` False leaves the time model to be fitted later (time_model_due)."""
     from zmlx_pipeline.models.train import data_fingerprint, heldout_scores
 
     ranker = fit_kernel_model(features, variant)
     scores = heldout_scores(features, variant, ranker) if heldout else {}  # as train_models scores
     fingerprint = data_fingerprint(features.frame)
     return KernelModel(
-        kernel=features.kernel, features=features, ranker=ranker, time_model=_time_model(features),
+        kernel=features.kernel, features=features, ranker=ranker,
+        time_model=fit_time_model(features) if time_model else None, time_model_due=not time_model,
         prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores), variant=variant,
         model_id=f"fitted-{features.kernel}-{variant}-{fingerprint.split(':')[-1][:8]}", source="fitted",
         data_fingerprint=fingerprint, note=note,
@@ -125,10 +132,14 @@ def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: 
 
 
 def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Sequence[str] | None = None,
-                evaluate: bool = True) -> ModelSet:
-    """The newest registered model of each kernel (named ids replace their kernel's); others fitted here."""
+                evaluate: bool = True, progress: Say | None = None, time_models: bool = True,
+                jobs: int | None = None, started: float | None = None) -> ModelSet:
+    """The newest registered model of each kernel (named ids replace their kernel's); others fitted here.
+    `progress` gets a line per kernel loaded (or fitted) and scored, with an estimate of the time left;
+    `time_models` False leaves each time model due, for the table builder to fit (in its workers); `jobs`:
+    worker processes for the regret on left-out devices (None: one per CPU); `started`: when the command
+    began (time.monotonic), for the elapsed time in progress lines."""
     from zmlx_pipeline.models.evaluate import EvaluationError, kernel_features_of
-    from zmlx_pipeline.models.train import NoTrainedModel, load_model
 
     named = [model_ids] if isinstance(model_ids, str) else list(model_ids or [])
     chosen: dict[str, dict] = {}
@@ -144,53 +155,92 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
     except EvaluationError as exc:
         raise ModelSourceError(str(exc)) from None
     out: dict[str, KernelModel] = {}
+    steps = Steps(progress, "publish", sum(f.frame.height for f in feats.values()), parts=len(feats),
+                  started=started)
     for name, f in feats.items():
-        row = chosen.get(name)
-        if row is None:
-            rows = store.models(kernel=name)
-            row = rows[0] if rows else None
-        if row is None:
-            out[name] = fit_kernel(f, heldout=evaluate, note="no registered model: fitted at publish")
-            continue
-        version = (row.get("params") or {}).get("kernel_version")
-        if version and version != f.kernel_version:
-            if row["model_id"] in named:
-                raise ModelSourceError(f"model {row['model_id']} ranks {name} version {version}, but the store's data "
-                                       f"is version {f.kernel_version}: retrain with zmlx-pipeline train")
-            out[name] = fit_kernel(f, heldout=evaluate,
-                                   note=f"registered model {row['model_id']} is for kernel version {version}: "
-                                        "fitted at publish")
-            continue
-        try:
-            trained = load_model(store, model_id=row["model_id"])
-        except NoTrainedModel as exc:
-            raise ModelSourceError(str(exc)) from None
-        except (OSError, ValueError) as exc:
-            raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
-        scores = row.get("scores") or {}
-        out[name] = KernelModel(
-            kernel=name, features=f, ranker=trained.ranker, time_model=_time_model(f),
-            prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores),
-            variant=(row.get("params") or {}).get("model", "?"), model_id=row["model_id"], source="registry",
-            data_fingerprint=row.get("data_fingerprint") or "", note="" if scores.get("prune_k") else
-            f"no pruning k recorded: default {DEFAULT_PRUNE_K}",
-        )
+        km = out[name] = _kernel_model(store, name, f, chosen.get(name), named, evaluate, time_models)
+        steps.done(f"{name}: model {km.model_id} ({'registered' if km.source == 'registry' else 'fitted here'})",
+                   f.frame.height)
     if not out:
         raise ModelSourceError("no kernel to publish: the store holds no ok measurements (collect, import or ingest first)")
     if evaluate:
+        _score_unseen([km for km in out.values() if km.regret.get("unseen_device") is None], progress, jobs, started)
         from zmlx_pipeline.publish.build import device_records
         from zmlx_pipeline.publish.transfer import cross_family_regret
 
         records = device_records(store)
         for km in out.values():
-            if km.regret.get("unseen_device") is None:
-                km.regret["unseen_device"] = unseen_device_regret(km.features, km.variant)
             km.regret["cross_family"] = cross_family_regret(km.features, km.variant, records)
     return ModelSet(out, {"evaluated": evaluate})
 
 
+def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int | None,
+                  started: float | None = None) -> None:
+    """unseen_device_regret of each kernel model (set in its regret), the folds of every kernel in `jobs` worker
+    processes at once (a small store scores here); a progress line per kernel with an estimate of the time left."""
+    from zmlx_pipeline.models.estimators import MODEL_VARIANTS
+    from zmlx_pipeline.models.evaluate import KernelPool, gather_folds, submit_kernel, summarize
+
+    for km in todo:
+        if km.features.frame["device_id"].n_unique() < 2 or km.variant not in MODEL_VARIANTS:
+            km.regret["unseen_device"] = None
+    todo = sorted((km for km in todo if km.features.frame["device_id"].n_unique() >= 2
+                   and km.variant in MODEL_VARIANTS), key=lambda km: -km.features.frame.height)
+    if not todo:
+        return
+    steps = Steps(progress, "publish", sum(km.features.frame.height for km in todo), parts=len(todo),
+                  started=started)
+
+    def submit(km: KernelModel, pool: KernelPool) -> list:
+        return submit_kernel(km.features, "devices", ks=(1,), models=(km.variant,), baselines=False, pool=pool)
+
+    with KernelPool({km.kernel: km.features for km in todo}, jobs) as pool:
+        submitted = {km.kernel: submit(km, pool) for km in todo} if pool.parallel else {}
+        for km in todo:
+            per_case = gather_folds(submitted.get(km.kernel) or submit(km, pool), (1,))
+            km.regret["unseen_device"] = (summarize(per_case["r1"].to_list())["regret_geomean"]
+                                          if not per_case.is_empty() else None)
+            steps.done(f"{km.kernel}: regret on left-out devices scored", km.features.frame.height)
+
+
+def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: Sequence[str],
+                  evaluate: bool, time_models: bool) -> KernelModel:
+    """One kernel's model: the registered one (`row`, else the kernel's newest) when it is for the store's
+    kernel version, else one fitted here."""
+    from zmlx_pipeline.models.train import NoTrainedModel, load_model
+
+    if row is None:
+        rows = store.models(kernel=name)
+        row = rows[0] if rows else None
+    if row is None:
+        return fit_kernel(f, heldout=evaluate, note="no registered model: fitted at publish", time_model=time_models)
+    version = (row.get("params") or {}).get("kernel_version")
+    if version and version != f.kernel_version:
+        if row["model_id"] in named:
+            raise ModelSourceError(f"model {row['model_id']} ranks {name} version {version}, but the store's data "
+                                   f"is version {f.kernel_version}: retrain with zmlx-pipeline train")
+        return fit_kernel(f, heldout=evaluate, time_model=time_models,
+                          note=f"registered model {row['model_id']} is for kernel version {version}: fitted at publish")
+    try:
+        trained = load_model(store, model_id=row["model_id"])
+    except NoTrainedModel as exc:
+        raise ModelSourceError(str(exc)) from None
+    except (OSError, ValueError) as exc:
+        raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
+    scores = row.get("scores") or {}
+    return KernelModel(
+        kernel=name, features=f, ranker=trained.ranker, time_model=fit_time_model(f) if time_models else None,
+        time_model_due=not time_models,
+        prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores),
+        variant=(row.get("params") or {}).get("model", "?"), model_id=row["model_id"], source="registry",
+        data_fingerprint=row.get("data_fingerprint") or "", note="" if scores.get("prune_k") else
+        f"no pruning k recorded: default {DEFAULT_PRUNE_K}",
+    )
+
+
 def unseen_device_regret(features: KernelFeatures, variant: str) -> float | None:
-    """Regret@1 geometric mean of the variant on devices left out of training (None with one device)."""
+    """Regret@1 geometric mean of the variant on devices left out of training (None with one device);
+    load_models scores it for every kernel at once (_score_unseen), the same folds."""
     from zmlx_pipeline.models.evaluate import evaluate_kernel, summarize
     from zmlx_pipeline.models.estimators import MODEL_VARIANTS
 

@@ -57,13 +57,16 @@ def _anchors(features: KernelFeatures) -> pl.DataFrame:
 def candidate_rows(features: KernelFeatures, cases: Iterable[tuple[str, str, Mapping[str, int], list[dict]]]) -> pl.DataFrame:
     """Measurement-like rows for (device, dtype, shape, configs) cases, ready for kernel_features."""
     cols: dict[str, list] = {c: [] for c in ("device_id", "dtype", "shape_key", "shape", "config_key", "config")}
-    config_cache: dict[int, tuple[str, str]] = {}
+    # keyed by the config's items: the legal-config lists of different shapes hold equal configs as
+    # distinct dicts, and hashing a tuple is far cheaper than the JSON and sha256 of the key
+    config_cache: dict[tuple, tuple[str, str]] = {}
     for device_id, dtype, shape, configs in cases:
         skey, sjson = mapping_key(shape), canonical_json(dict(shape))
         for cfg in configs:
-            cached = config_cache.get(id(cfg))
+            items = tuple(cfg.items())
+            cached = config_cache.get(items)
             if cached is None:
-                cached = config_cache[id(cfg)] = (mapping_key(cfg), canonical_json(cfg))
+                cached = config_cache[items] = (mapping_key(cfg), canonical_json(cfg))
             cols["device_id"].append(device_id)
             cols["dtype"].append(dtype)
             cols["shape_key"].append(skey)
