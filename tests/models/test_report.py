@@ -316,7 +316,7 @@ def test_each_fold_is_fitted_once_for_table_and_figures_and_no_whole_data_model(
             monkeypatch.setattr(module, "make_ranker", counting)
         monkeypatch.setattr(estimators, "fit_kernel_model", refuse)
         build_report(store, tmp_path / "out", split="shapes", jobs=1)
-    assert folds >= 2 and sorted(made) == sorted(["ensemble"] * folds + ["gbr"] * folds)
+    assert folds >= 2 and sorted(made) == sorted([estimators.DEFAULT_MODEL] * folds + ["gbr"] * folds)
     assert json.loads((tmp_path / "out" / "scores.json").read_text())["results"] == expected
 
 

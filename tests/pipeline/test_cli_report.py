@@ -55,7 +55,9 @@ def test_report_on_the_smoke_shard(smoke_db, tmp_path):
     page = (out / "index.html").read_text(encoding="utf-8")
     assert all(f"src='{name}'" in page for name in summary["figures"])
     scores = json.loads((out / "scores.json").read_text())
-    assert {r["method"] for r in scores["results"]} >= {"ensemble", "chip_default"}
+    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+
+    assert {r["method"] for r in scores["results"]} >= {DEFAULT_MODEL, "chip_default"}
     plain = CliRunner().invoke(cli, ["report", "--out", str(out), "-k", "rmsnorm", "--heatmaps", "0"])
     assert plain.exit_code == 0 and plain.stdout.startswith(f"wrote {out / 'index.html'}: 2 figures")
 

@@ -306,9 +306,12 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
     steps = Steps(progress, "report", len(features), parts=len(features), started=started)
     for name, f in features.items():
         regrets = [part for i in plans[name] for part in done[(name, i)][0]]
+        oracle = split_eval == "devices" and bool(regrets)  # the after-the-fact floor, as evaluate reports it
+        if oracle:
+            regrets.append(ev.oracle_device(f, CURVE_KS))
         per_case = ev.tied_regrets(pl.concat(regrets) if regrets else ev.gather_folds([], CURVE_KS), f.frame, noise,
                                    CURVE_KS)
-        rows += ev.regret_rows(per_case, name, CURVE_KS, [model, *ev.baseline_names(f)])
+        rows += ev.regret_rows(per_case, name, CURVE_KS, [model, *ev.baseline_names(f), *([ev.ORACLE] if oracle else [])])
         held = pl.concat([done[(name, i)][1] for i in plans[name]]) if plans[name] else _empty_held(f)
         if held.is_empty():
             continue
