@@ -334,10 +334,17 @@ def _bundle_copy(home: Path, name: str) -> Path:
     return dest
 
 
+def _stored(bundle: Path, name: str) -> Path:
+    """A bundle file as stored: NAME, or NAME.gz in a compact bundle."""
+    return bundle / name if (bundle / name).exists() else bundle / f"{name}.gz"
+
+
 def _tampered(home: Path) -> Path:
     b = _bundle_copy(home, "tampered")
-    profiles = b / "profiles.json"
-    profiles.write_bytes(profiles.read_bytes().replace(b'"threadgroup"', b'"threadgroup_"', 1))
+    profiles = _stored(b, "profiles.json")
+    data = bytearray(profiles.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte changed, the size kept
+    profiles.write_bytes(bytes(data))
     return b
 
 
@@ -357,7 +364,7 @@ def _unknown_schema(home: Path) -> Path:
 
 def _truncated(home: Path) -> Path:
     b = _bundle_copy(home, "truncated")
-    kernels = b / "kernels.json"
+    kernels = _stored(b, "kernels.json")
     kernels.write_bytes(kernels.read_bytes()[:100])
     return b
 

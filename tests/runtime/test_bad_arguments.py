@@ -117,8 +117,10 @@ def _bad_bundle(tmp_path: Path, how: str) -> Path:
     b = tmp_path / how
     shutil.copytree(DEFAULT_BUNDLE_DIR, b)
     if how == "tampered":
-        p = b / "profiles.json"
-        p.write_bytes(p.read_bytes().replace(b'"threadgroup"', b'"threadgroup_"', 1))
+        p = b / "profiles.json" if (b / "profiles.json").exists() else b / "profiles.json.gz"  # a compact bundle
+        data = bytearray(p.read_bytes())
+        data[len(data) // 2] ^= 0xFF  # one byte changed, the size kept
+        p.write_bytes(bytes(data))
     elif how == "no-manifest":
         (b / "manifest.json").unlink()
     elif how == "unknown-schema":
