@@ -15,11 +15,12 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
+
+from zmlx_pipeline.runtime.cache import write_json_atomic
 
 ENV = "ZMLX_PIPELINE_PTX_CACHE"
 FORMAT = "zmlx-pipeline-ptx/1"
@@ -65,21 +66,9 @@ class PtxCache:
         """Store the PTX for these fields: written to a temporary file in the directory, then renamed."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path(entry_key(fields))
-        record = {"format": FORMAT, "fields": dict(fields), "size": len(ptx),
+        record = {"format": FORMAT, "fields": json.loads(json.dumps(dict(fields), default=str)), "size": len(ptx),
                   "sha256": hashlib.sha256(ptx).hexdigest(), "ptx": ptx.decode()}
-        fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=self.root)
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(record, fh, default=str)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        write_json_atomic(path, record)
         return path
 
     def get_or_build(self, fields: Mapping[str, Any], build: Callable[[], bytes]) -> bytes:
