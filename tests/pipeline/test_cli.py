@@ -139,6 +139,12 @@ def test_run_is_the_whole_loop_on_real_shards(tmp_path):
     assert by_kernel[("rmsnorm", "nvidia-h100-sxm")]["evidence"] in ("predicted", "default")
     assert by_kernel[("softmax", "nvidia-h200")]["evidence"] == "default"  # not trained here: says so
     assert all(r["config"] for r in out["lookups"])
+    # every device the main job asks about is a catalog chip, and an Apple chip says how far the answer travelled
+    from zmlx_pipeline.data.catalog import get_device
+
+    assert all(get_device(r["device"].split("@")[0]) for r in out["lookups"])
+    apple = [r for (kernel, device), r in by_kernel.items() if device.startswith("apple-")]
+    assert apple and all(r["evidence"] == "extrapolated" and r["expected_regret"] is None for r in apple)
 
 
 def test_run_on_an_empty_data_directory_is_a_one_line_error(tmp_path):

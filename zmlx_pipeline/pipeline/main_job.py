@@ -17,7 +17,7 @@ DEFAULT_LOOKUPS: tuple[tuple[str, dict[str, int], str, str | None], ...] = (
     ("softmax", {"rows": 2048, "cols": 32768}, "bfloat16", "nvidia-h200"),
     ("matmul", {"M": 16, "N": 4096, "K": 4096}, "float16", "nvidia-h200@66sm"),
     ("swiglu", {"rows": 512, "cols": 11008}, "float16", "nvidia-a100-sxm4-80gb"),
-    ("rmsnorm", {"rows": 1, "cols": 4096}, "float16", "apple-m4-max-40"),
+    ("rmsnorm", {"rows": 1, "cols": 4096}, "float16", "apple-m4-max-40c"),
 )
 
 
