@@ -24,7 +24,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 
 from zmlx_pipeline.kernels.harness import GpuUnhealthy, Outcome
 from zmlx_pipeline.kernels.timing import Timing
-from zmlx_pipeline.pipeline.parallel import case_key
+from zmlx_pipeline.pipeline.parallel import case_key, reap
 
 
 class GpuSelectionError(ValueError):
@@ -157,12 +157,7 @@ def measure_on_gpus(
         finally:
             for p in procs.values():
                 _stop(p)
-                p.wait()
-                for stream in (p.stdin, p.stdout):
-                    try:
-                        stream.close()
-                    except OSError:
-                        pass
+                reap(p)
 
 
 def _stop(proc: subprocess.Popen) -> None:

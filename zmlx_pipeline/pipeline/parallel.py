@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import subprocess
 import sys
@@ -127,12 +126,7 @@ def measure_in_workers(
             for p in procs:
                 if p.poll() is None:
                     p.kill()
-                p.wait()
-                for stream in (p.stdin, p.stdout):
-                    try:
-                        stream.close()
-                    except OSError:
-                        pass
+                reap(p)
 
 
 def _read_line(proc) -> dict | None:
@@ -144,3 +138,13 @@ def _read_line(proc) -> dict | None:
         return json.loads(line)
     except json.JSONDecodeError:
         return None
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """Wait for a worker that was told to stop and close its pipes (a closed pipe may already be gone)."""
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            stream.close()
+        except OSError:
+            pass
