@@ -183,6 +183,7 @@ class KernelSpec:
     # KSHARED_DYN arrays: (config, dtype_bytes) -> bytes; None: none (Metal arrays are static)
     shared_memory: Callable[[Mapping[str, int], int], int] | None = None
     _compiled: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
+    _joined: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.params:
@@ -239,7 +240,7 @@ class KernelSpec:
 
     def replace(self, **changes: Any) -> "KernelSpec":
         """A copy with some fields changed, re-validated (constraints and body are checked again)."""
-        fields = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "_compiled"}
+        fields = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("_compiled", "_joined")}
         return KernelSpec(**{**fields, **changes})
 
     # -- sources -------------------------------------------------------------------------------
@@ -285,8 +286,31 @@ class KernelSpec:
         return broken
 
     def legal_configs(self, shape: Mapping[str, int], dtype: str, limits: Limits) -> list[dict[str, int]]:
-        """The configs that pass every constraint, in config-space order."""
-        return [c for c in self.configs() if not self.violations(c, shape, dtype, limits)]
+        """The configs that pass every constraint, in config-space order (those `violations` finds none in).
+
+        The constraints are one compiled `lambda <params>: (c1) and (c2) ...` whose globals are the shape
+        and limits, called once per point of the config space: the autotuner enumerates a case's configs
+        on every first call, and this is a fraction of one eval per constraint and config."""
+        names = list(self.params)
+        scope: dict[str, Any] = {**shape, **limits.env(dtype), "__builtins__": {}, "min": min, "max": max, "abs": abs}
+        check = eval(self._conjunction(), scope)  # noqa: S307 - the author's own expressions, checked at construction
+        legal = []
+        for combo in itertools.product(*(self.params[n] for n in names)):
+            try:
+                ok = check(*combo)
+            except ZeroDivisionError:  # as in violations: a constraint that divides by zero is broken
+                ok = False
+            if ok:
+                legal.append(dict(zip(names, combo)))
+        return legal
+
+    def _conjunction(self):
+        """`lambda <params>: (c1) and (c2) and ...` compiled once (True without constraints), cached."""
+        if "__all__" not in self._joined:
+            body = " and ".join(f"({t})" for t in self._compiled) or "True"
+            self._joined["__all__"] = compile(f"lambda {', '.join(self.params)}: {body}",
+                                              f"<constraints of {self.name}>", "eval")
+        return self._joined["__all__"]
 
     def shared_memory_bytes(self, config: Mapping[str, int], dtype: str, backend: str) -> int:
         """Dynamic threadgroup memory to request for this config's launch (0 on Metal or without KSHARED_DYN)."""
