@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from zmlx_pipeline import __version__
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.shards import shard_paths
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.spec import KernelSpec, Limits
@@ -33,7 +34,7 @@ MEASURER = "zmlx_pipeline.pipeline.ray_collect:gpu_measurer"
 FLUSH_EVERY = 50  # results between shard rewrites (a killed actor loses at most these)
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(ZmlxPipelineError, RuntimeError):
     """Ray is not installed, or no cluster could be joined"""
 
 
