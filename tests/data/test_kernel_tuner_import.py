@@ -15,7 +15,7 @@ import zmlx_pipeline
 from zmlx_pipeline.data.catalog import load_catalog
 from zmlx_pipeline.data.importers import ImportFileError, UnmatchedDevice, import_files, parse_file
 from zmlx_pipeline.data.importers.kernel_tuner import kernel_version
-from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.core.keys import mapping_key
 from zmlx_pipeline.pipeline.cli import cli
 
 # the shared reference data sits beside the repository (../shared), in CI as in every checkout

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from zmlx_pipeline.data.detect import detect_device
-from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.core.keys import mapping_key
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.harness import GpuUnhealthy
 from zmlx_pipeline.kernels.registry import get_kernel

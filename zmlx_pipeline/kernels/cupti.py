@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Iterable
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 
-class CuptiUnavailable(RuntimeError):
+
+class CuptiUnavailable(ZmlxPipelineError, RuntimeError):
     """No CUPTI here: torch is not installed, was built without CUDA, or sees no GPU."""
 
 

@@ -13,26 +13,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from zmlx_pipeline.data.keys import canonical_json, digest
+from zmlx_pipeline.core.keys import canonical_json, digest
 from zmlx_pipeline.kernels import prelude
-from zmlx_pipeline.runtime.constraints import (
+from zmlx_pipeline.core.constraints import (  # noqa: F401 - Limits is part of this module's API
     FUNCTIONS,
+    Limits,
     UnsafeConstraint,
     compile_constraint,
     expression_names,
-    limit_values,
 )
+from zmlx_pipeline.core.dtypes import DTYPE_BYTES
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 
 #: names a constraint may use besides the config parameters and shape dimensions
 LIMIT_NAMES = ("max_threads", "simd_width", "tg_mem_bytes", "dtype_bytes", "cuda_arch")
-
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 #: (rtol, atol) per dtype for the check against the reference, on float32 values
 DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
 
 
-class KernelSpecError(ValueError):
+class KernelSpecError(ZmlxPipelineError, ValueError):
     """A kernel description is inconsistent (bad constraint, unknown name, empty space)."""
 
 
@@ -78,25 +78,6 @@ class Feature:
 
     expr: str
     per_device: bool = True
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The device limits constraints are checked against (the same model of legality on every backend)."""
-
-    max_threads: int = 1024
-    simd_width: int = 32
-    tg_mem_bytes: int = 32768
-    cuda_arch: int = 0  # NVIDIA compute capability as 90 for sm_90; 0 off CUDA (arch-specific instructions)
-
-    @classmethod
-    def from_device_row(cls, row: Mapping[str, Any] | None) -> "Limits":
-        """Limits of a catalog/store device row; conservative Apple-like defaults for unknown devices."""
-        return cls(**limit_values(row))
-
-    def env(self, dtype: str) -> dict[str, int]:
-        """The limit names a constraint may use, for one dtype."""
-        return {**vars(self), "dtype_bytes": DTYPE_BYTES[dtype]}  # every field is a limit name
 
 
 class ShapeGrid:
@@ -174,7 +155,7 @@ class KernelSpec:
     mlx_op: Callable[..., Any] | None = None  # MLX's own op for the same function, for comparisons
     tiles: TileAxes | None = None  # how a config tiles the shape (launch-geometry features); None: not tiled
     # derived features the models read beside the raw parameters: name -> an expression of config
-    # params and shape dims in the constraints' arithmetic (runtime/constraints.py), such as the
+    # params and shape dims in the constraints' arithmetic (core/constraints.py), such as the
     # share of a row a config holds in registers, or a Feature. They do not change the kernel's code
     # or version.
     features: Mapping[str, str | Feature] = field(default_factory=dict)

@@ -30,7 +30,7 @@ def main(path: str) -> int:
 
     from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, compile_decoy, make_inputs
     from zmlx_pipeline.kernels.registry import get_kernel
-    from zmlx_pipeline.pipeline.collect import GpuMeasurer, Task, TimingSettings
+    from zmlx_pipeline.kernels.measure import GpuMeasurer, Task, TimingSettings
 
     with open(path) as fh:
         job = json.load(fh)

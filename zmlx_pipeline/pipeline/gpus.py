@@ -22,12 +22,13 @@ import threading
 import time
 from typing import Callable, Iterator, Mapping, Sequence
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.kernels.harness import GpuUnhealthy, Outcome
 from zmlx_pipeline.kernels.timing import Timing
 from zmlx_pipeline.pipeline.parallel import case_key, reap
 
 
-class GpuSelectionError(ValueError):
+class GpuSelectionError(ZmlxPipelineError, ValueError):
     """--gpus named GPUs this host does not have, or could not be read"""
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.catalog import (
     AmbiguousDevice,
     DeviceSpec,
@@ -41,7 +42,7 @@ from zmlx_pipeline.data.catalog import (
     name_tokens,
     resolve_device,
 )
-from zmlx_pipeline.data.keys import canonical_json, digest
+from zmlx_pipeline.core.keys import canonical_json, digest
 from zmlx_pipeline.data.records import Measurement
 from zmlx_pipeline.data.store import Store, StoreError
 
@@ -77,7 +78,7 @@ _ROCM_NAME_FIELDS = ("card series", "device name", "marketing name")
 _UNUSABLE_PROBLEM_SIZES = ("callable",)
 
 
-class ImportFileError(ValueError):
+class ImportFileError(ZmlxPipelineError, ValueError):
     "A file could not be imported; nothing of it was stored"
 
 
