@@ -157,11 +157,18 @@ def test_truncated_gzip_is_refused_and_nothing_is_stored(store, tmp_path):
 
 
 def test_truncated_json_and_missing_cache_are_refused(store, tmp_path):
-    text = json.dumps(cache_doc())
+    text = json.dumps(t4_doc(problem_size=[8]))
     cut = tmp_path / "A100.json"
     cut.write_text(text[: len(text) // 2])
     with pytest.raises(ImportFileError, match=r"A100.json: not valid JSON \(truncated\?\)"):
         import_files(store, [cut])
+    text = json.dumps(cache_doc())
+    cut.write_text(text[: text.index('"64,1"')] + '"64,1": {"block_size_x": 64, "tile_')  # a cache cut mid-entry
+    header_cut = tmp_path / "A4000.json"
+    header_cut.write_text(text[: text.index('"cache"') - 20])
+    with pytest.raises(ImportFileError, match=r"A4000.json: not valid JSON \(truncated\?\)"):
+        import_files(store, [header_cut])
+    assert [m.config for m in parse_file(cut).measurements] == [{"block_size_x": 32, "tile_size_y": 1}]
     doc = cache_doc()
     del doc["cache"]
     no_cache = write(tmp_path / "x" / "A100.json", doc)
@@ -703,3 +710,125 @@ def test_a_t4_results_file_takes_its_device_from_the_metadata_file_beside_it(sto
     assert parse_file(results, problem_size=[8]).device.id == "amd-mi250x"
     with pytest.raises(ImportFileError, match="only describe the machine of a T4 results file"):
         import_files(store, [metadata])
+
+
+# ------------------------------------------------------------------------------------------
+# files as published (tests/data/fixtures/kernel_tuner_wild/SOURCE.md names the public file each is modelled on)
+
+WILD = Path(__file__).parent / "fixtures" / "kernel_tuner_wild"
+
+
+def wild_map(tmp_path) -> Path:
+    """A device map for the published files that name no GPU ("Testing", "", a file name that is none)."""
+    path = tmp_path / "devices.json"
+    path.write_text(json.dumps({"Testing": "nvidia-rtx-a4000", "t4_*": "nvidia-a100-pcie-40gb",
+                                "vector_add_gflops_T4.json": "nvidia-rtx-a4000",
+                                "AMD Instinct MI50/MI60": "amd-mi50"}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, device, rows, failed, skipped, fastest_us, size",
+    [
+        # schema 1.0.0 and 1.1.0 entries, and an unversioned cache: medians of the kept repetitions, in us
+        ("small_cache_1.0.0.json", "nvidia-rtx-a4000", 2, 0, 0, 3875.840, None),
+        ("small_cache_1.1.0.json", "nvidia-rtx-a4000", 3, 0, 0, 3652.608, None),
+        ("vector_add_unversioned.json", "nvidia-rtx-a4000", 3, 0, 0, 30.464, [100000]),
+        ("open_cache_looks_like_closed.json", "nvidia-rtx-a4000", 2, 0, 0, 3875.840, None),
+        ("killed_mid_entry.json", "nvidia-rtx-a4000", 2, 0, 0, 3875.840, None),
+        ("convolution_MI50.json", "amd-mi50", 2, 0, 0, 10864.147, None),
+        ("t4_cache_invalids.json", "nvidia-a100-pcie-40gb", 1, 1, 0, None, None),
+        ("t4_target.json", "nvidia-a100-pcie-40gb", 1, 0, 0, 12255.660, [4096, 4096]),
+        ("vector_add_gflops_T4.json", "nvidia-rtx-a4000", 3, 1, 1, 38.9, [100000]),
+    ],
+)
+def test_published_files_import_unchanged(store, tmp_path, name, device, rows, failed, skipped, fastest_us, size):
+    (row,) = import_files(store, [WILD / name], device_map=wild_map(tmp_path), problem_size=size)
+    assert (row["device"], row["rows"], row["added"], row["failed"], row["skipped"]) == (
+        device, rows, rows, failed, skipped)
+    stored = store.measurements()
+    timed = [m["median_us"] for m in stored if m["median_us"] is not None]
+    assert (not timed) if fastest_us is None else min(timed) == pytest.approx(fastest_us, abs=1e-3)
+    # a failed config is never a timing, and every ok row is one
+    assert all((m["median_us"] is None) == (m["status"] != "ok") for m in stored)
+    again = import_files(store, [WILD / name], device_map=wild_map(tmp_path), problem_size=size)
+    assert again[0]["added"] == 0 and len(store.measurements()) == rows
+
+
+def test_cache_schema_versions_give_the_same_rows(tmp_path):
+    # 1.1.0 writes each entry's parameters after its results: the same configs and timings as 1.0.0
+    old, new = (parse_file(WILD / f"small_cache_{v}.json", device="nvidia-rtx-a4000") for v in ("1.0.0", "1.1.0"))
+    assert as_stored(old) == as_stored(new)[:2]
+    assert old.kernel_version == new.kernel_version and old.shape == new.shape == {"x": 4096, "y": 4096}
+
+
+def test_a_run_killed_mid_entry_imports_its_complete_entries(store, tmp_path):
+    parsed = parse_file(WILD / "killed_mid_entry.json", device="nvidia-rtx-a4000")
+    assert [m.config for m in parsed.measurements] == [{"block_size_x": 16, "block_size_y": 1},
+                                                       {"block_size_x": 16, "block_size_y": 2}]
+    assert parsed.source["closed_open_cache"] is True
+    assert parsed.source["dropped_cut_off_entry"].startswith('"32,1": {"block_size_x": 32')
+    # a line damaged in the middle, with complete entries after it, is not a cut-off: refused whole
+    lines = (WILD / "killed_mid_entry.json").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith('"16,1"'))
+    lines[at] = lines[at][:60]
+    damaged = tmp_path / "k" / "damaged.json"
+    damaged.parent.mkdir()
+    damaged.write_text("\n".join(lines))
+    assert "not valid JSON" in refused(store, damaged, device="nvidia-rtx-a4000")
+    # cut-off caches keep what they held: importing the finished file later adds only the rest
+    import_files(store, [WILD / "killed_mid_entry.json"], device="nvidia-rtx-a4000")
+    rows = import_files(store, [WILD / "small_cache_1.0.0.json", WILD / "small_cache_1.1.0.json"],
+                        device="nvidia-rtx-a4000")
+    assert [r["added"] for r in rows] == [0, 1]
+
+
+def test_published_files_that_name_no_gpu_say_what_to_pass(store, tmp_path):
+    assert "device 'Testing' is not in the catalog; pass --device <catalog id> or --device-map FILE" in refused(
+        store, WILD / "small_cache_1.0.0.json")
+    assert ("device 't4_cache_invalids' is not in the catalog; pass --device <catalog id> or --device-map FILE"
+            in refused(store, WILD / "t4_cache_invalids.json"))
+    assert refused(store, WILD / "convolution_MI50.json") == (
+        f"cannot import {WILD / 'convolution_MI50.json'}: device 'AMD Instinct MI50/MI60' names several chips (it "
+        "may be amd-mi50, amd-mi60); pass --device <its id> or map the file in --device-map; nothing of it was stored")
+    assert "it names no problem size" in refused(store, WILD / "vector_add_unversioned.json")
+
+
+def test_a_t4_file_tuned_for_gflops_without_times_is_refused_saying_so(seeded, tmp_path):
+    doc = json.loads((WILD / "vector_add_gflops_T4.json").read_text())
+    for result in doc["results"]:
+        result["times"]["runtimes"] = []
+        result["measurements"] = [m for m in result["measurements"] if m["name"] != "time"]
+    path = write(tmp_path / "vec" / "A4000_T4.json", doc)
+    assert refused(seeded, path, problem_size=[8]) == (
+        f"cannot import {path}: result 0 is correct but has no runtimes and no time measurement (it was tuned for "
+        "'GFLOP/s', not a kernel time); nothing of it was stored")
+
+
+@pytest.mark.parametrize(
+    "name, device_id",
+    [("NVIDIA GeForce RTX 3090", "nvidia-rtx-3090"), ("Tesla V100-SXM2-32GB", "nvidia-v100-sxm2-32gb"),
+     ("A100-PCIE-40GB", "nvidia-a100-pcie-40gb"), ("AMD Instinct MI250X", "amd-mi250x"),
+     ("NVIDIA RTX A6000", "nvidia-rtx-a6000"), ("GeForce GTX TITAN X", "nvidia-gtx-titan-x"),
+     ("Tesla K20c", "nvidia-tesla-k20"), ("Tesla K40m", "nvidia-tesla-k40"), ("Tesla K20Xm", "nvidia-tesla-k20x"),
+     ("TITAN X (Pascal)", "nvidia-titan-x-pascal"), ("NVIDIA A100 80GB PCIe", "nvidia-a100-pcie-80gb"),
+     ("NVIDIA H100 80GB HBM3", "nvidia-h100-sxm"), ("AMD Instinct MI300X VF", "amd-mi300x"),
+     ("Tesla V100-DGXS-32GB", "nvidia-v100-sxm2-32gb"), ("AMD Radeon PRO W7800", "amd-radeon-pro-w7800")],
+)
+def test_device_names_as_kernel_tuner_files_write_them(tmp_path, name, device_id):
+    path = write(tmp_path / "k" / "a.json", kt_cache({"16,1": entry()}, device_name=name))
+    assert parse_file(path).device.id == device_id
+
+
+@pytest.mark.parametrize(
+    "name, told",
+    [("gfx90a:sramecc+:xnack-", "it may be amd-mi210, amd-mi250, amd-mi250x"),
+     ("NVIDIA H100", "it may be nvidia-h100-pcie, nvidia-h100-sxm, nvidia-h100-nvl"),
+     ("AMD Instinct MI50/MI60", "names several chips (it may be amd-mi50, amd-mi60)"),
+     ("NVIDIA GeForce RTX 3060 Laptop GPU", "is not in the catalog"),
+     ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "is not in the catalog")],
+)
+def test_device_names_that_tell_no_one_chip_are_refused_never_guessed(seeded, tmp_path, name, told):
+    path = write(tmp_path / "k" / "a.json", kt_cache({"16,1": entry()}, device_name=name))
+    message = refused(seeded, path)
+    assert told in message and "pass --device" in message

@@ -126,3 +126,31 @@ def test_help_names_the_new_options():
     for words in ("--device TEXT", "--device-map FILE", "--problem-size TEXT", "file-name globs or reported device "
                   "names to catalog ids", "integers like 4096,4096 or JSON like [25000, 2048, 1]", "--json"):
         assert words in text, words
+
+
+# published Kernel Tuner files of every layout (tests/data/fixtures/kernel_tuner_wild/SOURCE.md)
+WILD = Path(__file__).parents[1] / "data" / "fixtures" / "kernel_tuner_wild"
+
+
+def test_published_files_import_unchanged_with_a_device_map_for_those_that_name_no_gpu(db, tmp_path):
+    before = contents(db)
+    result = invoke("import", "--db", db, "--problem-size", "4096,4096", WILD)
+    assert result.exit_code == 1
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"Error: cannot import {WILD / 'convolution_MI50.json'}: device 'AMD Instinct MI50/MI60' "
+                           "names several chips (it may be amd-mi50, amd-mi60)")
+    assert contents(db) == before
+    device_map = tmp_path / "devices.toml"
+    device_map.write_text('"AMD Instinct MI50/MI60" = "amd-mi50"\n"Testing" = "nvidia-rtx-a4000"\n'
+                          '"t4_*" = "nvidia-a100-pcie-40gb"\n"vector_add_gflops_T4.json" = "nvidia-rtx-a4000"\n')
+    result = invoke("import", "--db", db, "--json", "--device-map", device_map, "--problem-size", "4096,4096", WILD)
+    assert result.exit_code == 0, result.output
+    rows = {Path(r["file"]).name: (r["device"], r["rows"], r["failed"]) for r in json.loads(result.output)}
+    assert rows == {
+        "convolution_MI50.json": ("amd-mi50", 2, 0), "killed_mid_entry.json": ("nvidia-rtx-a4000", 2, 0),
+        "open_cache_looks_like_closed.json": ("nvidia-rtx-a4000", 2, 0),
+        "small_cache_1.0.0.json": ("nvidia-rtx-a4000", 2, 0), "small_cache_1.1.0.json": ("nvidia-rtx-a4000", 3, 0),
+        "t4_cache_invalids.json": ("nvidia-a100-pcie-40gb", 1, 1), "t4_target.json": ("nvidia-a100-pcie-40gb", 1, 0),
+        "vector_add_gflops_T4.json": ("nvidia-rtx-a4000", 3, 1),
+        "vector_add_unversioned.json": ("nvidia-rtx-a4000", 3, 0)}
+    assert len(contents(db)[0]) == len(before[0]) + 19 - 4  # the killed run's and 1.0.0's rows are 1.1.0's

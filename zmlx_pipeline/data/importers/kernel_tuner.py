@@ -122,21 +122,75 @@ def _fail(path: Path, reason: str) -> ImportFileError:
     return ImportFileError(f"cannot import {path}: {reason}; nothing of it was stored")
 
 
-def _close_open_cache(text: str) -> str | None:
-    """The text of a cache file Kernel Tuner left open, closed as Kernel Tuner closes it; None if not one.
+_CACHE_OPENING = re.compile(r'"cache"\s*:\s*\{')
+_DECODER = json.JSONDecoder()
 
-    Kernel Tuner writes the header, then appends each entry followed by a comma, and writes the closing
-    braces only when tuning ends: a stopped run leaves `..."cache": {`, `...},` or `...}` at the end.
-    Like Kernel Tuner, a text that does not end in two closing braces gets them after its last entry.
+
+class _OpenCache(NamedTuple):
+    """A cache file Kernel Tuner left open, read entry by entry: its document and the cut-off tail dropped."""
+
+    data: dict
+    dropped: str
+
+
+def _cut_off(text: str, start: int, err: json.JSONDecodeError) -> bool:
+    """Whether a parse error in the entry that starts at `start` is the file ending inside that entry.
+
+    Kernel Tuner writes each entry on a line of its own, so a run killed mid-write leaves a last line
+    that stops short: the error is at the end of the text (or in a string it never closed), or no
+    line follows the entry. An error with more lines after it is damage, not a cut-off.
     """
-    body = text.strip()
-    if '"cache"' not in body or body[-3:] in ("}\n}", "}}}"):
+    at_end = err.pos >= len(text.rstrip()) or err.msg.startswith("Unterminated string")
+    return at_end or "\n" not in text[start:].strip()
+
+
+def _read_open_cache(text: str) -> _OpenCache | None:
+    """A cache file that does not parse as a whole, read as Kernel Tuner's writer leaves it; None if not one.
+
+    Kernel Tuner writes the header and `"cache": {`, then appends each entry and a comma, and closes the
+    braces only when tuning ends: a stopped run leaves `..."cache": {`, `...},` or `...}` at the end, and
+    a killed one may leave its last entry cut off. Every complete entry is kept, in order; a cut-off
+    last entry is dropped (it holds no finished measurement); anything else that does not parse is not
+    an open cache.
+    """
+    opening = _CACHE_OPENING.search(text)
+    if opening is None:
         return None
-    return (body[:-1] if body.endswith(",") else body) + "}\n}"
+    try:
+        data = json.loads(text[: opening.start()] + '"cache": {}}')
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    cache: dict[str, Any] = {}
+    pos, end = opening.end(), len(text)
+    while True:
+        while pos < end and (text[pos].isspace() or text[pos] == ","):
+            pos += 1
+        if pos >= end or text[pos] == "}":
+            break  # the end of the file or of the cache object: closed or not, every entry is in
+        start = pos
+        try:
+            key, pos = _DECODER.raw_decode(text, pos)
+            while pos < end and text[pos].isspace():
+                pos += 1
+            if not isinstance(key, str) or pos >= end or text[pos] != ":":
+                raise json.JSONDecodeError("Expecting ':' after an entry's key", text, pos)
+            pos += 1
+            while pos < end and text[pos].isspace():
+                pos += 1
+            value, pos = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as err:
+            if not _cut_off(text, start, err):
+                return None
+            return _OpenCache({**data, "cache": cache}, text[start:].strip())
+        cache[key] = value
+    return _OpenCache({**data, "cache": cache}, "")
 
 
-def _read_json(path: Path) -> tuple[Any, str, bool]:
-    """The file's JSON (gunzipped when it is a gzip stream), the sha256 of its bytes, whether it was left open."""
+def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
+    """The file's JSON (gunzipped when it is a gzip stream), the sha256 of its bytes, and how it was read when
+    it is a cache file Kernel Tuner left open (None when the file parses as a whole)."""
     try:
         raw = path.read_bytes()
     except OSError as err:
@@ -156,14 +210,11 @@ def _read_json(path: Path) -> tuple[Any, str, bool]:
     if not text.strip():
         raise _fail(path, "the file is empty")
     try:
-        return json.loads(text), sha, False
+        return json.loads(text), sha, None
     except json.JSONDecodeError as err:
-        closed = _close_open_cache(text)
-        if closed is not None:
-            try:
-                return json.loads(closed), sha, True
-            except json.JSONDecodeError:
-                pass
+        opened = _read_open_cache(text)
+        if opened is not None:
+            return opened.data, sha, opened
         at_end = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
         hint = " (truncated?)" if at_end else ""
         raise _fail(path, f"not valid JSON{hint}: {err.msg} (line {err.lineno}, column {err.colno})") from err
@@ -363,6 +414,29 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
     return DeviceMap(path, tuple(entries))
 
 
+def _alternatives(name: str) -> list[str]:
+    """The names a name written as alternatives stands for: "AMD Instinct MI50/MI60" -> MI50 and MI60, each with
+    the words before the first (ROCm names several boards of one die so); [] for a name without "/"."""
+    parts = [p.strip() for p in name.split("/")]
+    if len(parts) < 2 or not all(parts):
+        return []
+    prefix = parts[0].split()[:-1]
+    return [parts[0]] + [" ".join(prefix + [p]) if len(p.split()) == 1 else p for p in parts[1:]]
+
+
+def _chips_of_alternatives(name: str) -> list[str]:
+    """Catalog ids of every chip a name written as alternatives may be (never one picked among them)."""
+    ids: list[str] = []
+    for alternative in _alternatives(name):
+        try:
+            ids.append(resolve_device(alternative).id)
+        except AmbiguousDevice as err:
+            ids.extend(err.candidates)
+        except UnknownDevice:
+            continue
+    return list(dict.fromkeys(ids))
+
+
 def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
                     device_map: DeviceMap | None) -> tuple[DeviceSpec, str, str]:
     """(row, the name or key it was found by, how) for a file: --device, else the map, else the file itself."""
@@ -385,6 +459,12 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
             ) from None
         except UnknownDevice:
             continue
+    several = _chips_of_alternatives(reported)
+    if several:
+        raise UnmatchedDevice(
+            f"cannot import {path}: device {reported!r} names several chips (it may be {', '.join(several)}); "
+            "pass --device <its id> or map the file in --device-map; nothing of it was stored"
+        )
     named = reported or _file_stem(path)
     within = devices_named_within(named)
     hint = f" (catalog devices whose names hold it: {', '.join(within)})" if within else ""
@@ -626,7 +706,9 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
                           if isinstance(m, dict) and m.get("name") == "time"), None)
             runtimes = times.get("runtimes")
             if not runtimes and not _number(value):
-                raise _fail(path, f"{where} is correct but has no runtimes and no time measurement")
+                objectives = [str(o) for o in result.get("objectives") or [] if str(o) != "time"]
+                tuned_for = f" (it was tuned for {objectives[0]!r}, not a kernel time)" if objectives else ""
+                raise _fail(path, f"{where} is correct but has no runtimes and no time measurement{tuned_for}")
             outcomes.append(("ok", _timing(path, where, runtimes, value, scale), None))
         else:
             outcomes.append((status, None, f"invalidity: {invalidity}"))
@@ -744,8 +826,10 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
     source = {"kernel_name": entries.kernel_name or None, "device_name": reported or None,
               "matched_device_name": matched_name, "device_from": device_from,
               "problem_size_from": shape_from, "layout": entries.layout}
-    if was_open:
+    if was_open is not None:
         source["closed_open_cache"] = True
+        if was_open.dropped:
+            source["dropped_cut_off_entry"] = was_open.dropped[:200]
     if filled:
         source["filled_from_defaults"] = filled
     return ParsedFile(path=path, sha256=sha, format=fmt, kernel=name, kernel_version=version, device=spec,
