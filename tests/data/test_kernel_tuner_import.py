@@ -832,3 +832,68 @@ def test_device_names_that_tell_no_one_chip_are_refused_never_guessed(seeded, tm
     path = write(tmp_path / "k" / "a.json", kt_cache({"16,1": entry()}, device_name=name))
     message = refused(seeded, path)
     assert told in message and "pass --device" in message
+
+
+def test_a_cache_written_indented_and_cut_off_inside_an_entry_keeps_its_complete_entries(store, tmp_path):
+    # kernel_tuner/cache/file.py write_cache dumps the whole cache with indent=0: an entry spans many lines
+    doc = json.loads((WILD / "small_cache_1.1.0.json").read_text())
+    text = json.dumps(doc, indent=0)
+    cut = text[: text.index('"32,1"')] + text[text.index('"32,1"'):][:250]
+    assert cut.count("\n") > 40 and not cut.rstrip().endswith("}")
+    path = tmp_path / "k" / "indented.json"
+    path.parent.mkdir()
+    path.write_text(cut)
+    parsed = parse_file(path, device="nvidia-rtx-a4000")
+    assert [m.config for m in parsed.measurements] == [{"block_size_x": 16, "block_size_y": 1},
+                                                       {"block_size_x": 16, "block_size_y": 2}]
+
+
+def test_a_t4_file_converted_from_a_cache_tuned_for_gflops_reads_its_runtimes_never_the_gflops(store, tmp_path):
+    # kernel_tuner/cache/convert.py convert_cache_to_t4: one measurement, named after the objective, unit "";
+    # runtimes from the entry's "times", left out where the entry has none
+    doc = {"metadata": {"timeunit": "miliseconds"}, "schema_version": "1.0.0", "results": [
+        {"timestamp": "2023-12-22 09:54:05.502007+00:00", "configuration": {"block_size_x": 16},
+         "times": {"compilation": 918.6, "framework": 105.2, "search_algorithm": 0, "validation": 0,
+                   "runtimes": [3.976, 3.879, 3.873]},
+         "invalidity": "correct", "correctness": 1,
+         "measurements": [{"name": "GFLOP/s", "value": 1948.16, "unit": ""}], "objectives": ["GFLOP/s"]},
+        {"timestamp": "2023-12-22 09:54:06.508453+00:00", "configuration": {"block_size_x": 32},
+         "times": {"compilation": 855.1, "framework": 2.1, "search_algorithm": 0, "validation": 0},
+         "invalidity": "compile", "correctness": 0,
+         "measurements": [{"name": "GFLOP/s", "value": "CompilationFailedConfig", "unit": ""}],
+         "objectives": ["GFLOP/s"]}]}
+    path = write(tmp_path / "conv" / "A4000_T4.json", doc)
+    parsed = parse_file(path, problem_size=[4096, 4096])
+    assert [(m.status, m.median_us) for m in parsed.measurements] == [("ok", pytest.approx(3879.0)),
+                                                                      ("compile_error", None)]
+    del doc["results"][0]["times"]["runtimes"]
+    write(path, doc)
+    assert ("result 0 is correct but has no runtimes and no time measurement (it was tuned for 'GFLOP/s', not a "
+            "kernel time)") in refused(store, path, problem_size=[4096, 4096])
+
+
+def rocm_metadata(card: dict) -> dict:
+    """A T4 metadata document holding one card of rocm-smi --showallinfo --json output."""
+    return {"metadata": {"environment": {"device_query": {"rocm-smi": {"card0": card}}}}}
+
+
+@pytest.mark.parametrize(
+    "card, device_id",
+    [({"Card series": "Navi 31 [Radeon Pro W7800]", "Card model": "0x7448"}, "amd-radeon-pro-w7800"),
+     ({"Card Series": "0x740c", "Device Name": "Aldebaran/MI200 [Instinct MI250X/MI250]",
+       "Marketing Name": "AMD Instinct MI250X"}, "amd-mi250x")],
+)
+def test_rocm_smi_fields_as_rocm_versions_fill_them(store, tmp_path, card, device_id):
+    folder = tmp_path / "vec"
+    results = write(folder / "node3-results.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms")]))
+    write(folder / "node3-metadata.json", rocm_metadata(card))
+    assert parse_file(results, problem_size=[8]).device.id == device_id
+
+
+def test_a_rocm_smi_name_of_several_boards_is_refused_listing_them(seeded, tmp_path):
+    folder = tmp_path / "vec"
+    results = write(folder / "node3-results.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms")]))
+    card = {"Card series": "0x740c", "Device Name": "Aldebaran/MI200 [Instinct MI250X/MI250]"}
+    write(folder / "node3-metadata.json", rocm_metadata(card))
+    assert "device 'Instinct MI250X/MI250' names several chips (it may be amd-mi250x, amd-mi250)" in refused(
+        seeded, results, problem_size=[8])

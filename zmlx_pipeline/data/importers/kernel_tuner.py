@@ -640,6 +640,31 @@ def _companion_metadata(path: Path) -> Path | None:
     return None
 
 
+def _rocm_card_name(values: list[str]) -> str:
+    """The name of one rocm-smi card among its name fields: the first that names one catalog row, else the first
+    that names several (so the refusal lists them), else the first.
+
+    rocm-smi versions fill these fields differently: a marketing name ("AMD Instinct MI250X"), pci.ids text
+    with the board in brackets ("Navi 31 [Radeon Pro W7800]": the bracketed part is tried first), or a
+    PCI id ("0x740c"), which names nothing.
+    """
+    names = []
+    for value in values:
+        inner = re.fullmatch(r".*\[(.+)\]\s*", value)
+        names += [inner.group(1).strip(), value] if inner else [value]
+    partial = None
+    for name in names:
+        try:
+            resolve_device(name)
+            return name
+        except AmbiguousDevice:
+            partial = partial or name
+        except UnknownDevice:
+            if partial is None and _chips_of_alternatives(name):
+                partial = name
+    return partial or (names[0] if names else "")
+
+
 def _device_in_metadata(data: Any) -> str:
     """The GPU a T4 metadata document names (nvidia-smi or rocm-smi output); "" when none, or several differ."""
     metadata = data.get("metadata") if isinstance(data, dict) else None
@@ -654,9 +679,9 @@ def _device_in_metadata(data: Any) -> str:
     for card in (query.get("rocm-smi") or {}).values():
         if isinstance(card, dict):
             fields = {str(k).strip().lower(): v for k, v in card.items()}
-            name = next((fields[f] for f in _ROCM_NAME_FIELDS if fields.get(f)), None)
+            name = _rocm_card_name([str(fields[f]).strip() for f in _ROCM_NAME_FIELDS if fields.get(f)])
             if name:
-                names.append(str(name).strip())
+                names.append(name)
     distinct = set(names)
     return names[0] if len(distinct) == 1 else ""
 
