@@ -10,8 +10,8 @@ The format is told by content: a gzip stream is decompressed first, then a JSON 
 `cache` is a Kernel Tuner cache file, one with `results` a T4 file. A cache entry holds its
 parameter values, or (as Kernel Tuner's own keys do) only the key: the values joined by ","
 in `tune_params_keys` order (else `tune_params` order). A cache file of a run that was
-stopped is left open by Kernel Tuner (no closing braces) and is closed as Kernel Tuner
-closes it. T4 files name neither the kernel, the device nor the problem size: those come
+stopped is left open by Kernel Tuner (no closing braces), and one that was killed may end
+inside an entry: such a file is read entry by entry, and every complete entry is imported. T4 files name neither the kernel, the device nor the problem size: those come
 from a T1 search-space description beside the data (`<folder>/../search-spaces/<folder>.json`,
 as the FAIR benchmark hub lays it out), the file's folder and its file name (`A100_T4.json.gz`
 -> A100), a T4 metadata file beside it (`X-metadata.json.gz`, nvidia-smi or rocm-smi output, for
