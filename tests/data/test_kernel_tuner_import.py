@@ -897,3 +897,25 @@ def test_a_rocm_smi_name_of_several_boards_is_refused_listing_them(seeded, tmp_p
     write(folder / "node3-metadata.json", rocm_metadata(card))
     assert "device 'Instinct MI250X/MI250' names several chips (it may be amd-mi250x, amd-mi250)" in refused(
         seeded, results, problem_size=[8])
+
+
+def test_a_failure_written_into_any_result_of_an_entry_fails_it(store, tmp_path):
+    # a config whose metric Kernel Tuner could not compute holds the failure there; its time is no timing
+    doc = kt_cache({"16,1": entry(16, 1, 2.0), "32,1": entry(32, 1, 2.5, **{"GFLOP/s": "RuntimeFailedConfig"}),
+                    "32,2": entry(32, 2, 3.0, energy="InvalidConfig")})
+    (row,) = import_files(store, [write(tmp_path / "k" / "a.json", doc)])
+    assert (row["rows"], row["failed"], row["skipped"]) == (2, 1, 1)
+    assert sorted((m["config"]["block_size_x"], m["status"], m["median_us"]) for m in store.measurements()) == [
+        (16, "ok", 2000.0), (32, "launch_error", None)]
+
+
+def test_a_byte_order_mark_and_repetitions_in_a_t4_measurement_are_read(tmp_path):
+    path = tmp_path / "k" / "A4000.json"
+    path.parent.mkdir()
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(kt_cache({"16,1": entry()})).encode())
+    assert parse_file(path).measurements[0].median_us == 1500.0
+    # the T4 schema allows a measurement's value to be an array: the repetitions
+    doc = t4([{"configuration": {"block_size_x": 16}, "invalidity": "correct", "correctness": 1, "times": {},
+               "measurements": [{"name": "time", "value": [1.0, 3.0, 2.0], "unit": "ms"}]}], {"problem_size": [8]})
+    (m,) = parse_file(write(tmp_path / "vec" / "A4000_T4.json", doc)).measurements
+    assert (m.median_us, m.samples) == (2000.0, 3)

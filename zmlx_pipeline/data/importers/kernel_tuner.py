@@ -204,7 +204,7 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
         except (OSError, zlib.error) as err:
             raise _fail(path, f"corrupt gzip stream ({err})") from err
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark, as editors on Windows write, is not JSON
     except UnicodeDecodeError as err:
         raise _fail(path, f"not UTF-8 text ({err})") from err
     if not text.strip():
@@ -581,6 +581,9 @@ def _cache_outcome(path: Path, where: str, entry: dict, objective: str) -> tuple
     """(status, timing, error) of one cache entry; None for a config that was never run (InvalidConfig)."""
     fields = [_ERROR_FIELD, "time"] + ([objective] if objective not in ("", "time") else [])
     markers = [entry[f] for f in fields if isinstance(entry.get(f), str)]
+    # a failure Kernel Tuner wrote into any other result (a metric of a config that failed) fails it too
+    markers += [v for k, v in entry.items() if k not in fields and isinstance(v, str)
+                and (v in _CACHE_FAILURES or v in _CACHE_SKIPPED)]
     if markers:
         marker = markers[0]
         if marker in _CACHE_SKIPPED:
@@ -730,6 +733,8 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
             value = next((m.get("value") for m in result.get("measurements") or []
                           if isinstance(m, dict) and m.get("name") == "time"), None)
             runtimes = times.get("runtimes")
+            if not runtimes and isinstance(value, list):
+                runtimes, value = value, None  # the T4 schema lets a measurement hold every repetition
             if not runtimes and not _number(value):
                 objectives = [str(o) for o in result.get("objectives") or [] if str(o) != "time"]
                 tuned_for = f" (it was tuned for {objectives[0]!r}, not a kernel time)" if objectives else ""
