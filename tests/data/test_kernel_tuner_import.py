@@ -813,7 +813,8 @@ def test_a_t4_file_tuned_for_gflops_without_times_is_refused_saying_so(seeded, t
      ("Tesla K20c", "nvidia-tesla-k20"), ("Tesla K40m", "nvidia-tesla-k40"), ("Tesla K20Xm", "nvidia-tesla-k20x"),
      ("TITAN X (Pascal)", "nvidia-titan-x-pascal"), ("NVIDIA A100 80GB PCIe", "nvidia-a100-pcie-80gb"),
      ("NVIDIA H100 80GB HBM3", "nvidia-h100-sxm"), ("AMD Instinct MI300X VF", "amd-mi300x"),
-     ("Tesla V100-DGXS-32GB", "nvidia-v100-sxm2-32gb"), ("AMD Radeon PRO W7800", "amd-radeon-pro-w7800")],
+     ("Tesla V100-DGXS-32GB", "nvidia-v100-sxm2-32gb"), ("AMD Radeon PRO W7800", "amd-radeon-pro-w7800"),
+     ("NVIDIA TITAN Xp COLLECTORS EDITION", "nvidia-titan-xp"), ("TitanV", "nvidia-titan-v")],
 )
 def test_device_names_as_kernel_tuner_files_write_them(tmp_path, name, device_id):
     path = write(tmp_path / "k" / "a.json", kt_cache({"16,1": entry()}, device_name=name))
@@ -919,3 +920,14 @@ def test_a_byte_order_mark_and_repetitions_in_a_t4_measurement_are_read(tmp_path
                "measurements": [{"name": "time", "value": [1.0, 3.0, 2.0], "unit": "ms"}]}], {"problem_size": [8]})
     (m,) = parse_file(write(tmp_path / "vec" / "A4000_T4.json", doc)).measurements
     assert (m.median_us, m.samples) == (2000.0, 3)
+
+
+@pytest.mark.parametrize(
+    "file_name, device_id",
+    [("A4000_f=bruteforce_i=0.json", "nvidia-rtx-a4000"),  # fjwillemsen/kernel_tuner_paper results/hotspot/
+     ("RTX_Titan.json.gz", "nvidia-titan-rtx"),  # AutoTuningAssociation/benchmark_hub cachefiles/convolution/
+     ("TitanXp_T4.json", "nvidia-titan-xp"), ("MI250X_T4.json.gz", "amd-mi250x")],
+)
+def test_file_names_of_published_files_name_their_gpu(tmp_path, file_name, device_id):
+    path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""), gz=file_name.endswith(".gz"))
+    assert parse_file(path).device.id == device_id

@@ -327,15 +327,16 @@ def _file_stem(path: Path) -> str:
 
 
 def _names_from_file_name(path: Path) -> list[str]:
-    """The GPU a file is named after: `A100_T4.json.gz` -> A100, `A6000_original.json.gz` -> A6000.
+    """The GPU a file is named after: `A100_T4.json.gz` -> A100, `A6000_original.json.gz` -> A6000,
+    `A4000_f=bruteforce_i=0.json` -> A4000.
 
     Only words that describe the file are dropped, never a word of the name: `RTX_3060_laptop`
     stays the laptop chip (and matches nothing rather than the desktop RTX 3060).
     """
     stem = _file_stem(path)
     words = [w for w in re.split(r"[-_\s]+", stem) if w]
-    while len(words) > 1 and words[-1].lower() in _FILE_NAME_WORDS:
-        words = words[:-1]
+    while len(words) > 1 and (words[-1].lower() in _FILE_NAME_WORDS or "=" in words[-1]):
+        words = words[:-1]  # "=" marks a run's setting (A100_f=bruteforce_i=0.json), never a word of a GPU name
     return list(dict.fromkeys([stem, " ".join(words)]))
 
 
