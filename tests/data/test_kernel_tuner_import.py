@@ -827,7 +827,8 @@ def test_device_names_as_kernel_tuner_files_write_them(tmp_path, name, device_id
      ("NVIDIA H100", "it may be nvidia-h100-pcie, nvidia-h100-sxm, nvidia-h100-nvl"),
      ("AMD Instinct MI50/MI60", "names several chips (it may be amd-mi50, amd-mi60)"),
      ("NVIDIA GeForce RTX 3060 Laptop GPU", "is not in the catalog"),
-     ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "is not in the catalog")],
+     ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "is a MIG instance (a slice of nvidia-a100-sxm4-40gb with part of its "
+                                          "SMs and memory), which the catalog has no row for")],
 )
 def test_device_names_that_tell_no_one_chip_are_refused_never_guessed(seeded, tmp_path, name, told):
     path = write(tmp_path / "k" / "a.json", kt_cache({"16,1": entry()}, device_name=name))

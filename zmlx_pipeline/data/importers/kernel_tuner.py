@@ -415,6 +415,10 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
     return DeviceMap(path, tuple(entries))
 
 
+# nvidia-smi's name for a MIG instance: the GPU's name, "MIG" and the profile ("1g.5gb", "3g.40gb").
+_MIG_NAME = re.compile(r"^(.*?)\s+MIG\s+\d+g\.\d+gb\b", re.IGNORECASE)
+
+
 def _alternatives(name: str) -> list[str]:
     """The names a name written as alternatives stands for: "AMD Instinct MI50/MI60" -> MI50 and MI60, each with
     the words before the first (ROCm names several boards of one die so); [] for a name without "/"."""
@@ -460,6 +464,17 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
             ) from None
         except UnknownDevice:
             continue
+    mig = _MIG_NAME.match(reported)
+    if mig:
+        try:
+            whole = f" of {resolve_device(mig.group(1)).id}"
+        except UnknownDevice:
+            whole = ""
+        raise UnmatchedDevice(
+            f"cannot import {path}: device {reported!r} is a MIG instance (a slice{whole} with part of its SMs and "
+            "memory), which the catalog has no row for; pass --device <catalog id> to record its timings as that "
+            "device's; nothing of it was stored"
+        )
     several = _chips_of_alternatives(reported)
     if several:
         raise UnmatchedDevice(
