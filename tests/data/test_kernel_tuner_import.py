@@ -474,20 +474,9 @@ def test_problem_size_from_the_file_the_search_space_or_the_option(seeded, tmp_p
     # Kernel Tuner's own test cache has no problem_size; "callable" is what it writes for a function
     doc = kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=None)
     path = write(tmp_path / "vec" / "A4000.json", doc)
-    assert refused(seeded, path) == (
-        f"cannot import {path}: it names no problem size and no search-space description "
-        f"({tmp_path / 'search-spaces' / 'vec.json'}) gives one; pass --problem-size (e.g. --problem-size "
-        "4096,4096); nothing of it was stored")
     (row,) = import_files(seeded, [path], problem_size=[100000])
     assert seeded.measurements(kernel="vector_add")[0]["shape"] == {"x": 100000}
     assert seeded.runs()[-1]["settings"]["problem_size_from"] == "--problem-size"
-    callable_size = write(tmp_path / "vec2" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)},
-                                                                    problem_size="callable"))
-    assert "it gives 'callable' as its problem size and no search-space description" in refused(seeded, callable_size)
-    strings = write(tmp_path / "vec5" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=["n", 8]))
-    assert ("the problem size of its file is unusable (problem size ['n', 8] is not a list of integers); pass "
-            "--problem-size (e.g. --problem-size 4096,4096)") in refused(seeded, strings)
-    assert parse_file(strings, problem_size=[1024, 8]).shape == {"x": 1024, "y": 8}
     write(tmp_path / "search-spaces" / "vec3.json", {"KernelSpecification": {"ProblemSize": [512, 2]}})
     described = write(tmp_path / "vec3" / "A4000.json", doc)
     assert parse_file(described).shape == {"x": 512, "y": 2}
@@ -496,6 +485,37 @@ def test_problem_size_from_the_file_the_search_space_or_the_option(seeded, tmp_p
     assert "--problem-size [64, 64] disagrees with the problem size of its file ({'x': 4096, 'y': 4096})" in refused(
         seeded, sized, problem_size=[64, 64])
     assert parse_file(sized, problem_size=[4096, 4096]).shape == {"x": 4096, "y": 4096}
+    strings = write(tmp_path / "vec5" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=["n", 8]))
+    assert parse_file(strings, problem_size=[1024, 8]).shape == {"x": 1024, "y": 8}
+
+
+def test_a_file_without_a_usable_problem_size_is_one_case_of_unknown_size(store, tmp_path):
+    # no problem size, "callable" (a function of the parameters) or names instead of numbers: the timings are
+    # still one case, of a size nobody wrote down; its shape is empty and the file says why
+    files = {name: write(tmp_path / name / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0)},
+                                                                   kernel_name=name, problem_size=size))
+             for name, size in (("none", None), ("callable", "callable"), ("names", ["n", 8]))}
+    rows = import_files(store, list(files.values()))
+    assert [(r["kernel"], r["rows"], r["added"]) for r in rows] == [("none", 2, 2), ("callable", 2, 2), ("names", 2, 2)]
+    assert {m["kernel"]: m["shape"] for m in store.measurements()} == {"none": {}, "callable": {}, "names": {}}
+    settings = [r["settings"] for r in store.runs()]
+    assert [s["problem_size_from"] for s in settings] == ["none"] * 3
+    assert [s.get("problem_size_in_file") for s in settings] == [None, "callable", ["n", 8]]
+    # the same file again (or grown by a resumed run) goes in as before; another file of unknown size would
+    # share its keys, so it is refused until --problem-size tells the two apart
+    assert import_files(store, [files["none"]])[0]["added"] == 0
+    other = write(tmp_path / "none" / "A4000_run2.json", kt_cache({"16,1": entry(16, 1, 5.0)}, kernel_name="none",
+                                                                   problem_size=None))
+    assert refused(store, other) == (
+        f"cannot import {other}: it names no problem size, and A4000.json (kernel none on nvidia-rtx-a4000 too) is "
+        "imported without one; pass --problem-size to tell their sizes apart; nothing of it was stored")
+    assert import_files(store, [other], problem_size=[8192])[0]["added"] == 1
+    both = [write(tmp_path / "two" / f"{n}.json", kt_cache({"16,1": entry()}, kernel_name="two", problem_size=None))
+            for n in ("a", "b")]
+    before = snapshot(store)
+    with pytest.raises(ImportFileError, match="b.json: it names no problem size, and a.json"):
+        import_files(store, both)
+    assert snapshot(store) == before
 
 
 def test_parse_problem_size_accepts_integers_and_json():
@@ -733,12 +753,12 @@ def wild_map(tmp_path) -> Path:
         # schema 1.0.0 and 1.1.0 entries, and an unversioned cache: medians of the kept repetitions, in us
         ("small_cache_1.0.0.json", "nvidia-rtx-a4000", 2, 0, 0, 3875.840, None),
         ("small_cache_1.1.0.json", "nvidia-rtx-a4000", 3, 0, 0, 3652.608, None),
-        ("vector_add_unversioned.json", "nvidia-rtx-a4000", 3, 0, 0, 30.464, [100000]),
+        ("vector_add_unversioned.json", "nvidia-rtx-a4000", 3, 0, 0, 30.464, None),
         ("open_cache_looks_like_closed.json", "nvidia-rtx-a4000", 2, 0, 0, 3875.840, None),
         ("killed_mid_entry.json", "nvidia-rtx-a4000", 2, 0, 0, 3875.840, None),
         ("convolution_MI50.json", "amd-mi50", 2, 0, 0, 10864.147, None),
         ("t4_cache_invalids.json", "nvidia-a100-pcie-40gb", 1, 1, 0, None, None),
-        ("t4_target.json", "nvidia-a100-pcie-40gb", 1, 0, 0, 12255.660, [4096, 4096]),
+        ("t4_target.json", "nvidia-a100-pcie-40gb", 1, 0, 0, 12255.660, None),
         ("vector_add_gflops_T4.json", "nvidia-rtx-a4000", 3, 1, 1, 38.9, [100000]),
     ],
 )
@@ -791,7 +811,6 @@ def test_published_files_that_name_no_gpu_say_what_to_pass(store, tmp_path):
     assert refused(store, WILD / "convolution_MI50.json") == (
         f"cannot import {WILD / 'convolution_MI50.json'}: device 'AMD Instinct MI50/MI60' names several chips (it "
         "may be amd-mi50, amd-mi60); pass --device <its id> or map the file in --device-map; nothing of it was stored")
-    assert "it names no problem size" in refused(store, WILD / "vector_add_unversioned.json")
 
 
 def test_a_t4_file_tuned_for_gflops_without_times_is_refused_saying_so(seeded, tmp_path):

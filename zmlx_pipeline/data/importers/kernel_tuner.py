@@ -74,6 +74,8 @@ _FILE_NAME_WORDS = ("t4", "original", "extended", "results", "metadata", "cache"
 # Where a T4 metadata file (Kernel Tuner's store_metadata_file) names the GPU: nvidia-smi's product name,
 # or one of rocm-smi's card fields (their spelling varies between rocm-smi versions).
 _ROCM_NAME_FIELDS = ("card series", "device name", "marketing name")
+# Where the shape of a file that names no usable problem size comes from: nowhere (its shape is empty).
+NO_PROBLEM_SIZE = "none"
 # What Kernel Tuner writes for a problem size it cannot write (a function of the parameters).
 _UNUSABLE_PROBLEM_SIZES = ("callable",)
 
@@ -775,16 +777,15 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
 
 
 def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> tuple[dict[str, int], str]:
-    """The shape and where it came from: the file, else the T1 description beside it, else --problem-size.
+    """The shape and where it came from: the file, else the T1 description beside it, else --problem-size,
+    else none: a file that names no usable problem size ("callable", none at all) is one case of unknown
+    size, its shape empty.
 
     A --problem-size that disagrees with the file's own is refused rather than silently ignored.
     """
-    unusable = None
     found: list[tuple[Any, str]] = []
     if from_file is not None and from_file not in _UNUSABLE_PROBLEM_SIZES:
         found.append((from_file, "file"))
-    elif from_file in _UNUSABLE_PROBLEM_SIZES:
-        unusable = from_file
     described = ((t1 or {}).get("KernelSpecification") or {}).get("ProblemSize")
     if described is not None:
         found.append((described, "search-space description"))
@@ -793,11 +794,8 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> t
         try:
             shape, source = shape_from_problem_size(value), where
             break
-        except ValueError as err:
-            unusable = unusable or value
-            if option is None:
-                raise _fail(path, f"the problem size of its {where} is unusable ({err}); pass --problem-size "
-                                  "(e.g. --problem-size 4096,4096)") from None
+        except ValueError:
+            continue  # a size of names, not numbers (["n", 8]): as good as none
     if option is not None:
         wanted = shape_from_problem_size(option)
         if shape is not None and shape != wanted:
@@ -805,10 +803,7 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> t
                               f"({shape}); leave the option out for this file")
         return wanted, "--problem-size" if shape is None else source
     if shape is None:
-        said = ("it names no problem size and " if unusable is None
-                else f"it gives {unusable!r} as its problem size and ")
-        raise _fail(path, f"{said}no search-space description ({_t1_path(path)}) gives one; pass --problem-size "
-                          "(e.g. --problem-size 4096,4096)")
+        return {}, NO_PROBLEM_SIZE
     return shape, source
 
 
@@ -872,6 +867,8 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
     source = {"kernel_name": entries.kernel_name or None, "device_name": reported or None,
               "matched_device_name": matched_name, "device_from": device_from,
               "problem_size_from": shape_from, "layout": entries.layout}
+    if shape_from == NO_PROBLEM_SIZE and entries.problem_size is not None:
+        source["problem_size_in_file"] = entries.problem_size
     if was_open is not None:
         source["closed_open_cache"] = True
         if was_open.dropped:
@@ -925,6 +922,27 @@ def write_parsed(store: Store, parsed: ParsedFile) -> dict:
     return {**row, "added": added, "run_id": run_id}
 
 
+def _check_unknown_sizes_apart(store: Store, parsed: list[ParsedFile]) -> None:
+    """Refuse a second file of unknown problem size for a kernel and device that already has one.
+
+    Files of unknown size all get the empty shape, so two of them (two problem sizes, as far as anyone
+    knows) would share keys and one's timings would replace the other's. The same file imported again,
+    or grown by a resumed run, keeps its name and goes in as before.
+    """
+    owners: dict[tuple[str, str], str] = {}
+    for run in store.runs():
+        settings = run.get("settings") or {}
+        if settings.get("problem_size_from") == NO_PROBLEM_SIZE:
+            owners.setdefault((run["device_id"], str(settings.get("kernel"))), str(settings.get("file")))
+    for item in parsed:
+        if item.source.get("problem_size_from") != NO_PROBLEM_SIZE:
+            continue
+        owner = owners.setdefault((item.device.id, item.kernel), item.path.name)
+        if owner != item.path.name:
+            raise _fail(item.path, f"it names no problem size, and {owner} (kernel {item.kernel} on {item.device.id} "
+                                   "too) is imported without one; pass --problem-size to tell their sizes apart")
+
+
 def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str | None = None,
                  kernel: str | None = None, problem_size: Any = None,
                  device_map: str | os.PathLike | DeviceMap | None = None) -> list[dict]:
@@ -955,6 +973,7 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     if not parsed:
         raise ImportFileError(f"no measurements to import: {', '.join(map(str, companions))} only describe "
                               "the machine of a T4 results file; import the results file")
+    _check_unknown_sizes_apart(store, parsed)
     rows: list[dict] = []
     for item in parsed:
         try:
