@@ -485,6 +485,10 @@ def test_problem_size_from_the_file_the_search_space_or_the_option(seeded, tmp_p
     assert "--problem-size [64, 64] disagrees with the problem size of its file ({'x': 4096, 'y': 4096})" in refused(
         seeded, sized, problem_size=[64, 64])
     assert parse_file(sized, problem_size=[4096, 4096]).shape == {"x": 4096, "y": 4096}
+    for text, shape in (("4096x2048", {"x": 4096, "y": 2048}), ("[25000, 2048, 1]", {"x": 25000, "y": 2048, "z": 1}),
+                        ("80000000", {"x": 80000000})):
+        as_text = write(tmp_path / "vec6" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=text))
+        assert parse_file(as_text).shape == shape
     strings = write(tmp_path / "vec5" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=["n", 8]))
     assert parse_file(strings, problem_size=[1024, 8]).shape == {"x": 1024, "y": 8}
 

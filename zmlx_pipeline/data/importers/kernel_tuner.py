@@ -792,6 +792,8 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> t
     shape, source = None, None
     for value, where in found:
         try:
+            if isinstance(value, str):
+                value = parse_problem_size(value)  # written as text: "4096x4096", "[25000, 2048, 1]"
             shape, source = shape_from_problem_size(value), where
             break
         except ValueError:
