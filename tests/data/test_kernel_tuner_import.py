@@ -849,6 +849,7 @@ def test_device_names_as_kernel_tuner_files_write_them(tmp_path, name, device_id
     [("gfx90a:sramecc+:xnack-", "it may be amd-mi210, amd-mi250, amd-mi250x"),
      ("NVIDIA H100", "it may be nvidia-h100-pcie, nvidia-h100-sxm, nvidia-h100-nvl"),
      ("AMD Instinct MI50/MI60", "names several chips (it may be amd-mi50, amd-mi60)"),
+     ("Apple M1 Pro", "it may be apple-m1-pro-14c, apple-m1-pro-16c"),  # Kernel Tuner's OpenCL backend on a Mac
      ("NVIDIA GeForce RTX 3060 Laptop GPU", "is not in the catalog"),
      ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "is a MIG instance (a slice of nvidia-a100-sxm4-40gb with part of its "
                                           "SMs and memory), which the catalog has no row for")],

@@ -38,6 +38,7 @@ from zmlx_pipeline.data.catalog import (
     AmbiguousDevice,
     DeviceSpec,
     UnknownDevice,
+    device_candidates,
     devices_named_within,
     name_tokens,
     resolve_device,
@@ -457,7 +458,11 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
     names, how = ([reported], "reported") if reported else (_names_from_file_name(path), "file name")
     for name in names:
         try:
-            return resolve_device(name), name, how
+            spec = resolve_device(name)
+            binned = tuple(device_candidates(name))
+            if len(binned) > 1:  # binned variants (Apple M1 Pro 14 or 16 cores): the name does not say which
+                raise AmbiguousDevice(name, binned)
+            return spec, name, how
         except AmbiguousDevice as err:
             raise UnmatchedDevice(
                 f"cannot import {path}: device {name!r} does not name one catalog device (it may be "
