@@ -800,6 +800,14 @@ def test_a_run_killed_mid_entry_imports_its_complete_entries(store, tmp_path):
     damaged.parent.mkdir()
     damaged.write_text("\n".join(lines))
     assert "not valid JSON" in refused(store, damaged, device="nvidia-rtx-a4000")
+    # on one line too (json.dumps without indent): an entry damaged before others is never read as the end
+    one_line = json.dumps(kt_cache({"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0), "32,2": entry(32, 2, 3.0)}))
+    damaged.write_text(one_line.replace('"time": 2.0', '"time": 2.0.1'))
+    assert "not valid JSON" in refused(store, damaged)
+    for cut_at, kept in (('"time": 2.0', 1), ('"block_size_x": 32, "block_size_y": 2, "time": 3.0', 2)):
+        for cut in ("", "tr", "3.", "-"):
+            damaged.write_text(one_line[: one_line.index(cut_at) + len(cut_at) - 3] + cut)
+            assert len(parse_file(damaged).measurements) == kept, (cut_at, cut)
     # cut-off caches keep what they held: importing the finished file later adds only the rest
     import_files(store, [WILD / "killed_mid_entry.json"], device="nvidia-rtx-a4000")
     rows = import_files(store, [WILD / "small_cache_1.0.0.json", WILD / "small_cache_1.1.0.json"],

@@ -11,7 +11,8 @@ The format is told by content: a gzip stream is decompressed first, then a JSON 
 parameter values, or (as Kernel Tuner's own keys do) only the key: the values joined by ","
 in `tune_params_keys` order (else `tune_params` order). A cache file of a run that was
 stopped is left open by Kernel Tuner (no closing braces), and one that was killed may end
-inside an entry: such a file is read entry by entry, and every complete entry is imported. T4 files name neither the kernel, the device nor the problem size: those come
+inside an entry: such a file is read entry by entry, and every complete entry is imported.
+T4 files name neither the kernel, the device nor the problem size: those come
 from a T1 search-space description beside the data (`<folder>/../search-spaces/<folder>.json`,
 as the FAIR benchmark hub lays it out), the file's folder and its file name (`A100_T4.json.gz`
 -> A100), a T4 metadata file beside it (`X-metadata.json.gz`, nvidia-smi or rocm-smi output, for
@@ -136,15 +137,18 @@ class _OpenCache(NamedTuple):
     dropped: str
 
 
-def _cut_off(text: str, start: int, err: json.JSONDecodeError) -> bool:
-    """Whether a parse error in the entry that starts at `start` is the file ending inside that entry.
+def _cut_off(text: str, err: json.JSONDecodeError) -> bool:
+    """Whether a parse error in a cache entry is the file ending inside that entry, not damage in it.
 
-    Kernel Tuner writes each entry on a line of its own, so a run killed mid-write leaves a last line
-    that stops short: the error is at the end of the text (or in a string it never closed), or no
-    line follows the entry. An error with more lines after it is damage, not a cut-off.
+    A run killed mid-write leaves a last entry that stops short: the decoder runs out of text (or of a
+    string it never saw closed), or stops on the start of a word or number the cut left unfinished
+    (`tr`, `3.`). An error with anything else after it is damage: the file is refused, not shortened.
     """
-    at_end = err.pos >= len(text.rstrip()) or err.msg.startswith("Unterminated string")
-    return at_end or "\n" not in text[start:].strip()
+    if err.msg.startswith("Unterminated string"):
+        return True
+    tail = text[err.pos:].strip()
+    return (not tail or re.fullmatch(r"[-+.eE0-9]*", tail) is not None
+            or any(word.startswith(tail) for word in ("true", "false", "null", "NaN", "Infinity", "-Infinity")))
 
 
 def _read_open_cache(text: str) -> _OpenCache | None:
@@ -184,7 +188,7 @@ def _read_open_cache(text: str) -> _OpenCache | None:
                 pos += 1
             value, pos = _DECODER.raw_decode(text, pos)
         except json.JSONDecodeError as err:
-            if not _cut_off(text, start, err):
+            if not _cut_off(text, err):
                 return None
             return _OpenCache({**data, "cache": cache}, text[start:].strip())
         cache[key] = value
