@@ -496,8 +496,8 @@ def test_problem_size_from_the_file_the_search_space_or_the_option(seeded, tmp_p
 def test_a_file_without_a_usable_problem_size_is_one_case_of_unknown_size(store, tmp_path):
     # no problem size, "callable" (a function of the parameters) or names instead of numbers: the timings are
     # still one case, of a size nobody wrote down; its shape is empty and the file says why
-    files = {name: write(tmp_path / name / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0)},
-                                                                   kernel_name=name, problem_size=size))
+    two = {"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0)}
+    files = {name: write(tmp_path / name / "A4000.json", kt_cache(two, kernel_name=name, problem_size=size))
              for name, size in (("none", None), ("callable", "callable"), ("names", ["n", 8]))}
     rows = import_files(store, list(files.values()))
     assert [(r["kernel"], r["rows"], r["added"]) for r in rows] == [("none", 2, 2), ("callable", 2, 2), ("names", 2, 2)]

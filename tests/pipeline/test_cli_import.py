@@ -163,7 +163,8 @@ def test_published_files_import_with_nothing_but_a_device_map(db, tmp_path):
     # three of them name no problem size: each is one case of unknown size
     device_map = tmp_path / "devices.json"
     device_map.write_text(json.dumps({"AMD Instinct MI50/MI60": "amd-mi50", "Testing": "nvidia-rtx-a4000",
-                                      "t4_*": "nvidia-a100-pcie-40gb", "vector_add_gflops_T4.json": "nvidia-rtx-a4000"}))
+                                      "t4_*": "nvidia-a100-pcie-40gb",
+                                      "vector_add_gflops_T4.json": "nvidia-rtx-a4000"}))
     result = invoke("import", "--db", db, "--json", "--device-map", device_map, WILD)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
