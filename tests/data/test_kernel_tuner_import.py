@@ -39,7 +39,7 @@ def snapshot(store) -> tuple:
 def cache_doc(device_name="NVIDIA A100-PCIE-40GB", keys=("block_size_x", "tile_size_y"), entries=None) -> dict:
     """A tiny Kernel Tuner cache file: one timed config, one that failed to run, one to compile."""
     entries = entries or [
-        ({"block_size_x": 32, "tile_size_y": 1}, 2.0, [1.0, 2.0, 3.0, 4.0, 5.0]),
+        ({"block_size_x": 32, "tile_size_y": 1}, 3.0, [1.0, 2.0, 3.0, 4.0, 5.0]),  # time: the mean of the times
         ({"block_size_x": 64, "tile_size_y": 1}, "RuntimeFailedConfig", None),
         ({"block_size_x": 64, "tile_size_y": 2}, "CompilationFailedConfig", None),
     ]
@@ -755,14 +755,14 @@ def wild_map(tmp_path) -> Path:
     "name, device, rows, failed, skipped, fastest_us, size",
     [
         # schema 1.0.0 and 1.1.0 entries, and an unversioned cache: medians of the kept repetitions, in us
-        ("small_cache_1.0.0.json", "nvidia-rtx-a4000", 2, 0, 0, 3875.840, None),
-        ("small_cache_1.1.0.json", "nvidia-rtx-a4000", 3, 0, 0, 3652.608, None),
-        ("vector_add_unversioned.json", "nvidia-rtx-a4000", 3, 0, 0, 30.464, None),
-        ("open_cache_looks_like_closed.json", "nvidia-rtx-a4000", 2, 0, 0, 3875.840, None),
-        ("killed_mid_entry.json", "nvidia-rtx-a4000", 2, 0, 0, 3875.840, None),
-        ("convolution_MI50.json", "amd-mi50", 2, 0, 0, 10864.147, None),
+        ("small_cache_1.0.0.json", "nvidia-rtx-a4000", 2, 0, 0, 3871.744, None),
+        ("small_cache_1.1.0.json", "nvidia-rtx-a4000", 3, 0, 0, 3637.248, None),
+        ("vector_add_unversioned.json", "nvidia-rtx-a4000", 3, 0, 0, 25.152, None),
+        ("open_cache_looks_like_closed.json", "nvidia-rtx-a4000", 2, 0, 0, 3871.744, None),
+        ("killed_mid_entry.json", "nvidia-rtx-a4000", 2, 0, 0, 3871.744, None),
+        ("convolution_MI50.json", "amd-mi50", 2, 0, 0, 10823.668, None),
         ("t4_cache_invalids.json", "nvidia-a100-pcie-40gb", 1, 1, 0, None, None),
-        ("t4_target.json", "nvidia-a100-pcie-40gb", 1, 0, 0, 12255.660, None),
+        ("t4_target.json", "nvidia-a100-pcie-40gb", 1, 0, 0, 12257.820, None),
         ("vector_add_gflops_T4.json", "nvidia-rtx-a4000", 3, 1, 1, 38.9, [100000]),
     ],
 )
@@ -964,3 +964,17 @@ def test_a_byte_order_mark_and_repetitions_in_a_t4_measurement_are_read(tmp_path
 def test_file_names_of_published_files_name_their_gpu(tmp_path, file_name, device_id):
     path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""), gz=file_name.endswith(".gz"))
     assert parse_file(path).device.id == device_id
+
+
+def test_a_time_written_over_its_repetitions_is_the_timing(store, tmp_path):
+    # autotuning_methodology's ktt_values_to_kerneltuner.py rewrites each entry's "time" with KTT's duration
+    # (or a failure marker) and leaves Kernel Tuner's "times" as they were; Kernel Tuner itself writes the mean
+    doc = kt_cache({"16,1": entry(16, 1, 2.0, times=[1.0, 2.0, 3.0]),
+                    "32,1": entry(32, 1, 7.5, times=[10.0, 10.5, 9.5]),
+                    "32,2": entry(32, 2, "CompilationFailedConfig", times=[4.0, 4.1, 3.9])}, device_name="")
+    (row,) = import_files(store, [write(tmp_path / "convolution" / "RTX_3090.json", doc)])
+    got = {m["config"]["block_size_x"] * 10 + m["config"]["block_size_y"]: (m["status"], m["median_us"], m["samples"])
+           for m in store.measurements()}
+    assert got == {161: ("ok", 2000.0, 3), 321: ("ok", 7500.0, 1), 322: ("compile_error", None, 0)}
+    assert store.runs()[0]["settings"]["entries_timed_by_time_not_times"] == 1
+    assert row["device"] == "nvidia-rtx-3090"

@@ -69,6 +69,9 @@ _TIME_UNITS_US = {
     **dict.fromkeys(("nanoseconds", "nanosecond", "ns", "nsec", "nsecs"), 1e-3),
 }
 _DEFAULT_TIME_UNIT = "milliseconds"  # Kernel Tuner's unit: caches and T4 files without a timeunit use it
+# Kernel Tuner writes an entry's time as the mean of its repetitions (exactly, in every file of the benchmark
+# hub); one further off than this was written over afterwards.
+_TIME_MEAN_TOLERANCE = 0.01
 # Old Kernel Tuner versions stored a failed config as a huge time (1e20) instead of a marker.
 _FAILED_TIME_MS = 1e20
 # Words in a data file's name that describe the file, not the GPU (A100_T4.json.gz, A6000_original.json.gz).
@@ -532,7 +535,8 @@ def _split_shape_params(configs: list[dict]) -> list[str]:
 
 
 class _Entries(NamedTuple):
-    """What a file says: configs, their (status, timing, error), names, problem size and how it was laid out."""
+    """What a file says: configs, their (status, timing, error), names, problem size, how it was laid out, and
+    how many entries' times were written over their repetitions."""
 
     configs: list[dict]
     outcomes: list[tuple]
@@ -541,6 +545,7 @@ class _Entries(NamedTuple):
     problem_size: Any
     skipped: int
     layout: str
+    time_rewritten: int = 0
 
 
 def _param_names(path: Path, data: dict) -> tuple[list[str], str]:
@@ -628,7 +633,22 @@ def _cache_outcome(path: Path, where: str, entry: dict, objective: str) -> tuple
         raise _fail(path, f"{where}: 'time' is neither a number nor a failure marker")
     if time >= _FAILED_TIME_MS:
         return "launch_error", None, f"failed (time recorded as {time:g})"
-    return "ok", _timing(path, where, entry.get("times"), time, 1e3), None
+    times = None if _time_rewritten(entry) else entry.get("times")
+    return "ok", _timing(path, where, times, time, 1e3), None
+
+
+def _time_rewritten(entry: dict) -> bool:
+    """Whether an entry's time is not the mean of its repetitions, as Kernel Tuner writes it, but a value
+    written over it afterwards; the time is then the entry's timing and the stale repetitions are not.
+
+    The benchmark hub's converter from KTT results (autotuning_methodology's ktt_values_to_kerneltuner.py)
+    replaces `time` with KTT's duration and leaves Kernel Tuner's `times` as they were.
+    """
+    time, times = entry.get("time"), entry.get("times")
+    if not _positive(time) or not isinstance(times, list) or not times or not all(_positive(t) for t in times):
+        return False
+    mean = sum(times) / len(times)
+    return abs(time - mean) > _TIME_MEAN_TOLERANCE * mean
 
 
 def _entries_cache(path: Path, data: dict) -> _Entries:
@@ -641,7 +661,7 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
     names, source = _param_names(path, data)
     tune = data.get("tune_params") if isinstance(data.get("tune_params"), dict) else {}
     objective = data.get("objective") if isinstance(data.get("objective"), str) else "time"
-    configs, outcomes, skipped, layouts = [], [], 0, set()
+    configs, outcomes, skipped, layouts, rewritten = [], [], 0, set(), 0
     for key, entry in cache.items():
         where = f"cache entry {key!r}"
         if not isinstance(entry, dict):
@@ -654,8 +674,9 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
         layouts.add(layout)
         configs.append(config)
         outcomes.append(outcome)
+        rewritten += outcome[0] == "ok" and _time_rewritten(entry)
     return _Entries(configs, outcomes, str(data.get("kernel_name") or ""), str(data.get("device_name") or ""),
-                    data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries")
+                    data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries", rewritten)
 
 
 def _companion_metadata(path: Path) -> Path | None:
@@ -886,6 +907,8 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
             source["dropped_cut_off_entry"] = was_open.dropped[:200]
     if filled:
         source["filled_from_defaults"] = filled
+    if entries.time_rewritten:
+        source["entries_timed_by_time_not_times"] = entries.time_rewritten
     return ParsedFile(path=path, sha256=sha, format=fmt, kernel=name, kernel_version=version, device=spec,
                       reported_device=reported, shape=shape, measurements=measurements, skipped=entries.skipped,
                       duplicates=duplicates, source=source)
