@@ -978,3 +978,13 @@ def test_a_time_written_over_its_repetitions_is_the_timing(store, tmp_path):
     assert got == {161: ("ok", 2000.0, 3), 321: ("ok", 7500.0, 1), 322: ("compile_error", None, 0)}
     assert store.runs()[0]["settings"]["entries_timed_by_time_not_times"] == 1
     assert row["device"] == "nvidia-rtx-3090"
+
+
+def test_t4_results_of_one_file_in_different_units_are_each_read_in_their_own(tmp_path):
+    doc = t4([t4_result(16, "correct", [2.0], 2.0, "ms"), t4_result(32, "correct", [0.003], 0.003, "s"),
+              t4_result(64, "correct", [4.0], 4.0, "")], {"problem_size": [8]})
+    got = [m.median_us for m in parse_file(write(tmp_path / "vec" / "A4000_T4.json", doc)).measurements]
+    assert got == pytest.approx([2000.0, 3000.0, 4000.0])  # "" takes the file's first unit given, ms
+    doc["metadata"]["timeunit"] = "us"  # the metadata's unit is every result's
+    got = [m.median_us for m in parse_file(write(tmp_path / "vec" / "A4000_T4.json", doc)).measurements]
+    assert got == pytest.approx([2.0, 0.003, 4.0])

@@ -737,14 +737,21 @@ def _device_in_metadata(data: Any) -> str:
     return names[0] if len(distinct) == 1 else ""
 
 
-def _t4_scale(path: Path, metadata: dict, results: list) -> float:
-    """Microseconds per time unit: the metadata's timeunit, else the unit of the results' time measurement,
-    else milliseconds (Kernel Tuner's)."""
+def _time_unit(result: Any) -> Any:
+    """The unit a T4 result gives its time measurement; None when it gives none (or "", as converters write)."""
+    if not isinstance(result, dict):
+        return None
+    return next((m.get("unit") for m in result.get("measurements") or []
+                 if isinstance(m, dict) and m.get("name") == "time" and m.get("unit")), None)
+
+
+def _t4_scale(path: Path, metadata: dict, results: list, result: Any = None) -> float:
+    """Microseconds per time unit: the metadata's timeunit, else the unit of this result's time measurement
+    (results of one file may differ: "ms" beside "s"), else that of the first result that gives one, else
+    milliseconds (Kernel Tuner's)."""
     unit = metadata.get("timeunit")
     if unit is None:
-        unit = next((m.get("unit") for r in results if isinstance(r, dict)
-                     for m in r.get("measurements") or []
-                     if isinstance(m, dict) and m.get("name") == "time" and m.get("unit")), None)
+        unit = _time_unit(result) or next((u for r in results if (u := _time_unit(r))), None)
     unit = _DEFAULT_TIME_UNIT if unit is None else unit
     scale = _TIME_UNITS_US.get(str(unit).strip().lower())
     if scale is None:
@@ -787,7 +794,8 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
                 objectives = [str(o) for o in result.get("objectives") or [] if str(o) != "time"]
                 tuned_for = f" (it was tuned for {objectives[0]!r}, not a kernel time)" if objectives else ""
                 raise _fail(path, f"{where} is correct but has no runtimes and no time measurement{tuned_for}")
-            outcomes.append(("ok", _timing(path, where, runtimes, value, scale), None))
+            own = scale if metadata.get("timeunit") is not None else _t4_scale(path, metadata, results, result)
+            outcomes.append(("ok", _timing(path, where, runtimes, value, own), None))
         else:
             outcomes.append((status, None, f"invalidity: {invalidity}"))
         configs.append(result["configuration"])
