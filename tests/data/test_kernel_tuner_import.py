@@ -988,3 +988,20 @@ def test_t4_results_of_one_file_in_different_units_are_each_read_in_their_own(tm
     doc["metadata"]["timeunit"] = "us"  # the metadata's unit is every result's
     got = [m.median_us for m in parse_file(write(tmp_path / "vec" / "A4000_T4.json", doc)).measurements]
     assert got == pytest.approx([2.0, 0.003, 4.0])
+
+
+def test_a_run_stopped_before_its_first_config_is_reported_beside_others_and_refused_alone(store, tmp_path):
+    # Kernel Tuner writes the header (up to `"cache": {`) before it times anything
+    text = (WILD / "small_cache_1.0.0.json").read_text()
+    header_only = tmp_path / "k" / "stopped.json"
+    header_only.parent.mkdir()
+    header_only.write_text(text[: text.index('"cache": {') + len('"cache": {')])
+    all_invalid = write(tmp_path / "k" / "invalid.json", kt_cache({"16,1": entry(16, 1, "InvalidConfig")}))
+    rows = import_files(store, [WILD / "small_cache_1.0.0.json", header_only, all_invalid], device="nvidia-rtx-a4000")
+    assert [(Path(r["file"]).name, r["device"], r["rows"], r["added"]) for r in rows] == [
+        ("small_cache_1.0.0.json", "nvidia-rtx-a4000", 2, 2), ("stopped.json", None, 0, 0),
+        ("invalid.json", None, 0, 0)]
+    assert len(store.runs()) == 1
+    assert refused(store, header_only) == (
+        f"cannot import {header_only}: its 'cache' has no entries; nothing of it was stored")
+    assert "no measurements in it (every entry is a config its restrictions exclude)" in refused(store, all_invalid)

@@ -89,6 +89,10 @@ class ImportFileError(ZmlxPipelineError, ValueError):
     "A file could not be imported; nothing of it was stored"
 
 
+class NothingToImport(ImportFileError):
+    "A file that holds no measurement (a run stopped before its first config ended); beside others, it is reported"
+
+
 class CompanionFile(ImportFileError):
     "A T4 metadata file: read for the results file beside it, not imported on its own"
 
@@ -657,7 +661,7 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
     if not isinstance(cache, dict):
         raise _fail(path, "'cache' is not an object")
     if not cache:
-        raise _fail(path, "its 'cache' has no entries")
+        raise NothingToImport(str(_fail(path, "its 'cache' has no entries")))
     names, source = _param_names(path, data)
     tune = data.get("tune_params") if isinstance(data.get("tune_params"), dict) else {}
     objective = data.get("objective") if isinstance(data.get("objective"), str) else "time"
@@ -902,8 +906,8 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
             samples=n, error=error,
         ))
     if not measurements:
-        raise _fail(path, "no measurements in it (every entry is a config its restrictions exclude)"
-                    if entries.skipped else "no measurements in it")
+        raise NothingToImport(str(_fail(path, "no measurements in it (every entry is a config its restrictions "
+                                              "exclude)" if entries.skipped else "no measurements in it")))
     source = {"kernel_name": entries.kernel_name or None, "device_name": reported or None,
               "matched_device_name": matched_name, "device_from": device_from,
               "problem_size_from": shape_from, "layout": entries.layout}
@@ -994,7 +998,8 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     gives each its own; not both. A refused file stores nothing of any file. Should the store fail
     while writing, the error names the files that went in and those that did not (importing them
     again adds only what is missing). Returns one row per file: file, device, kernel, rows, added,
-    failed, skipped, run_id.
+    failed, skipped, run_id; a T4 metadata file, or one that holds no measurement (the header a run
+    stopped before its first config left), beside others is a row of nothing (device and kernel None).
     """
     if device is not None and device_map is not None:
         raise ImportFileError("give --device (one device for every file) or --device-map, not both")
@@ -1007,12 +1012,18 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
         raise ImportFileError("no Kernel Tuner files to import")
     parsed: list[ParsedFile] = []
     companions: list[Path] = []
+    empty: list[NothingToImport] = []
     for p in files:
         try:
             parsed.append(parse_file(p, device=chosen, kernel=kernel, problem_size=problem_size, device_map=mapping))
         except CompanionFile:
             companions.append(p)
+        except NothingToImport as err:
+            empty.append(err)
+            companions.append(p)
     if not parsed:
+        if empty:
+            raise empty[0]
         raise ImportFileError(f"no measurements to import: {', '.join(map(str, companions))} only describe "
                               "the machine of a T4 results file; import the results file")
     _check_unknown_sizes_apart(store, parsed)
