@@ -123,7 +123,7 @@ def bench_sklearn(cases_n, rng):
     from zmlx_pipeline.data.store import Store
     from zmlx_pipeline.kernels.registry import get_kernel
     from zmlx_pipeline.kernels.spec import Limits
-    from zmlx_pipeline.models.estimators import fit_kernel_model
+    from zmlx_pipeline.models.variants import fit_kernel_model
     from zmlx_pipeline.models.features import store_features
     from zmlx_pipeline.publish.predict import all_devices_frame, candidate_rows, featurize
 

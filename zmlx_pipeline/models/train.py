@@ -38,7 +38,8 @@ from typing import Sequence
 import polars as pl
 
 from zmlx_pipeline.data.store import StoreError
-from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, ModelError, Ranker, fit_kernel_model
+from zmlx_pipeline.models.rankers.base import ModelError, Ranker
+from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model
 from zmlx_pipeline.models.evaluate import (
     PRUNE_SHARE,
     KernelPool,

@@ -376,7 +376,7 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, as_json) ->
     collect = None
     if collect_budget:
         collect = _collect_first(store, collect_budget)
-    from zmlx_pipeline.models.estimators import ModelError
+    from zmlx_pipeline.models.rankers.base import ModelError
     from zmlx_pipeline.models.evaluate import EvaluationError
     from zmlx_pipeline.models.features import FeatureError
     from zmlx_pipeline.publish import ModelSourceError, PublishError

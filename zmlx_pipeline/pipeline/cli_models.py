@@ -18,7 +18,7 @@ def _model_errors(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from zmlx_pipeline.models.estimators import ModelError
+        from zmlx_pipeline.models.rankers.base import ModelError
         from zmlx_pipeline.models.evaluate import EvaluationError
         from zmlx_pipeline.models.features import FeatureError
         from zmlx_pipeline.models.persist import ModelFileError
@@ -54,7 +54,7 @@ def _fmt(value) -> str | None:
 @_model_errors
 def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, as_json) -> None:
     """Regret@k of the model and of every baseline on data the model did not train on."""
-    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate as run_evaluation
 
     models = _split(model_names) or [DEFAULT_MODEL]
@@ -119,7 +119,7 @@ def _band_line(noise: dict) -> str:
 @_model_errors
 def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -> None:
     """Fit a model per kernel on the store's data, save it and register it with its held-out scores."""
-    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.train import train_models
 
     blocker = next((p for p in (models_dir, *models_dir.parents) if p.exists() and not p.is_dir()), None) \

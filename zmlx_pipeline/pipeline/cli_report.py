@@ -30,7 +30,8 @@ def _names(values: tuple[str, ...]) -> list[str]:
 def report(db, out, split, kernel_names, model, heatmaps, as_json) -> None:
     """Write an HTML report: regret curves, predicted vs measured time, config-space heatmaps, scores."""
     from zmlx_pipeline.data.store import Store, StoreError, default_db_path
-    from zmlx_pipeline.models.estimators import DEFAULT_MODEL, ModelError
+    from zmlx_pipeline.models.rankers.base import ModelError
+    from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import EvaluationError
     from zmlx_pipeline.models.features import FeatureError
     from zmlx_pipeline.models.report import ReportError, build_report

@@ -17,7 +17,7 @@ EXPECTED = (
     ("zmlx_pipeline.kernels.spec", "KernelSpecError"),
     ("zmlx_pipeline.pipeline.collect", "CollectError"),
     ("zmlx_pipeline.runtime.errors", "RuntimeAPIError"),
-    ("zmlx_pipeline.models.estimators", "ModelError"),
+    ("zmlx_pipeline.models.rankers.base", "ModelError"),
     ("zmlx_pipeline.publish.models", "ModelSourceError"),
     ("zmlx_pipeline.publish.writer", "PublishError"),
 )

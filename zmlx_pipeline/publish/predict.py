@@ -103,14 +103,10 @@ def fast_score(ranker, feats: pl.DataFrame) -> np.ndarray:
     """ranker.score(feats), scoring each distinct feature row of a Pipeline model once.
 
     Many candidate rows share every feature a model reads (devices it cannot tell apart, say),
-    so a PipelineRanker predicts the distinct rows only; an EnsembleRanker combines its members
-    exactly as its own score does. Any other ranker is asked directly.
+    so a PipelineRanker predicts the distinct rows only. Any other ranker is asked directly.
     """
-    from zmlx_pipeline.models.estimators import EnsembleRanker, PipelineRanker, relative_to_case
+    from zmlx_pipeline.models.rankers.pipeline import PipelineRanker
 
-    if isinstance(ranker, EnsembleRanker) and type(ranker).score is EnsembleRanker.score:
-        total = sum(w * relative_to_case(feats, fast_score(m, feats)) for m, w in zip(ranker.members, ranker.weights))
-        return np.asarray(total / sum(ranker.weights), dtype=float)
     if isinstance(ranker, PipelineRanker) and type(ranker).score is PipelineRanker.score:
         cols = list(ranker.features.features)
         groups = feats.select(cols).with_row_index("_i").group_by(cols, maintain_order=True).agg(pl.col("_i"))
