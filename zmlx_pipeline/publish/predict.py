@@ -99,29 +99,10 @@ def featurize(features: KernelFeatures, rows: pl.DataFrame, devices: pl.DataFram
     return feats
 
 
-def fast_score(ranker, feats: pl.DataFrame) -> np.ndarray:
-    """ranker.score(feats), scoring each distinct feature row of a Pipeline model once.
-
-    Many candidate rows share every feature a model reads (devices it cannot tell apart, say),
-    so a PipelineRanker predicts the distinct rows only. Any other ranker is asked directly.
-    """
-    from zmlx_pipeline.models.rankers.pipeline import PipelineRanker
-
-    if isinstance(ranker, PipelineRanker) and type(ranker).score is PipelineRanker.score:
-        cols = list(ranker.features.features)
-        groups = feats.select(cols).with_row_index("_i").group_by(cols, maintain_order=True).agg(pl.col("_i"))
-        if groups.height < feats.height:
-            pred = np.asarray(ranker.score(groups), dtype=float)
-            out = np.empty(feats.height, dtype=float)
-            out[groups["_i"].explode().to_numpy()] = np.repeat(pred, groups["_i"].list.len().to_numpy())
-            return out
-    return np.asarray(ranker.score(feats), dtype=float)
-
-
 def score_rows(ranker, feats: pl.DataFrame) -> pl.DataFrame:
     """CASE + shape, config_key, config and the ranker's score (lower is better)."""
     return feats.select(*CASE, "shape", "config_key", "config").with_columns(
-        pl.Series("score", fast_score(ranker, feats)).fill_nan(None))
+        pl.Series("score", np.asarray(ranker.score(feats), dtype=float)).fill_nan(None))
 
 
 def top_per_case(scored: pl.DataFrame, k: int) -> pl.DataFrame:
@@ -135,7 +116,7 @@ def predict_log_time(time_model, feats: pl.DataFrame) -> np.ndarray:
     """The time model's predicted log time of each row (NaN without a time model)."""
     if time_model is None or feats.is_empty():
         return np.full(feats.height, np.nan)
-    return fast_score(time_model, feats)
+    return np.asarray(time_model.score(feats), dtype=float)
 
 
 def config_dict(text: str) -> dict:

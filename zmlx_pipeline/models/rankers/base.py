@@ -61,7 +61,11 @@ class Ranker(ABC):
 
     @abstractmethod
     def score(self, test: pl.DataFrame) -> np.ndarray:
-        """One score per row, lower is better; NaN where the model has nothing to say."""
+        """One score per row, lower is better; NaN where the model has nothing to say.
+
+        The one scoring path: evaluate's folds, train's held-out scores and publish's tables all score a
+        batch of rows through it, so what is published is what was evaluated. A learned model predicts
+        each distinct feature row once (predict_distinct), since rows of devices it cannot tell apart repeat."""
 
     def to_state(self) -> dict:
         """The fitted ranker's attributes, for models/persist.py: plain values, KernelFeatures, polars
