@@ -64,3 +64,19 @@ def test_every_published_ranking_of_a_measured_device_is_the_models_order_of_tho
         assert entry["best"] == entry["ranked"][0] and entry["evidence"] == "predicted"
         checked += 1
     assert checked == f.frame.select("device_id", "dtype", "shape_key").n_unique() == 12
+
+
+def test_candidate_rows_are_one_row_per_case_and_config_in_order(toy):
+    km = toy[0]
+    legal_a, legal_b = [{"TG": 64, "VEC": 1}, {"TG": 128, "VEC": 2}], [{"TG": 256, "VEC": 4}]
+    cases = [("nvidia-h200", "float16", {"rows": 64, "cols": 1024}, legal_a),
+             ("nvidia-h200", "float32", {"rows": 64, "cols": 1024}, []),
+             ("apple-m3-max-40c", "float16", {"rows": 1, "cols": 4096}, legal_b),
+             ("nvidia-h100-sxm", "float16", {"rows": 64, "cols": 1024}, legal_a)]
+    rows = candidate_rows(km.features, cases)
+    want = [(d, t, mapping_key(s), json.loads(json.dumps(s)), mapping_key(c), c)
+            for d, t, s, configs in cases for c in configs]
+    got = [(r["device_id"], r["dtype"], r["shape_key"], json.loads(r["shape"]), r["config_key"], json.loads(r["config"]))
+           for r in rows.iter_rows(named=True)]
+    assert got == want
+    assert set(rows["kernel"]) == {"toy_scale"} and set(rows["status"]) == {"ok"}

@@ -40,6 +40,7 @@ import polars as pl
 
 from zmlx_pipeline.data.records import DTYPES
 from zmlx_pipeline.progress import Steps
+from zmlx_pipeline.publish.legal import LegalConfigs
 from zmlx_pipeline.publish.models import KernelModel, ModelSet
 from zmlx_pipeline.models.features import CASE
 from zmlx_pipeline.publish.predict import (
@@ -233,6 +234,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     if spec is not None:
         targets = [d for d in targets if devices[d].get("backend") in MLX_BACKENDS or d in measured_devices]
     legal_cache: dict[tuple, list[dict]] = {}
+    legal_configs = LegalConfigs(spec) if spec is not None else None
 
     def configs_for(device: str, dtype: str, shape: dict) -> list[dict]:
         if spec is None:
@@ -242,8 +244,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
         lk = _limits_key(devices[device])
         key = (lk, dtype, tuple(shape[d] for d in dims))
         if key not in legal_cache:
-            limits = Limits(**dict(lk))
-            legal_cache[key] = spec.legal_configs(shape, dtype, limits)
+            legal_cache[key] = legal_configs(shape, dtype, Limits(**dict(lk)))
         return legal_cache[key]
 
     regret = km.regret or {}
