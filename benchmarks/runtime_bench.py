@@ -13,7 +13,7 @@ would take: feature rows, the ranker's score, the argmin.
 Import time: `import zmlx_pipeline.runtime` timed inside fresh interpreters, with bytecode caches
 written (a normal install) and without (PYTHONDONTWRITEBYTECODE=1, every module compiled).
 
-Bundle forms: the bundle rewritten as plain JSON (schema 2) and compact (schema 3, gzip), in one run and
+Bundle forms: the bundle rewritten as plain JSON (schema 4; 2 for an older bundle) and compact (5; 3, gzip), in one run and
 interleaved so a busy machine slows both alike: bytes stored, verifying load, the first answer for one device
 (its table inflated and parsed), warmed lookups, and the first answer in a fresh process; quote the ratios.
 

@@ -59,6 +59,23 @@ class _Replayed(_Kernel):
         return ok
 
 
+class _ReplayTable(_Table):
+    """A case's table with its nearest buckets remembered: a replay asks them for every k and every weighting."""
+
+    __slots__ = ("_near",)
+
+    def __init__(self, measured: dict, buckets: dict) -> None:
+        super().__init__(measured, buckets)
+        self._near: dict[tuple, list] = {}
+
+    def nearest(self, values: tuple[int, ...], n: int = 1, weights: Sequence[float] | None = None) -> list:
+        key = (values, n, weights)
+        near = self._near.get(key)
+        if near is None:
+            near = self._near[key] = super().nearest(values, n, weights)
+        return near
+
+
 def _items(config: Mapping) -> tuple:
     return tuple(sorted(config.items()))
 
@@ -96,7 +113,7 @@ def replay_cases(frame: pl.DataFrame, meta: dict, entries: Mapping[str, Mapping[
                    if not (b == bucket and own is not None and all(int(own[d]) == shape[d] for d in dims))}
         measured = {_parse_key(m): e for m, e in t["measured"].items() if _parse_key(m) != values}
         cap = max(1, int(legal_n * MAX_FRACTION))
-        cases.append((_Table(measured, buckets), values, shape, limits_for(device, dtype), cap, hits))
+        cases.append((_ReplayTable(measured, buckets), values, shape, limits_for(device, dtype), cap, hits))
     return cases
 
 
