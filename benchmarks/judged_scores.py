@@ -187,7 +187,7 @@ def kernel_row(kernel: str, per_case, model: str, split: str, ks, draws: int = 2
 
 def main(argv: list[str] | None = None) -> int:
     from zmlx_pipeline.data.store import Store
-    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import KernelPool, gather_folds, kernel_features_of, submit_kernel
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -13,7 +13,7 @@ would take: feature rows, the ranker's score, the argmin.
 Import time: `import zmlx_pipeline.runtime` timed inside fresh interpreters, with bytecode caches
 written (a normal install) and without (PYTHONDONTWRITEBYTECODE=1, every module compiled).
 
-Bundle forms: the bundle rewritten as plain JSON (schema 2) and compact (schema 3, gzip), in one run and
+Bundle forms: the bundle rewritten as plain JSON (schema 4; 2 for an older bundle) and compact (5; 3, gzip), in one run and
 interleaved so a busy machine slows both alike: bytes stored, verifying load, the first answer for one device
 (its table inflated and parsed), warmed lookups, and the first answer in a fresh process; quote the ratios.
 
@@ -123,7 +123,7 @@ def bench_sklearn(cases_n, rng):
     from zmlx_pipeline.data.store import Store
     from zmlx_pipeline.kernels.registry import get_kernel
     from zmlx_pipeline.kernels.spec import Limits
-    from zmlx_pipeline.models.estimators import fit_kernel_model
+    from zmlx_pipeline.models.variants import fit_kernel_model
     from zmlx_pipeline.models.features import store_features
     from zmlx_pipeline.publish.predict import all_devices_frame, candidate_rows, featurize
 

@@ -78,7 +78,7 @@ def machine_speed(rows: int = 50_000, trees: int = 200, repeats: int = 3) -> dic
     this machine runs the work that dominates the stages, to compare figures measured on different machines."""
     import numpy as np
 
-    from zmlx_pipeline.models.estimators import boosting_regressor
+    from zmlx_pipeline.models.rankers.pipeline import boosting_regressor
     from zmlx_pipeline.models.evaluate import fit_threads
 
     rng = np.random.default_rng(0)
@@ -289,7 +289,7 @@ def run_stage(db: Path, stage: str, model: str | None = None, jobs: int | None =
     """One stage in this process: its wall and CPU seconds (its workers' included), peak RSS and what it produced.
     The reference stage's wall time is its fit's alone (its CPU time includes building the matrix)."""
     from zmlx_pipeline.data.store import Store
-    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate
     from zmlx_pipeline.models.train import train_models
 
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> None:
         committed = work / "committed.duckdb"
         for p in work.glob("*.duckdb*"):
             p.unlink()
-        from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+        from zmlx_pipeline.models.variants import DEFAULT_MODEL
 
         _log(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, OMP_NUM_THREADS="
              f"{os.environ.get('OMP_NUM_THREADS', '(unset)')}, model {args.model or DEFAULT_MODEL}, "

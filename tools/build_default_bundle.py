@@ -1,6 +1,6 @@
 """Rebuild the bundle shipped with the package (zmlx_pipeline/runtime/default_bundle/) from the shards in data/.
 
-The bundle is published as JSON, then rewritten in its compact form (every file gzip-compressed, schema 3).
+The bundle is published as JSON, then rewritten in its compact form (every file gzip-compressed, schema 5).
 
     python tools/build_default_bundle.py [--data data] [--out zmlx_pipeline/runtime/default_bundle]
 

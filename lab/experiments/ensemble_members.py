@@ -5,10 +5,10 @@ import polars as pl
 from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root
 from zmlx_pipeline.data.store import Store
-from zmlx_pipeline.models import estimators as E
+from zmlx_pipeline.models import cv_ensemble, variants
 from zmlx_pipeline.models.evaluate import evaluate_kernel, kernel_features_of
-E.MODEL_VARIANTS["ens_top"] = lambda f: E.CVEnsembleRanker(f, E.ENSEMBLE_MEMBERS + ("gbr_rel_top",), E.ENSEMBLE_HEDGES, name="ens_top")
-E.MODEL_VARIANTS["ens_rel"] = lambda f: E.CVEnsembleRanker(f, E.ENSEMBLE_MEMBERS + ("gbr_rel",), E.ENSEMBLE_HEDGES, name="ens_rel")
+variants.MODEL_VARIANTS["ens_top"] = lambda f: cv_ensemble.CVEnsembleRanker(f, variants.ENSEMBLE_MEMBERS + ("gbr_rel_top",), variants.ENSEMBLE_HEDGES, name="ens_top")
+variants.MODEL_VARIANTS["ens_rel"] = lambda f: cv_ensemble.CVEnsembleRanker(f, variants.ENSEMBLE_MEMBERS + ("gbr_rel",), variants.ENSEMBLE_HEDGES, name="ens_rel")
 kernels = sys.argv[1].split(',')
 models = sys.argv[2].split(',')
 split = sys.argv[3]

@@ -75,7 +75,7 @@ def test_machine_speed_times_the_same_fit_on_one_core(monkeypatch):
     from sklearn.ensemble import HistGradientBoostingRegressor
     from threadpoolctl import threadpool_info
 
-    from zmlx_pipeline.models.estimators import boosting_regressor
+    from zmlx_pipeline.models.rankers.pipeline import boosting_regressor
 
     bench = load()
     seen = []
@@ -90,7 +90,7 @@ def test_machine_speed_times_the_same_fit_on_one_core(monkeypatch):
     assert len(seen) == 2
     assert all(threads and set(threads) == {1} for threads, _, _ in seen)   # one core, whatever the machine has
     assert seen[0][1] == seen[1][1]                                          # the same data every time
-    # the very model the stages fit (estimators.boosting_regressor), not a look-alike
+    # the very model the stages fit (rankers.pipeline.boosting_regressor), not a look-alike
     assert all(params == boosting_regressor(max_iter=5).get_params() for _, _, params in seen)
     assert out["rows"] == 2_000 and out["trees"] == 5 and out["repeats"] == 2 and out["fit_s"] > 0
 

@@ -16,19 +16,11 @@ import pytest
 from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.data.records import Measurement
 from zmlx_pipeline.data.store import Store
-from zmlx_pipeline.models.estimators import (
-    DEFAULT_MODEL,
-    MODEL_VARIANTS,
-    CVEnsembleRanker,
-    DeviceTransferRanker,
-    EnsembleRanker,
-    ModelError,
-    PriorRanker,
-    Ranker,
-    make_ranker,
-    spec_distances,
-    weight_grid,
-)
+from zmlx_pipeline.models.cv_ensemble import CVEnsembleRanker, weight_grid
+from zmlx_pipeline.models.rankers.base import ModelError, Ranker
+from zmlx_pipeline.models.rankers.prior import PriorRanker
+from zmlx_pipeline.models.transfer import DeviceTransferRanker, spec_distances
+from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, make_ranker
 from zmlx_pipeline.models.evaluate import baseline_scores, case_regrets
 from zmlx_pipeline.models.features import store_features
 
@@ -185,8 +177,9 @@ def test_cv_weights_drop_a_member_that_misleads(features, monkeypatch):
     # (mean log regret of the chosen weights: the prior misses on new shapes, where TG moves with cols)
     assert ranker.inner_scores["devices"] < 0.01 and 0.0 < ranker.inner_scores["shapes"] < 0.1
     assert regret1(test, ranker.score(test)) < 1.01
-    equal = EnsembleRanker(features, [ReversedPrior(features), PriorRanker(features)]).fit(train)
-    assert regret1(test, equal.score(test)) > 1.05  # what fixed equal weights would have done
+    equal = CVEnsembleRanker(features, ["reversed_prior", "prior"])
+    equal.fixed = {"weights_seen": [0.5, 0.5], "hedge_seen": False, "weights_unseen": [0.5, 0.5], "hedge_unseen": False}
+    assert regret1(test, equal.fit(train).score(test)) > 1.05  # what fixed equal weights would have done
     with pytest.raises(ModelError, match="unknown ensemble member"):
         CVEnsembleRanker(features, ["prior", "nope"])
 

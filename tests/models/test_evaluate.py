@@ -13,7 +13,8 @@ import zmlx_pipeline
 from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.data.importers import import_files
 from zmlx_pipeline.data.store import Store
-from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model, make_pipeline
+from zmlx_pipeline.models.rankers.base import make_pipeline
+from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model
 from zmlx_pipeline.models.evaluate import (
     LARGE_KERNEL_CASES,
     EvaluationError,

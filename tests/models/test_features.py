@@ -10,7 +10,8 @@ import pytest
 
 from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.data.importers import import_files
-from zmlx_pipeline.models.estimators import shared_features, transfer_features
+from zmlx_pipeline.models.rankers.pipeline import shared_features
+from zmlx_pipeline.models.transfer import transfer_features
 from zmlx_pipeline.models.features import (
     FeatureError,
     device_distances,

@@ -9,17 +9,16 @@ import numpy as np
 import polars as pl
 import pytest
 
-from zmlx_pipeline.models import estimators, evaluate as ev
-from zmlx_pipeline.models.estimators import (
-    CVEnsembleRanker,
-    DeviceTransferRanker,
+from zmlx_pipeline.models import evaluate as ev, transfer, variants
+from zmlx_pipeline.models.cv_ensemble import CVEnsembleRanker
+from zmlx_pipeline.models.rankers.base import (
     ModelError,
     clear_fit_cache,
     distinct_rows,
     make_pipeline,
     predict_distinct,
-    transfer_features,
 )
+from zmlx_pipeline.models.transfer import DeviceTransferRanker, transfer_features
 from zmlx_pipeline.models.features import store_features
 from store_fixtures import DEVICES, fill as store_fill
 
@@ -53,8 +52,8 @@ def test_an_ensemble_fits_only_the_members_its_settings_use_and_scores_the_same(
     held = pl.col("device_id") == DEVICES[0]
     train, unseen = f.frame.filter(~held), f.frame.filter(held)
     fitted = []
-    real = estimators.make_ranker
-    monkeypatch.setattr(estimators, "make_ranker", lambda feats, m="ensemble": fitted.append(m) or real(feats, m))
+    real = variants.make_ranker
+    monkeypatch.setattr(variants, "make_ranker", lambda feats, m="ensemble": fitted.append(m) or real(feats, m))
     # gbr_shared weighs 0 in both settings and no hedge is on: it is never fitted
     lean = _fixed(f, train, [0.5, 0.5, 0.0, 0.0], False, [0.0, 0.75, 0.0, 0.25], False)
     assert sorted(lean.rankers) == ["prior", "simd_aligned", "transfer"]
@@ -109,7 +108,7 @@ def test_distinct_rows_shared_by_several_pipelines_predict_as_each_alone(kernel)
     assert inverse is not None and unique.height * 3 == f.frame.height and X.height >= 10_000
     assert unique[inverse].equals(X)
     y = f.frame["log_rel"].to_numpy()
-    for i, estimator in enumerate((estimators._device_gbr(), estimators._device_gbr_light())):
+    for i, estimator in enumerate((transfer._device_gbr(), transfer._device_gbr_light())):
         pipeline = make_pipeline(own, estimator).fit(f.frame.select(own.features), y + i)
         assert np.array_equal(predict_distinct(pipeline, X, (unique, inverse)), pipeline.predict(X))
         assert np.array_equal(predict_distinct(pipeline, X), pipeline.predict(X))

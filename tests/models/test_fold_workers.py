@@ -14,16 +14,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from zmlx_pipeline.models import estimators, evaluate as ev
-from zmlx_pipeline.models.estimators import (
-    CVEnsembleRanker,
-    _FoldRegret,
-    clear_fit_cache,
-    fit_cached,
-    interleave,
-    interleave_ranks,
-    make_pipeline,
-)
+from zmlx_pipeline.models import cv_ensemble, evaluate as ev, transfer, variants
+from zmlx_pipeline.models.rankers import base
+from zmlx_pipeline.models.cv_ensemble import CVEnsembleRanker, _FoldRegret, interleave, interleave_ranks
+from zmlx_pipeline.models.rankers.base import clear_fit_cache, fit_cached, make_pipeline
 from zmlx_pipeline.models.evaluate import EvaluationError, KernelPool, check_jobs, evaluate
 from zmlx_pipeline.models.features import CASE, store_features
 from zmlx_pipeline.data.store import Store
@@ -71,7 +65,7 @@ def test_fit_cached_returns_the_same_fit_for_the_same_rows_only(store, make_meas
     f = store_features(store)["k"]
     clear_fit_cache()
     X, y = f.frame.select(f.features), f.frame["log_rel"].to_numpy()
-    make = lambda: make_pipeline(f, estimators._device_gbr())  # noqa: E731
+    make = lambda: make_pipeline(f, transfer._device_gbr())  # noqa: E731
     first = fit_cached(make(), X, y)
     assert fit_cached(make(), X, y) is first
     assert fit_cached(make(), X, y, np.ones(len(y))) is not first  # weights are part of the key
@@ -89,7 +83,7 @@ def test_evaluate_is_the_same_in_workers_and_in_process(store, make_measurement,
         assert pool.parallel
     two = evaluate(store, "devices", ks=(1, 3), jobs=2)
     assert two == one
-    assert {r["method"] for r in one["results"]} >= {estimators.DEFAULT_MODEL, "most_common_best"}
+    assert {r["method"] for r in one["results"]} >= {variants.DEFAULT_MODEL, "most_common_best"}
 
 
 def test_a_small_store_stays_in_process(store, make_measurement):
@@ -143,7 +137,7 @@ def _full_fit_regrets(f, split: str) -> pl.DataFrame:
         train, test = ev._fold_rows(f.frame, split, train_filter, test_filter)
         if train.is_empty() or test.is_empty():
             continue
-        ranker = estimators.make_ranker(f, "ensemble")
+        ranker = variants.make_ranker(f, "ensemble")
         assert ranker.only is None
         parts.append(ev.case_regrets(test, ranker.fit(train).score(test), (1, 3)).with_columns(
             pl.lit("ensemble").alias("method"), pl.lit(name).alias("fold")))
@@ -179,10 +173,10 @@ def test_an_ensemble_fitted_for_seen_devices_refuses_unseen_ones(store, make_mea
     assert seen_only.inner_scores["devices"] is None and seen_only.inner_scores["shapes"] is not None
     assert (seen_only.weights_seen, seen_only.hedge_seen) == (full.weights_seen, full.hedge_seen)
     assert np.array_equal(seen_only.score(train), full.score(train))
-    with pytest.raises(estimators.ModelError, match="seen devices only"):
+    with pytest.raises(base.ModelError, match="seen devices only"):
         seen_only.score(unseen)
     seen_only.only = "neither"
-    with pytest.raises(estimators.ModelError, match="expected seen, unseen or None"):
+    with pytest.raises(base.ModelError, match="expected seen, unseen or None"):
         seen_only.fit(train)
 
 
@@ -197,10 +191,10 @@ def test_inner_folds_thin_a_big_test_set_keeping_every_case_and_its_fastest_conf
             seen.append(frame)
             super().__init__(frame, ks)
 
-    monkeypatch.setattr(estimators, "_FoldRegret", Recording)
+    monkeypatch.setattr(cv_ensemble, "_FoldRegret", Recording)
     CVEnsembleRanker(f, ["prior", "simd_aligned"]).fit(f.frame)
     whole = list(seen)
-    assert all(t.height < estimators.INNER_TEST_ROWS for t in whole)  # small stores: nothing thinned
+    assert all(t.height < cv_ensemble.INNER_TEST_ROWS for t in whole)  # small stores: nothing thinned
     seen.clear()
     CVEnsembleRanker(f, ["prior", "simd_aligned"], inner_test_rows=40).fit(f.frame)
     assert len(seen) == len(whole)
@@ -211,7 +205,7 @@ def test_inner_folds_thin_a_big_test_set_keeping_every_case_and_its_fastest_conf
                                                   pl.len().alias("n")).sort(CASE)
         a, b = per_case(full), per_case(thin)
         assert a["best"].to_list() == b["best"].to_list()  # every case keeps its fastest config ...
-        assert (b["n"] >= a["n"].clip(upper_bound=estimators.FIT_SAMPLE_TOP)).all()  # ... and its top 8
+        assert (b["n"] >= a["n"].clip(upper_bound=base.FIT_SAMPLE_TOP)).all()  # ... and its top 8
 
 
 def test_fits_in_this_process_use_one_openmp_thread():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from zmlx_pipeline.data.catalog import get_device
-from zmlx_pipeline.models.estimators import MODEL_VARIANTS, fit_kernel_model
+from zmlx_pipeline.models.variants import MODEL_VARIANTS, fit_kernel_model
 from zmlx_pipeline.models.features import store_features
 from zmlx_pipeline.models.persist import (
     TRUSTED_TYPES,

@@ -292,13 +292,13 @@ def test_each_fold_is_fitted_once_for_table_and_figures_and_no_whole_data_model(
     """The score table and the figures share each fold's fits: one model and one time model per fold
     (evaluate's fits and a second round for the figures were two), and nothing is fitted on all rows,
     registered model or not."""
-    from zmlx_pipeline.models import estimators
     from zmlx_pipeline.models import evaluate as ev
     from zmlx_pipeline.models import report as rp
+    from zmlx_pipeline.models import variants
     from zmlx_pipeline.models.train import train_models
 
     made: list[str] = []
-    real = estimators.make_ranker
+    real = variants.make_ranker
 
     def counting(features, model="ensemble"):
         made.append(model)
@@ -314,9 +314,9 @@ def test_each_fold_is_fitted_once_for_table_and_figures_and_no_whole_data_model(
         expected = [r for r in result_rows(evaluate(store, "shapes")) if r["k"] in TABLE_KS]
         for module in (rp, ev):  # where the folds' models are made (an ensemble makes its members elsewhere)
             monkeypatch.setattr(module, "make_ranker", counting)
-        monkeypatch.setattr(estimators, "fit_kernel_model", refuse)
+        monkeypatch.setattr(variants, "fit_kernel_model", refuse)
         build_report(store, tmp_path / "out", split="shapes", jobs=1)
-    assert folds >= 2 and sorted(made) == sorted([estimators.DEFAULT_MODEL] * folds + ["gbr"] * folds)
+    assert folds >= 2 and sorted(made) == sorted([variants.DEFAULT_MODEL] * folds + ["gbr"] * folds)
     assert json.loads((tmp_path / "out" / "scores.json").read_text())["results"] == expected
 
 

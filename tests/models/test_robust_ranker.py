@@ -8,8 +8,11 @@ import polars as pl
 import pytest
 
 from zmlx_pipeline.data.catalog import get_device
-from zmlx_pipeline.models import estimators
-from zmlx_pipeline.models.estimators import BaselineRanker, CVEnsembleRanker, ModelError, make_ranker
+from zmlx_pipeline.models import baselines, variants
+from zmlx_pipeline.models.cv_ensemble import CVEnsembleRanker
+from zmlx_pipeline.models.rankers.base import ModelError
+from zmlx_pipeline.models.rankers.baseline import BaselineRanker
+from zmlx_pipeline.models.variants import make_ranker
 from zmlx_pipeline.models.evaluate import case_regrets, evaluate_kernel
 from zmlx_pipeline.models.features import store_features
 from zmlx_pipeline.models.persist import load_model_file, save_model
@@ -117,7 +120,7 @@ def test_robust_ranker_round_trips_through_a_model_file(same_order, tmp_path):
 def test_unknown_guard_is_refused(same_order):
     with pytest.raises(ModelError, match="unknown baseline"):
         CVEnsembleRanker(same_order, ("prior",), guards_unseen=("no_such",))
-    assert set(estimators.GUARDS_UNSEEN) <= set(estimators._baselines.BASELINES)
+    assert set(variants.GUARDS_UNSEEN) <= set(baselines.BASELINES)
 
 
 def test_robust_scores_held_out_shapes_as_the_ensemble_does(same_order):

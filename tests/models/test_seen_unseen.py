@@ -13,14 +13,10 @@ import polars as pl
 import pytest
 from test_estimators import HELD_DEVICE, HELD_SHAPE, features, picks, regret1  # noqa: F401 (fixture)
 
-from zmlx_pipeline.models.estimators import (
-    MODEL_VARIANTS,
-    CVEnsembleRanker,
-    ModelError,
-    SeenUnseenRanker,
-    make_ranker,
-    relative_to_case,
-)
+from zmlx_pipeline.models.cv_ensemble import CVEnsembleRanker
+from zmlx_pipeline.models.rankers.base import ModelError, relative_to_case
+from zmlx_pipeline.models.seen_unseen import SeenUnseenRanker
+from zmlx_pipeline.models.variants import MODEL_VARIANTS, make_ranker
 from zmlx_pipeline.models.evaluate import case_regrets, evaluate_kernel
 
 
@@ -132,7 +128,7 @@ def test_evaluation_folds_fit_only_the_part_they_score(features, cheap, monkeypa
 
 
 def test_top_weighting_needs_the_relative_target_and_sane_parameters(features):
-    from zmlx_pipeline.models.estimators import PipelineRanker, boosting_regressor
+    from zmlx_pipeline.models.rankers.pipeline import PipelineRanker, boosting_regressor
 
     with pytest.raises(ModelError, match="needs target log_rel"):
         PipelineRanker(features, boosting_regressor(), target="log_time", top_weight=4.0)

@@ -12,14 +12,10 @@ from sklearn.dummy import DummyRegressor
 
 from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.data.importers import import_files
-from zmlx_pipeline.models.estimators import (
-    MODEL_VARIANTS,
-    ModelError,
-    PipelineRanker,
-    PriorRanker,
-    make_ranker,
-    shared_features,
-)
+from zmlx_pipeline.models.rankers.base import ModelError
+from zmlx_pipeline.models.rankers.pipeline import PipelineRanker, shared_features
+from zmlx_pipeline.models.rankers.prior import PriorRanker
+from zmlx_pipeline.models.variants import MODEL_VARIANTS, make_ranker
 from zmlx_pipeline.models.features import CASE, TARGETS, store_features
 
 A100, A4000, A6000 = "nvidia-a100-pcie-40gb", "nvidia-rtx-a4000", "nvidia-rtx-a6000"

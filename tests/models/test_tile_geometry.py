@@ -10,11 +10,9 @@ import pytest
 from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.kernels.registry import get_kernel
 from zmlx_pipeline.kernels.spec import KernelSpecError, TileAxes
-from zmlx_pipeline.models.estimators import (
-    make_ranker,
-    shared_features,
-    transfer_features,
-)
+from zmlx_pipeline.models.rankers.pipeline import shared_features
+from zmlx_pipeline.models.transfer import transfer_features
+from zmlx_pipeline.models.variants import make_ranker
 from zmlx_pipeline.models.features import declared_tiles, named_tiles, store_features
 
 H100 = "nvidia-h100-sxm"

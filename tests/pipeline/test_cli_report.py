@@ -22,7 +22,7 @@ def one_thread():
     """Tiny fits run faster on one OpenMP thread, and a busy machine does not oversubscribe."""
     from threadpoolctl import threadpool_limits
 
-    import zmlx_pipeline.models.estimators  # noqa: F401  (loads OpenMP, so the limit has a library to hold)
+    import zmlx_pipeline.models.variants  # noqa: F401  (loads OpenMP, so the limit has a library to hold)
 
     with threadpool_limits(1):
         yield
@@ -55,7 +55,7 @@ def test_report_on_the_smoke_shard(smoke_db, tmp_path):
     page = (out / "index.html").read_text(encoding="utf-8")
     assert all(f"src='{name}'" in page for name in summary["figures"])
     scores = json.loads((out / "scores.json").read_text())
-    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.variants import DEFAULT_MODEL
 
     assert {r["method"] for r in scores["results"]} >= {DEFAULT_MODEL, "chip_default"}
     plain = CliRunner().invoke(cli, ["report", "--out", str(out), "-k", "rmsnorm", "--heatmaps", "0"])

@@ -18,7 +18,7 @@ def test_layout_manifest_and_hashes(toy_bundle):
     db, publish_dir = toy_bundle
     root = latest_dir(publish_dir)
     manifest = json.loads((root / "manifest.json").read_text())
-    assert manifest["schema"] == "zmlx-pipeline-bundle" and manifest["schema_version"] == 2
+    assert manifest["schema"] == "zmlx-pipeline-bundle" and manifest["schema_version"] == 4
     for field in ("created", "pipeline_version", "model_id", "data_fingerprint", "bundle_id", "models"):
         assert manifest[field], field
     assert manifest["data_fingerprint"].startswith("sha256:")
@@ -58,11 +58,14 @@ def test_entries_carry_config_candidates_time_regret_and_evidence(toy_bundle):
     h100 = json.loads((root / tables["nvidia-h100-sxm"]).read_text())["kernels"]["toy_scale"]["float16"]
     for shape in TOY_SHAPES:
         key = ",".join(str(shape[d]) for d in meta["dims"])
-        best, cands, best_us, regret, evidence, n = h100["measured"][key]
-        assert meta["configs"][best] == toy_best("nvidia-h100-sxm", shape)
-        assert (regret, evidence, n) == (1.0, "measured", 12) and cands[0] == best and best_us > 0
-    for bucket, (best, cands, pred_us, regret, evidence, n) in h100["buckets"].items():
-        assert evidence == "predicted" and len(cands) == min(len(meta["configs"]), meta["stored_k"]) and pred_us > 0
+        e = h100["measured"][key]
+        assert set(e) == {"best", "ranked", "time_us", "expected_regret", "evidence", "n_legal"}
+        assert meta["configs"][e["best"]] == toy_best("nvidia-h100-sxm", shape)
+        assert (e["expected_regret"], e["evidence"], e["n_legal"]) == (1.0, "measured", 12)
+        assert e["ranked"][0] == e["best"] and e["time_us"] > 0
+    for bucket, e in h100["buckets"].items():
+        assert e["evidence"] == "predicted" and e["time_us"] > 0
+        assert len(e["ranked"]) == min(len(meta["configs"]), meta["stored_k"])
     assert meta["stored_k"] == max(STORE_K, meta["prune_k_trained"])
     # the published k: training's, or more where the replay through the lookup needs more
     replay = meta["prune_k_lookup"]
@@ -71,16 +74,17 @@ def test_entries_carry_config_candidates_time_regret_and_evidence(toy_bundle):
     regret = meta["expected_regret"]
     assert regret["unseen_device"] >= 1.0  # two devices: each left out once
     seen = regret["seen_device"] if regret["seen_device"] is not None else regret["unseen_device"]
-    assert {e[3] for e in h100["buckets"].values()} == {seen}
+    assert {e["expected_regret"] for e in h100["buckets"].values()} == {seen}
     m4 = json.loads((root / tables["apple-m4-max-40c"]).read_text())["kernels"]["toy_scale"]["float16"]
     # an Apple chip is extrapolated from a Hopper chip: with one family measured no such jump was validated
-    assert {e[3] for e in m4["buckets"].values()} == {None} and not m4["measured"]
-    assert {e[4] for e in m4["buckets"].values()} == {"extrapolated"} and regret["cross_family"] is None
+    assert {e["expected_regret"] for e in m4["buckets"].values()} == {None} and not m4["measured"]
+    assert {e["evidence"] for e in m4["buckets"].values()} == {"extrapolated"} and regret["cross_family"] is None
     pcie = json.loads((root / tables["nvidia-h100-pcie"]).read_text())["kernels"]["toy_scale"]["float16"]
-    assert {e[3] for e in pcie["buckets"].values()} == {regret["unseen_device"]}
-    assert {e[4] for e in pcie["buckets"].values()} == {"predicted"}
+    assert {e["expected_regret"] for e in pcie["buckets"].values()} == {regret["unseen_device"]}
+    assert {e["evidence"] for e in pcie["buckets"].values()} == {"predicted"}
     # no spec, so no work terms: no time is moved to a chip that was not measured
-    assert meta["work"] is None and {e[2] for e in pcie["buckets"].values()} == {None}
+    assert meta["work"] is None and {e["time_us"] for e in pcie["buckets"].values()} == {None}
+    assert {e["time_bound"] for e in pcie["buckets"].values()} == {None}
     assert len(tables) == len([s for s in load_catalog()])  # a no-spec kernel: every catalog chip
 
 
@@ -163,9 +167,9 @@ def test_measured_devices_get_the_models_ranking_at_every_point_between_the_grid
         for dtype, table in t.items():
             if device in measured:
                 assert set(table["between"]) == box - grid, (device, dtype)
-                best, cands, us, _regret, evidence, n_legal = table["between"]["10,13"]
-                assert best == cands[0] and len(cands) == meta["stored_k"] and evidence == "predicted"
-                assert us > 0 and n_legal > len(cands)
+                e = table["between"]["10,13"]
+                assert e["best"] == e["ranked"][0] and len(e["ranked"]) == meta["stored_k"]
+                assert e["evidence"] == "predicted" and e["time_us"] > 0 and e["n_legal"] > len(e["ranked"])
             else:  # an autotuner runs only where a device was measured; others keep the grid's buckets
                 assert "between" not in table, (device, dtype)
 

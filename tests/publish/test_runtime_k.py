@@ -25,7 +25,8 @@ def _frame(cases):
 
 
 def _entry(order):
-    return [order[0], list(order), 1.0, 1.0, "predicted", len(CONFIGS)]
+    return {"best": order[0], "ranked": list(order), "time_us": 1.0, "expected_regret": 1.0, "evidence": "predicted",
+            "n_legal": len(CONFIGS)}
 
 
 def _replay(frame, entries, bucket_shapes, n_legal=40, max_k=8):

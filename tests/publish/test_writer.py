@@ -107,7 +107,7 @@ def test_a_compact_write_stores_gzip_files_under_their_names_dot_gz_reproducibly
     first, path = write_bundle(tmp_path / "one", files, {}, versioned=False, compact=True)
     second, _ = write_bundle(tmp_path / "two", files, {}, versioned=False, compact=True)
     plain, _ = write_bundle(tmp_path / "plain", files, {}, versioned=False)
-    assert first["schema_version"] == 3 and plain["schema_version"] == 2
+    assert first["schema_version"] == 5 and plain["schema_version"] == 4
     assert sorted(first["files"]) == sorted(n + ".gz" for n in files)
     assert json.loads(gzip.decompress((path / "devices/a.json.gz").read_bytes())) == {"kernels": {}}
     assert first["files"] == second["files"] != plain["files"]  # no timestamp in the gzip header

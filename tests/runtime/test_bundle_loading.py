@@ -145,6 +145,8 @@ def _as_schema_1(bundle: Path) -> None:
     """Rewrite a bundle as schema 1 wrote it: no transfer, work or measured range, 6-field entries."""
     import hashlib
 
+    from zmlx_pipeline.runtime.lookup import ENTRY_FIELDS
+
     manifest = json.loads((bundle / "manifest.json").read_text())
     kernels = json.loads((bundle / "kernels.json").read_text())
     for meta in kernels["kernels"].values():
@@ -156,8 +158,8 @@ def _as_schema_1(bundle: Path) -> None:
         for by_dtype in table["kernels"].values():
             for t in by_dtype.values():
                 for kind in t.values():
-                    for entry in kind.values():
-                        del entry[6:]
+                    for key, entry in kind.items():  # a list by position (lookup.ENTRY_FIELDS' first six)
+                        kind[key] = [entry[f] for f in ENTRY_FIELDS[:6]]
         files[name] = table
     for name, content in files.items():
         blob = json.dumps(content).encode()

@@ -1,4 +1,4 @@
-"""Compact bundles (schema 3): every file gzip-compressed, hashes of the stored bytes, one device inflated at a time."""
+"""Compact bundles (schema 5): every file gzip-compressed, hashes of the stored bytes, one device inflated at a time."""
 
 import json
 import zlib
@@ -31,7 +31,7 @@ def _answers():
 def test_a_compact_bundle_stores_every_file_compressed_and_is_much_smaller(toy_bundle, compact):
     plain = json.loads((latest_dir(toy_bundle[1]) / "manifest.json").read_text())
     manifest = json.loads((compact / "manifest.json").read_text())
-    assert manifest["schema_version"] == COMPACT_SCHEMA_VERSION == 3
+    assert manifest["schema_version"] == COMPACT_SCHEMA_VERSION == 5
     assert sorted(manifest["files"]) == sorted(name + ".gz" for name in plain["files"])
     assert sorted(p.relative_to(compact).as_posix() for p in compact.rglob("*") if p.is_file()) == sorted(
         [*manifest["files"], "manifest.json"])
@@ -45,7 +45,7 @@ def test_a_compact_bundle_answers_exactly_as_its_json_form(toy_bundle, compact):
     load_bundle(toy_bundle[1], strict=True)
     plain = _answers()
     load_bundle(compact, strict=True)
-    assert active_bundle().schema_version == 3
+    assert active_bundle().schema_version == 5
     assert _answers() == plain
     assert {a[4] for a in plain} >= {"measured", "predicted"}
 
@@ -67,7 +67,7 @@ def test_only_the_device_asked_for_is_decompressed_and_parsed(compact, monkeypat
 def test_json_to_compact_and_back_gives_the_same_files(toy_bundle, compact, tmp_path):
     plain = json.loads((latest_dir(toy_bundle[1]) / "manifest.json").read_text())
     manifest, back = rewrite_bundle(compact, tmp_path / "back", compact=False)
-    assert manifest["schema_version"] == 2
+    assert manifest["schema_version"] == 4
     assert manifest["files"] == plain["files"] and manifest["bundle_id"] == plain["bundle_id"]
     again, _ = rewrite_bundle(back, tmp_path / "again", compact=True)
     assert again["files"] == json.loads((compact / "manifest.json").read_text())["files"]  # gzip without timestamps
@@ -76,7 +76,7 @@ def test_json_to_compact_and_back_gives_the_same_files(toy_bundle, compact, tmp_
 def test_rewriting_in_place_replaces_the_bundle(compact):
     before = json.loads((compact / "manifest.json").read_text())
     manifest, path = rewrite_bundle(compact, compact, compact=False)
-    assert path == compact and manifest["schema_version"] == 2
+    assert path == compact and manifest["schema_version"] == 4
     assert not any(p.name.endswith(".gz") for p in compact.rglob("*"))
     assert read_dir(compact).manifest["bundle_id"] == manifest["bundle_id"] != before["bundle_id"]
 
@@ -115,9 +115,10 @@ def test_a_damaged_compact_bundle_is_refused_and_the_previous_one_keeps_serving(
         load_bundle(compact, strict=True)
 
 
-def test_compressed_names_mean_nothing_below_schema_3(compact):
+@pytest.mark.parametrize("plain_schema", [2, 4])
+def test_compressed_names_mean_nothing_in_a_plain_schema(compact, plain_schema):
     manifest = json.loads((compact / "manifest.json").read_text())
-    manifest["schema_version"] = 2
+    manifest["schema_version"] = plain_schema
     (compact / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(BundleError, match="lacks kernels.json, profiles.json, tables.json"):
         read_dir(compact)
@@ -152,7 +153,7 @@ def test_a_compact_bundle_is_fetched_from_a_url_and_cached(compact, tmp_path, is
     url = f"http://127.0.0.1:{httpd.server_address[1]}/"
     try:
         fetched = load_bundle(url, strict=True)
-        assert fetched.schema_version == 3
+        assert fetched.schema_version == 5
         assert predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16",
                                 device="nvidia-h100-sxm").evidence == "measured"
     finally:
@@ -161,6 +162,6 @@ def test_a_compact_bundle_is_fetched_from_a_url_and_cached(compact, tmp_path, is
     assert (fetched.root / "tables.json.gz").is_file()
     with pytest.warns(BundleWarning, match="using the cached copy"):
         again = load_bundle(url, strict=True)
-    assert again.bundle_id == fetched.bundle_id and again.schema_version == 3
+    assert again.bundle_id == fetched.bundle_id and again.schema_version == 5
     assert predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16",
                             device="nvidia-h200").evidence == "measured"

@@ -58,7 +58,7 @@ def test_a_shape_between_buckets_takes_candidates_from_both_neighbours(toy, toy_
     buckets = json.loads((root / tables["nvidia-h200"]).read_text())["kernels"]["toy_scale"]["float16"]["buckets"]
 
     def top(key):
-        best, cands = buckets[key][0], buckets[key][1]
+        best, cands = buckets[key]["best"], buckets[key]["ranked"]
         return [meta["configs"][i] for i in [best] + [c for c in cands if c != best]][: meta["prune_k"]]
 
     # rows 300 (2^8.2) has no bucket of its own: the nearest published is 1024 x 64 (distance 2.2^2),
@@ -184,7 +184,8 @@ def _between_kernel(prune_k=2):
 
 
 def _entry(order, us=1.0, regret=1.01):
-    return [order[0], order, us, regret, "predicted", 8]
+    return {"best": order[0], "ranked": order, "time_us": us, "expected_regret": regret, "evidence": "predicted",
+            "n_legal": 8}
 
 
 def test_a_shape_between_buckets_leads_with_the_models_ranking_at_its_own_point_and_keeps_the_neighbours():
@@ -248,8 +249,8 @@ def test_a_shape_outside_every_measured_range_is_marked_and_its_time_moved_by_th
     entry = _published(real, device)["buckets"][key]
     assert p.bucket == {"rows": 32768, "cols": 4096}
     # memory-bound (4 flops per 4 bytes, far below the H100's ridge): the bucket's time times the bytes ratio
-    want = entry[2] * spec.bytes_moved(big, 2) / spec.bytes_moved(rep, 2)
-    assert p.predicted_us == pytest.approx(want, rel=1e-3) and p.predicted_us > 30 * entry[2]
+    want = entry["time_us"] * spec.bytes_moved(big, 2) / spec.bytes_moved(rep, 2)
+    assert p.predicted_us == pytest.approx(want, rel=1e-3) and p.predicted_us > 30 * entry["time_us"]
     inside = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device=device)
     assert inside.outside_range == () and "outside" not in inside.note
 
@@ -264,7 +265,7 @@ def test_an_apple_chip_is_extrapolated_with_no_regret_and_a_bandwidth_scaled_tim
     source = _published(real, "nvidia-h100-sxm@32sm")["buckets"]["12,12"]
     bw_src = real.profiles["nvidia-h100-sxm@32sm"]["memory_bandwidth_gbps"]
     assert real.profiles["apple-m3-max-40c"]["memory_bandwidth_gbps"] == 400
-    assert p.predicted_us == pytest.approx(source[2] * bw_src / 400, rel=1e-3)
+    assert p.predicted_us == pytest.approx(source["time_us"] * bw_src / 400, rel=1e-3)
     # 2 x 4096 x 4096 fp16 values through 400 GB/s take at least 168 us
     assert p.predicted_us > 2 * 4096 * 4096 * 2 / 400e9 * 1e6
     assert "extrapolated from nvidia-h100-sxm@32sm (measured families: nvidia hopper)" in p.note
@@ -272,7 +273,7 @@ def test_an_apple_chip_is_extrapolated_with_no_regret_and_a_bandwidth_scaled_tim
     assert "no architecture family was left out" in p.note
     # a chip of the measured family is predicted, its time moved by its own bandwidth
     h200 = predicted_config("rmsnorm", shape, "float16", device="nvidia-h200")
-    assert h200.evidence == "predicted" and h200.predicted_us == pytest.approx(source[2] * bw_src / 4800, rel=1e-3)
+    assert h200.evidence == "predicted" and h200.predicted_us == pytest.approx(source["time_us"] * bw_src / 4800, rel=1e-3)
     assert "predicted from nvidia-h100-sxm@32sm of its own family (nvidia hopper)" in h200.note
 
 

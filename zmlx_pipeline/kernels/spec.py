@@ -73,7 +73,7 @@ class TileAxes:
 class Feature:
     """A derived feature of a kernel (KernelSpec.features): an expression of config params and shape
     dims. `per_device` False keeps it out of the per-device config models that a new device borrows
-    from its neighbours (models/estimators.py: transfer), for a feature that helps rank a seen
+    from its neighbours (models/transfer.py), for a feature that helps rank a seen
     device's configs across shapes but, there, hurts the ranking on a device left out."""
 
     expr: str

@@ -1,6 +1,6 @@
 """The baselines every model is scored against, each built from training rows only.
 
-evaluate.py reports them next to the model; the `robust` ranker (estimators.py) takes them as
+evaluate.py reports them next to the model; the `robust` ranker (variants.py) takes them as
 candidates of its nested selection, so both read these very functions. Each returns one score per
 test row, lower is better, null where it has nothing to say (see evaluate.py's docstring for
 what each one is).

@@ -13,7 +13,7 @@ from zmlx_pipeline.core.constraints import compile_constraint, expression_names
 from zmlx_pipeline.kernels.spec import Feature
 
 #: column prefixes of the declared features: read by every model, or kept out of the per-device
-#: models (Feature.per_device False; models/estimators.py: transfer_features)
+#: models (Feature.per_device False; models/transfer.py: transfer_features)
 PER_DEVICE_PREFIX = "cfg_x_"
 SHARED_ONLY_PREFIX = "cfg_xs_"
 

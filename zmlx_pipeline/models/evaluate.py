@@ -83,7 +83,7 @@ from zmlx_pipeline.models.baselines import (  # noqa: F401  (re-exported: evalua
     baseline_scores,
     seed_threadgroups,
 )
-from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, make_ranker
+from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, make_ranker
 from zmlx_pipeline.models.features import (
     CASE,
     KernelFeatures,
@@ -123,7 +123,7 @@ def fit_threads():
     """A context limiting scikit-learn's OpenMP threads to one for the fits in this process, as in a worker.
 
     Parallelism comes from worker processes (--jobs); OpenMP threads inside a fit only cost time here: the
-    fits are capped at estimators.MAX_FIT_ROWS rows, and on 2 cores a 200-tree fit of 50,000 rows took 1.1 s on one
+    fits are capped at rankers.base.MAX_FIT_ROWS rows, and on 2 cores a 200-tree fit of 50,000 rows took 1.1 s on one
     thread and 5.2 s on two (`train -j 1` on the committed data: 91 s against 241 s).
     """
     from threadpoolctl import threadpool_limits

@@ -31,7 +31,8 @@ import numpy as np
 import polars as pl
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.models.estimators import Ranker
+from zmlx_pipeline.models import variants as _variants  # noqa: F401  (imports every class ranker_classes finds)
+from zmlx_pipeline.models.rankers.base import Ranker
 from zmlx_pipeline.models.features import KernelFeatures
 
 FORMAT = "zmlx-pipeline-model"

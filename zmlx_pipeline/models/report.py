@@ -32,7 +32,7 @@ import polars as pl
 from zmlx_pipeline import __version__
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.models import evaluate as ev
-from zmlx_pipeline.models.estimators import DEFAULT_MODEL, make_ranker
+from zmlx_pipeline.models.variants import DEFAULT_MODEL, make_ranker
 from zmlx_pipeline.models.features import CASE, KernelFeatures
 from zmlx_pipeline.progress import Say, Steps
 
@@ -278,7 +278,7 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
     processes (None: one per CPU); the table's rows are evaluate()'s, number for number. `progress`
     gets a line per scored fold with the time elapsed and an estimate of the time left.
     """
-    from zmlx_pipeline.models.estimators import MODEL_VARIANTS
+    from zmlx_pipeline.models.variants import MODEL_VARIANTS
 
     split_eval = evaluation_split(split)
     public_split = "devices" if split_eval in ("devices", "lodo") else split_eval

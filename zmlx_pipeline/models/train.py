@@ -39,7 +39,8 @@ import polars as pl
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.store import StoreError
-from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, ModelError, Ranker, fit_kernel_model
+from zmlx_pipeline.models.rankers.base import ModelError, Ranker
+from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model
 from zmlx_pipeline.models.evaluate import (
     PRUNE_SHARE,
     KernelPool,

@@ -31,7 +31,7 @@ def _fmt(value) -> str | None:
 @output_options
 def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, as_json) -> None:
     """Regret@k of the model and of every baseline on data the model did not train on."""
-    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate as run_evaluation
 
     models = split_names(model_names) or [DEFAULT_MODEL]
@@ -95,7 +95,7 @@ def _band_line(noise: dict) -> str:
 @output_options
 def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -> None:
     """Fit a model per kernel on the store's data, save it and register it with its held-out scores."""
-    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.train import train_models
 
     blocker = next((p for p in (models_dir, *models_dir.parents) if p.exists() and not p.is_dir()), None) \

@@ -24,8 +24,8 @@ from zmlx_pipeline.pipeline.cli_common import db_option, emit, open_store, outpu
 def report(db, out, split, kernel_names, model, heatmaps, as_json) -> None:
     """Write an HTML report: regret curves, predicted vs measured time, config-space heatmaps, scores."""
     from zmlx_pipeline.data.store import default_db_path
-    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
     from zmlx_pipeline.models.report import build_report
+    from zmlx_pipeline.models.variants import DEFAULT_MODEL
 
     path = db or default_db_path()
     result = build_report(open_store(path, read_only=True), out, split=split, kernels=split_names(kernel_names) or None,

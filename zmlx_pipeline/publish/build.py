@@ -40,6 +40,7 @@ import polars as pl
 
 from zmlx_pipeline.data.records import DTYPES
 from zmlx_pipeline.progress import Steps
+from zmlx_pipeline.publish.legal import LegalConfigs
 from zmlx_pipeline.publish.models import KernelModel, ModelSet
 from zmlx_pipeline.models.features import CASE
 from zmlx_pipeline.publish.predict import (
@@ -185,6 +186,12 @@ class KernelTables:
         return ",".join(str(e) for e in bucket_of(int(shape[d]) for d in self.dims))
 
 
+def table_entry(ranked: list[int], time_us: float | None, regret: float | None, evidence: str, n_legal: int) -> dict:
+    """A table entry with named fields (runtime/lookup.py ENTRY_FIELDS): its best config is the first ranked."""
+    return {"best": ranked[0], "ranked": ranked, "time_us": time_us, "expected_regret": regret, "evidence": evidence,
+            "n_legal": n_legal}
+
+
 def _measured(km: KernelModel, tables: KernelTables, store_k: int) -> set[str]:
     """Measured rankings of every (device, dtype, shape) of the training data; returns the measured devices."""
     import json
@@ -195,8 +202,8 @@ def _measured(km: KernelModel, tables: KernelTables, store_k: int) -> set[str]:
     for row in cases.iter_rows(named=True):
         idx = [tables.index(k, c) for k, c in zip(row["config_key"][:store_k], row["config"][:store_k])]
         shape = json.loads(row["shape"])
-        tables.entries[row["device_id"]][row["dtype"]]["measured"][tables.key(shape)] = [
-            idx[0], idx, _round(row["median_us"][0]), 1.0, "measured", len(row["config_key"])]
+        tables.entries[row["device_id"]][row["dtype"]]["measured"][tables.key(shape)] = table_entry(
+            idx, _round(row["median_us"][0]), 1.0, "measured", len(row["config_key"]))
     return set(frame["device_id"].unique().to_list())
 
 
@@ -228,6 +235,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     if spec is not None:
         targets = [d for d in targets if devices[d].get("backend") in MLX_BACKENDS or d in measured_devices]
     legal_cache: dict[tuple, list[dict]] = {}
+    legal_configs = LegalConfigs(spec) if spec is not None else None
 
     def configs_for(device: str, dtype: str, shape: dict) -> list[dict]:
         if spec is None:
@@ -237,8 +245,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
         lk = _limits_key(devices[device])
         key = (lk, dtype, tuple(shape[d] for d in dims))
         if key not in legal_cache:
-            limits = Limits(**dict(lk))
-            legal_cache[key] = spec.legal_configs(shape, dtype, limits)
+            legal_cache[key] = legal_configs(shape, dtype, Limits(**dict(lk)))
         return legal_cache[key]
 
     regret = km.regret or {}
@@ -284,8 +291,8 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
             pred_us = _at_least_roofline(math.exp(t) if t is not None and not math.isnan(t) else None,
                                          work, row["dtype"], shape, devices[row["device_id"]])
             table = tables.entries[row["device_id"]][row["dtype"]]
-            table.setdefault(kind, {})[tables.bucket_key(shape)] = [
-                idx[0], idx, pred_us, expected(row["device_id"]), "predicted", int(row["n_legal"])]
+            table.setdefault(kind, {})[tables.bucket_key(shape)] = table_entry(
+                idx, pred_us, expected(row["device_id"]), "predicted", int(row["n_legal"]))
 
     # the model's rankings at the power-of-two points between the grid's buckets, for the devices that
     # were measured (where an autotuner runs); the lookup merges one with the nearest buckets' lists
@@ -355,23 +362,23 @@ def _move_times(tables: KernelTables, transfer: Mapping[str, tuple[str, str] | N
                 work: Mapping[str, dict] | None) -> None:
     """Entries of devices never measured: their evidence (predicted / extrapolated) and, in place of the time
     model's guess, the source device's predicted time moved by the roofline bound of the bucket's shape on
-    both chips (element 6 names the bound: bandwidth or compute); None without the kernel's work terms."""
+    both chips (`time_bound` names the bound: bandwidth or compute); None without the kernel's work terms."""
     for device, source in transfer.items():
         if device not in tables.entries:
             continue
         for dtype, table in tables.entries[device].items():
             src_table = tables.entries.get(source[0], {}).get(dtype, {}).get("buckets", {}) if source else {}
             for key, entry in table.get("buckets", {}).items():
-                entry[4] = source[1] if source else EVIDENCE_OTHER_FAMILY
+                entry["evidence"] = source[1] if source else EVIDENCE_OTHER_FAMILY
                 src_entry = src_table.get(key)
                 shape = tables.bucket_shapes.get(key)
                 time_us, basis = None, None
                 if source and src_entry is not None and shape is not None and work:
                     moved, flops = work_of(work, dtype, shape)
-                    time_us, basis = scaled_time(src_entry[2], devices[source[0]], devices[device], moved, flops)
-                entry[2] = _round(time_us)
-                del entry[6:]
-                entry.append(basis)
+                    time_us, basis = scaled_time(src_entry["time_us"], devices[source[0]], devices[device], moved,
+                                                 flops)
+                entry["time_us"] = _round(time_us)
+                entry["time_bound"] = basis
 
 
 def _runtime_prune_k(km: KernelModel, tables: KernelTables, meta: dict, devices: dict[str, dict],
@@ -407,10 +414,10 @@ def _runtime_prune_k(km: KernelModel, tables: KernelTables, meta: dict, devices:
 # profiles
 
 
-def _tg_weights(entries: Iterable[list], configs: list[dict], tg_param: str) -> dict[int, float]:
+def _tg_weights(entries: Iterable[dict], configs: list[dict], tg_param: str) -> dict[int, float]:
     weights: dict[int, float] = defaultdict(float)
     for entry in entries:
-        for r, i in enumerate(entry[1][:PROFILE_K]):  # the first PROFILE_K of every entry, whatever its k
+        for r, i in enumerate(entry["ranked"][:PROFILE_K]):  # the first PROFILE_K of every entry, whatever its k
             tg = configs[i].get(tg_param)
             if isinstance(tg, (int, float)) and tg > 0:
                 weights[int(tg)] += 1.0 / (r + 1)
@@ -453,8 +460,8 @@ def build_profiles(devices: dict[str, dict], kernel_tables: dict[str, tuple[Kern
                 for kind, source in (("measured", t["measured"]), ("predicted", t["buckets"])):
                     for key, entry in source.items():
                         if kind == "predicted":
-                            levels.add(entry[4])
-                            cls["levels"].add(entry[4])
+                            levels.add(entry["evidence"])
+                            cls["levels"].add(entry["evidence"])
                         w = _tg_weights([entry], tables.configs, tg_param)
                         if dim_pos is not None:
                             value = int(key.split(",")[dim_pos])
@@ -550,7 +557,7 @@ def build_autotune_v3(kernel_tables: dict[str, tuple[KernelTables, dict]], devic
                                  else tables.bucket_shapes.get(key))
                         if shape is None:
                             continue
-                        config = tables.configs[entry[0]]
+                        config = tables.configs[entry["best"]]
                         tg = grid = None
                         if spec is not None:
                             launch = spec.launch(config, shape)
@@ -561,8 +568,8 @@ def build_autotune_v3(kernel_tables: dict[str, tuple[KernelTables, dict]], devic
                         tg_param = meta.get("threadgroup_param")
                         entries[ek] = entry_value(config, dtype, tg if tg is not None else
                                                   [int(config.get(tg_param, 1) or 1) if tg_param else 1, 1, 1],
-                                                  median_us=entry[2] if kind == "measured" else None,
-                                                  predicted_us=entry[2] if kind == "predicted" else None,
+                                                  median_us=entry["time_us"] if kind == "measured" else None,
+                                                  predicted_us=entry["time_us"] if kind == "predicted" else None,
                                                   source=kind)
         dkey = device_key(device_id, mlx_versions.get(device_id))
         out["devices"][dkey] = {

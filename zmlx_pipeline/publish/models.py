@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.models.estimators import DEFAULT_MODEL, Ranker, fit_kernel_model, make_ranker
+from zmlx_pipeline.models.rankers.base import Ranker
+from zmlx_pipeline.models.variants import DEFAULT_MODEL, fit_kernel_model, make_ranker
 from zmlx_pipeline.models.features import KernelFeatures
 from zmlx_pipeline.progress import Say, Steps
 
@@ -179,7 +180,7 @@ def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int |
                   started: float | None = None) -> None:
     """unseen_device_regret of each kernel model (set in its regret), the folds of every kernel in `jobs` worker
     processes at once (a small store scores here); a progress line per kernel with an estimate of the time left."""
-    from zmlx_pipeline.models.estimators import MODEL_VARIANTS
+    from zmlx_pipeline.models.variants import MODEL_VARIANTS
     from zmlx_pipeline.models.evaluate import KernelPool, gather_folds, submit_kernel, summarize
 
     for km in todo:
@@ -243,7 +244,7 @@ def unseen_device_regret(features: KernelFeatures, variant: str) -> float | None
     """Regret@1 geometric mean of the variant on devices left out of training (None with one device);
     load_models scores it for every kernel at once (_score_unseen), the same folds."""
     from zmlx_pipeline.models.evaluate import evaluate_kernel, summarize
-    from zmlx_pipeline.models.estimators import MODEL_VARIANTS
+    from zmlx_pipeline.models.variants import MODEL_VARIANTS
 
     if features.frame["device_id"].n_unique() < 2 or variant not in MODEL_VARIANTS:
         return None

@@ -55,25 +55,47 @@ def _anchors(features: KernelFeatures) -> pl.DataFrame:
 
 
 def candidate_rows(features: KernelFeatures, cases: Iterable[tuple[str, str, Mapping[str, int], list[dict]]]) -> pl.DataFrame:
-    """Measurement-like rows for (device, dtype, shape, configs) cases, ready for kernel_features."""
-    cols: dict[str, list] = {c: [] for c in ("device_id", "dtype", "shape_key", "shape", "config_key", "config")}
+    """Measurement-like rows for (device, dtype, shape, configs) cases, ready for kernel_features: one row per
+    case and config, in the order given.
+
+    Cases share their config lists (build.py keeps one legal list per device limits, dtype and shape), so each
+    distinct list is keyed once and its rows joined to every case that holds it."""
+    case_cols: dict[str, list] = {c: [] for c in ("device_id", "dtype", "shape_key", "shape", "_list")}
+    lists: dict[int, int] = {}
+    kept: list[list[dict]] = []  # the lists themselves, so that no id is reused while this runs
+    block_rows: dict[str, list] = {"_list": [], "config_key": [], "config": []}
     # keyed by the config's items: the legal-config lists of different shapes hold equal configs as
     # distinct dicts, and hashing a tuple is far cheaper than the JSON and sha256 of the key
     config_cache: dict[tuple, tuple[str, str]] = {}
+    shape_cache: dict[tuple, tuple[str, str]] = {}
     for device_id, dtype, shape, configs in cases:
-        skey, sjson = mapping_key(shape), canonical_json(dict(shape))
-        for cfg in configs:
-            items = tuple(cfg.items())
-            cached = config_cache.get(items)
-            if cached is None:
-                cached = config_cache[items] = (mapping_key(cfg), canonical_json(cfg))
-            cols["device_id"].append(device_id)
-            cols["dtype"].append(dtype)
-            cols["shape_key"].append(skey)
-            cols["shape"].append(sjson)
-            cols["config_key"].append(cached[0])
-            cols["config"].append(cached[1])
-    frame = pl.DataFrame(cols, schema={c: pl.String for c in cols})
+        if not configs:
+            continue
+        n = lists.get(id(configs))
+        if n is None:
+            n = lists[id(configs)] = len(kept)
+            kept.append(configs)
+            for cfg in configs:
+                items = tuple(cfg.items())
+                cached = config_cache.get(items)
+                if cached is None:
+                    cached = config_cache[items] = (mapping_key(cfg), canonical_json(cfg))
+                block_rows["_list"].append(n)
+                block_rows["config_key"].append(cached[0])
+                block_rows["config"].append(cached[1])
+        items = tuple(shape.items())
+        skey = shape_cache.get(items)
+        if skey is None:
+            skey = shape_cache[items] = (mapping_key(shape), canonical_json(dict(shape)))
+        case_cols["device_id"].append(device_id)
+        case_cols["dtype"].append(dtype)
+        case_cols["shape_key"].append(skey[0])
+        case_cols["shape"].append(skey[1])
+        case_cols["_list"].append(n)
+    strings = {c: pl.String for c in ("device_id", "dtype", "shape_key", "shape", "config_key", "config")}
+    case_frame = pl.DataFrame(case_cols, schema={**{c: strings[c] for c in case_cols if c != "_list"}, "_list": pl.Int64})
+    block_frame = pl.DataFrame(block_rows, schema={"_list": pl.Int64, "config_key": pl.String, "config": pl.String})
+    frame = case_frame.join(block_frame, on="_list", how="inner", maintain_order="left_right").drop("_list")
     return frame.with_columns(
         pl.lit(features.kernel).alias("kernel"), pl.lit(features.kernel_version).alias("kernel_version"),
         pl.lit("ok").alias("status"), pl.lit(1.0).alias("median_us"), pl.lit(None, dtype=pl.String).alias("extra"),
@@ -99,33 +121,10 @@ def featurize(features: KernelFeatures, rows: pl.DataFrame, devices: pl.DataFram
     return feats
 
 
-def fast_score(ranker, feats: pl.DataFrame) -> np.ndarray:
-    """ranker.score(feats), scoring each distinct feature row of a Pipeline model once.
-
-    Many candidate rows share every feature a model reads (devices it cannot tell apart, say),
-    so a PipelineRanker predicts the distinct rows only; an EnsembleRanker combines its members
-    exactly as its own score does. Any other ranker is asked directly.
-    """
-    from zmlx_pipeline.models.estimators import EnsembleRanker, PipelineRanker, relative_to_case
-
-    if isinstance(ranker, EnsembleRanker) and type(ranker).score is EnsembleRanker.score:
-        total = sum(w * relative_to_case(feats, fast_score(m, feats)) for m, w in zip(ranker.members, ranker.weights))
-        return np.asarray(total / sum(ranker.weights), dtype=float)
-    if isinstance(ranker, PipelineRanker) and type(ranker).score is PipelineRanker.score:
-        cols = list(ranker.features.features)
-        groups = feats.select(cols).with_row_index("_i").group_by(cols, maintain_order=True).agg(pl.col("_i"))
-        if groups.height < feats.height:
-            pred = np.asarray(ranker.score(groups), dtype=float)
-            out = np.empty(feats.height, dtype=float)
-            out[groups["_i"].explode().to_numpy()] = np.repeat(pred, groups["_i"].list.len().to_numpy())
-            return out
-    return np.asarray(ranker.score(feats), dtype=float)
-
-
 def score_rows(ranker, feats: pl.DataFrame) -> pl.DataFrame:
     """CASE + shape, config_key, config and the ranker's score (lower is better)."""
     return feats.select(*CASE, "shape", "config_key", "config").with_columns(
-        pl.Series("score", fast_score(ranker, feats)).fill_nan(None))
+        pl.Series("score", np.asarray(ranker.score(feats), dtype=float)).fill_nan(None))
 
 
 def top_per_case(scored: pl.DataFrame, k: int) -> pl.DataFrame:
@@ -139,7 +138,7 @@ def predict_log_time(time_model, feats: pl.DataFrame) -> np.ndarray:
     """The time model's predicted log time of each row (NaN without a time model)."""
     if time_model is None or feats.is_empty():
         return np.full(feats.height, np.nan)
-    return fast_score(time_model, feats)
+    return np.asarray(time_model.score(feats), dtype=float)
 
 
 def config_dict(text: str) -> dict:

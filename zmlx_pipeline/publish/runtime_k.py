@@ -41,6 +41,41 @@ class RuntimeK:
     max_k: int
 
 
+class _Replayed(_Kernel):
+    """The lookup's kernel with its legality checks remembered in `seen` (shared by the kernels of one replay, whose
+    constraints are the same): a replay asks the same config on the same shape for every k and every weighting."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self, name: str, meta: dict, seen: dict) -> None:
+        super().__init__(name, meta)
+        self._seen = seen
+
+    def legal(self, items, shape: dict, limits: dict) -> bool:
+        key = (items, tuple(shape.items()), tuple(limits.items()))
+        ok = self._seen.get(key)
+        if ok is None:
+            ok = self._seen[key] = super().legal(items, shape, limits)
+        return ok
+
+
+class _ReplayTable(_Table):
+    """A case's table with its nearest buckets remembered: a replay asks them for every k and every weighting."""
+
+    __slots__ = ("_near",)
+
+    def __init__(self, measured: dict, buckets: dict) -> None:
+        super().__init__(measured, buckets)
+        self._near: dict[tuple, list] = {}
+
+    def nearest(self, values: tuple[int, ...], n: int = 1, weights: Sequence[float] | None = None) -> list:
+        key = (values, n, weights)
+        near = self._near.get(key)
+        if near is None:
+            near = self._near[key] = super().nearest(values, n, weights)
+        return near
+
+
 def _items(config: Mapping) -> tuple:
     return tuple(sorted(config.items()))
 
@@ -78,7 +113,7 @@ def replay_cases(frame: pl.DataFrame, meta: dict, entries: Mapping[str, Mapping[
                    if not (b == bucket and own is not None and all(int(own[d]) == shape[d] for d in dims))}
         measured = {_parse_key(m): e for m, e in t["measured"].items() if _parse_key(m) != values}
         cap = max(1, int(legal_n * MAX_FRACTION))
-        cases.append((_Table(measured, buckets), values, shape, limits_for(device, dtype), cap, hits))
+        cases.append((_ReplayTable(measured, buckets), values, shape, limits_for(device, dtype), cap, hits))
     return cases
 
 
@@ -109,7 +144,7 @@ def runtime_k(frame: pl.DataFrame, meta: dict, entries: Mapping[str, Mapping[str
     of the exact shape; k runs from 1 to `max_k` (the candidates an entry stores).
     """
     cases = replay_cases(frame, meta, entries, bucket_shapes, limits_for, n_legal, devices)
-    return replay(_Kernel(meta.get("name", "kernel"), meta), cases, max_k)
+    return replay(_Replayed(meta.get("name", "kernel"), meta, {}), cases, max_k)
 
 
 def _better(a: RuntimeK, b: RuntimeK) -> bool:
@@ -129,12 +164,13 @@ def choose_dim_weights(meta: dict, cases: Sequence[tuple], max_k: int,
     """
     dims = list(meta["dims"])
     best_w = {d: 1.0 for d in dims}
-    best = replay(_Kernel(meta.get("name", "kernel"), {**meta, "dim_weights": best_w}), cases, max_k)
+    seen: dict = {}
+    best = replay(_Replayed(meta.get("name", "kernel"), {**meta, "dim_weights": best_w}, seen), cases, max_k)
     for combo in sorted(itertools.product(choices, repeat=len(dims)), key=lambda c: sum(w != 1.0 for w in c)):
         w = dict(zip(dims, combo))
         if w == best_w:
             continue
-        r = replay(_Kernel(meta.get("name", "kernel"), {**meta, "dim_weights": w}), cases, max_k)
+        r = replay(_Replayed(meta.get("name", "kernel"), {**meta, "dim_weights": w}, seen), cases, max_k)
         if _better(r, best):
             best_w, best = w, r
     return best_w, best

@@ -129,7 +129,7 @@ def cross_family_regret(features, variant: str, devices: Mapping[str, Mapping[st
     the folds' cases; None with fewer than two families (no jump across families can be validated)."""
     import polars as pl
 
-    from zmlx_pipeline.models.estimators import MODEL_VARIANTS, make_ranker
+    from zmlx_pipeline.models.variants import MODEL_VARIANTS, make_ranker
     from zmlx_pipeline.models.evaluate import case_regrets, fit_threads, summarize
 
     frame = features.frame

@@ -8,10 +8,10 @@
 
 A reader following `latest` sees either the previous complete version or the new complete one.
 
-`publish` writes plain JSON (schema 2: readable by every runtime since, and ZMLX's autotune_v3.json
-usable as it is). `rewrite_bundle` turns a bundle into its compact form (schema 3: every file but
-the manifest gzip-compressed as NAME.gz, 6.2x smaller for the default bundle) or back; the package's
-default bundle ships compact.
+`publish` writes plain JSON (schema 4: table entries with named fields; ZMLX's autotune_v3.json usable
+as it is). `rewrite_bundle` turns a bundle into its compact form (schema 5: every file but the manifest
+gzip-compressed as NAME.gz, 6.2x smaller for the default bundle) or back; the package's default bundle
+ships compact. An older bundle keeps its content and so its schema's pair (2 plain, 3 compact).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from zmlx_pipeline.core.files import write_text_atomic
 from zmlx_pipeline.runtime.bundle import (
     BUNDLE_SCHEMA,
     BUNDLE_SCHEMA_VERSION,
-    COMPACT_SCHEMA_VERSION,
+    COMPACT_OF,
     COMPRESSED_SUFFIX,
     LATEST,
     MANIFEST,
@@ -146,7 +146,7 @@ def write_bundle(to_dir: str | os.PathLike, files: Mapping[str, Any], fields: Ma
     """Publish JSON files as a new version under `to_dir` (atomic, then `latest`); returns (manifest, path).
 
     `versioned=False` replaces `to_dir` itself with the bundle (for the package's default bundle);
-    `compact=True` stores every file gzip-compressed (schema 3).
+    `compact=True` stores every file gzip-compressed (schema 5).
     """
     blobs = {name: encode(obj) for name, obj in files.items()}
     return write_blobs(to_dir, blobs, fields, created=created, versioned=versioned, compact=compact)
@@ -159,22 +159,25 @@ def rewrite_bundle(src: str | os.PathLike, dest: str | os.PathLike, compact: boo
     from zmlx_pipeline.runtime.bundle import read_dir
 
     bundle = read_dir(src)
-    if bundle.schema_version < BUNDLE_SCHEMA_VERSION:
-        # a compact bundle holds schema 2's content; calling older content that would make lookups trust it
+    content = bundle.content_schema
+    if content not in COMPACT_OF:
+        # the content keeps its schema: schema 1 has no compact form, and calling it newer would make lookups trust it
         raise PublishError(f"cannot rewrite {src}: bundle schema {bundle.schema_version} predates schema "
-                           f"{BUNDLE_SCHEMA_VERSION}; publish it again")
+                           f"{min(COMPACT_OF)}; publish it again")
     blobs = {name: bundle.data(name) for name in bundle.logical_names()}
     fields = {k: v for k, v in bundle.manifest.items() if k not in OWN_FIELDS}
     created = datetime.fromisoformat(str(bundle.manifest["created"]).replace("Z", "+00:00"))
-    return write_blobs(dest, blobs, fields, created=created, versioned=False, compact=compact)
+    return write_blobs(dest, blobs, fields, created=created, versioned=False, compact=compact, content_schema=content)
 
 
 def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: Mapping[str, Any],
-                created: datetime | None = None, versioned: bool = True, compact: bool = False) -> tuple[dict, Path]:
-    """write_bundle for files already encoded: `blobs` maps each file's name to its JSON bytes."""
+                created: datetime | None = None, versioned: bool = True, compact: bool = False,
+                content_schema: int = BUNDLE_SCHEMA_VERSION) -> tuple[dict, Path]:
+    """write_bundle for files already encoded: `blobs` maps each file's name to its JSON bytes, in the layout of
+    plain schema `content_schema` (an older bundle rewritten keeps its own)."""
     created = created or datetime.now(timezone.utc).replace(microsecond=0)
     blobs = stored_blobs(blobs, compact)
-    manifest = make_manifest(blobs, fields, created, COMPACT_SCHEMA_VERSION if compact else BUNDLE_SCHEMA_VERSION)
+    manifest = make_manifest(blobs, fields, created, COMPACT_OF[content_schema] if compact else content_schema)
     root = Path(to_dir)
     parent = root if versioned else root.parent
     try:

@@ -1,8 +1,9 @@
 """Profile bundles: load one from a directory or an http(s) URL, verify every file's sha256, keep it active.
 
 A bundle is a directory (or the same files behind a URL): `manifest.json` names every other file
-with its sha256 and size. Nothing is used before every hash matches. In a compact bundle (schema 3,
-the one shipped in the package) every file but the manifest is stored gzip-compressed as `NAME.gz`;
+with its sha256 and size. Nothing is used before every hash matches. In a compact bundle (schema 5, or
+3 for schema 2's content; the form shipped in the package) every file but the manifest is stored
+gzip-compressed as `NAME.gz`;
 the hashes are of the stored bytes, and a file is decompressed and parsed only when first asked
 for, so a lookup for one device never inflates another device's table. A bundle that fails (bad
 hash, truncated file, unknown schema, unreachable server) is refused with one warning line and
@@ -26,10 +27,15 @@ from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAP
 
 BUNDLE_SCHEMA = "zmlx-pipeline-bundle"
 #: the schema of plain-JSON bundles (what `publish` writes); 2 added extrapolated evidence, its source device
-#: and scaled times, the kernels' measured ranges and work terms (publish/build.py), and the chips' fp32 TFLOPs
-BUNDLE_SCHEMA_VERSION = 2
-#: the schema of compact bundles: schema 2's content, every file but the manifest stored as `NAME.gz`
-COMPACT_SCHEMA_VERSION = 3
+#: and scaled times, the kernels' measured ranges and work terms (publish/build.py), and the chips' fp32 TFLOPs;
+#: 4 gave every table entry named fields (lookup.ENTRY_FIELDS) instead of a list read by position
+BUNDLE_SCHEMA_VERSION = 4
+#: the schema of compact bundles: schema 4's content, every file but the manifest stored as `NAME.gz`
+COMPACT_SCHEMA_VERSION = 5
+#: plain schema -> its compact form (3 is schema 2's content compressed)
+COMPACT_OF = {2: 3, BUNDLE_SCHEMA_VERSION: COMPACT_SCHEMA_VERSION}
+#: the schemas whose table entries are lists read by position (lookup.POSITIONAL_FIELDS)
+POSITIONAL_SCHEMAS = (1, 2, 3)
 #: the newest schema this runtime reads
 MAX_SCHEMA_VERSION = COMPACT_SCHEMA_VERSION
 #: the suffix of a file stored gzip-compressed in a compact bundle
@@ -75,6 +81,17 @@ class Bundle:
     def schema_version(self) -> int:
         return int(self.manifest.get("schema_version") or BUNDLE_SCHEMA_VERSION)
 
+    @property
+    def compact(self) -> bool:
+        """Its files are stored gzip-compressed (schema 3 or 5)."""
+        return is_compact(self.schema_version)
+
+    @property
+    def content_schema(self) -> int:
+        """The plain schema of its content: a compact bundle's uncompressed form (3 holds 2's, 5 holds 4's)."""
+        return next((plain for plain, packed in COMPACT_OF.items() if packed == self.schema_version),
+                    self.schema_version)
+
     def stored_name(self, name: str) -> str | None:
         """The file that holds `name`: itself, or in a compact bundle `name.gz`; None if the bundle has neither."""
         return _stored_name(name, self._raw, self.schema_version)
@@ -85,7 +102,7 @@ class Bundle:
 
     def logical_names(self) -> list[str]:
         """Every file of the bundle by the name readers ask for (a compact bundle's `NAME.gz` as `NAME`)."""
-        compact = self.schema_version >= COMPACT_SCHEMA_VERSION
+        compact = self.compact
         return sorted(n[: -len(COMPRESSED_SUFFIX)] if compact and n.endswith(COMPRESSED_SUFFIX) else n
                       for n in self._raw)
 
@@ -128,10 +145,15 @@ class Bundle:
 # verification
 
 
+def is_compact(schema_version: int) -> bool:
+    """A bundle of this schema stores its files gzip-compressed."""
+    return schema_version in COMPACT_OF.values()
+
+
 def _stored_name(name: str, files: Any, schema_version: int) -> str | None:
     if name in files:
         return name
-    if schema_version >= COMPACT_SCHEMA_VERSION and name + COMPRESSED_SUFFIX in files:
+    if is_compact(schema_version) and name + COMPRESSED_SUFFIX in files:
         return name + COMPRESSED_SUFFIX
     return None
 

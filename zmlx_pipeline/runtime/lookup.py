@@ -27,7 +27,14 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from zmlx_pipeline.core.constraints import ConstraintSet, limit_values
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
-from zmlx_pipeline.runtime.bundle import Bundle, BundleError, BundleWarning, active_bundle, on_change
+from zmlx_pipeline.runtime.bundle import (
+    POSITIONAL_SCHEMAS,
+    Bundle,
+    BundleError,
+    BundleWarning,
+    active_bundle,
+    on_change,
+)
 from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
@@ -44,6 +51,11 @@ EVIDENCE = ("measured", "predicted", "extrapolated", "default", "none")
 #: candidates returned when the bundle gives no pruning k for a kernel
 DEFAULT_PRUNE_K = 5
 _MEMO_LIMIT = 200_000
+#: the fields of a table entry (named in a bundle of schema 4 on; a list in this order before): the best config's
+#: index into the kernel's configs, the ranked candidates' indices, the time in us (measured, or predicted), the
+#: expected regret@1, the evidence, how many configs are legal there, and (only for a chip never measured) the
+#: roofline bound its time was moved by ("bandwidth" or "compute")
+ENTRY_FIELDS = ("best", "ranked", "time_us", "expected_regret", "evidence", "n_legal", "time_bound")
 
 Items = tuple[tuple[str, Any], ...]
 
@@ -200,6 +212,19 @@ def _kernel(bundle: Bundle, name: str) -> _Kernel | None:
     return k
 
 
+def named_entry(value: Any) -> dict:
+    """A table entry with named fields (ENTRY_FIELDS), from a list of an older bundle or an entry already named."""
+    if isinstance(value, dict):
+        return value
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"a table entry is a list or an object, not {type(value).__name__}")
+    return dict(zip(ENTRY_FIELDS, value))
+
+
+def _same(value: dict) -> dict:
+    return value
+
+
 def _parse_key(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(","))
 
@@ -213,14 +238,16 @@ def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table]
         _TABLES[device] = None
         return None
     out: dict[tuple[str, str], _Table] = {}
+    # an older bundle's entries are lists: named once here, so every later read is by name
+    entry = named_entry if bundle.schema_version in POSITIONAL_SCHEMAS else _same
     try:
         data = bundle.json(name)
         for kernel, by_dtype in data["kernels"].items():
             for dtype, t in by_dtype.items():
                 out[(kernel, dtype)] = _Table(
-                    {_parse_key(k): v for k, v in t.get("measured", {}).items()},
-                    {_parse_key(k): v for k, v in t.get("buckets", {}).items()},
-                    {_parse_key(k): v for k, v in t.get("between", {}).items()},
+                    {_parse_key(k): entry(v) for k, v in t.get("measured", {}).items()},
+                    {_parse_key(k): entry(v) for k, v in t.get("buckets", {}).items()},
+                    {_parse_key(k): entry(v) for k, v in t.get("between", {}).items()},
                 )
     except (BundleError, KeyError, TypeError, ValueError, AttributeError) as exc:
         import warnings
@@ -381,9 +408,10 @@ class Ranked:
         self.failure = failure
 
 
-def _order(entry: list) -> list[int]:
+def _order(entry: dict) -> list[int]:
     """An entry's candidates, its best first."""
-    return [entry[0]] + [c for c in entry[1] if c != entry[0]]
+    best = entry["best"]
+    return [best] + [c for c in entry["ranked"] if c != best]
 
 
 def rank_in_table(k: "_Kernel", table: "_Table", values: tuple[int, ...], shape_map: dict, limits: dict,
@@ -452,15 +480,15 @@ def _family(row: Mapping[str, Any] | None) -> tuple[str, str]:
     return str(row.get("vendor") or "").lower(), str(row.get("family") or "").lower()
 
 
-def _travel(bundle: Bundle, k: _Kernel, device: str, entry: list) -> tuple[str, str | None, str | None, str]:
+def _travel(bundle: Bundle, k: _Kernel, device: str, entry: dict) -> tuple[str, str | None, str | None, str]:
     """For a bucket entry of a device never measured: (evidence, source device, time bound, note)."""
     prof = bundle.profiles.get(device) or {}
     fam = _family(prof)
     trained_families = sorted({" ".join(_family(bundle.profiles.get(d))) for d in k.trained} - {" "})
     moved = k.transfer.get(device)
     if moved:  # schema 2: publish says where this device's answers come from
-        evidence, source = str(moved.get("evidence") or entry[4]), moved.get("from")
-        basis = entry[6] if len(entry) > 6 else None
+        evidence, source = str(moved.get("evidence") or entry["evidence"]), moved.get("from")
+        basis = entry.get("time_bound")
     else:  # schema 1: work the family out here; no time was moved to this chip
         same = [d for d in sorted(k.trained) if _family(bundle.profiles.get(d)) == fam and fam != ("", "")]
         evidence, source, basis = ("predicted" if same else "extrapolated"), (same[0] if same else None), None
@@ -559,10 +587,10 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
         return _no_legal(bundle, kernel, k, device_id, dtype_name, shape_map)
     note += r.note
     ranked, bucket_key, prune_k = r.ranked, r.bucket_key, r.prune_k
-    time_us, regret, evidence = r.entry[2], r.entry[3], r.entry[4]
+    time_us, regret, evidence = r.entry["time_us"], r.entry["expected_regret"], r.entry["evidence"]
     if r.from_overall:
         evidence = "predicted" if evidence == "measured" else evidence
-    dropped = r.from_overall or ranked[0] != k.configs[r.entry[0]]  # the entry's time is another config's
+    dropped = r.from_overall or ranked[0] != k.configs[r.entry["best"]]  # the entry's time is another config's
     if dropped:
         time_us = None
     if evidence != "measured" and device_id not in k.trained:
@@ -570,7 +598,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
         if bundle.schema_version < 2:
             time_us = None  # a schema-1 time is the time model's guess for this chip, never scaled to it
         if evidence == "extrapolated":
-            regret = r.entry[3] if k.transfer.get(device_id) else None
+            regret = r.entry["expected_regret"] if k.transfer.get(device_id) else None
             if regret is None:
                 why += "no expected regret: no architecture family was left out to validate such a jump. "
         elif regret is None:

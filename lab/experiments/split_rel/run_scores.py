@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import variants  # noqa: registers experimental variants
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.models.evaluate import kernel_features_of, folds, _fold_rows, baseline_scores
-from zmlx_pipeline.models.estimators import make_ranker
+from zmlx_pipeline.models.variants import make_ranker
 from zmlx_pipeline.models.features import CASE
 
 OURS = ["add_rmsnorm", "layernorm", "matmul", "moe_combine", "rmsnorm", "softmax", "swiglu", "topk_gating"]
