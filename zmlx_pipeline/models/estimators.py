@@ -1131,6 +1131,9 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "rank_guarded": lambda f: CVEnsembleRanker(f, ("gbr_shared_top",), (), max_device_folds=4, guards_seen=GUARDS_SEEN,
                                                guards_unseen=GUARDS_UNSEEN, name="rank_guarded"),
     **{f"baseline_{b}": (lambda b: lambda f: BaselineRanker(f, b))(b) for b in _baselines.BASELINES},
+    # for new devices the ensemble's transfer and the ranking objective together (models/robust.py)
+    **{n: (lambda n: lambda f: _robust.VARIANTS[n](f))(n) for n in ("unseen_select", "unseen_blend", "unseen_hedged",
+                                                                     "robust_select", "robust_blend", "robust_hedged")},
 }
 ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV
 ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave
@@ -1154,3 +1157,7 @@ def make_ranker(features: KernelFeatures, model: str = DEFAULT_MODEL) -> Ranker:
 def fit_kernel_model(features: KernelFeatures, model: str = DEFAULT_MODEL) -> Ranker:
     """A ranker of the named variant trained on all of a kernel's measurements."""
     return make_ranker(features, model).fit(features.frame)
+
+
+# models/robust.py builds on the classes above, so it is imported last (its variants are registered above)
+from zmlx_pipeline.models import robust as _robust  # noqa: E402
