@@ -14,7 +14,7 @@ from zmlx_pipeline.models.estimators import MODEL_VARIANTS, ModelError, PriorRan
 from zmlx_pipeline.models.evaluate import case_regrets, evaluate_kernel
 from zmlx_pipeline.models.features import store_features
 from zmlx_pipeline.models.persist import load_model_file, save_model
-from zmlx_pipeline.models.robust import TransferRankRanker, blend_ranks
+from zmlx_pipeline.models.robust import TransferRankRanker, blend_ranks, unanimous_winners
 
 DEVICES = ("nvidia-rtx-a4000", "nvidia-rtx-a5000", "nvidia-rtx-a6000", "nvidia-a40", "nvidia-a100-pcie-40gb")
 # every device ranks the configs alike: threadgroup 24 first, 32 last
@@ -158,3 +158,30 @@ def test_bad_designs_are_refused(one_shape):
         TransferRankRanker(one_shape, ("rank",), default="blend")
     with pytest.raises(ModelError, match="unknown baseline"):
         TransferRankRanker(one_shape, thin_hedges=("no_such",))
+
+
+def test_where_the_training_devices_agree_their_winner_leads_only_on_thin_evidence(one_shape, many_shapes,
+                                                                                   misleading_rank):
+    """Every training device measured TG 24 fastest: with 4 inner cases that config goes first even though the
+    (misleading) model would not put it there; with 32 inner cases the chosen design leads unchanged."""
+    thin, test = _unseen(one_shape, "unseen_unanimous", DEVICES[2])
+    assert thin.policy_unseen["evidence"] == "thin"
+    assert thin.winners["config_key"].to_list() == test.filter(pl.col("cfg_TG") == 24)["config_key"].unique().to_list()
+    assert case_regrets(test, thin.score(test), ks=(1,))["r1"].to_list() == [1.0]
+    hedged, _ = _unseen(one_shape, "unseen_hedged", DEVICES[2])
+    assert case_regrets(test, hedged.score(test), ks=(1,))["r1"][0] > 1.0  # the same ranker without the rule
+
+    ample, test = _unseen(many_shapes, "unseen_unanimous", DEVICES[2])
+    plain, _ = _unseen(many_shapes, "unseen_hedged", DEVICES[2])
+    assert ample.policy_unseen["evidence"] == "chosen"
+    np.testing.assert_array_equal(ample.score(test), plain.score(test))
+
+
+def test_devices_that_disagree_have_no_winner(one_shape):
+    frame = one_shape.frame
+    flipped = frame.with_columns(  # one device now finds TG 32 fastest
+        pl.when((pl.col("device_id") == DEVICES[0]) & (pl.col("cfg_TG") == 32)).then(0.1)
+        .otherwise(pl.col("median_us")).alias("median_us"))
+    assert unanimous_winners(flipped).is_empty()
+    assert unanimous_winners(frame.filter(pl.col("device_id") == DEVICES[0])).is_empty()  # one device is no fleet
+    assert unanimous_winners(frame).height == 1

@@ -1132,8 +1132,9 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
                                                guards_unseen=GUARDS_UNSEEN, name="rank_guarded"),
     **{f"baseline_{b}": (lambda b: lambda f: BaselineRanker(f, b))(b) for b in _baselines.BASELINES},
     # for new devices the ensemble's transfer and the ranking objective together (models/robust.py)
-    **{n: (lambda n: lambda f: _robust.VARIANTS[n](f))(n) for n in ("unseen_select", "unseen_blend", "unseen_hedged",
-                                                                     "robust_select", "robust_blend", "robust_hedged")},
+    **{n: (lambda n: lambda f: _robust.VARIANTS[n](f))(n) for n in (
+        "unseen_select", "unseen_blend", "unseen_hedged", "unseen_unanimous",
+        "robust_select", "robust_blend", "robust_hedged", "robust_unanimous")},
 }
 ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV
 ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave

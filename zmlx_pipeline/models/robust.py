@@ -16,7 +16,9 @@ hedged as the guarded ensemble's (CVEnsembleRanker's guard policy: a baseline ma
 GUARD_MIN_CASES inner cases and a win in every inner fold; the inner folds choose the baselines the top
 k interleaves), except where the inner folds hold fewer than `thin_cases` cases: then the top k
 interleaves the lead with the `thin_hedges` baselines a priori (the fleet-wide winners), since a
-choice made on a dozen cases is noise. notes/ranker-selection.md compares the variants.
+choice made on a dozen cases is noise, and, with `unanimous`, a config that was the fastest on every
+training device that measured the case's shape and dtype (two at least) goes first: where the whole
+measured fleet agrees, no model is needed. notes/ranker-selection.md compares the variants.
 """
 
 from __future__ import annotations
@@ -61,6 +63,32 @@ def case_ranks(frame: pl.DataFrame, scores: np.ndarray) -> np.ndarray:
     return ranked.select(pl.col("_s").rank("ordinal").over(CASE).cast(pl.Float64))["_s"].fill_null(np.inf).to_numpy()
 
 
+def unanimous_winners(train: pl.DataFrame) -> pl.DataFrame:
+    """Per (dtype, shape_key) measured on two training devices or more, the config that was the fastest on every one
+    of them (cases where the devices disagree are left out); ties within a device go to the lower config_key."""
+    best = (train.sort(["median_us", "config_key"]).group_by(["device_id", "dtype", "shape_key"], maintain_order=True)
+            .agg(pl.col("config_key").first()))
+    agree = best.group_by(["dtype", "shape_key"]).agg(pl.col("config_key").n_unique().alias("_u"),
+                                                      pl.col("config_key").first(), pl.len().alias("_n"))
+    return agree.filter((pl.col("_u") == 1) & (pl.col("_n") >= 2)).select("dtype", "shape_key", "config_key").sort(
+        ["dtype", "shape_key"])
+
+
+def lead_with_winners(frame: pl.DataFrame, scores: np.ndarray, winners: pl.DataFrame) -> np.ndarray:
+    """`scores` with each case's unanimous winner (if it has one) moved ahead of every other config; the rest keep
+    their order."""
+    if winners.is_empty():
+        return np.asarray(scores, dtype=float)
+    hit = frame.select("dtype", "shape_key", "config_key").join(
+        winners.with_columns(pl.lit(True).alias("_w")), on=["dtype", "shape_key", "config_key"], how="left",
+        maintain_order="left")["_w"].fill_null(False).to_numpy()
+    scores = np.asarray(scores, dtype=float).copy()
+    if hit.any():
+        floor = np.nanmin(scores) if np.isfinite(scores).any() else 0.0
+        scores[hit] = floor - 1.0
+    return scores
+
+
 class TransferRankRanker(CVEnsembleRanker):
     """The ensemble's unseen setting and the shared ranking model, one of three designs leading (see the
     module docstring); `policy_unseen["design"]` names it, `policy_unseen["evidence"]` says whether the
@@ -73,10 +101,12 @@ class TransferRankRanker(CVEnsembleRanker):
     select_min_cases: int = SELECT_MIN_CASES
     thin_cases: int = 0
     thin_hedges: tuple = ()
+    unanimous: bool = False
+    winners: pl.DataFrame | None = None
 
     def __init__(self, features: KernelFeatures, designs: Sequence[str] = ("blend",), default: str | None = None,
                  select_min_cases: int = SELECT_MIN_CASES, thin_cases: int = 0, thin_hedges: Sequence[str] = (),
-                 name: str = "transfer_rank") -> None:
+                 unanimous: bool = False, name: str = "transfer_rank") -> None:
         super().__init__(features, _est.ENSEMBLE_MEMBERS, _est.ENSEMBLE_HEDGES, max_device_folds=4,
                          guards_seen=_est.GUARDS_SEEN, guards_unseen=_est.GUARDS_UNSEEN, name=name)
         unknown = [d for d in designs if d not in DESIGNS]
@@ -93,6 +123,8 @@ class TransferRankRanker(CVEnsembleRanker):
         self.select_min_cases = select_min_cases
         self.thin_cases = thin_cases
         self.thin_hedges = tuple(thin_hedges)
+        self.unanimous = unanimous
+        self.winners = None  # (dtype, shape_key, config_key): the config every training device measured fastest
         self.rank_member = RANK_MEMBER
         self.policy_unseen = self._thin_policy(None)
 
@@ -175,6 +207,11 @@ class TransferRankRanker(CVEnsembleRanker):
         policy["inner"] = {**policy.get("inner", {}), **inner}
         return weights, hedge, float(loss[best].mean()), policy
 
+    def fit(self, train: pl.DataFrame) -> "TransferRankRanker":
+        super().fit(train)
+        self.winners = unanimous_winners(train) if self.unanimous else None
+        return self
+
     def _design(self) -> str:
         return (self.policy_unseen or {}).get("design", self.default)
 
@@ -218,7 +255,10 @@ class TransferRankRanker(CVEnsembleRanker):
         if (~seen).any():
             part = test.filter(pl.Series(~seen))
             lead = self._lead(part, {m: v[~seen] for m, v in scores.items()})
-            out[~seen] = self._apply_policy(part, lead, self.policy_unseen)
+            ranked = self._apply_policy(part, lead, self.policy_unseen)
+            if self.winners is not None and self.policy_unseen.get("evidence") == "thin":
+                ranked = lead_with_winners(part, ranked, self.winners)
+            out[~seen] = ranked
         return out
 
 
@@ -234,7 +274,12 @@ VARIANTS = {
     "unseen_hedged": lambda f: TransferRankRanker(f, DESIGNS, "blend", select_min_cases=_est.GUARD_MIN_CASES,
                                                   thin_cases=_est.GUARD_MIN_CASES, thin_hedges=("most_common_best",),
                                                   name="unseen_hedged"),
+    # as unseen_hedged, and where the inner folds are thin a config every training device measured fastest leads
+    "unseen_unanimous": lambda f: TransferRankRanker(f, DESIGNS, "blend", select_min_cases=_est.GUARD_MIN_CASES,
+                                                     thin_cases=_est.GUARD_MIN_CASES, thin_hedges=("most_common_best",),
+                                                     unanimous=True, name="unseen_unanimous"),
     "robust_select": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_select", name="robust_select"),
     "robust_blend": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_blend", name="robust_blend"),
     "robust_hedged": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_hedged", name="robust_hedged"),
+    "robust_unanimous": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_unanimous", name="robust_unanimous"),
 }
