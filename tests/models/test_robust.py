@@ -111,7 +111,7 @@ def test_select_picks_per_kernel_between_rank_and_ensemble(many_shapes, misleadi
 
 
 def test_nested_selection_never_sees_the_left_out_device(many_shapes, monkeypatch):
-    """Spy on every inner split while the devices split scores each left-out device with robust_hedged."""
+    """Spy on every inner split while the devices split scores each left-out device with the default."""
     seen: list[tuple[set, set]] = []
     inner = TransferRankRanker._inner_folds
 
@@ -121,7 +121,7 @@ def test_nested_selection_never_sees_the_left_out_device(many_shapes, monkeypatc
         return out
 
     monkeypatch.setattr(TransferRankRanker, "_inner_folds", spy)
-    per_case = evaluate_kernel(many_shapes, "devices", ks=(1,), models=("robust_hedged",), baselines=False)
+    per_case = evaluate_kernel(many_shapes, "devices", ks=(1,), models=("robust",), baselines=False)
     assert per_case["device_id"].n_unique() == len(DEVICES)
     assert len(seen) == len(DEVICES)
     for outer_train, inner_devices in seen:
@@ -131,19 +131,20 @@ def test_nested_selection_never_sees_the_left_out_device(many_shapes, monkeypatc
 
 def test_held_out_shapes_are_the_ensembles_own(many_shapes):
     """On a device seen in training every robust variant is the ensemble's seen setting: identical regrets."""
-    got = evaluate_kernel(many_shapes, "shapes", ks=(1, 3), models=("ensemble", "robust_hedged", "robust_blend"),
+    got = evaluate_kernel(many_shapes, "shapes", ks=(1, 3), models=("ensemble", "robust", "robust_blend"),
                           baselines=False)
     by = {m: got.filter(pl.col("method") == m).sort(["device_id", "shape_key", "dtype"]) for m in
-          ("ensemble", "robust_hedged", "robust_blend")}
-    for m in ("robust_hedged", "robust_blend"):
+          ("ensemble", "robust", "robust_blend")}
+    for m in ("robust", "robust_blend"):
         assert by[m]["r1"].to_list() == by["ensemble"]["r1"].to_list()
         assert by[m]["r3"].to_list() == by["ensemble"]["r3"].to_list()
 
 
-def test_a_fitted_ranker_round_trips_through_a_model_file(many_shapes, tmp_path):
+def test_the_default_round_trips_through_a_model_file(many_shapes, tmp_path):
     train = many_shapes.frame.filter(pl.col("device_id") != DEVICES[3])
     test = many_shapes.frame.filter(pl.col("device_id") == DEVICES[3])
-    ranker = make_ranker(many_shapes, "robust_hedged").fit(train)
+    ranker = make_ranker(many_shapes, estimators.DEFAULT_MODEL).fit(train)
+    assert ranker.unseen_ranker.unanimous and ranker.unseen_ranker.thin_hedges == ("most_common_best",)
     path = tmp_path / "m.zip"
     save_model(ranker, path)
     loaded = load_model_file(path)

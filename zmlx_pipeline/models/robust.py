@@ -281,5 +281,6 @@ VARIANTS = {
     "robust_select": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_select", name="robust_select"),
     "robust_blend": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_blend", name="robust_blend"),
     "robust_hedged": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_hedged", name="robust_hedged"),
-    "robust_unanimous": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_unanimous", name="robust_unanimous"),
+    # the default: the ensemble's seen setting for measured devices, unseen_unanimous for new ones
+    "robust": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_unanimous", name="robust"),
 }
