@@ -35,12 +35,7 @@ from zmlx_pipeline.models.estimators import (
     ModelError,
     SeenUnseenRanker,
     _first_min,
-    _FoldRegret,
-    fit_sample,
-    interleave_ranks,
     relative_to_case,
-    sample_cases,
-    weight_grid,
 )
 from zmlx_pipeline.models.features import CASE, KernelFeatures
 
@@ -103,6 +98,7 @@ class TransferRankRanker(CVEnsembleRanker):
     thin_hedges: tuple = ()
     unanimous: bool = False
     winners: pl.DataFrame | None = None
+    _selecting: str | None = None  # the split `_select` is choosing for, read by `_guard_policy`
 
     def __init__(self, features: KernelFeatures, designs: Sequence[str] = ("blend",), default: str | None = None,
                  select_min_cases: int = SELECT_MIN_CASES, thin_cases: int = 0, thin_hedges: Sequence[str] = (),
@@ -115,9 +111,10 @@ class TransferRankRanker(CVEnsembleRanker):
         default = default or designs[0]
         if default not in designs:
             raise ModelError(f"the default design {default!r} is not one of {', '.join(designs)}")
-        unknown = [b for b in thin_hedges if b not in _baselines.BASELINES]
+        unknown = [b for b in thin_hedges if b not in self.guards_unseen]
         if unknown:
-            raise ModelError(f"unknown baseline(s) {', '.join(unknown)}")
+            raise ModelError(f"unknown baseline(s) {', '.join(unknown)}: the thin hedges are guard baselines "
+                             f"({', '.join(self.guards_unseen)})")
         self.designs = tuple(designs)
         self.default = default
         self.select_min_cases = select_min_cases
@@ -138,45 +135,25 @@ class TransferRankRanker(CVEnsembleRanker):
                 **({"inner": inner} if inner else {})}
 
     def _select(self, train: pl.DataFrame, split: str) -> tuple[list[float], bool, float | None, dict]:
-        if split != "devices":
+        """CVEnsembleRanker's selection (its inner folds score the rank member too: `_names`); for the devices
+        split `_guard_policy` below also chooses the design. A single training device (no inner fold) or no
+        guard baseline leaves the default design and no hedges."""
+        self._selecting = split
+        try:
             return super()._select(train, split)
-        equal = [1.0 / len(self.member_names)] * len(self.member_names)
-        folds = self._inner_folds(train, split)
-        if not folds:
-            return equal, False, None, self._thin_policy(None)
-        available = set(_baselines.baseline_names(self.features))
-        guards = [b for b in dict.fromkeys([*self.guards_unseen, *self.thin_hedges]) if b in available]
-        per_fold = []
-        for inner_train, inner_test in folds:  # as CVEnsembleRanker._select, the rank member scored too
-            sample = fit_sample(inner_train, max_rows=self.inner_rows)
-            inner_test = fit_sample(sample_cases(inner_test, self.inner_cases), max_rows=self.inner_test_rows)
-            scores = {m: relative_to_case(inner_test, _est.make_ranker(self.features, m).fit(sample).score(inner_test))
-                      for m in self._names()}
-            regret = _FoldRegret(inner_test, self.ks)
-            hedged = [regret.ranks(scores[h]) for h in self.hedge_names]
-            base_train = fit_sample(inner_train) if guards else inner_train
-            base = {b: regret.ranks(_est.BaselineRanker(self.features, b).fit(base_train).score(inner_test))
-                    for b in guards}
-            per_fold.append((inner_test, scores, regret, hedged, base))
+        finally:
+            self._selecting = None
 
-        def combined(t, s, w, hedge, regret, hedged):
-            total = self._total(t, s, w)
-            return interleave_ranks([regret.ranks(total), *hedged]) if hedge else total
+    def _guard_policy(self, per_fold, ranks, model_k, base_k, first, last) -> dict:
+        """The design, then the lead and hedges of the guard for it (or, on thin evidence, the a priori ones).
 
-        candidates = [(list(w), hedge) for hedge in ([False, True] if self.hedge_names else [False])
-                      for w in weight_grid(len(self.member_names), self.step)]
-        loss = np.array([[regret.mean(combined(t, s, w, hedge, regret, hedged)) for t, s, regret, hedged, _ in per_fold]
-                         for w, hedge in candidates])
-        best = _first_min(loss.mean(axis=1))
-        weights, hedge = candidates[best]
-        # nested: each inner fold's ensemble is the candidate the OTHER inner folds choose
-        design_ranks: dict[str, list[np.ndarray]] = {d: [] for d in DESIGNS}
-        for f, (t, s, regret, hedged, _) in enumerate(per_fold):
-            others = [g for g in range(len(per_fold)) if g != f]
-            c = _first_min(loss[:, others].mean(axis=1)) if others else best
-            ens = regret.ranks(combined(t, s, *candidates[c], regret, hedged))
+        `ranks` are the ensemble's nested ranks per inner fold (each fold scored with the weights the other
+        inner folds choose); the rank member's and the blend's come from the same folds' scores."""
+        if self._selecting != "devices":
+            return super()._guard_policy(per_fold, ranks, model_k, base_k, first, last)
+        design_ranks: dict[str, list[np.ndarray]] = {"ensemble": list(ranks), "rank": [], "blend": []}
+        for (t, s, regret, hedged, base), ens in zip(per_fold, ranks):
             rank = regret.ranks(s[self.rank_member])
-            design_ranks["ensemble"].append(ens)
             design_ranks["rank"].append(rank)
             design_ranks["blend"].append(regret.ranks(blend_ranks(ens, rank)))
         cases = sum(regret.cases for _, _, regret, _, _ in per_fold)
@@ -190,22 +167,13 @@ class TransferRankRanker(CVEnsembleRanker):
         if cases < self.thin_cases:
             policy = self._thin_policy(inner)
             policy["design"] = design
-            return weights, hedge, float(loss[best].mean()), policy
-        first, last = min(self.ks), max(self.ks)
-        model_k, base_k = {first: [], last: []}, {}
-        for (t, s, regret, hedged, base), r in zip(per_fold, design_ranks[design]):
-            for k in (first, last):
-                model_k[k].append(regret.mean(r, [k]))
-                for b, br in base.items():
-                    if b in self.guards_unseen:
-                        base_k.setdefault(b, {first: [], last: []})[k].append(regret.mean(br, [k]))
-        if base_k:
-            policy = self._guard_policy(per_fold, design_ranks[design], model_k, base_k, first, last)
-        else:
-            policy = {"mode": "model", "baseline": None, "hedges": []}
+            return policy
+        mine = design_ranks[design]
+        model_k = {k: [regret.mean(r, [k]) for (_, _, regret, _, _), r in zip(per_fold, mine)] for k in (first, last)}
+        policy = super()._guard_policy(per_fold, mine, model_k, base_k, first, last)
         policy.update(design=design, evidence="chosen")
         policy["inner"] = {**policy.get("inner", {}), **inner}
-        return weights, hedge, float(loss[best].mean()), policy
+        return policy
 
     def fit(self, train: pl.DataFrame) -> "TransferRankRanker":
         super().fit(train)
