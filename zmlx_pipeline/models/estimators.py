@@ -1130,7 +1130,7 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "robust_rank": lambda f: SeenUnseenRanker(f, ("ensemble",), "rank_guarded", name="robust_rank"),
     # stacking: baselines as weighted members of the ensemble
     "stacked": lambda f: CVEnsembleRanker(f, STACKED_MEMBERS, ENSEMBLE_HEDGES, max_device_folds=4, name="stacked"),
-    # the ranking objective alone, guarded as `robust` is
+    # the ranking objective alone, guarded as `ensemble_guarded` is (`robust_rank`'s new-device part)
     "rank_guarded": lambda f: CVEnsembleRanker(f, ("gbr_shared_top",), (), max_device_folds=4, guards_seen=GUARDS_SEEN,
                                                guards_unseen=GUARDS_UNSEEN, name="rank_guarded"),
     **{f"baseline_{b}": (lambda b: lambda f: BaselineRanker(f, b))(b) for b in _baselines.BASELINES},
