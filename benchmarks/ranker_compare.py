@@ -1,7 +1,7 @@
 """Ranker variants side by side, each against the best baseline, per kernel and per left-out device.
 
     python benchmarks/ranker_compare.py --db STORE [--models ensemble,robust,...] [--split devices,shapes]
-                                        [--kernels K,...] [--one-shape] [--jobs N] [--json FILE]
+                                        [--kernels K,...] [--one-shape [--shape-seed N]] [--jobs N] [--json FILE]
 
 For each split (evaluate.py's folds, nested protocol: every choice a variant makes is made inside the
 fold's training rows) it prints, per kernel, each variant's regret@1 and @5 (geometric mean over the
@@ -11,7 +11,7 @@ and under `devices` the after-the-fact floor (evaluate.ORACLE) and the spread ov
 where it is at or below the best baseline at both k.
 
 --one-shape keeps one shape per kernel (of the shapes measured on the most devices, the middle one of their
-sorted keys) and
+sorted keys, or with --shape-seed N one of them drawn at random) and
 drops the kernels measured on one device only: our data in the regime of the public Kernel Tuner files (one
 problem size measured on a few devices), to check a variant there on kernels it was not developed on.
 """
@@ -29,16 +29,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 JUDGED_SHAPE_DEVICES = ("nvidia-h100-sxm", "nvidia-h200")
 
 
-def one_shape(features: dict) -> dict:
-    """Each kernel's frame cut to one shape (the middle of its sorted shape keys; kernels on one device dropped)."""
-    import polars as pl
+def one_shape(features: dict, seed: int | None = None) -> dict:
+    """Each kernel's frame cut to one shape (of the shapes measured on the most devices, the middle of their
+    sorted keys, or with `seed` one drawn at random; kernels on fewer than 3 devices dropped)."""
+    import random
     from dataclasses import replace
+
+    import polars as pl
 
     out = {}
     for kernel, f in features.items():
         counts = f.frame.group_by("shape_key").agg(pl.col("device_id").n_unique().alias("n"))
         shapes = sorted(counts.filter(pl.col("n") == counts["n"].max())["shape_key"].to_list())
-        frame = f.frame.filter(pl.col("shape_key") == shapes[len(shapes) // 2])
+        pick = shapes[len(shapes) // 2] if seed is None else random.Random(f"{seed}:{kernel}").choice(shapes)
+        frame = f.frame.filter(pl.col("shape_key") == pick)
         if frame["device_id"].n_unique() >= 3:
             out[kernel] = replace(f, frame=frame)
     return out
@@ -75,6 +79,8 @@ def main() -> int:
     ap.add_argument("--split", default="devices,shapes")
     ap.add_argument("--kernels", default=None, help="comma-separated (default: every kernel)")
     ap.add_argument("--one-shape", action="store_true", help="one shape per kernel (see the docstring)")
+    ap.add_argument("--shape-seed", type=int, default=None,
+                    help="with --one-shape: draw each kernel's shape at random with this seed (default: the middle one)")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--json", default=None, help="also write the figures here")
     args = ap.parse_args()
@@ -82,8 +88,8 @@ def main() -> int:
     with Store(args.db, read_only=True) as store:
         features = kernel_features_of(store, args.kernels.split(",") if args.kernels else None)
     if args.one_shape:
-        features = one_shape(features)
-    report: dict = {"models": list(models), "one_shape": args.one_shape, "splits": {}}
+        features = one_shape(features, args.shape_seed)
+    report: dict = {"models": list(models), "one_shape": args.one_shape, "shape_seed": args.shape_seed, "splits": {}}
     for split in args.split.split(","):
         ks = (1, 5) if split == "devices" else (1, 3)
         t0 = time.perf_counter()

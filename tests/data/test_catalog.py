@@ -114,15 +114,17 @@ FAMILY_ROWS = {
     ("nvidia", "turing"): ["gtx-1650", "gtx-1660", "gtx-1660-ti", "gtx-1660-super", "rtx-2060", "rtx-2060-super",
                            "rtx-2070", "rtx-2070-super", "rtx-2080", "rtx-2080-super", "rtx-2080-ti", "titan-rtx", "t4",
                            "quadro-rtx-4000", "quadro-rtx-5000", "quadro-rtx-6000", "quadro-rtx-8000"],
-    ("nvidia", "ampere"): ["a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "a10", "a30", "a40",
+    ("nvidia", "ampere"): ["a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "a800-sxm4-80gb",
+                           "a800-pcie-80gb", "a10", "a30", "a40",
                            "a2", "a16", "rtx-3050", "rtx-3060", "rtx-3060-ti", "rtx-3070", "rtx-3070-ti", "rtx-3080",
                            "rtx-3080-ti", "rtx-3090", "rtx-3090-ti", "rtx-a2000", "rtx-a4000", "rtx-a4500", "rtx-a5000",
                            "rtx-a6000"],
-    ("nvidia", "ada"): ["l4", "l40", "l40s", "rtx-4060", "rtx-4060-ti", "rtx-4070", "rtx-4070-super", "rtx-4070-ti",
+    ("nvidia", "ada"): ["l4", "l20", "l40", "l40s", "rtx-4060", "rtx-4060-ti", "rtx-4070", "rtx-4070-super", "rtx-4070-ti",
                         "rtx-4070-ti-super", "rtx-4080", "rtx-4080-super", "rtx-4090", "rtx-2000-ada", "rtx-4000-ada",
                         "rtx-4500-ada", "rtx-5000-ada", "rtx-6000-ada"],
-    ("nvidia", "hopper"): ["h100-pcie", "h100-sxm", "h100-nvl", "h200", "gh200-96gb", "gh200-144gb"],
-    ("nvidia", "blackwell"): ["b200", "rtx-5060", "rtx-5060-ti", "rtx-5070", "rtx-5070-ti", "rtx-5080", "rtx-5090",
+    ("nvidia", "hopper"): ["h100-pcie", "h100-sxm", "h100-nvl", "h200", "gh200-96gb", "gh200-144gb", "h800-sxm",
+                           "h800-pcie", "h20"],
+    ("nvidia", "blackwell"): ["b200", "gb200", "b300", "gb300", "rtx-5060", "rtx-5060-ti", "rtx-5070", "rtx-5070-ti", "rtx-5080", "rtx-5090",
                               "rtx-pro-6000-blackwell"],
     ("amd", "gcn5"): ["mi25", "mi50", "mi60"],
     ("amd", "cdna1"): ["mi100"],
@@ -153,7 +155,7 @@ FAMILY_ARCHITECTURES = {
 # FP32 lanes per SM/CU (an FMA is two FLOPs); RDNA3/4 and CDNA4 figures count two FP32 per lane per clock.
 FP32_LANES = {
     "sm_30": 192, "sm_35": 192, "sm_37": 192, "sm_50": 128, "sm_52": 128, "sm_60": 64, "sm_61": 128, "sm_70": 64,
-    "sm_75": 64, "sm_80": 64, "sm_86": 128, "sm_89": 128, "sm_90": 128, "sm_100": 128, "sm_120": 128,
+    "sm_75": 64, "sm_80": 64, "sm_86": 128, "sm_89": 128, "sm_90": 128, "sm_100": 128, "sm_103": 128, "sm_120": 128,
     "gfx900": 64, "gfx906": 64, "gfx908": 64, "gfx90a": 64, "gfx942": 64, "gfx950": 128,
     "gfx1010": 64, "gfx1012": 64, "gfx1030": 64, "gfx1031": 64, "gfx1032": 64,
     "gfx1100": 128, "gfx1101": 128, "gfx1102": 128, "gfx1200": 128, "gfx1201": 128,
@@ -263,6 +265,15 @@ def test_ids_are_unique_vendor_slugs():
         ("NVIDIA RTX 4000 Ada Generation", "nvidia-rtx-4000-ada"),
         ("NVIDIA GH200 480GB", "nvidia-gh200-96gb"),
         ("NVIDIA B200", "nvidia-b200"),
+        ("NVIDIA GB200", "nvidia-gb200"),
+        ("NVIDIA B300 SXM6 AC", "nvidia-b300"),
+        ("NVIDIA GB300", "nvidia-gb300"),
+        ("NVIDIA H20", "nvidia-h20"),
+        ("NVIDIA H800", "nvidia-h800-sxm"),
+        ("NVIDIA H800 PCIe", "nvidia-h800-pcie"),
+        ("NVIDIA A800-SXM4-80GB", "nvidia-a800-sxm4-80gb"),
+        ("NVIDIA A800 80GB PCIe", "nvidia-a800-pcie-80gb"),
+        ("NVIDIA L20", "nvidia-l20"),
         ("NVIDIA GeForce RTX 5090", "nvidia-rtx-5090"),
         ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "nvidia-rtx-pro-6000-blackwell"),
         ("AMD Instinct MI300A", "amd-mi300a"),
@@ -281,7 +292,7 @@ def test_driver_names_match_their_row(name, device_id):
 
 
 @pytest.mark.parametrize(
-    "name", ["RTX 6000", "RTX 4000", "TITAN X", "GTX 1060", "NVIDIA GH200", "RX 7900", "RTX PRO 6000"]
+    "name", ["RTX 6000", "RTX 4000", "TITAN X", "GTX 1060", "NVIDIA GH200", "RX 7900", "RTX PRO 6000", "A800"]
 )
 def test_names_shared_by_several_cards_match_none(name):
     assert match_device(name) is None
@@ -292,6 +303,10 @@ def test_per_gpu_rows_of_multi_gpu_boards_and_newest_figures():
     b200 = get_device("nvidia-b200")
     assert (b200.gpu_cores, b200.architecture, b200.l2_bytes) == (148, "sm_100", 129536 * 1024)
     assert get_device("nvidia-rtx-5090").architecture == "sm_120"
+    # Blackwell Ultra is compute capability 10.3; a GB200/GB300 row is one GPU of the superchip, not the package
+    assert get_device("nvidia-b300").architecture == get_device("nvidia-gb300").architecture == "sm_103"
+    assert get_device("nvidia-gb200").architecture == "sm_100" and get_device("nvidia-gb200").gpu_cores == 148
+    assert get_device("nvidia-h20").gpu_cores == 78 and get_device("nvidia-h20").memory_gb == 96
     assert get_device("amd-mi355x").architecture == "gfx950" and get_device("amd-mi300a").l2_bytes == 24 * 2**20
 
 

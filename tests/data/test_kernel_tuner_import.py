@@ -196,6 +196,22 @@ def test_empty_device_name_is_taken_from_the_file_name(store, tmp_path):
     assert import_files(store, [path])[0]["device"] == "amd-mi250x"
 
 
+@pytest.mark.parametrize("stem, device_id", [
+    ("H20", "nvidia-h20"), ("H800", "nvidia-h800-sxm"), ("B300", "nvidia-b300"), ("GB200", "nvidia-gb200"),
+    ("GB300", "nvidia-gb300"), ("L20", "nvidia-l20"), ("L40S", "nvidia-l40s"), ("A800-SXM4-80GB", "nvidia-a800-sxm4-80gb"),
+])
+def test_data_centre_gpus_are_found_from_the_file_name(store, tmp_path, stem, device_id):
+    path = write(tmp_path / "toy" / f"{stem}.json", cache_doc(device_name=""))
+    assert import_files(store, [path])[0]["device"] == device_id
+
+
+def test_a_name_two_gpus_share_is_refused_naming_both(store, tmp_path):
+    path = write(tmp_path / "toy" / "x.json", cache_doc(device_name="NVIDIA A800"))
+    with pytest.raises(UnmatchedDevice, match="nvidia-a800-sxm4-80gb, nvidia-a800-pcie-80gb"):
+        import_files(store, [path])
+    assert store.measurements() == [] and store.runs() == []
+
+
 def test_subspace_file_gets_the_described_defaults_and_filter_size_goes_to_the_shape(store, tmp_path):
     write(tmp_path / "search-spaces" / "conv.json", {
         "General": {"BenchmarkName": "conv"},

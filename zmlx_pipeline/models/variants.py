@@ -33,10 +33,11 @@
   `gbr_rel_clip2`, clipped at 2x, and `gbr_rel_top`, each case's fastest configs weighted up) and
   for new devices (`ensemble`, its unseen setting only): SeenUnseenRanker;
 - `baseline_<name>`: one of evaluate's baselines (models/baselines.py) as a ranker (BaselineRanker);
-- `robust` (the default): the ensemble for the devices seen in training (its seen setting), and for new
-  devices `rank_guarded` (notes/ranker-selection.md);
+- `robust` (the default) and its siblings `robust_*`: the ensemble's seen setting for measured devices; for
+  a new device the ensemble's transfer and `gbr_shared_top` together (models/robust.py); `robust_rank`, the
+  default before it: `rank_guarded` for a new device;
 - `ensemble_guarded`: `ensemble` whose nested inner selection may also let a baseline lead (only when the
-  inner folds hold enough cases and the baseline wins most of them) and interleaves the best baselines
+  inner folds hold enough cases and the baseline wins every one) and interleaves the best baselines
   into its top k where the inner folds say so (CVEnsembleRanker's guards; notes/ranker-selection.md);
 - `stacked`: the ensemble with `baseline_other_device_best` and `baseline_common_top10` as weighted members;
 - `gbr_shared_top`: `gbr_shared` with each case's fastest configs weighted up (a ranking objective on
@@ -53,6 +54,7 @@ import math
 from typing import Callable
 
 from zmlx_pipeline.models import baselines as _baselines
+from zmlx_pipeline.models import robust as _robust
 from zmlx_pipeline.models.cv_ensemble import CVEnsembleRanker
 from zmlx_pipeline.models.features import KernelFeatures
 from zmlx_pipeline.models.rankers.alignment import AlignmentRanker
@@ -102,15 +104,20 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "ensemble_guarded": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, max_device_folds=4,
                                                    guards_seen=GUARDS_SEEN, guards_unseen=GUARDS_UNSEEN,
                                                    name="ensemble_guarded"),
-    # the default: the ensemble for the devices seen in training (its seen setting), and for new devices the
-    # ranking objective guarded by the baselines (notes/ranker-selection.md)
-    "robust": lambda f: SeenUnseenRanker(f, ("ensemble",), "rank_guarded", name="robust"),
+    # the ensemble for the devices seen in training (its seen setting), and for new devices the ranking objective
+    # guarded by the baselines (the default before `robust`; notes/ranker-selection.md)
+    "robust_rank": lambda f: SeenUnseenRanker(f, ("ensemble",), "rank_guarded", name="robust_rank"),
     # stacking: baselines as weighted members of the ensemble
     "stacked": lambda f: CVEnsembleRanker(f, STACKED_MEMBERS, ENSEMBLE_HEDGES, max_device_folds=4, name="stacked"),
-    # the ranking objective alone, guarded as `robust` is
+    # the ranking objective alone, guarded as `ensemble_guarded` is (`robust_rank`'s new-device part)
     "rank_guarded": lambda f: CVEnsembleRanker(f, ("gbr_shared_top",), (), max_device_folds=4, guards_seen=GUARDS_SEEN,
                                                guards_unseen=GUARDS_UNSEEN, name="rank_guarded"),
     **{f"baseline_{b}": (lambda b: lambda f: BaselineRanker(f, b))(b) for b in _baselines.BASELINES},
+    # for new devices the ensemble's transfer and the ranking objective together (models/robust.py); `robust`, the
+    # default, is one of them (notes/ranker-selection.md)
+    **{n: (lambda n: lambda f: _robust.VARIANTS[n](f))(n) for n in (
+        "unseen_select", "unseen_blend", "unseen_hedged", "unseen_unanimous",
+        "robust_select", "robust_blend", "robust_hedged", "robust")},
 }
 ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV
 ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave
