@@ -445,7 +445,7 @@ def _ptx_cache(prefix: str) -> str:
     import tempfile
 
     from zmlx_pipeline.kernels import compiled
-    from zmlx_pipeline.runtime.ptx_cache import ENV
+    from zmlx_pipeline.kernels.ptx_cache import ENV
 
     path = tempfile.mkdtemp(prefix=prefix)
     os.environ[ENV] = path

@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     from zmlx_pipeline.kernels.registry import resolve
     from zmlx_pipeline.pipeline.collect import TimingSettings, collect
     from zmlx_pipeline.pipeline.gpus import parse_gpus, visible_gpu_count
-    from zmlx_pipeline.runtime.ptx_cache import ENV
+    from zmlx_pipeline.kernels.ptx_cache import ENV
 
     device = detect_device()
     have = visible_gpu_count() if device.backend == "cuda" else 0

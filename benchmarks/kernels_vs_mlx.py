@@ -25,7 +25,7 @@ import sys
 import time
 
 from zmlx_pipeline.data.detect import detect_backend
-from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.core.keys import mapping_key
 from zmlx_pipeline.kernels.harness import (
     Launcher,
     input_sets,

@@ -43,7 +43,7 @@ def parse_case(text: str):
 
 def main() -> int:
     from zmlx_pipeline.data.detect import detect_device
-    from zmlx_pipeline.data.keys import mapping_key
+    from zmlx_pipeline.core.keys import mapping_key
     from zmlx_pipeline.kernels.harness import rotate_bytes_for
     from zmlx_pipeline.kernels.registry import get_kernel
     from zmlx_pipeline.kernels.spec import Limits

@@ -71,7 +71,7 @@ def main() -> int:
     parser.add_argument("--arch", type=int, default=90, help="cuda_arch for the legality constraints")
     args = parser.parse_args()
     from zmlx_pipeline.kernels import compiled, nvrtc
-    from zmlx_pipeline.runtime.ptx_cache import PtxCache
+    from zmlx_pipeline.kernels.ptx_cache import PtxCache
 
     try:
         print(f"NVRTC {nvrtc.version()}, device {nvrtc.compute_capability()}")

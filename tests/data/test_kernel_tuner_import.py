@@ -15,7 +15,7 @@ import zmlx_pipeline
 from zmlx_pipeline.data.catalog import load_catalog
 from zmlx_pipeline.data.importers import ImportFileError, UnmatchedDevice, import_files, parse_file
 from zmlx_pipeline.data.importers.kernel_tuner import kernel_version
-from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.core.keys import mapping_key
 from zmlx_pipeline.pipeline.cli import cli
 
 # the shared reference data sits beside the repository (../shared), in CI as in every checkout
@@ -39,7 +39,7 @@ def snapshot(store) -> tuple:
 def cache_doc(device_name="NVIDIA A100-PCIE-40GB", keys=("block_size_x", "tile_size_y"), entries=None) -> dict:
     """A tiny Kernel Tuner cache file: one timed config, one that failed to run, one to compile."""
     entries = entries or [
-        ({"block_size_x": 32, "tile_size_y": 1}, 2.0, [1.0, 2.0, 3.0, 4.0, 5.0]),
+        ({"block_size_x": 32, "tile_size_y": 1}, 3.0, [1.0, 2.0, 3.0, 4.0, 5.0]),  # time: the mean of the times
         ({"block_size_x": 64, "tile_size_y": 1}, "RuntimeFailedConfig", None),
         ({"block_size_x": 64, "tile_size_y": 2}, "CompilationFailedConfig", None),
     ]
@@ -157,11 +157,18 @@ def test_truncated_gzip_is_refused_and_nothing_is_stored(store, tmp_path):
 
 
 def test_truncated_json_and_missing_cache_are_refused(store, tmp_path):
-    text = json.dumps(cache_doc())
+    text = json.dumps(t4_doc(problem_size=[8]))
     cut = tmp_path / "A100.json"
     cut.write_text(text[: len(text) // 2])
     with pytest.raises(ImportFileError, match=r"A100.json: not valid JSON \(truncated\?\)"):
         import_files(store, [cut])
+    text = json.dumps(cache_doc())
+    cut.write_text(text[: text.index('"64,1"')] + '"64,1": {"block_size_x": 64, "tile_')  # a cache cut mid-entry
+    header_cut = tmp_path / "A4000.json"
+    header_cut.write_text(text[: text.index('"cache"') - 20])
+    with pytest.raises(ImportFileError, match=r"A4000.json: not valid JSON \(truncated\?\)"):
+        import_files(store, [header_cut])
+    assert [m.config for m in parse_file(cut).measurements] == [{"block_size_x": 32, "tile_size_y": 1}]
     doc = cache_doc()
     del doc["cache"]
     no_cache = write(tmp_path / "x" / "A100.json", doc)
@@ -483,20 +490,9 @@ def test_problem_size_from_the_file_the_search_space_or_the_option(seeded, tmp_p
     # Kernel Tuner's own test cache has no problem_size; "callable" is what it writes for a function
     doc = kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=None)
     path = write(tmp_path / "vec" / "A4000.json", doc)
-    assert refused(seeded, path) == (
-        f"cannot import {path}: it names no problem size and no search-space description "
-        f"({tmp_path / 'search-spaces' / 'vec.json'}) gives one; pass --problem-size (e.g. --problem-size "
-        "4096,4096); nothing of it was stored")
     (row,) = import_files(seeded, [path], problem_size=[100000])
     assert seeded.measurements(kernel="vector_add")[0]["shape"] == {"x": 100000}
     assert seeded.runs()[-1]["settings"]["problem_size_from"] == "--problem-size"
-    callable_size = write(tmp_path / "vec2" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)},
-                                                                    problem_size="callable"))
-    assert "it gives 'callable' as its problem size and no search-space description" in refused(seeded, callable_size)
-    strings = write(tmp_path / "vec5" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=["n", 8]))
-    assert ("the problem size of its file is unusable (problem size ['n', 8] is not a list of integers); pass "
-            "--problem-size (e.g. --problem-size 4096,4096)") in refused(seeded, strings)
-    assert parse_file(strings, problem_size=[1024, 8]).shape == {"x": 1024, "y": 8}
     write(tmp_path / "search-spaces" / "vec3.json", {"KernelSpecification": {"ProblemSize": [512, 2]}})
     described = write(tmp_path / "vec3" / "A4000.json", doc)
     assert parse_file(described).shape == {"x": 512, "y": 2}
@@ -505,6 +501,41 @@ def test_problem_size_from_the_file_the_search_space_or_the_option(seeded, tmp_p
     assert "--problem-size [64, 64] disagrees with the problem size of its file ({'x': 4096, 'y': 4096})" in refused(
         seeded, sized, problem_size=[64, 64])
     assert parse_file(sized, problem_size=[4096, 4096]).shape == {"x": 4096, "y": 4096}
+    for text, shape in (("4096x2048", {"x": 4096, "y": 2048}), ("[25000, 2048, 1]", {"x": 25000, "y": 2048, "z": 1}),
+                        ("80000000", {"x": 80000000})):
+        as_text = write(tmp_path / "vec6" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=text))
+        assert parse_file(as_text).shape == shape
+    strings = write(tmp_path / "vec5" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=["n", 8]))
+    assert parse_file(strings, problem_size=[1024, 8]).shape == {"x": 1024, "y": 8}
+
+
+def test_a_file_without_a_usable_problem_size_is_one_case_of_unknown_size(store, tmp_path):
+    # no problem size, "callable" (a function of the parameters) or names instead of numbers: the timings are
+    # still one case, of a size nobody wrote down; its shape is empty and the file says why
+    two = {"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0)}
+    files = {name: write(tmp_path / name / "A4000.json", kt_cache(two, kernel_name=name, problem_size=size))
+             for name, size in (("none", None), ("callable", "callable"), ("names", ["n", 8]))}
+    rows = import_files(store, list(files.values()))
+    assert [(r["kernel"], r["rows"], r["added"]) for r in rows] == [("none", 2, 2), ("callable", 2, 2), ("names", 2, 2)]
+    assert {m["kernel"]: m["shape"] for m in store.measurements()} == {"none": {}, "callable": {}, "names": {}}
+    settings = [r["settings"] for r in store.runs()]
+    assert [s["problem_size_from"] for s in settings] == ["none"] * 3
+    assert [s.get("problem_size_in_file") for s in settings] == [None, "callable", ["n", 8]]
+    # the same file again (or grown by a resumed run) goes in as before; another file of unknown size would
+    # share its keys, so it is refused until --problem-size tells the two apart
+    assert import_files(store, [files["none"]])[0]["added"] == 0
+    other = write(tmp_path / "none" / "A4000_run2.json", kt_cache({"16,1": entry(16, 1, 5.0)}, kernel_name="none",
+                                                                   problem_size=None))
+    assert refused(store, other) == (
+        f"cannot import {other}: it names no problem size, and A4000.json (kernel none on nvidia-rtx-a4000 too) is "
+        "imported without one; pass --problem-size to tell their sizes apart; nothing of it was stored")
+    assert import_files(store, [other], problem_size=[8192])[0]["added"] == 1
+    both = [write(tmp_path / "two" / f"{n}.json", kt_cache({"16,1": entry()}, kernel_name="two", problem_size=None))
+            for n in ("a", "b")]
+    before = snapshot(store)
+    with pytest.raises(ImportFileError, match="b.json: it names no problem size, and a.json"):
+        import_files(store, both)
+    assert snapshot(store) == before
 
 
 def test_parse_problem_size_accepts_integers_and_json():
@@ -719,3 +750,274 @@ def test_a_t4_results_file_takes_its_device_from_the_metadata_file_beside_it(sto
     assert parse_file(results, problem_size=[8]).device.id == "amd-mi250x"
     with pytest.raises(ImportFileError, match="only describe the machine of a T4 results file"):
         import_files(store, [metadata])
+
+
+# ------------------------------------------------------------------------------------------
+# files as published (tests/data/fixtures/kernel_tuner_wild/SOURCE.md names the public file each is modelled on)
+
+WILD = Path(__file__).parent / "fixtures" / "kernel_tuner_wild"
+
+
+def wild_map(tmp_path) -> Path:
+    """A device map for the published files that name no GPU ("Testing", "", a file name that is none)."""
+    path = tmp_path / "devices.json"
+    path.write_text(json.dumps({"Testing": "nvidia-rtx-a4000", "t4_*": "nvidia-a100-pcie-40gb",
+                                "vector_add_gflops_T4.json": "nvidia-rtx-a4000",
+                                "AMD Instinct MI50/MI60": "amd-mi50"}))
+    return path
+
+
+@pytest.mark.parametrize(
+    "name, device, rows, failed, skipped, fastest_us, size",
+    [
+        # schema 1.0.0 and 1.1.0 entries, and an unversioned cache: medians of the kept repetitions, in us
+        ("small_cache_1.0.0.json", "nvidia-rtx-a4000", 2, 0, 0, 3871.744, None),
+        ("small_cache_1.1.0.json", "nvidia-rtx-a4000", 3, 0, 0, 3637.248, None),
+        ("vector_add_unversioned.json", "nvidia-rtx-a4000", 3, 0, 0, 25.152, None),
+        ("open_cache_looks_like_closed.json", "nvidia-rtx-a4000", 2, 0, 0, 3871.744, None),
+        ("killed_mid_entry.json", "nvidia-rtx-a4000", 2, 0, 0, 3871.744, None),
+        ("convolution_MI50.json", "amd-mi50", 2, 0, 0, 10823.668, None),
+        ("t4_cache_invalids.json", "nvidia-a100-pcie-40gb", 1, 1, 0, None, None),
+        ("t4_target.json", "nvidia-a100-pcie-40gb", 1, 0, 0, 12257.820, None),
+        ("vector_add_gflops_T4.json", "nvidia-rtx-a4000", 3, 1, 1, 38.9, [100000]),
+    ],
+)
+def test_published_files_import_unchanged(store, tmp_path, name, device, rows, failed, skipped, fastest_us, size):
+    (row,) = import_files(store, [WILD / name], device_map=wild_map(tmp_path), problem_size=size)
+    assert (row["device"], row["rows"], row["added"], row["failed"], row["skipped"]) == (
+        device, rows, rows, failed, skipped)
+    stored = store.measurements()
+    timed = [m["median_us"] for m in stored if m["median_us"] is not None]
+    assert (not timed) if fastest_us is None else min(timed) == pytest.approx(fastest_us, abs=1e-3)
+    # a failed config is never a timing, and every ok row is one
+    assert all((m["median_us"] is None) == (m["status"] != "ok") for m in stored)
+    again = import_files(store, [WILD / name], device_map=wild_map(tmp_path), problem_size=size)
+    assert again[0]["added"] == 0 and len(store.measurements()) == rows
+
+
+def test_cache_schema_versions_give_the_same_rows(tmp_path):
+    # 1.1.0 writes each entry's parameters after its results: the same configs and timings as 1.0.0
+    old, new = (parse_file(WILD / f"small_cache_{v}.json", device="nvidia-rtx-a4000") for v in ("1.0.0", "1.1.0"))
+    assert as_stored(old) == as_stored(new)[:2]
+    assert old.kernel_version == new.kernel_version and old.shape == new.shape == {"x": 4096, "y": 4096}
+
+
+def test_a_run_killed_mid_entry_imports_its_complete_entries(store, tmp_path):
+    parsed = parse_file(WILD / "killed_mid_entry.json", device="nvidia-rtx-a4000")
+    assert [m.config for m in parsed.measurements] == [{"block_size_x": 16, "block_size_y": 1},
+                                                       {"block_size_x": 16, "block_size_y": 2}]
+    assert parsed.source["closed_open_cache"] is True
+    assert parsed.source["dropped_cut_off_entry"].startswith('"32,1": {"block_size_x": 32')
+    # a line damaged in the middle, with complete entries after it, is not a cut-off: refused whole
+    lines = (WILD / "killed_mid_entry.json").read_text().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith('"16,1"'))
+    lines[at] = lines[at][:60]
+    damaged = tmp_path / "k" / "damaged.json"
+    damaged.parent.mkdir()
+    damaged.write_text("\n".join(lines))
+    assert "not valid JSON" in refused(store, damaged, device="nvidia-rtx-a4000")
+    # on one line too (json.dumps without indent): an entry damaged before others is never read as the end
+    one_line = json.dumps(kt_cache({"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0), "32,2": entry(32, 2, 3.0)}))
+    damaged.write_text(one_line.replace('"time": 2.0', '"time": 2.0.1'))
+    assert "not valid JSON" in refused(store, damaged)
+    for cut_at, kept in (('"time": 2.0', 1), ('"block_size_x": 32, "block_size_y": 2, "time": 3.0', 2)):
+        for cut in ("", "tr", "3.", "-"):
+            damaged.write_text(one_line[: one_line.index(cut_at) + len(cut_at) - 3] + cut)
+            assert len(parse_file(damaged).measurements) == kept, (cut_at, cut)
+    # cut-off caches keep what they held: importing the finished file later adds only the rest
+    import_files(store, [WILD / "killed_mid_entry.json"], device="nvidia-rtx-a4000")
+    rows = import_files(store, [WILD / "small_cache_1.0.0.json", WILD / "small_cache_1.1.0.json"],
+                        device="nvidia-rtx-a4000")
+    assert [r["added"] for r in rows] == [0, 1]
+
+
+def test_published_files_that_name_no_gpu_say_what_to_pass(store, tmp_path):
+    assert "device 'Testing' is not in the catalog; pass --device <catalog id> or --device-map FILE" in refused(
+        store, WILD / "small_cache_1.0.0.json")
+    assert ("device 't4_cache_invalids' is not in the catalog; pass --device <catalog id> or --device-map FILE"
+            in refused(store, WILD / "t4_cache_invalids.json"))
+    assert refused(store, WILD / "convolution_MI50.json") == (
+        f"cannot import {WILD / 'convolution_MI50.json'}: device 'AMD Instinct MI50/MI60' names several chips (it "
+        "may be amd-mi50, amd-mi60); pass --device <its id> or map the file in --device-map; nothing of it was stored")
+
+
+def test_a_t4_file_tuned_for_gflops_without_times_is_refused_saying_so(seeded, tmp_path):
+    doc = json.loads((WILD / "vector_add_gflops_T4.json").read_text())
+    for result in doc["results"]:
+        result["times"]["runtimes"] = []
+        result["measurements"] = [m for m in result["measurements"] if m["name"] != "time"]
+    path = write(tmp_path / "vec" / "A4000_T4.json", doc)
+    assert refused(seeded, path, problem_size=[8]) == (
+        f"cannot import {path}: result 0 is correct but has no runtimes and no time measurement (it was tuned for "
+        "'GFLOP/s', not a kernel time); nothing of it was stored")
+
+
+@pytest.mark.parametrize(
+    "name, device_id",
+    [("NVIDIA GeForce RTX 3090", "nvidia-rtx-3090"), ("Tesla V100-SXM2-32GB", "nvidia-v100-sxm2-32gb"),
+     ("A100-PCIE-40GB", "nvidia-a100-pcie-40gb"), ("AMD Instinct MI250X", "amd-mi250x"),
+     ("NVIDIA RTX A6000", "nvidia-rtx-a6000"), ("GeForce GTX TITAN X", "nvidia-gtx-titan-x"),
+     ("Tesla K20c", "nvidia-tesla-k20"), ("Tesla K40m", "nvidia-tesla-k40"), ("Tesla K20Xm", "nvidia-tesla-k20x"),
+     ("TITAN X (Pascal)", "nvidia-titan-x-pascal"), ("NVIDIA A100 80GB PCIe", "nvidia-a100-pcie-80gb"),
+     ("NVIDIA H100 80GB HBM3", "nvidia-h100-sxm"), ("AMD Instinct MI300X VF", "amd-mi300x"),
+     ("Tesla V100-DGXS-32GB", "nvidia-v100-sxm2-32gb"), ("AMD Radeon PRO W7800", "amd-radeon-pro-w7800"),
+     ("NVIDIA TITAN Xp COLLECTORS EDITION", "nvidia-titan-xp"), ("TitanV", "nvidia-titan-v")],
+)
+def test_device_names_as_kernel_tuner_files_write_them(tmp_path, name, device_id):
+    path = write(tmp_path / "k" / "a.json", kt_cache({"16,1": entry()}, device_name=name))
+    assert parse_file(path).device.id == device_id
+
+
+@pytest.mark.parametrize(
+    "name, told",
+    [("gfx90a:sramecc+:xnack-", "it may be amd-mi210, amd-mi250, amd-mi250x"),
+     ("NVIDIA H100", "it may be nvidia-h100-pcie, nvidia-h100-sxm, nvidia-h100-nvl"),
+     ("AMD Instinct MI50/MI60", "names several chips (it may be amd-mi50, amd-mi60)"),
+     ("Apple M1 Pro", "it may be apple-m1-pro-14c, apple-m1-pro-16c"),  # Kernel Tuner's OpenCL backend on a Mac
+     ("NVIDIA GeForce RTX 3060 Laptop GPU", "is not in the catalog"),
+     ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "is a MIG instance (a slice of nvidia-a100-sxm4-40gb with part of its "
+                                          "SMs and memory), which the catalog has no row for")],
+)
+def test_device_names_that_tell_no_one_chip_are_refused_never_guessed(seeded, tmp_path, name, told):
+    path = write(tmp_path / "k" / "a.json", kt_cache({"16,1": entry()}, device_name=name))
+    message = refused(seeded, path)
+    assert told in message and "pass --device" in message
+
+
+def test_a_cache_written_indented_and_cut_off_inside_an_entry_keeps_its_complete_entries(store, tmp_path):
+    # kernel_tuner/cache/file.py write_cache dumps the whole cache with indent=0: an entry spans many lines
+    doc = json.loads((WILD / "small_cache_1.1.0.json").read_text())
+    text = json.dumps(doc, indent=0)
+    cut = text[: text.index('"32,1"')] + text[text.index('"32,1"'):][:250]
+    assert cut.count("\n") > 40 and not cut.rstrip().endswith("}")
+    path = tmp_path / "k" / "indented.json"
+    path.parent.mkdir()
+    path.write_text(cut)
+    parsed = parse_file(path, device="nvidia-rtx-a4000")
+    assert [m.config for m in parsed.measurements] == [{"block_size_x": 16, "block_size_y": 1},
+                                                       {"block_size_x": 16, "block_size_y": 2}]
+
+
+def test_a_t4_file_converted_from_a_cache_tuned_for_gflops_reads_its_runtimes_never_the_gflops(store, tmp_path):
+    # kernel_tuner/cache/convert.py convert_cache_to_t4: one measurement, named after the objective, unit "";
+    # runtimes from the entry's "times", left out where the entry has none
+    doc = {"metadata": {"timeunit": "miliseconds"}, "schema_version": "1.0.0", "results": [
+        {"timestamp": "2023-12-22 09:54:05.502007+00:00", "configuration": {"block_size_x": 16},
+         "times": {"compilation": 918.6, "framework": 105.2, "search_algorithm": 0, "validation": 0,
+                   "runtimes": [3.976, 3.879, 3.873]},
+         "invalidity": "correct", "correctness": 1,
+         "measurements": [{"name": "GFLOP/s", "value": 1948.16, "unit": ""}], "objectives": ["GFLOP/s"]},
+        {"timestamp": "2023-12-22 09:54:06.508453+00:00", "configuration": {"block_size_x": 32},
+         "times": {"compilation": 855.1, "framework": 2.1, "search_algorithm": 0, "validation": 0},
+         "invalidity": "compile", "correctness": 0,
+         "measurements": [{"name": "GFLOP/s", "value": "CompilationFailedConfig", "unit": ""}],
+         "objectives": ["GFLOP/s"]}]}
+    path = write(tmp_path / "conv" / "A4000_T4.json", doc)
+    parsed = parse_file(path, problem_size=[4096, 4096])
+    assert [(m.status, m.median_us) for m in parsed.measurements] == [("ok", pytest.approx(3879.0)),
+                                                                      ("compile_error", None)]
+    del doc["results"][0]["times"]["runtimes"]
+    write(path, doc)
+    assert ("result 0 is correct but has no runtimes and no time measurement (it was tuned for 'GFLOP/s', not a "
+            "kernel time)") in refused(store, path, problem_size=[4096, 4096])
+
+
+def rocm_metadata(card: dict) -> dict:
+    """A T4 metadata document holding one card of rocm-smi --showallinfo --json output."""
+    return {"metadata": {"environment": {"device_query": {"rocm-smi": {"card0": card}}}}}
+
+
+@pytest.mark.parametrize(
+    "card, device_id",
+    [({"Card series": "Navi 31 [Radeon Pro W7800]", "Card model": "0x7448"}, "amd-radeon-pro-w7800"),
+     ({"Card Series": "0x740c", "Device Name": "Aldebaran/MI200 [Instinct MI250X/MI250]",
+       "Marketing Name": "AMD Instinct MI250X"}, "amd-mi250x")],
+)
+def test_rocm_smi_fields_as_rocm_versions_fill_them(store, tmp_path, card, device_id):
+    folder = tmp_path / "vec"
+    results = write(folder / "node3-results.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms")]))
+    write(folder / "node3-metadata.json", rocm_metadata(card))
+    assert parse_file(results, problem_size=[8]).device.id == device_id
+
+
+def test_a_rocm_smi_name_of_several_boards_is_refused_listing_them(seeded, tmp_path):
+    folder = tmp_path / "vec"
+    results = write(folder / "node3-results.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms")]))
+    card = {"Card series": "0x740c", "Device Name": "Aldebaran/MI200 [Instinct MI250X/MI250]"}
+    write(folder / "node3-metadata.json", rocm_metadata(card))
+    assert "device 'Instinct MI250X/MI250' names several chips (it may be amd-mi250x, amd-mi250)" in refused(
+        seeded, results, problem_size=[8])
+
+
+def test_a_failure_written_into_any_result_of_an_entry_fails_it(store, tmp_path):
+    # a config whose metric Kernel Tuner could not compute holds the failure there; its time is no timing
+    doc = kt_cache({"16,1": entry(16, 1, 2.0), "32,1": entry(32, 1, 2.5, **{"GFLOP/s": "RuntimeFailedConfig"}),
+                    "32,2": entry(32, 2, 3.0, energy="InvalidConfig")})
+    (row,) = import_files(store, [write(tmp_path / "k" / "a.json", doc)])
+    assert (row["rows"], row["failed"], row["skipped"]) == (2, 1, 1)
+    assert sorted((m["config"]["block_size_x"], m["status"], m["median_us"]) for m in store.measurements()) == [
+        (16, "ok", 2000.0), (32, "launch_error", None)]
+
+
+def test_a_byte_order_mark_and_repetitions_in_a_t4_measurement_are_read(tmp_path):
+    path = tmp_path / "k" / "A4000.json"
+    path.parent.mkdir()
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(kt_cache({"16,1": entry()})).encode())
+    assert parse_file(path).measurements[0].median_us == 1500.0
+    # the T4 schema allows a measurement's value to be an array: the repetitions
+    doc = t4([{"configuration": {"block_size_x": 16}, "invalidity": "correct", "correctness": 1, "times": {},
+               "measurements": [{"name": "time", "value": [1.0, 3.0, 2.0], "unit": "ms"}]}], {"problem_size": [8]})
+    (m,) = parse_file(write(tmp_path / "vec" / "A4000_T4.json", doc)).measurements
+    assert (m.median_us, m.samples) == (2000.0, 3)
+
+
+@pytest.mark.parametrize(
+    "file_name, device_id",
+    [("A4000_f=bruteforce_i=0.json", "nvidia-rtx-a4000"),  # fjwillemsen/kernel_tuner_paper results/hotspot/
+     ("RTX_Titan.json.gz", "nvidia-titan-rtx"),  # AutoTuningAssociation/benchmark_hub cachefiles/convolution/
+     ("TitanXp_T4.json", "nvidia-titan-xp"), ("MI250X_T4.json.gz", "amd-mi250x")],
+)
+def test_file_names_of_published_files_name_their_gpu(tmp_path, file_name, device_id):
+    path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""), gz=file_name.endswith(".gz"))
+    assert parse_file(path).device.id == device_id
+
+
+def test_a_time_written_over_its_repetitions_is_the_timing(store, tmp_path):
+    # autotuning_methodology's ktt_values_to_kerneltuner.py rewrites each entry's "time" with KTT's duration
+    # (or a failure marker) and leaves Kernel Tuner's "times" as they were; Kernel Tuner itself writes the mean
+    doc = kt_cache({"16,1": entry(16, 1, 2.0, times=[1.0, 2.0, 3.0]),
+                    "32,1": entry(32, 1, 7.5, times=[10.0, 10.5, 9.5]),
+                    "32,2": entry(32, 2, "CompilationFailedConfig", times=[4.0, 4.1, 3.9])}, device_name="")
+    (row,) = import_files(store, [write(tmp_path / "convolution" / "RTX_3090.json", doc)])
+    got = {m["config"]["block_size_x"] * 10 + m["config"]["block_size_y"]: (m["status"], m["median_us"], m["samples"])
+           for m in store.measurements()}
+    assert got == {161: ("ok", 2000.0, 3), 321: ("ok", 7500.0, 1), 322: ("compile_error", None, 0)}
+    assert store.runs()[0]["settings"]["entries_timed_by_time_not_times"] == 1
+    assert row["device"] == "nvidia-rtx-3090"
+
+
+def test_t4_results_of_one_file_in_different_units_are_each_read_in_their_own(tmp_path):
+    doc = t4([t4_result(16, "correct", [2.0], 2.0, "ms"), t4_result(32, "correct", [0.003], 0.003, "s"),
+              t4_result(64, "correct", [4.0], 4.0, "")], {"problem_size": [8]})
+    got = [m.median_us for m in parse_file(write(tmp_path / "vec" / "A4000_T4.json", doc)).measurements]
+    assert got == pytest.approx([2000.0, 3000.0, 4000.0])  # "" takes the file's first unit given, ms
+    doc["metadata"]["timeunit"] = "us"  # the metadata's unit is every result's
+    got = [m.median_us for m in parse_file(write(tmp_path / "vec" / "A4000_T4.json", doc)).measurements]
+    assert got == pytest.approx([2.0, 0.003, 4.0])
+
+
+def test_a_run_stopped_before_its_first_config_is_reported_beside_others_and_refused_alone(store, tmp_path):
+    # Kernel Tuner writes the header (up to `"cache": {`) before it times anything
+    text = (WILD / "small_cache_1.0.0.json").read_text()
+    header_only = tmp_path / "k" / "stopped.json"
+    header_only.parent.mkdir()
+    header_only.write_text(text[: text.index('"cache": {') + len('"cache": {')])
+    all_invalid = write(tmp_path / "k" / "invalid.json", kt_cache({"16,1": entry(16, 1, "InvalidConfig")}))
+    rows = import_files(store, [WILD / "small_cache_1.0.0.json", header_only, all_invalid], device="nvidia-rtx-a4000")
+    assert [(Path(r["file"]).name, r["device"], r["rows"], r["added"]) for r in rows] == [
+        ("small_cache_1.0.0.json", "nvidia-rtx-a4000", 2, 2), ("stopped.json", None, 0, 0),
+        ("invalid.json", None, 0, 0)]
+    assert len(store.runs()) == 1
+    assert refused(store, header_only) == (
+        f"cannot import {header_only}: its 'cache' has no entries; nothing of it was stored")
+    assert "no measurements in it (every entry is a config its restrictions exclude)" in refused(store, all_invalid)

@@ -7,7 +7,7 @@ import pytest
 
 from zmlx_pipeline.kernels import compiled
 from zmlx_pipeline.kernels.registry import get_kernel
-from zmlx_pipeline.runtime.ptx_cache import PtxCache
+from zmlx_pipeline.kernels.ptx_cache import PtxCache
 
 
 class FakeArray:

@@ -17,7 +17,7 @@ DTYPES = ("float16", "bfloat16", "float32")
 def _compiled_launcher(spec, root):
     from zmlx_pipeline.kernels import compiled
     from zmlx_pipeline.kernels.harness import Launcher
-    from zmlx_pipeline.runtime.ptx_cache import PtxCache
+    from zmlx_pipeline.kernels.ptx_cache import PtxCache
 
     launcher = Launcher(spec, "cuda")
     assert launcher.compiler is not None, f"the precompiled path is unavailable: {compiled.unavailable_reason()}"

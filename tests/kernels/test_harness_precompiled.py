@@ -9,7 +9,7 @@ import pytest
 from zmlx_pipeline.kernels import compiled, harness
 from zmlx_pipeline.kernels.nvrtc import NvrtcCompileError
 from zmlx_pipeline.kernels.registry import get_kernel
-from zmlx_pipeline.runtime.ptx_cache import PtxCache
+from zmlx_pipeline.kernels.ptx_cache import PtxCache
 
 SHAPE = {"rows": 8, "cols": 256}
 CONFIG = {"TG": 64, "VEC": 2, "ROWS": 1}

@@ -13,7 +13,7 @@ mx = pytest.importorskip("mlx.core")
 
 from zmlx_pipeline.kernels import harness  # noqa: E402
 from zmlx_pipeline.kernels.registry import get_kernel  # noqa: E402
-from zmlx_pipeline.runtime.constraints import APPLE_LIMITS, limit_values, pipeline_thread_limit  # noqa: E402
+from zmlx_pipeline.core.constraints import APPLE_LIMITS, limit_values, pipeline_thread_limit  # noqa: E402
 
 #: mlx/backend/metal/custom_kernel.cpp, word for word (two spaces before "the")
 MLX_REFUSAL = "Thread group size (1024) is greater than  the maximum allowed threads per threadgroup (832)."

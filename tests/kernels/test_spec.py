@@ -76,3 +76,19 @@ def test_declared_features_are_checked_when_the_kernel_is_built():
         spec.replace(features={"p": "TG ** 2"})
     # a feature describes the config, not the code: the kernel's version does not move
     assert spec.replace(features={}).version == spec.version
+
+
+def test_legal_configs_are_exactly_the_configs_without_violations():
+    """legal_configs evaluates the constraints as one conjunction; it must agree with violations() everywhere,
+    including tiny shapes, every dtype and device limits (CUDA, Apple, none)."""
+    from zmlx_pipeline.kernels.registry import builtin_kernels
+
+    limits = [Limits(), Limits(cuda_arch=90), Limits(max_threads=256), Limits.from_device_row(None)]
+    for spec in builtin_kernels():
+        shapes = [dict(s) for p in spec.shape_grid.presets for s in spec.shape_grid.shapes(p)[:3]]
+        shapes.append({d: 1 for d in spec.shape_grid.dims})
+        for shape in shapes:
+            for dtype in ("float16", "float32"):
+                for lim in limits:
+                    want = [c for c in spec.configs() if not spec.violations(c, shape, dtype, lim)]
+                    assert spec.legal_configs(shape, dtype, lim) == want, (spec.name, shape, dtype, lim)

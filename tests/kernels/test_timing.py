@@ -210,3 +210,28 @@ def test_resolve_timer(monkeypatch):
     monkeypatch.setattr(cupti, "require", no_torch)  # asked for by name, it is not silently "chain"
     with pytest.raises(cupti.CuptiUnavailable, match="torch"):
         resolve_timer("gpu", "cuda")
+
+
+def test_raw_kineto_events_keep_only_the_named_gpu_kernels():
+    from zmlx_pipeline.kernels.cupti import raw_kernel_durations
+
+    class Raw:  # the methods torch's _KinetoEvent has
+        def __init__(self, name, device, ns):
+            self._n, self._d, self._ns = name, device, ns
+
+        def name(self):
+            return self._n
+
+        def device_type(self):
+            return f"DeviceType.{self._d}"
+
+        def duration_ns(self):
+            return self._ns
+
+    events = [Raw("custom_kernel_zp_rmsnorm_ab_float16_t_1", "CUDA", 7500),
+              Raw("custom_kernel_zp_rmsnorm_ab_float16_t_1", "CPU", 900),  # a host-side record of the same name
+              Raw("cudaLaunchKernel", "CPU", 4000),
+              Raw("mlx::core::cu::copy_kernel", "CUDA", 3000),
+              Raw("custom_kernel_zp_rmsnorm_ab_float16_t_2", "CUDA", 0),
+              Raw("custom_kernel_zp_rmsnorm_ab_float16_t_2", "CUDA", 8250)]
+    assert raw_kernel_durations(events, "custom_kernel_zp_rmsnorm_ab_") == [7.5, 8.25]

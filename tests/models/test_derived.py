@@ -8,7 +8,7 @@ import pytest
 from zmlx_pipeline.kernels.registry import builtin_kernels, get_kernel
 from zmlx_pipeline.kernels.spec import Feature, Limits
 from zmlx_pipeline.models.derived import derived_columns
-from zmlx_pipeline.runtime.constraints import UnsafeConstraint, compile_constraint
+from zmlx_pipeline.core.constraints import UnsafeConstraint, compile_constraint
 
 FRAME = pl.DataFrame({"c_TG": [128, 256, 512, 1024], "c_ROWS": [1, 2, 1, 4], "s_cols": [4096, 4096, 0, 8192]})
 

@@ -10,7 +10,7 @@ import sys
 import time
 
 from zmlx_pipeline.data.detect import detect_device
-from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.core.keys import mapping_key
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.harness import Outcome
 from zmlx_pipeline.kernels.registry import get_kernel

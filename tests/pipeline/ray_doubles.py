@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from zmlx_pipeline.data.detect import detect_device
-from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.core.keys import mapping_key
 from zmlx_pipeline.kernels.harness import Outcome
 from zmlx_pipeline.kernels.timing import Timing
 

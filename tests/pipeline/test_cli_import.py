@@ -61,21 +61,24 @@ def test_key_only_cache_imports_with_its_table_and_json(db, tmp_path):
     assert line.split() == [str(path), "nvidia-rtx-a4000", "vector_add", "3", "0", "1"]
 
 
-def test_missing_problem_size_says_which_option_to_give_and_stores_nothing(db, tmp_path):
+def test_a_file_without_problem_size_imports_and_a_second_one_asks_for_the_option(db, tmp_path):
     path = write(tmp_path / "vec" / "a.json", key_only_cache(problem_size=None))
+    result = invoke("import", "--db", db, "--json", path)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["added"] == 3
+    second = write(tmp_path / "vec" / "b.json", key_only_cache(problem_size=None))
     before = contents(db)
-    result = invoke("import", "--db", db, path)
+    result = invoke("import", "--db", db, second)
     assert result.exit_code == 1
     assert result.output == (
-        f"Error: cannot import {path}: it names no problem size and no search-space description "
-        f"({tmp_path / 'search-spaces' / 'vec.json'}) gives one; pass --problem-size (e.g. --problem-size 4096,4096); "
-        "nothing of it was stored\n")
+        f"Error: cannot import {second}: it names no problem size, and a.json (kernel vector_add on nvidia-rtx-a4000 "
+        "too) is imported without one; pass --problem-size to tell their sizes apart; nothing of it was stored\n")
     assert contents(db) == before
-    result = invoke("import", "--db", db, "--json", "--problem-size", "[25000, 2048, 1]", path)
+    result = invoke("import", "--db", db, "--json", "--problem-size", "[25000, 2048, 1]", second)
     assert result.exit_code == 0, result.output
     with Store(db, read_only=True) as store:
         stored = store.measurements(device="nvidia-rtx-a4000")
-    assert len(stored) == 3 and all(m["shape"] == {"x": 25000, "y": 2048, "z": 1} for m in stored)
+    assert sorted(json.dumps(m["shape"]) for m in stored) == ['{"x": 25000, "y": 2048, "z": 1}'] * 3 + ["{}"] * 3
 
 
 def test_a_malformed_problem_size_is_a_usage_error(db, tmp_path):
@@ -126,3 +129,48 @@ def test_help_names_the_new_options():
     for words in ("--device TEXT", "--device-map FILE", "--problem-size TEXT", "file-name globs or reported device "
                   "names to catalog ids", "integers like 4096,4096 or JSON like [25000, 2048, 1]", "--json"):
         assert words in text, words
+
+
+# published Kernel Tuner files of every layout (tests/data/fixtures/kernel_tuner_wild/SOURCE.md)
+WILD = Path(__file__).parents[1] / "data" / "fixtures" / "kernel_tuner_wild"
+
+
+def test_published_files_import_unchanged_with_a_device_map_for_those_that_name_no_gpu(db, tmp_path):
+    before = contents(db)
+    result = invoke("import", "--db", db, "--problem-size", "4096,4096", WILD)
+    assert result.exit_code == 1
+    (line,) = result.output.splitlines()
+    assert line.startswith(f"Error: cannot import {WILD / 'convolution_MI50.json'}: device 'AMD Instinct MI50/MI60' "
+                           "names several chips (it may be amd-mi50, amd-mi60)")
+    assert contents(db) == before
+    device_map = tmp_path / "devices.toml"
+    device_map.write_text('"AMD Instinct MI50/MI60" = "amd-mi50"\n"Testing" = "nvidia-rtx-a4000"\n'
+                          '"t4_*" = "nvidia-a100-pcie-40gb"\n"vector_add_gflops_T4.json" = "nvidia-rtx-a4000"\n')
+    result = invoke("import", "--db", db, "--json", "--device-map", device_map, "--problem-size", "4096,4096", WILD)
+    assert result.exit_code == 0, result.output
+    rows = {Path(r["file"]).name: (r["device"], r["rows"], r["failed"]) for r in json.loads(result.output)}
+    assert rows == {
+        "convolution_MI50.json": ("amd-mi50", 2, 0), "killed_mid_entry.json": ("nvidia-rtx-a4000", 2, 0),
+        "open_cache_looks_like_closed.json": ("nvidia-rtx-a4000", 2, 0),
+        "small_cache_1.0.0.json": ("nvidia-rtx-a4000", 2, 0), "small_cache_1.1.0.json": ("nvidia-rtx-a4000", 3, 0),
+        "t4_cache_invalids.json": ("nvidia-a100-pcie-40gb", 1, 1), "t4_target.json": ("nvidia-a100-pcie-40gb", 1, 0),
+        "vector_add_gflops_T4.json": ("nvidia-rtx-a4000", 3, 1),
+        "vector_add_unversioned.json": ("nvidia-rtx-a4000", 3, 0)}
+    assert len(contents(db)[0]) == len(before[0]) + 19 - 4  # the killed run's and 1.0.0's rows are 1.1.0's
+
+
+def test_published_files_import_with_nothing_but_a_device_map(db, tmp_path):
+    # three of them name no problem size: each is one case of unknown size
+    device_map = tmp_path / "devices.json"
+    device_map.write_text(json.dumps({"AMD Instinct MI50/MI60": "amd-mi50", "Testing": "nvidia-rtx-a4000",
+                                      "t4_*": "nvidia-a100-pcie-40gb",
+                                      "vector_add_gflops_T4.json": "nvidia-rtx-a4000"}))
+    result = invoke("import", "--db", db, "--json", "--device-map", device_map, WILD)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert len(rows) == 9 and sum(r["rows"] for r in rows) == 19
+    with Store(db, read_only=True) as store:
+        sizes = {r["settings"]["file"]: r["settings"]["problem_size_from"] for r in store.runs()
+                 if r["settings"].get("format")}
+    assert {f for f, source in sizes.items() if source == "none"} == {
+        "vector_add_unversioned.json", "t4_target.json", "vector_add_gflops_T4.json"}

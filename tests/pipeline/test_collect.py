@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.core.keys import mapping_key
 from zmlx_pipeline.data.detect import detect_device
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.harness import GpuUnhealthy, Outcome
@@ -183,13 +183,6 @@ def test_the_run_records_which_timer_measured_it(store):
     collect(store, _device(), [spec], dtypes=["float32"], preset="smoke", measurer=_ok,
             settings=TimingSettings(timer="chain"), shapes_limit=1)
     assert [r["settings"]["timing"] for r in store.runs()] == ["gpu-cupti", "chain-difference"]
-
-
-def test_asking_for_the_gpu_timer_on_metal_is_a_collect_error():
-    from zmlx_pipeline.pipeline.collect import GpuMeasurer, TimingSettings
-
-    with pytest.raises(CollectError, match="--timer chain"):
-        GpuMeasurer("metal", TimingSettings(timer="gpu"))
 
 
 def test_repeats_only_time_again_what_their_timer_measured(store):

@@ -9,13 +9,14 @@ import pytest
 from click.testing import CliRunner
 
 from zmlx_pipeline.data.detect import detect_device
-from zmlx_pipeline.data.keys import mapping_key
+from zmlx_pipeline.core.keys import mapping_key
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.harness import GpuUnhealthy
 from zmlx_pipeline.kernels.registry import get_kernel
 from zmlx_pipeline.pipeline.cli import cli
 from zmlx_pipeline.pipeline.collect import CollectError, Task, TimingSettings, collect
-from zmlx_pipeline.pipeline.gpus import GpuSelectionError, measure_on_gpus, parse_gpus, partition_cases
+from zmlx_pipeline.pipeline.gpus import (GpuSelectionError, measure_on_gpus, parse_gpus, partition_cases,
+                                         partition_programs)
 from zmlx_pipeline.pipeline.parallel import case_key
 
 FAKE = (str(Path(__file__).with_name("fake_worker.py")),)
@@ -63,6 +64,31 @@ def test_cases_are_split_whole_and_balanced():
         for i in share:
             assert owner.setdefault(case_key(tasks[i]), w) == w
     assert sorted(len(s) for s in shares) == [4, 4, 8, 8]  # six cases of four configs over four GPUs
+
+
+def test_each_program_is_compiled_by_one_worker_on_its_smallest_planned_shape():
+    tasks = _tasks()
+    shares = partition_cases(tasks, 3)
+    programs = partition_programs(tasks, shares)
+    picked = [tasks[i] for share in programs for i in share]
+    keys = [(t.dtype, tuple(sorted(t.config.items()))) for t in picked]
+    assert len(keys) == len(set(keys)) == 8  # 2 dtypes x 4 configs, each once over all workers
+    assert all(t.shape["rows"] == 16 for t in picked)
+    assert sorted(len(p) for p in programs) == [2, 3, 3]
+
+
+def test_workers_load_only_after_every_worker_compiled_its_share(tmp_path, monkeypatch):
+    log = tmp_path / "compile.jsonl"
+    monkeypatch.setenv("FAKE_COMPILE_LOG", str(log))
+    tasks = _tasks()
+    got = list(measure_on_gpus(tasks, {"rmsnorm": "rmsnorm"}, "cuda", TimingSettings(timer="chain"),
+                               ["0", "1", "2"], worker=FAKE))
+    assert len(got) == len(tasks)
+    workers = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sorted(w["gpu"] for w in workers) == ["0", "1", "2"]
+    assert min(w["load_at"] for w in workers) >= max(w["compiled_at"] for w in workers)
+    shared = [json.dumps(x[:2], sort_keys=True) for w in workers for x in w["share"]]
+    assert len(shared) == len(set(shared)) == 8
 
 
 def test_each_gpu_worker_is_pinned_and_no_task_is_timed_twice(tmp_path, monkeypatch):

@@ -57,3 +57,28 @@ def test_main_job_says_each_step_with_elapsed_and_time_left(tmp_path):
     lookup_at = next(i for i, line in enumerate(lines) if line.startswith("run: lookup (step"))
     assert any(line.startswith("  publish: toy_scale: tables built (1/1)") for line in lines[publish_at:lookup_at])
     assert list(out["timings_s"]) == steps
+
+
+def test_what_a_learning_step_refuses_names_the_data_it_learned_from(tmp_path):
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+    from bundle_fixtures import fill_toy
+
+    from zmlx_pipeline.core.errors import ZmlxPipelineError
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.models.evaluate import EvaluationError
+    from zmlx_pipeline.pipeline.main_job import MainJobError, main_job
+
+    with Store(tmp_path / "source.duckdb") as source:
+        fill_toy(source)
+        source.export_shard(tmp_path / "data" / "toy.parquet")
+    with Store(tmp_path / "store.duckdb") as store, pytest.raises(MainJobError) as caught:
+        main_job(store, tmp_path / "data", tmp_path / "bundles", kernels=["no_such_kernel"], lookups=())
+    message = str(caught.value)
+    assert message.startswith("no ok measurements of kernel(s) no_such_kernel")
+    assert message.endswith(f"(data from {tmp_path / 'data'})") and "\n" not in message
+    assert isinstance(caught.value.__cause__, EvaluationError) and isinstance(caught.value, ZmlxPipelineError)

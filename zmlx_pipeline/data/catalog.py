@@ -11,6 +11,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
+
 VENDORS = ("apple", "nvidia", "amd")
 BACKENDS = ("metal", "cuda", "rocm")
 CORE_UNITS = ("gpu_cores", "sms", "cus")
@@ -34,11 +36,11 @@ VENDOR_PREFIXES = ("nvidia", "amd", "apple")
 GPU_ARCH = re.compile(r"applegpu_g(\d{2})([a-z])")
 
 
-class UnknownDevice(LookupError):
+class UnknownDevice(ZmlxPipelineError, LookupError):
     "No catalog row matches this device"
 
 
-class CatalogError(ValueError):
+class CatalogError(ZmlxPipelineError, ValueError):
     "The catalog data is inconsistent"
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from zmlx_pipeline.data.keys import canonical_json, mapping_key
+from zmlx_pipeline.core.dtypes import DTYPE_BYTES
+from zmlx_pipeline.core.keys import canonical_json, mapping_key
 
 STATUSES = ("ok", "wrong_result", "launch_error", "compile_error", "timeout")
-DTYPES = ("float16", "bfloat16", "float32")
+DTYPES = tuple(DTYPE_BYTES)
 
 
 @dataclass(frozen=True)

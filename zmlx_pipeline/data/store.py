@@ -13,14 +13,15 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 import duckdb
 
-from zmlx_pipeline.data.keys import canonical_json, mapping_key
+from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.keys import canonical_json, mapping_key
 from zmlx_pipeline.data.records import STATUSES, Measurement
 
 RUN_STATUSES = ("running", "finished", "interrupted", "failed", "imported")
 SHARD_FORMAT = "1"
 
 
-class StoreError(Exception):
+class StoreError(ZmlxPipelineError):
     """The store could not be opened, read or written."""
 
 

@@ -1,1 +1,1 @@
-"""kernels part of zmlx-pipeline (see DESIGN.md)."""
+"""What a tunable kernel is, and launching, checking and timing one config (see ARCHITECTURE.md)."""

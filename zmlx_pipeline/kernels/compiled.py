@@ -3,7 +3,7 @@
 mx.fast.cuda_kernel compiles with NVRTC in every process that launches a config (1-2.5 s each).
 Here we build the same program MLX would (its generated signature and template constants around
 the kernel's header and source), compile it with NVRTC ourselves, keep the PTX in the disk cache
-(runtime/ptx_cache.py) and launch it through mx.fast.precompiled_cuda_kernel. Differences from
+(kernels/ptx_cache.py) and launch it through mx.fast.precompiled_cuda_kernel. Differences from
 MLX's program, none of which change what the body computes: the kernel is `extern "C"` (so its
 name is known without NVRTC's name lowering), and the `<input>_shape` arrays a body reads arrive as
 int scalars after the outputs (precompiled kernels take scalars, not MLX's Shape structs) and are
@@ -21,7 +21,8 @@ import os
 import re
 from typing import Any, Iterable, Sequence
 
-from zmlx_pipeline.runtime.ptx_cache import PtxCache, build_all
+from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.kernels.ptx_cache import PtxCache, build_all
 
 DISABLE_ENV = "ZMLX_PIPELINE_PRECOMPILED"
 
@@ -37,7 +38,7 @@ CUDA_TYPES = {
 ARCH_SPECIFIC = {(9, 0), (10, 0), (12, 1)}
 
 
-class PrecompiledUnsupported(RuntimeError):
+class PrecompiledUnsupported(ZmlxPipelineError, RuntimeError):
     """This program cannot take the precompiled path (cuda_kernel launches it instead)"""
 
 

@@ -7,9 +7,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from zmlx_pipeline.kernels.spec import DTYPE_BYTES, KernelSpec
+from zmlx_pipeline.core.constraints import pipeline_thread_limit, refusal_text
+from zmlx_pipeline.core.dtypes import DTYPE_BYTES
+from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.kernels.spec import KernelSpec
 from zmlx_pipeline.kernels.timing import Timing, time_gpu, time_launches
-from zmlx_pipeline.runtime.constraints import pipeline_thread_limit, refusal_text
 
 #: fills float outputs before a checked launch, so an element the kernel never wrote cannot pass
 POISON_FLOAT = float("nan")
@@ -22,11 +24,11 @@ _settled = False  # whether this process has timed the decoy kernel yet (settle)
 _DECOYS: dict = {}  # backend -> the decoy's Launcher, compiled once per process
 
 
-class NoGpuBackend(RuntimeError):
+class NoGpuBackend(ZmlxPipelineError, RuntimeError):
     """MLX has no Metal or CUDA backend here, and custom kernels need one"""
 
 
-class GpuUnhealthy(RuntimeError):
+class GpuUnhealthy(ZmlxPipelineError, RuntimeError):
     """The GPU no longer runs even a trivial op (a failed launch left the context broken)"""
 
 

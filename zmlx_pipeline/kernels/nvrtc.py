@@ -16,12 +16,14 @@ import sys
 import threading
 from pathlib import Path
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 
-class NvrtcUnavailable(RuntimeError):
+
+class NvrtcUnavailable(ZmlxPipelineError, RuntimeError):
     """No NVRTC library (nor CuPy) could be loaded here"""
 
 
-class NvrtcCompileError(RuntimeError):
+class NvrtcCompileError(ZmlxPipelineError, RuntimeError):
     """NVRTC rejected the program; the message carries its log"""
 
 

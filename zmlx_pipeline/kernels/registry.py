@@ -5,14 +5,13 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import entry_points
 
+from zmlx_pipeline.core.errors import UnknownKernel
 from zmlx_pipeline.kernels.builtin import BUILTIN
 from zmlx_pipeline.kernels.spec import KernelSpec
 
 ENTRY_POINT_GROUP = "zmlx_pipeline.kernels"
 
-
-class UnknownKernel(LookupError):
-    """No built-in, registered or importable kernel has this name"""
+__all__ = ["ENTRY_POINT_GROUP", "UnknownKernel", "builtin_kernels", "get_kernel", "registered_names", "resolve"]
 
 
 def _from_path(path: str) -> KernelSpec:

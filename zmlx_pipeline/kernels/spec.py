@@ -13,26 +13,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from zmlx_pipeline.data.keys import canonical_json, digest
+from zmlx_pipeline.core.keys import canonical_json, digest
 from zmlx_pipeline.kernels import prelude
-from zmlx_pipeline.runtime.constraints import (
+from zmlx_pipeline.core.constraints import (  # noqa: F401 - Limits is part of this module's API
     FUNCTIONS,
+    Limits,
     UnsafeConstraint,
     compile_constraint,
     expression_names,
-    limit_values,
 )
+from zmlx_pipeline.core.dtypes import DTYPE_BYTES
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 
 #: names a constraint may use besides the config parameters and shape dimensions
 LIMIT_NAMES = ("max_threads", "simd_width", "tg_mem_bytes", "dtype_bytes", "cuda_arch")
-
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 #: (rtol, atol) per dtype for the check against the reference, on float32 values
 DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-5), "float16": (1e-2, 1e-3), "bfloat16": (5e-2, 1e-2)}
 
 
-class KernelSpecError(ValueError):
+class KernelSpecError(ZmlxPipelineError, ValueError):
     """A kernel description is inconsistent (bad constraint, unknown name, empty space)."""
 
 
@@ -78,25 +78,6 @@ class Feature:
 
     expr: str
     per_device: bool = True
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The device limits constraints are checked against (the same model of legality on every backend)."""
-
-    max_threads: int = 1024
-    simd_width: int = 32
-    tg_mem_bytes: int = 32768
-    cuda_arch: int = 0  # NVIDIA compute capability as 90 for sm_90; 0 off CUDA (arch-specific instructions)
-
-    @classmethod
-    def from_device_row(cls, row: Mapping[str, Any] | None) -> "Limits":
-        """Limits of a catalog/store device row; conservative Apple-like defaults for unknown devices."""
-        return cls(**limit_values(row))
-
-    def env(self, dtype: str) -> dict[str, int]:
-        """The limit names a constraint may use, for one dtype."""
-        return {**vars(self), "dtype_bytes": DTYPE_BYTES[dtype]}  # every field is a limit name
 
 
 class ShapeGrid:
@@ -174,7 +155,7 @@ class KernelSpec:
     mlx_op: Callable[..., Any] | None = None  # MLX's own op for the same function, for comparisons
     tiles: TileAxes | None = None  # how a config tiles the shape (launch-geometry features); None: not tiled
     # derived features the models read beside the raw parameters: name -> an expression of config
-    # params and shape dims in the constraints' arithmetic (runtime/constraints.py), such as the
+    # params and shape dims in the constraints' arithmetic (core/constraints.py), such as the
     # share of a row a config holds in registers, or a Feature. They do not change the kernel's code
     # or version.
     features: Mapping[str, str | Feature] = field(default_factory=dict)
@@ -183,6 +164,7 @@ class KernelSpec:
     # KSHARED_DYN arrays: (config, dtype_bytes) -> bytes; None: none (Metal arrays are static)
     shared_memory: Callable[[Mapping[str, int], int], int] | None = None
     _compiled: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
+    _joined: dict = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.params:
@@ -239,7 +221,7 @@ class KernelSpec:
 
     def replace(self, **changes: Any) -> "KernelSpec":
         """A copy with some fields changed, re-validated (constraints and body are checked again)."""
-        fields = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "_compiled"}
+        fields = {f: getattr(self, f) for f in self.__dataclass_fields__ if f not in ("_compiled", "_joined")}
         return KernelSpec(**{**fields, **changes})
 
     # -- sources -------------------------------------------------------------------------------
@@ -285,8 +267,31 @@ class KernelSpec:
         return broken
 
     def legal_configs(self, shape: Mapping[str, int], dtype: str, limits: Limits) -> list[dict[str, int]]:
-        """The configs that pass every constraint, in config-space order."""
-        return [c for c in self.configs() if not self.violations(c, shape, dtype, limits)]
+        """The configs that pass every constraint, in config-space order (those `violations` finds none in).
+
+        The constraints are one compiled `lambda <params>: (c1) and (c2) ...` whose globals are the shape
+        and limits, called once per point of the config space: the autotuner enumerates a case's configs
+        on every first call, and this is a fraction of one eval per constraint and config."""
+        names = list(self.params)
+        scope: dict[str, Any] = {**shape, **limits.env(dtype), "__builtins__": {}, "min": min, "max": max, "abs": abs}
+        check = eval(self._conjunction(), scope)  # noqa: S307 - the author's own expressions, checked at construction
+        legal = []
+        for combo in itertools.product(*(self.params[n] for n in names)):
+            try:
+                ok = check(*combo)
+            except ZeroDivisionError:  # as in violations: a constraint that divides by zero is broken
+                ok = False
+            if ok:
+                legal.append(dict(zip(names, combo)))
+        return legal
+
+    def _conjunction(self):
+        """`lambda <params>: (c1) and (c2) and ...` compiled once (True without constraints), cached."""
+        if "__all__" not in self._joined:
+            body = " and ".join(f"({t})" for t in self._compiled) or "True"
+            self._joined["__all__"] = compile(f"lambda {', '.join(self.params)}: {body}",
+                                              f"<constraints of {self.name}>", "eval")
+        return self._joined["__all__"]
 
     def shared_memory_bytes(self, config: Mapping[str, int], dtype: str, backend: str) -> int:
         """Dynamic threadgroup memory to request for this config's launch (0 on Metal or without KSHARED_DYN)."""

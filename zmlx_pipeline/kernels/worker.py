@@ -8,6 +8,9 @@ waits until every one has compiled, and lets one at a time measure, so timings n
 Protocol, one JSON object per line: the worker reads its job file (argv[1]), compiles, prints
 {"ready": n_compiled}, waits for "go" on stdin, prints {"i": index, "status", "timing", "error"}
 per item, then {"done": true}. A launch that leaves the GPU unusable prints {"fatal": message}.
+A job with a "compile_share" (workers on several GPUs, pipeline/gpus.py) first compiles those items
+into the shared compiled-kernel cache, prints {"compiled": n} and waits for "load": each program is
+compiled by one worker for all of them, then every worker loads what it needs from the cache.
 """
 
 from __future__ import annotations
@@ -27,35 +30,25 @@ def main(path: str) -> int:
 
     from zmlx_pipeline.kernels.harness import GpuUnhealthy, Launcher, compile_decoy, make_inputs
     from zmlx_pipeline.kernels.registry import get_kernel
-    from zmlx_pipeline.pipeline.collect import GpuMeasurer, Task, TimingSettings
+    from zmlx_pipeline.kernels.measure import GpuMeasurer, Task, TimingSettings
 
     with open(path) as fh:
         job = json.load(fh)
-    specs = {ref: get_kernel(ref) for ref in {item["ref"] for item in job["items"]}}
+    share = job.get("compile_share") or []
+    specs = {ref: get_kernel(ref) for ref in {item["ref"] for item in [*job["items"], *share]}}
     tasks = [Task(specs[it["ref"]], it["dtype"], it["shape"], it["config"]) for it in job["items"]]
+    launchers = {ref: Launcher(spec, job["backend"]) for ref, spec in specs.items()}
+    by_name = {spec.name: launchers[ref] for ref, spec in specs.items()}
+    if share:
+        shared = [Task(specs[it["ref"]], it["dtype"], it["shape"], it["config"]) for it in share]
+        _emit({"compiled": _precompile(mx, make_inputs, by_name, _smallest(shared), job.get("compile_threads"))})
+        if sys.stdin.readline().strip() != "load":
+            return 0
 
     # Compile: launch each distinct (kernel, dtype, config) once on the smallest shape it is planned
     # for; a config that fails here fails again when measured, which records why.
-    smallest: dict[tuple, Task] = {}
-    for t in tasks:
-        key = (t.spec.name, t.dtype, tuple(sorted(t.config.items())))
-        if key not in smallest or _size(t.shape) < _size(smallest[key].shape):
-            smallest[key] = t
-    launchers = {ref: Launcher(spec, job["backend"]) for ref, spec in specs.items()}
-    by_name = {spec.name: launchers[ref] for ref, spec in specs.items()}
-    # With the compiled-kernel cache (kernels/compiled.py) every program is compiled at once in
-    # threads, or loaded from disk; the launches below then only load them. A launch signature
-    # depends on the dtype, not the shape, so one input set per kernel and dtype serves.
-    ahead: dict[tuple, list] = {}
-    for t in smallest.values():
-        ahead.setdefault((t.spec.name, t.dtype), []).append(t)
-    for (name, dtype), group in ahead.items():
-        try:
-            small = min(group, key=lambda t: _size(t.shape))
-            inputs = make_inputs(small.spec, small.shape, dtype, mx.random.key(0))
-            by_name[name].precompile([(t.config, t.shape, dtype, inputs) for t in group], job.get("compile_threads"))
-        except Exception:  # noqa: BLE001 - each config is still compiled by its first launch below
-            pass
+    smallest = _smallest(tasks)
+    _precompile(mx, make_inputs, by_name, smallest, job.get("compile_threads"))
     compiled = 0
     for t in smallest.values():
         try:
@@ -84,6 +77,35 @@ def main(path: str) -> int:
                "timing": None if t is None else [t.median_us, t.p10_us, t.p90_us, t.samples, t.chain]})
     _emit({"done": True})
     return 0
+
+
+def _smallest(tasks) -> dict:
+    """The task on the smallest shape of each distinct (kernel, dtype, config): what compiling needs."""
+    smallest: dict[tuple, Any] = {}
+    for t in tasks:
+        key = (t.spec.name, t.dtype, tuple(sorted(t.config.items())))
+        if key not in smallest or _size(t.shape) < _size(smallest[key].shape):
+            smallest[key] = t
+    return smallest
+
+
+def _precompile(mx, make_inputs, by_name, smallest: dict, threads: int | None) -> int:
+    """Compile every program of `smallest` at once in threads through the compiled-kernel cache
+    (kernels/compiled.py), or load it from disk; later launches then only load them. A launch
+    signature depends on the dtype, not the shape, so one input set per kernel and dtype serves.
+    Returns how many programs are ready (0 where the compiled path is off)."""
+    ahead: dict[tuple, list] = {}
+    for t in smallest.values():
+        ahead.setdefault((t.spec.name, t.dtype), []).append(t)
+    ready = 0
+    for (name, dtype), group in ahead.items():
+        try:
+            small = min(group, key=lambda t: _size(t.shape))
+            inputs = make_inputs(small.spec, small.shape, dtype, mx.random.key(0))
+            ready += by_name[name].precompile([(t.config, t.shape, dtype, inputs) for t in group], threads)
+        except Exception:  # noqa: BLE001 - each config is still compiled by its first launch
+            pass
+    return ready
 
 
 def _size(shape) -> int:

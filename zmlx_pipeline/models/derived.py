@@ -9,8 +9,8 @@ from typing import Any, Mapping, Sequence
 
 import polars as pl
 
+from zmlx_pipeline.core.constraints import compile_constraint, expression_names
 from zmlx_pipeline.kernels.spec import Feature
-from zmlx_pipeline.runtime.constraints import compile_constraint, expression_names
 
 #: column prefixes of the declared features: read by every model, or kept out of the per-device
 #: models (Feature.per_device False; models/estimators.py: transfer_features)
@@ -22,7 +22,7 @@ def _expr(value: Any) -> pl.Expr:
     return value if isinstance(value, pl.Expr) else pl.lit(value)
 
 
-#: runtime/constraints.py's non-operator nodes, on polars expressions (both branches of an `if`
+#: core/constraints.py's non-operator nodes, on polars expressions (both branches of an `if`
 #: and both sides of `and` are computed for every row, then chosen per row)
 POLARS_NODES = {
     "not": lambda x: ~_expr(x),

@@ -74,6 +74,7 @@ from sklearn.neighbors import KDTree
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.models import baselines as _baselines
 from zmlx_pipeline.models.derived import SHARED_ONLY_PREFIX
 from zmlx_pipeline.models.features import CASE, DISTANCE_SPECS, TARGETS, KernelFeatures, device_distances
@@ -87,7 +88,7 @@ _SHAPE_WEIGHT = 1.0           # distance per unit of log2 shape dimension
 _DTYPE_PENALTY = 1.0
 
 
-class ModelError(ValueError):
+class ModelError(ZmlxPipelineError, ValueError):
     "A model could not be built, trained or applied"
 
 

@@ -72,6 +72,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import polars as pl
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.noise_buckets import bucket_index, bucket_label
 from zmlx_pipeline.models.baselines import (  # noqa: F401  (re-exported: evaluate's baselines live there)
     BASELINES,
@@ -114,7 +115,7 @@ MIN_PAIRS = 20  # repeat pairs a (device, bucket) needs for its own band; fewer:
 FALLBACK_BAND = HIT_WITHIN - 1.0  # only for a store with no repeat at all: the plain 2% hit margin
 
 
-class EvaluationError(ValueError):
+class EvaluationError(ZmlxPipelineError, ValueError):
     "The evaluation cannot be run as asked"
 
 

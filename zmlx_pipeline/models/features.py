@@ -31,12 +31,13 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import polars as pl
 
+from zmlx_pipeline.core.dtypes import DTYPE_BYTES
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.kernels.spec import Feature, TileAxes
 from zmlx_pipeline.models.derived import derived_columns
 
 CASE = ("device_id", "kernel", "dtype", "shape_key")
 TARGETS = ("log_time", "log_rel", "log_med", "rank_pct")  # what a model may regress (see case_targets)
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 # Device spec columns of the `devices` table used as features (log2 where the scale is wide).
 SPEC_COLUMNS = (
     "gpu_cores", "memory_bandwidth_gbps", "max_threads_per_threadgroup", "simd_width",
@@ -60,7 +61,7 @@ _DEVICE_SCHEMA = {
 BytesMoved = Callable[[Mapping[str, int], int], float]
 
 
-class FeatureError(ValueError):
+class FeatureError(ZmlxPipelineError, ValueError):
     "The measurements cannot be turned into features"
 
 

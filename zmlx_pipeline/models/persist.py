@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.models.estimators import Ranker
 from zmlx_pipeline.models.features import KernelFeatures
 
@@ -69,7 +70,7 @@ TRUSTED_TYPES = frozenset({
 })
 
 
-class ModelFileError(ValueError):
+class ModelFileError(ZmlxPipelineError, ValueError):
     "A model file cannot be written or read (unknown type, tampered or foreign file)"
 
 

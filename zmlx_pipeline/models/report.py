@@ -30,6 +30,7 @@ import numpy as np
 import polars as pl
 
 from zmlx_pipeline import __version__
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.models import evaluate as ev
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, make_ranker
 from zmlx_pipeline.models.features import CASE, KernelFeatures
@@ -46,7 +47,7 @@ _MAX_ANNOTATED_CELLS = 144
 _SPLIT_TITLES = {"shapes": "held-out shapes on seen devices", "devices": "leave one device out"}
 
 
-class ReportError(ValueError):
+class ReportError(ZmlxPipelineError, ValueError):
     "The report cannot be built as asked"
 
 

@@ -37,6 +37,7 @@ from typing import Sequence
 
 import polars as pl
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.store import StoreError
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, ModelError, Ranker, fit_kernel_model
 from zmlx_pipeline.models.evaluate import (
@@ -69,7 +70,7 @@ FINGERPRINT_KEYS = ("device_id", "kernel", "kernel_version", "dtype", "shape_key
 PACKAGES = ("scikit-learn", "numpy", "polars", "skops", "duckdb", "zmlx-pipeline")
 
 
-class NoTrainedModel(LookupError):
+class NoTrainedModel(ZmlxPipelineError, LookupError):
     "The registry holds no model for this kernel (or id)"
 
 

@@ -2,58 +2,26 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Callable
 
 import click
 
 from zmlx_pipeline import __version__
 from zmlx_pipeline.data.records import DTYPES
-from zmlx_pipeline.pipeline.errors import expected_errors
-from zmlx_pipeline.pipeline.output import emit, output_options, progress_line
-
-
-def _db_option(fn: Callable) -> Callable:
-    return click.option(
-        "--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-        help="DuckDB store (default: $ZMLX_PIPELINE_DB or ~/.local/share/zmlx-pipeline/store.duckdb).",
-    )(fn)
-
-
-def _user_errors(fn: Callable) -> Callable:
-    """Turns the library's expected errors into one-line click errors (exit 1), never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            if isinstance(exc, expected_errors()) and not isinstance(exc, click.ClickException):
-                raise click.ClickException(str(exc)) from None
-            raise
-
-    return wrapper
-
-
-def _open_store(db: Path | None, read_only: bool = False, must_exist: bool = False):
-    """The store at --db (or the default), closed with the command. `must_exist`: a command that only works
-    on stored measurements refuses a missing path instead of leaving an empty store there (a typo in --db)."""
-    from zmlx_pipeline.data.store import Store, default_db_path
-
-    path = db or default_db_path()
-    store = Store(path, read_only=read_only, create=not must_exist)
-    click.get_current_context().call_on_close(store.close)
-    return store
-
-
-def _split(values: tuple[str, ...]) -> list[str]:
-    """Accepts repeated options and comma-separated lists alike."""
-    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+from zmlx_pipeline.pipeline import cli_models, cli_publish, cli_report
+from zmlx_pipeline.pipeline.cli_common import (
+    CommandGroup,
+    db_option,
+    emit,
+    open_store,
+    output_options,
+    progress_line,
+    split_names,
+)
 
 
 def _budget(budget: str | None) -> float | None:
@@ -70,12 +38,12 @@ def _kernels(kernel_names: tuple[str, ...]):
     """The chosen kernel specs and, per kernel name, how a worker process finds it again (name or module:attr)."""
     from zmlx_pipeline.kernels.registry import resolve
 
-    names = _split(kernel_names)
+    names = split_names(kernel_names)
     specs = resolve(names)
     return specs, {s.name: (n if ":" in n else s.name) for s, n in zip(specs, names or [s.name for s in specs])}
 
 
-@click.group()
+@click.group(cls=CommandGroup)
 @click.version_option(__version__, prog_name="zmlx-pipeline")
 def cli() -> None:
     """Measure custom MLX kernels, learn their best launch configs, publish them."""
@@ -84,7 +52,6 @@ def cli() -> None:
 @cli.command()
 @click.option("--vendor", type=click.Choice(["apple", "nvidia", "amd"]), default=None, help="Only this vendor's GPUs.")
 @output_options
-@_user_errors
 def devices(vendor: str | None, as_json: bool) -> None:
     """List the device catalog, marking the device this machine runs on."""
     from zmlx_pipeline.pipeline.listing import device_listing
@@ -104,12 +71,11 @@ def devices(vendor: str | None, as_json: bool) -> None:
 @cli.command()
 @click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
 @output_options
-@_user_errors
 def kernels(kernel_names: tuple[str, ...], as_json: bool) -> None:
     """List the kernels: backends, parameters, constraints and shape grids."""
     from zmlx_pipeline.kernels.registry import resolve
 
-    specs = resolve(_split(kernel_names))
+    specs = resolve(split_names(kernel_names))
     rows = [s.describe() for s in specs]
     if as_json:
         emit(rows, True)
@@ -131,7 +97,7 @@ _timer_option = click.option(
 
 
 @cli.command()
-@_db_option
+@db_option
 @click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
 @click.option("--dtypes", "-t", "dtype_names", multiple=True, help=f"Dtypes (default: {','.join(DTYPES)}).")
 @click.option("--preset", default="smoke", show_default=True, help="Shape preset of each kernel's grid (smoke, full, ...).")
@@ -158,13 +124,12 @@ _timer_option = click.option(
                    "(default: shards/ next to the store).")
 @_timer_option
 @output_options
-@_user_errors
 def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup, warmup_ms, max_shapes, max_configs,
             gpus_text, ray_address, shard_dir, timer, as_json) -> None:
     """Check and time every legal config of the chosen kernels on this machine's GPU; resumable."""
     from zmlx_pipeline.data.detect import detect_device
     from zmlx_pipeline.pipeline import collect as stage
-    from zmlx_pipeline.pipeline.gpus import GpuSelectionError, parse_gpus
+    from zmlx_pipeline.pipeline.gpus import parse_gpus
 
     budget_s = _budget(budget)
     if gpus_text is not None and ray_address is not None:
@@ -178,22 +143,19 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
         from zmlx_pipeline.pipeline import ray_collect
 
         specs, refs = _kernels(kernel_names)
-        store = _open_store(db)
-        try:
-            out = ray_collect.collect_on_ray(
-                store, specs, refs, address=ray_address, shard_dir=shard_dir or ray_collect.default_shard_dir(db),
-                dtypes=_split(dtype_names) or list(DTYPES), preset=preset, budget_s=budget_s,
-                settings=stage.TimingSettings(warmup=warmup, samples=samples, warmup_s=warmup_ms / 1000, timer=timer),
-                shapes_limit=max_shapes, configs_limit=max_configs)
-        except ray_collect.RayUnavailable as exc:
-            raise click.ClickException(str(exc)) from None
+        store = open_store(db)
+        out = ray_collect.collect_on_ray(
+            store, specs, refs, address=ray_address, shard_dir=shard_dir or ray_collect.default_shard_dir(db),
+            dtypes=split_names(dtype_names) or list(DTYPES), preset=preset, budget_s=budget_s,
+            settings=stage.TimingSettings(warmup=warmup, samples=samples, warmup_s=warmup_ms / 1000, timer=timer),
+            shapes_limit=max_shapes, configs_limit=max_configs)
         emit(out if as_json else out["actors"], as_json)
         if not as_json:
             click.echo(f"\n{out['ingested']} measurements ingested from {len(out['shards'])} shards; "
                        f"{out['remaining']} left: run the same command again to resume")
         return
     specs, refs = _kernels(kernel_names)
-    dtypes = _split(dtype_names) or list(DTYPES)
+    dtypes = split_names(dtype_names) or list(DTYPES)
     unknown = [d for d in dtypes if d not in DTYPES]
     if unknown:
         raise click.BadParameter(f"unknown dtype {', '.join(unknown)}; known: {', '.join(DTYPES)}", param_hint="--dtypes")
@@ -209,11 +171,8 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     if gpus_text is not None:
         if device.backend != "cuda":
             raise click.ClickException(f"--gpus needs the MLX CUDA backend (MLX runs on the {device.backend} here)")
-        try:
-            gpus = parse_gpus(gpus_text)
-        except GpuSelectionError as exc:
-            raise click.ClickException(str(exc)) from None
-    store = _open_store(db)
+        gpus = parse_gpus(gpus_text)
+    store = open_store(db)
     bar_holder: dict = {}
 
     def on_plan(n: int, already: int) -> None:
@@ -247,7 +206,7 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
 
 
 @cli.command()
-@_db_option
+@db_option
 @click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
 @click.option("--fraction", default=0.05, show_default=True, type=click.FloatRange(0, 1, min_open=True),
               help="Share of this device's ok measurements to time again (chosen by key hash).")
@@ -256,7 +215,6 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
               help="Processes that compile in parallel and measure in turn (CUDA).")
 @_timer_option
 @output_options
-@_user_errors
 def repeat(db, kernel_names, fraction, budget, jobs, timer, as_json) -> None:
     """Time a sample of measured configs again in a new process, to show how large noise is."""
     from zmlx_pipeline.data.detect import detect_device
@@ -268,7 +226,7 @@ def repeat(db, kernel_names, fraction, budget, jobs, timer, as_json) -> None:
     if device.backend not in ("cuda", "metal"):
         raise click.ClickException(f"no Metal or CUDA backend on this machine (MLX runs on the {device.backend}): "
                                    "repeat on the GPU the measurements came from")
-    result = stage.repeat(_open_store(db, must_exist=True), device, specs, fraction=fraction, budget_s=budget_s,
+    result = stage.repeat(open_store(db, must_exist=True), device, specs, fraction=fraction, budget_s=budget_s,
                           settings=stage.TimingSettings(timer=timer), jobs=jobs, kernel_refs=refs)
     if as_json:
         emit(result.as_dict(), True)
@@ -278,15 +236,14 @@ def repeat(db, kernel_names, fraction, budget, jobs, timer, as_json) -> None:
 
 
 @cli.command()
-@_db_option
+@db_option
 @click.option("--device", default=None, help="Only this device id.")
 @output_options
-@_user_errors
 def noise(db, device, as_json) -> None:
     """How far repeated timings of one config differ, by kernel time (from `repeat`)."""
     from zmlx_pipeline.pipeline.collect import noise_summary
 
-    rows = noise_summary(_open_store(db, read_only=True), device=device)
+    rows = noise_summary(open_store(db, read_only=True), device=device)
     if not rows and not as_json:
         raise click.ClickException("no repeated timings in the store: run `zmlx-pipeline repeat` on the GPU first")
     if as_json:
@@ -297,28 +254,26 @@ def noise(db, device, as_json) -> None:
 
 
 @cli.command()
-@_db_option
+@db_option
 @click.option("--device", default=None, help="Only this device id.")
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
-@_user_errors
 def export(db, device, out) -> None:
     """Write the store's measurements as one Parquet shard (zstd), for ingest elsewhere."""
-    store = _open_store(db, read_only=True)
+    store = open_store(db, read_only=True)
     _check_filters(store, device=device)
     n = store.export_shard(out, device=device)
     click.echo(f"wrote {n} measurements to {out} ({out.stat().st_size / 1024:.1f} KiB)")
 
 
 @cli.command()
-@_db_option
+@db_option
 @click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @output_options
-@_user_errors
 def ingest(db, sources, as_json) -> None:
     """Merge Parquet shards (files or directories of them) into the store; idempotent."""
     from zmlx_pipeline.data.shards import ingest_shards
 
-    store = _open_store(db)
+    store = open_store(db)
     result = ingest_shards(store, list(sources))
     if as_json:
         emit(result, True)
@@ -329,14 +284,13 @@ def ingest(db, sources, as_json) -> None:
 
 
 @cli.command()
-@_db_option
+@db_option
 @click.option("--device", default=None, help="Only this device id.")
 @click.option("--kernel", default=None, help="Only this kernel.")
 @output_options
-@_user_errors
 def summary(db, device, kernel, as_json) -> None:
     """Per device, kernel and dtype: measurements by status, shapes covered, shapes with an ok config."""
-    store = _open_store(db, read_only=True)
+    store = open_store(db, read_only=True)
     _check_filters(store, device=device, kernel=kernel)
     rows = store.summary(device=device, kernel=kernel)
     emit(rows, as_json, ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok"])
@@ -353,7 +307,7 @@ def _check_filters(store, **filters: str | None) -> None:
 
 
 @cli.command("run")
-@_db_option
+@db_option
 @click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=Path("data"), show_default=True, help="Directory of committed Parquet shards.")
 @click.option("--bundle-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bundles"),
@@ -362,7 +316,6 @@ def _check_filters(store, **filters: str | None) -> None:
 @click.option("--collect", "collect_budget", default=None, metavar="BUDGET",
               help="On a GPU machine, first collect this machine (full grid) for up to BUDGET (e.g. 30m).")
 @output_options
-@_user_errors
 def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, as_json) -> None:
     """The main job: ingest data/, train, evaluate on held-out shapes and devices, publish, look up."""
     from zmlx_pipeline.pipeline.main_job import main_job
@@ -372,20 +325,12 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, as_json) ->
     if blocker is not None:
         raise click.ClickException(f"cannot publish to {bundle_dir}: {blocker} is a file, not a directory; "
                                    "choose another --bundle-dir")
-    store = _open_store(db)
+    store = open_store(db)
     collect = None
     if collect_budget:
         collect = _collect_first(store, collect_budget)
-    from zmlx_pipeline.models.estimators import ModelError
-    from zmlx_pipeline.models.evaluate import EvaluationError
-    from zmlx_pipeline.models.features import FeatureError
-    from zmlx_pipeline.publish import ModelSourceError, PublishError
-
-    try:
-        result = main_job(store, data_dir, bundle_dir, kernels=_split(kernel_names) or None, collect=collect,
-                          progress=progress_line)  # stderr, with --json too: stdout holds only the result
-    except (EvaluationError, FeatureError, ModelError, ModelSourceError, PublishError) as exc:
-        raise click.ClickException(f"{str(exc).splitlines()[0]} (data from {data_dir})") from None
+    result = main_job(store, data_dir, bundle_dir, kernels=split_names(kernel_names) or None, collect=collect,
+                      progress=progress_line)  # stderr, with --json too: stdout holds only the result
     if as_json:
         emit(result, True)
         return
@@ -428,13 +373,12 @@ def _collect_first(store, budget: str):
 
 
 @cli.command()
-@_db_option
+@db_option
 @click.option("--budget", default="30m", show_default=True,
               help="Stop starting new measurements after this long (90s, 10m, 1h); run again to add more.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Directory the shard is written to.")
 @output_options
-@_user_errors
 def contribute(db, budget, out_dir, as_json) -> None:
     """Time every built-in kernel on this machine's GPU within a budget and write one shard to send in."""
     from zmlx_pipeline.data.detect import detect_device
@@ -455,7 +399,7 @@ def contribute(db, budget, out_dir, as_json) -> None:
             click.echo(f"{device.device_id}: {n} measurements to make, {already} already in the store; "
                        f"stopping after {budget}", err=True)
 
-    made = make_shard(_open_store(db), device, out_dir, specs, budget_s=budget_s,
+    made = make_shard(open_store(db), device, out_dir, specs, budget_s=budget_s,
                       jobs=(os.cpu_count() or 1) if device.backend == "cuda" else 1,
                       kernel_refs={s.name: s.name for s in specs}, on_plan=on_plan)
     if as_json:
@@ -485,7 +429,7 @@ def _problem_size_option(ctx, param, value):
 
 
 @cli.command("import")
-@_db_option
+@db_option
 @click.option("--device", default=None,
               help="Catalog id or name of the GPU every file was measured on (default: the name each file reports, "
                    "else its file name). `zmlx-pipeline devices` lists the ids.")
@@ -498,33 +442,19 @@ def _problem_size_option(ctx, param, value):
                    "beside it): integers like 4096,4096 or JSON like [25000, 2048, 1].")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @output_options
-@_user_errors
 def import_cmd(db, device, device_map, problem_size, files, as_json) -> None:
     """Import Kernel Tuner cache or T4 JSON files (gzipped or not, or directories of them); idempotent.
 
     Every file is checked before any is stored: a refused file stores nothing.
     """
-    from zmlx_pipeline.data.importers import ImportFileError, import_files
+    from zmlx_pipeline.data.importers import import_files
 
-    store = _open_store(db)
-    try:
-        rows = import_files(store, list(files), device=device, device_map=device_map, problem_size=problem_size)
-    except ImportFileError as exc:
-        raise click.ClickException(str(exc)) from None
+    rows = import_files(open_store(db), list(files), device=device, device_map=device_map, problem_size=problem_size)
     emit(rows, as_json, ["file", "device", "kernel", "rows", "added", "failed"])
 
 
-from zmlx_pipeline.pipeline.cli_report import report  # noqa: E402  (its own module: plots are a world of their own)
-
-cli.add_command(report)
-
-from zmlx_pipeline.pipeline.cli_publish import register as _register_publish  # noqa: E402  (publish, lookup, profiles)
-
-_register_publish(cli)
-
-from zmlx_pipeline.pipeline.cli_models import register as _register_models  # noqa: E402  (train, evaluate, models)
-
-_register_models(cli)
+for _commands in (cli_report, cli_publish, cli_models):  # report; publish, lookup, profiles; train, evaluate, models
+    _commands.register(cli)
 
 
 def terminate_as_interrupt() -> None:

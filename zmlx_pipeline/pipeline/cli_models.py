@@ -3,33 +3,11 @@ the model and the baselines on held-out shapes or devices) and `models` (the reg
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
-from typing import Callable
 
 import click
 
-from zmlx_pipeline.pipeline.cli import _db_option, _open_store, _split, _user_errors
-from zmlx_pipeline.pipeline.output import emit, output_options
-
-
-def _model_errors(fn: Callable) -> Callable:
-    """The learning stage's expected errors as one-line click errors (on top of the store's)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from zmlx_pipeline.models.estimators import ModelError
-        from zmlx_pipeline.models.evaluate import EvaluationError
-        from zmlx_pipeline.models.features import FeatureError
-        from zmlx_pipeline.models.persist import ModelFileError
-        from zmlx_pipeline.models.train import NoTrainedModel
-
-        try:
-            return fn(*args, **kwargs)
-        except (EvaluationError, FeatureError, ModelError, ModelFileError, NoTrainedModel) as exc:
-            raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
-
-    return _user_errors(wrapper)
+from zmlx_pipeline.pipeline.cli_common import db_option, emit, open_store, output_options, split_names
 
 
 def _fmt(value) -> str | None:
@@ -37,7 +15,7 @@ def _fmt(value) -> str | None:
 
 
 @click.command()
-@_db_option
+@db_option
 @click.option("--split", required=True, metavar="shapes|devices",
               help="shapes: held-out shapes of measured devices; devices: leave one device out (alias lodo).")
 @click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (repeat or comma-separate).")
@@ -51,16 +29,15 @@ def _fmt(value) -> str | None:
                    "training rows, never seeing the test device or shapes; fixed: the choices of one fit on "
                    "every row are kept for every fold (faster, optimistic).")
 @output_options
-@_model_errors
 def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, as_json) -> None:
     """Regret@k of the model and of every baseline on data the model did not train on."""
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate as run_evaluation
 
-    models = _split(model_names) or [DEFAULT_MODEL]
-    store = _open_store(db, read_only=True)
+    models = split_names(model_names) or [DEFAULT_MODEL]
+    store = open_store(db, read_only=True)
     ks = tuple(sorted(set(ks))) or (1, 3, 5)
-    result = run_evaluation(store, split, kernels=_split(kernel_names) or None, ks=ks, models=models,
+    result = run_evaluation(store, split, kernels=split_names(kernel_names) or None, ks=ks, models=models,
                             label_model=len(models) == 1, jobs=jobs, protocol=protocol)
     if as_json:
         emit({"split": result["split"], "models": result["models"], "protocol": result["protocol"],
@@ -107,7 +84,7 @@ def _band_line(noise: dict) -> str:
 
 
 @click.command()
-@_db_option
+@db_option
 @click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (default: every kernel).")
 @click.option("--device", "device_ids", multiple=True, help="Train only on these devices' measurements.")
 @click.option("--model", "model_name", default=None, help="Model variant (default: the default model).")
@@ -116,7 +93,6 @@ def _band_line(noise: dict) -> str:
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None,
               help="Worker processes for the fits and held-out folds (default: one per CPU; 1: none).")
 @output_options
-@_model_errors
 def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -> None:
     """Fit a model per kernel on the store's data, save it and register it with its held-out scores."""
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL
@@ -127,8 +103,8 @@ def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -
     if blocker is not None:
         raise click.ClickException(f"cannot put models in {models_dir}: {blocker} is a file, not a directory; "
                                    "choose another --models-dir")
-    store = _open_store(db, must_exist=True)
-    rows = train_models(store, kernels=_split(kernel_names) or None, devices=_split(device_ids) or None,
+    store = open_store(db, must_exist=True)
+    rows = train_models(store, kernels=split_names(kernel_names) or None, devices=split_names(device_ids) or None,
                         model=model_name or DEFAULT_MODEL,
                         models_dir=models_dir, jobs=jobs,
                         on_kernel=None if as_json else lambda k: click.echo(f"training {k} ...", err=True))
@@ -156,16 +132,15 @@ def _registry_line(row: dict) -> dict:
 
 
 @click.command("models")
-@_db_option
+@db_option
 @click.option("--kernel", "-k", "kernel_name", default=None, help="Only this kernel's models.")
 @click.option("--verify", is_flag=True, help="Also load every model file safely (checksum and trusted types).")
 @output_options
-@_model_errors
 def models_cmd(db, kernel_name, verify, as_json) -> None:
     """The model registry: every trained model, newest first, with its data fingerprint and scores."""
     from zmlx_pipeline.models.train import list_models, verify_models
 
-    store = _open_store(db, read_only=True)
+    store = open_store(db, read_only=True)
     rows = (verify_models if verify else list_models)(store, kernel=kernel_name)
     if as_json:
         emit(rows, True)

@@ -2,33 +2,11 @@
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
-from typing import Callable
 
 import click
 
-from zmlx_pipeline.pipeline.errors import expected_errors
-from zmlx_pipeline.pipeline.output import emit, output_options, progress_line
-
-
-def _errors(fn: Callable) -> Callable:
-    """The library's expected errors as one-line click errors (exit 1), never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:
-            if isinstance(exc, expected_errors()) and not isinstance(exc, click.ClickException):
-                raise click.ClickException(str(exc)) from None
-            raise
-
-    return wrapper
-
-
-def _split(values: tuple[str, ...]) -> list[str]:
-    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+from zmlx_pipeline.pipeline.cli_common import db_option, emit, open_store, output_options, progress_line, split_names
 
 
 def parse_shape(text: str) -> dict[str, int] | list[int]:
@@ -55,8 +33,7 @@ def parse_shape(text: str) -> dict[str, int] | list[int]:
 
 
 @click.command("publish")
-@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="DuckDB store (default: $ZMLX_PIPELINE_DB or ~/.local/share/zmlx-pipeline/store.duckdb).")
+@db_option
 @click.option("--to", "to_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to publish into: each bundle is a new version there, `latest` names the newest.")
 @click.option("--model", "model_ids", multiple=True,
@@ -65,19 +42,16 @@ def parse_shape(text: str) -> dict[str, int] | list[int]:
 @click.option("--device", "device_ids", multiple=True,
               help="Lookup tables only for these devices, plus every measured one (default: every catalog chip).")
 @output_options
-@_errors
 def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> None:
     """Publish a profile bundle (device profiles, per-shape configs, manifest with hashes) from the newest models."""
-    from zmlx_pipeline.data.store import Store, default_db_path
+    from zmlx_pipeline.data.store import default_db_path
     from zmlx_pipeline.publish import publish
 
     path = db or default_db_path()
     if not path.exists():
         raise click.ClickException(f"no store at {path}: run `zmlx-pipeline run`, import or collect first, or pass --db")
-    store = Store(path)
-    click.get_current_context().call_on_close(store.close)
-    result = publish(store, to_dir, _split(model_ids) or None, kernels=_split(kernel_names) or None,
-                     devices=_split(device_ids) or None, progress=progress_line)
+    result = publish(open_store(path), to_dir, split_names(model_ids) or None, kernels=split_names(kernel_names) or None,
+                     devices=split_names(device_ids) or None, progress=progress_line)
     if as_json:
         emit(result, True)
         return
@@ -95,7 +69,6 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
                    "else the bundle shipped with the package).")
 @click.option("-k", "k", type=click.IntRange(1), default=None, help="Candidates to list (default: the kernel's pruning k).")
 @output_options
-@_errors
 def lookup_cmd(kernel, shape_text, dtype, device, bundle_path, k, as_json) -> None:
     """The config the runtime would launch KERNEL with: evidence (how far the answer travelled), expected regret,
     predicted time and candidates; exits 1 for an unknown kernel or dtype, or a shape no config is legal for."""
@@ -120,12 +93,11 @@ def lookup_cmd(kernel, shape_text, dtype, device, bundle_path, k, as_json) -> No
 @click.option("--device", "device_ids", multiple=True, help="Only these device ids (default: every device in the bundle).")
 @click.option("--bundle", "bundle_path", default=None, help="Bundle directory, publish directory or http(s) URL.")
 @output_options
-@_errors
 def profiles_cmd(device_ids, bundle_path, as_json) -> None:
     """The device profile table: learned default threadgroup per kernel class, ZMLX-style candidates, evidence."""
     from zmlx_pipeline.runtime.profiles import profile_table
 
-    rows = profile_table(_split(device_ids) or None, bundle=bundle_path)
+    rows = profile_table(split_names(device_ids) or None, bundle=bundle_path)
     if as_json:
         emit(rows, True)
         return

@@ -6,17 +6,11 @@ from pathlib import Path
 
 import click
 
-from zmlx_pipeline.pipeline.output import emit, output_options, progress_line
-
-
-def _names(values: tuple[str, ...]) -> list[str]:
-    """Repeated options and comma-separated lists alike."""
-    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+from zmlx_pipeline.pipeline.cli_common import db_option, emit, open_store, output_options, progress_line, split_names
 
 
 @click.command()
-@click.option("--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="DuckDB store (default: $ZMLX_PIPELINE_DB or ~/.local/share/zmlx-pipeline/store.duckdb).")
+@db_option
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory for index.html, the PNG figures and scores.json (created if missing).")
 @click.option("--split", type=click.Choice(["shapes", "devices"]), default="shapes", show_default=True,
@@ -29,23 +23,21 @@ def _names(values: tuple[str, ...]) -> list[str]:
 @output_options
 def report(db, out, split, kernel_names, model, heatmaps, as_json) -> None:
     """Write an HTML report: regret curves, predicted vs measured time, config-space heatmaps, scores."""
-    from zmlx_pipeline.data.store import Store, StoreError, default_db_path
-    from zmlx_pipeline.models.estimators import DEFAULT_MODEL, ModelError
-    from zmlx_pipeline.models.evaluate import EvaluationError
-    from zmlx_pipeline.models.features import FeatureError
-    from zmlx_pipeline.models.report import ReportError, build_report
+    from zmlx_pipeline.data.store import default_db_path
+    from zmlx_pipeline.models.estimators import DEFAULT_MODEL
+    from zmlx_pipeline.models.report import build_report
 
     path = db or default_db_path()
-    try:
-        store = Store(path, read_only=True)
-        click.get_current_context().call_on_close(store.close)
-        result = build_report(store, out, split=split, kernels=_names(kernel_names) or None,
-                              model=model or DEFAULT_MODEL, heatmaps_per_kernel=heatmaps, db=str(path),
-                              progress=progress_line)
-    except (StoreError, ReportError, FeatureError, EvaluationError, ModelError) as exc:
-        raise click.ClickException(str(exc)) from None
+    result = build_report(open_store(path, read_only=True), out, split=split, kernels=split_names(kernel_names) or None,
+                          model=model or DEFAULT_MODEL, heatmaps_per_kernel=heatmaps, db=str(path),
+                          progress=progress_line)
     if as_json:
         emit(result, True)
         return
     click.echo(f"wrote {result['index']}: {len(result['figures'])} figures, {result['cases']} held-out cases "
                f"of {len(result['kernels'])} kernel(s), split {result['split']}; open it in a browser")
+
+
+def register(group: click.Group) -> None:
+    """Add report to the CLI group."""
+    group.add_command(report)

@@ -22,12 +22,13 @@ import threading
 import time
 from typing import Callable, Iterator, Mapping, Sequence
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.kernels.harness import GpuUnhealthy, Outcome
 from zmlx_pipeline.kernels.timing import Timing
 from zmlx_pipeline.pipeline.parallel import case_key, reap
 
 
-class GpuSelectionError(ValueError):
+class GpuSelectionError(ZmlxPipelineError, ValueError):
     """--gpus named GPUs this host does not have, or could not be read"""
 
 
@@ -92,6 +93,31 @@ def partition_cases(tasks: Sequence, n: int) -> list[list[int]]:
     return [sorted(s) for s in shares]
 
 
+def partition_programs(tasks: Sequence, shares: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Indices of `tasks` each worker compiles for all: one task per distinct (kernel, dtype, config),
+    dealt round-robin over the workers, so no program is compiled twice. The compiled-kernel cache
+    is keyed by program, not shape, so any planned shape of a config serves; the smallest is taken."""
+    first: dict[tuple, int] = {}
+    for share in shares:
+        for i in share:
+            t = tasks[i]
+            key = (t.spec.name, t.dtype, tuple(sorted(t.config.items())))
+            size = _size(t.shape)
+            if key not in first or size < _size(tasks[first[key]].shape):
+                first[key] = i
+    out: list[list[int]] = [[] for _ in shares]
+    for n, key in enumerate(sorted(first, key=repr)):
+        out[n % max(1, len(out))].append(first[key])
+    return out
+
+
+def _size(shape) -> int:
+    n = 1
+    for v in shape.values():
+        n *= int(v)
+    return n
+
+
 def measure_on_gpus(
     tasks: Sequence,
     kernel_refs: Mapping[str, str],
@@ -105,17 +131,22 @@ def measure_on_gpus(
     """Yield (gpu, task, outcome) as the per-GPU workers measure, all GPUs at once; after `deadline` each
     worker stops when its case in progress is finished. Raises GpuUnhealthy when a GPU broke."""
     shares = partition_cases(tasks, len(gpus))
+    compile_shares = partition_programs(tasks, [share for share in shares if share])
     lines: queue.Queue = queue.Queue()
     with tempfile.TemporaryDirectory(prefix="zmlx-gpus-") as tmp:
         procs: dict[int, subprocess.Popen] = {}
         try:
+            def item(i: int) -> dict:
+                return {"i": i, "ref": kernel_refs[tasks[i].spec.name], "dtype": tasks[i].dtype,
+                        "shape": dict(tasks[i].shape), "config": dict(tasks[i].config)}
+
             for w, (gpu, share) in enumerate(zip(gpus, shares)):
                 if not share:
                     continue
                 job = {"backend": backend, "settings": dataclasses.asdict(settings), "gpu": gpu,
                        "compile_threads": max(1, (os.cpu_count() or 1) // len(gpus)),
-                       "items": [{"i": i, "ref": kernel_refs[tasks[i].spec.name], "dtype": tasks[i].dtype,
-                                  "shape": dict(tasks[i].shape), "config": dict(tasks[i].config)} for i in share]}
+                       "compile_share": [item(i) for i in compile_shares.pop(0)] if len(gpus) > 1 else [],
+                       "items": [item(i) for i in share]}
                 path = os.path.join(tmp, f"job{w}.json")
                 with open(path, "w") as fh:
                     json.dump(job, fh)
@@ -126,14 +157,33 @@ def measure_on_gpus(
                 threading.Thread(target=_pump, args=(w, procs[w], lines), daemon=True).start()
             position = [{i: at for at, i in enumerate(share)} for share in shares]
             live = set(procs)
+            compiling, loading = set(procs) if len(gpus) > 1 else set(), set()
+
+            def release_compiles() -> None:
+                """Once every worker compiled its share into the cache, let them all load what they need."""
+                if not compiling:
+                    for v in loading & live:
+                        procs[v].stdin.write("load\n")
+                        procs[v].stdin.flush()
+                    loading.clear()
+
             while live:
                 w, line = lines.get()
                 if w not in live:
                     continue
                 if line is None or line.get("done"):
                     live.discard(w)
+                    compiling.discard(w)
+                    release_compiles()
+                    continue
+                if "compiled" in line:
+                    compiling.discard(w)
+                    loading.add(w)
+                    release_compiles()
                     continue
                 if "ready" in line:
+                    compiling.discard(w)  # a worker without a compile share goes straight to ready
+                    release_compiles()
                     if deadline is not None and clock() > deadline:
                         _stop(procs[w])
                         live.discard(w)

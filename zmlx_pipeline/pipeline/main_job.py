@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
+
 #: a few lookups printed at the end: what a kernel wrapper would launch
 DEFAULT_LOOKUPS: tuple[tuple[str, dict[str, int], str, str | None], ...] = (
     ("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", "nvidia-h100-sxm"),
@@ -19,6 +21,10 @@ DEFAULT_LOOKUPS: tuple[tuple[str, dict[str, int], str, str | None], ...] = (
     ("swiglu", {"rows": 512, "cols": 11008}, "float16", "nvidia-a100-sxm4-80gb"),
     ("rmsnorm", {"rows": 1, "cols": 4096}, "float16", "apple-m4-max-40c"),
 )
+
+
+class MainJobError(ZmlxPipelineError):
+    "A learning step (train, evaluate, publish) refused the data; the message names the data directory"
 
 
 #: each step's share of the main job's time on the committed data (2 cores), for the estimate of the time left
@@ -94,7 +100,14 @@ def main_job(
 
     def step(name: str, fn: Callable[[], Any]) -> Any:
         steps.note(f"{name} (step {steps.count + 1} of {len(names)})")
-        value = timed(name, fn)
+        try:
+            value = timed(name, fn)
+        except ZmlxPipelineError as exc:
+            if name in ("ingest", "lookup"):
+                raise
+            # what the learning steps refuse comes from the data: say which data
+            first = str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise MainJobError(f"{first} (data from {data_dir})") from exc
         steps.done(f"{name} done in {out['timings_s'][name]} s", share[name])
         return value
 

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from zmlx_pipeline import __version__
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.shards import shard_paths
 from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.kernels.measure import GpuMeasurer, Task, TimingSettings
 from zmlx_pipeline.kernels.spec import KernelSpec, Limits
-from zmlx_pipeline.pipeline.collect import Task, TimingSettings, _measurement, _mlx_version, plan
+from zmlx_pipeline.pipeline.collect import _measurement, _mlx_version, plan
 from zmlx_pipeline.pipeline.gpus import partition_cases
 
 #: the real device detection and measurer, named as importable paths so an actor can load them remotely
@@ -33,7 +35,7 @@ MEASURER = "zmlx_pipeline.pipeline.ray_collect:gpu_measurer"
 FLUSH_EVERY = 50  # results between shard rewrites (a killed actor loses at most these)
 
 
-class RayUnavailable(RuntimeError):
+class RayUnavailable(ZmlxPipelineError, RuntimeError):
     """Ray is not installed, or no cluster could be joined"""
 
 
@@ -50,8 +52,6 @@ def _load(ref: str):
 
 def gpu_measurer(backend: str, settings: TimingSettings):
     """The real measurer an actor times with (collect's GpuMeasurer)."""
-    from zmlx_pipeline.pipeline.collect import GpuMeasurer
-
     return GpuMeasurer(backend, settings)
 
 

@@ -51,7 +51,7 @@ from zmlx_pipeline.publish.predict import (
     top_per_case,
 )
 from zmlx_pipeline.runtime.cache import device_key, entry_key, entry_value
-from zmlx_pipeline.runtime.constraints import limit_values
+from zmlx_pipeline.core.constraints import limit_values
 from zmlx_pipeline.publish.transfer import (
     EVIDENCE_OTHER_FAMILY,
     EVIDENCE_SAME_FAMILY,
@@ -60,7 +60,8 @@ from zmlx_pipeline.publish.transfer import (
     source_device,
     work_of,
 )
-from zmlx_pipeline.runtime.lookup import DTYPE_BYTES, bucket_of
+from zmlx_pipeline.core.dtypes import DTYPE_BYTES
+from zmlx_pipeline.runtime.lookup import bucket_of
 from zmlx_pipeline.runtime.roofline import bound_s
 
 #: ranked configs kept per entry (at least the pruning k), and the most the lookup-path replay

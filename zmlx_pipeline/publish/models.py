@@ -24,6 +24,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, Ranker, fit_kernel_model, make_ranker
 from zmlx_pipeline.models.features import KernelFeatures
 from zmlx_pipeline.progress import Say, Steps
@@ -32,7 +33,7 @@ from zmlx_pipeline.progress import Say, Steps
 DEFAULT_PRUNE_K = 5
 
 
-class ModelSourceError(ValueError):
+class ModelSourceError(ZmlxPipelineError, ValueError):
     "No model can be found or fitted for publishing"
 
 

@@ -17,7 +17,7 @@ from typing import Iterable, Mapping
 import numpy as np
 import polars as pl
 
-from zmlx_pipeline.data.keys import canonical_json, mapping_key
+from zmlx_pipeline.core.keys import canonical_json, mapping_key
 from zmlx_pipeline.models.features import CASE, KernelFeatures, devices_frame, kernel_features
 
 _ANCHOR = "\x00anchor:"

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from zmlx_pipeline import __version__
+from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.files import write_text_atomic
 from zmlx_pipeline.runtime.bundle import (
     BUNDLE_SCHEMA,
     BUNDLE_SCHEMA_VERSION,
@@ -40,7 +42,7 @@ from zmlx_pipeline.runtime.bundle import (
 OWN_FIELDS = ("schema", "schema_version", "bundle_id", "content_sha256", "files")
 
 
-class PublishError(OSError):
+class PublishError(ZmlxPipelineError, OSError):
     "The bundle could not be written"
 
 
@@ -134,18 +136,8 @@ def current_umask() -> int:
 
 
 def swap_latest(to_dir: Path, name: str) -> None:
-    """Point `latest` at a version: write a temp file, fsync, os.replace it over the old pointer."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{LATEST}.", dir=to_dir)
-    try:
-        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes it private; readers of the bundle need it
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(name + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, to_dir / LATEST)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Point `latest` at a version: the pointer file replaced atomically, readable by the bundle's readers."""
+    write_text_atomic(to_dir / LATEST, name + "\n", mode=0o666 & ~current_umask())
     _fsync_dir(to_dir)
 
 

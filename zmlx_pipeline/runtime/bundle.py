@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from zmlx_pipeline.core.files import write_text_atomic
 from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError
 
 BUNDLE_SCHEMA = "zmlx-pipeline-bundle"
@@ -348,9 +349,7 @@ def _store_cached(url: str, bundle: Bundle, manifest_bytes: bytes, files: dict[s
 
                 shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
-        pointer_tmp = top / f".{LATEST}.{os.getpid()}"
-        pointer_tmp.write_text(name + "\n", encoding="utf-8")
-        os.replace(pointer_tmp, top / LATEST)
+        write_text_atomic(top / LATEST, name + "\n")
     except OSError as exc:
         warnings.warn(f"zmlx-pipeline: bundle {url} verified but not cached ({exc})", BundleWarning, stacklevel=3)
     return final

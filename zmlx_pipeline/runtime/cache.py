@@ -32,6 +32,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from zmlx_pipeline.core.files import write_json_atomic
+
 SCHEMA_VERSION = "3.0"
 V3_NAME = "autotune_v3.json"
 OLDER_NAMES = ("autotune_v2.json", "autotune_v1.json")
@@ -230,27 +232,6 @@ def _locked(path: Path) -> Iterator[None]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to a temp file in the same directory, fsync it, then os.replace it over `path`."""
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def _current_for_write(p: Path) -> dict:

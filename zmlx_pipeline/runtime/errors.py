@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 
-class RuntimeAPIError(Exception):
+
+class RuntimeAPIError(ZmlxPipelineError):
     "Base of every error zmlx_pipeline.runtime raises on purpose"
 
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Mapping, Sequence
 
+from zmlx_pipeline.core.constraints import ConstraintSet, limit_values
+from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.runtime.bundle import Bundle, BundleError, BundleWarning, active_bundle, on_change
-from zmlx_pipeline.runtime.constraints import ConstraintSet, limit_values
 from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
@@ -40,7 +41,6 @@ from zmlx_pipeline.runtime.errors import (
 from zmlx_pipeline.runtime.roofline import bound_s, scale, work
 
 EVIDENCE = ("measured", "predicted", "extrapolated", "default", "none")
-DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4}
 #: candidates returned when the bundle gives no pruning k for a kernel
 DEFAULT_PRUNE_K = 5
 _MEMO_LIMIT = 200_000

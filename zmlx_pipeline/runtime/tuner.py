@@ -34,19 +34,18 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from zmlx_pipeline.core.constraints import Limits, pipeline_thread_limit, refusal_text
+from zmlx_pipeline.core.errors import UnknownKernel
+from zmlx_pipeline.core.providers import Measure, kernel_provider
 from zmlx_pipeline.runtime import cache as cache_file
-from zmlx_pipeline.runtime.constraints import pipeline_thread_limit, refusal_text
-from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, UnknownKernelError, expect_str
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError, UnknownKernelError, expect_str
 from zmlx_pipeline.runtime.lookup import check_k, predicted_or_default
 
 #: the pruned autotuner never times more than this share of a case's legal configs
 MAX_FRACTION = 0.2
 
-#: (spec, config, shape, dtype) -> (status, median us) or (status, median us, error text)
-Measure = Callable[[Any, Mapping[str, int], Mapping[str, int], str], tuple]
 
-
-class AutotuneError(RuntimeError):
+class AutotuneError(RuntimeAPIError, RuntimeError):
     "The autotuner cannot run as configured (unknown kernel, no shape for the call, ...)"
 
 
@@ -143,49 +142,8 @@ def harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: str =
     """
     key = (warmup, iters, int(rotate_bytes), timer)
     if key not in _MEASURERS:
-        _MEASURERS[key] = _new_harness_measure(warmup, iters, int(rotate_bytes), timer)
+        _MEASURERS[key] = kernel_provider().measurer(warmup, iters, int(rotate_bytes), timer)
     return _MEASURERS[key]
-
-
-def _new_harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: str = "chain") -> Measure:
-    from zmlx_pipeline.data.detect import detect_backend
-    from zmlx_pipeline.kernels import harness
-    from zmlx_pipeline.kernels.timing import resolve_timer
-
-    backend = detect_backend()
-    if backend not in ("metal", "cuda"):
-        raise harness.NoGpuBackend(f"no Metal or CUDA backend here (MLX runs on the {backend})")
-    timer = resolve_timer(timer, backend)
-    launchers: dict = {}
-    prepared: dict = {}
-
-    def launcher_for(spec):
-        launcher = launchers.get(spec.name)
-        if launcher is None or launcher.spec is not spec:
-            launcher = launchers[spec.name] = harness.Launcher(spec, backend)
-        return launcher
-
-    def prepared_for(spec, shape, dtype):
-        key = (spec.name, tuple(sorted(shape.items())), dtype)
-        if key not in prepared:
-            prepared.clear()
-            prepared[key] = harness.prepare(spec, dict(shape), dtype, 0, rotate_bytes)
-        return prepared[key]
-
-    def precompile(spec, configs, shape, dtype) -> int:
-        """Compile every candidate at once (threads, through the compiled-kernel cache) before any is timed."""
-        inputs = prepared_for(spec, shape, dtype).check_inputs
-        return launcher_for(spec).precompile([(dict(c), dict(shape), dtype, inputs) for c in configs])
-
-    def measure(spec, config, shape, dtype) -> tuple[str, float | None]:
-        launcher = launcher_for(spec)
-        extra = {"prepared": prepared_for(spec, shape, dtype)}
-        outcome = harness.measure(launcher, dict(config), dict(shape), dtype, warmup=warmup, samples=iters,
-                                  timer=timer, **extra)
-        return outcome.status, (outcome.timing.median_us if outcome.timing else None), outcome.error
-
-    measure.precompile = precompile  # type: ignore[attr-defined]
-    return measure
 
 
 # ------------------------------------------------------------------------------------------
@@ -195,11 +153,9 @@ def _new_harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: 
 def _spec(kernel: Any):
     if hasattr(kernel, "legal_configs"):
         return kernel
-    from zmlx_pipeline.kernels.registry import UnknownKernel, get_kernel
-
     expect_str(kernel, "kernel (a registered name, module:attr or KernelSpec)")
     try:
-        return get_kernel(kernel)
+        return kernel_provider().get_kernel(kernel)
     except UnknownKernel as exc:
         raise UnknownTunedKernel(str(exc)) from None
 
@@ -267,8 +223,6 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     (default: the measurer's own `precompile`, which the harness measurer has on CUDA: NVRTC in
     parallel threads through the on-disk compiled-kernel cache, shared with collect).
     """
-    from zmlx_pipeline.kernels.spec import Limits
-
     spec = _spec(kernel)
     dtype = _checked_dtype(dtype)
     shape = _checked_shape(spec, shape)
@@ -305,9 +259,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     try:
         # inputs rotated over twice the L2, as collect times: the models and the bundle ranked configs
         # by those timings, and with inputs left in L2 a mid-size shape can rank them differently
-        from zmlx_pipeline.kernels.harness import rotate_bytes_for
-
-        measure = measure or harness_measure(warmup, iters, rotate_bytes=rotate_bytes_for(row), timer=timer)
+        measure = measure or harness_measure(warmup, iters, rotate_bytes=kernel_provider().rotate_bytes_for(row),
+                                             timer=timer)
     except Exception as exc:  # noqa: BLE001 - no GPU backend: answer from the bundle, time nothing
         pred = predicted_or_default(spec.name, shape, dtype, device=chip)
         config = pred.config if pred.evidence != "default" else cands[0]
@@ -490,8 +443,6 @@ def _first_array(args: tuple, kwargs: dict):
 
 def ranked_configs(spec, shape: Mapping[str, int], dtype: str, device: str | None = None) -> list[dict]:
     """Every legal config of a case on this device, the bundle's ranking first: what a refused launch falls back through."""
-    from zmlx_pipeline.kernels.spec import Limits
-
     chip, _, meta = _device_and_mlx(device)
     legal = spec.legal_configs(dict(shape), dtype, Limits.from_device_row(meta["limits_row"]))
     by_id = {config_id(c): c for c in legal}

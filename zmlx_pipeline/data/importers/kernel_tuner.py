@@ -10,8 +10,9 @@ The format is told by content: a gzip stream is decompressed first, then a JSON 
 `cache` is a Kernel Tuner cache file, one with `results` a T4 file. A cache entry holds its
 parameter values, or (as Kernel Tuner's own keys do) only the key: the values joined by ","
 in `tune_params_keys` order (else `tune_params` order). A cache file of a run that was
-stopped is left open by Kernel Tuner (no closing braces) and is closed as Kernel Tuner
-closes it. T4 files name neither the kernel, the device nor the problem size: those come
+stopped is left open by Kernel Tuner (no closing braces), and one that was killed may end
+inside an entry: such a file is read entry by entry, and every complete entry is imported.
+T4 files name neither the kernel, the device nor the problem size: those come
 from a T1 search-space description beside the data (`<folder>/../search-spaces/<folder>.json`,
 as the FAIR benchmark hub lays it out), the file's folder and its file name (`A100_T4.json.gz`
 -> A100), a T4 metadata file beside it (`X-metadata.json.gz`, nvidia-smi or rocm-smi output, for
@@ -33,15 +34,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.catalog import (
     AmbiguousDevice,
     DeviceSpec,
     UnknownDevice,
+    device_candidates,
     devices_named_within,
     name_tokens,
     resolve_device,
 )
-from zmlx_pipeline.data.keys import canonical_json, digest
+from zmlx_pipeline.core.keys import canonical_json, digest
 from zmlx_pipeline.data.records import Measurement
 from zmlx_pipeline.data.store import Store, StoreError
 
@@ -66,6 +69,9 @@ _TIME_UNITS_US = {
     **dict.fromkeys(("nanoseconds", "nanosecond", "ns", "nsec", "nsecs"), 1e-3),
 }
 _DEFAULT_TIME_UNIT = "milliseconds"  # Kernel Tuner's unit: caches and T4 files without a timeunit use it
+# Kernel Tuner writes an entry's time as the mean of its repetitions (exactly, in every file of the benchmark
+# hub); one further off than this was written over afterwards.
+_TIME_MEAN_TOLERANCE = 0.01
 # Old Kernel Tuner versions stored a failed config as a huge time (1e20) instead of a marker.
 _FAILED_TIME_MS = 1e20
 # Words in a data file's name that describe the file, not the GPU (A100_T4.json.gz, A6000_original.json.gz).
@@ -73,12 +79,18 @@ _FILE_NAME_WORDS = ("t4", "original", "extended", "results", "metadata", "cache"
 # Where a T4 metadata file (Kernel Tuner's store_metadata_file) names the GPU: nvidia-smi's product name,
 # or one of rocm-smi's card fields (their spelling varies between rocm-smi versions).
 _ROCM_NAME_FIELDS = ("card series", "device name", "marketing name")
+# Where the shape of a file that names no usable problem size comes from: nowhere (its shape is empty).
+NO_PROBLEM_SIZE = "none"
 # What Kernel Tuner writes for a problem size it cannot write (a function of the parameters).
 _UNUSABLE_PROBLEM_SIZES = ("callable",)
 
 
-class ImportFileError(ValueError):
+class ImportFileError(ZmlxPipelineError, ValueError):
     "A file could not be imported; nothing of it was stored"
+
+
+class NothingToImport(ImportFileError):
+    "A file that holds no measurement (a run stopped before its first config ended); beside others, it is reported"
 
 
 class CompanionFile(ImportFileError):
@@ -121,21 +133,78 @@ def _fail(path: Path, reason: str) -> ImportFileError:
     return ImportFileError(f"cannot import {path}: {reason}; nothing of it was stored")
 
 
-def _close_open_cache(text: str) -> str | None:
-    """The text of a cache file Kernel Tuner left open, closed as Kernel Tuner closes it; None if not one.
+_CACHE_OPENING = re.compile(r'"cache"\s*:\s*\{')
+_DECODER = json.JSONDecoder()
 
-    Kernel Tuner writes the header, then appends each entry followed by a comma, and writes the closing
-    braces only when tuning ends: a stopped run leaves `..."cache": {`, `...},` or `...}` at the end.
-    Like Kernel Tuner, a text that does not end in two closing braces gets them after its last entry.
+
+class _OpenCache(NamedTuple):
+    """A cache file Kernel Tuner left open, read entry by entry: its document and the cut-off tail dropped."""
+
+    data: dict
+    dropped: str
+
+
+def _cut_off(text: str, err: json.JSONDecodeError) -> bool:
+    """Whether a parse error in a cache entry is the file ending inside that entry, not damage in it.
+
+    A run killed mid-write leaves a last entry that stops short: the decoder runs out of text (or of a
+    string it never saw closed), or stops on the start of a word or number the cut left unfinished
+    (`tr`, `3.`). An error with anything else after it is damage: the file is refused, not shortened.
     """
-    body = text.strip()
-    if '"cache"' not in body or body[-3:] in ("}\n}", "}}}"):
+    if err.msg.startswith("Unterminated string"):
+        return True
+    tail = text[err.pos:].strip()
+    return (not tail or re.fullmatch(r"[-+.eE0-9]*", tail) is not None
+            or any(word.startswith(tail) for word in ("true", "false", "null", "NaN", "Infinity", "-Infinity")))
+
+
+def _read_open_cache(text: str) -> _OpenCache | None:
+    """A cache file that does not parse as a whole, read as Kernel Tuner's writer leaves it; None if not one.
+
+    Kernel Tuner writes the header and `"cache": {`, then appends each entry and a comma, and closes the
+    braces only when tuning ends: a stopped run leaves `..."cache": {`, `...},` or `...}` at the end, and
+    a killed one may leave its last entry cut off. Every complete entry is kept, in order; a cut-off
+    last entry is dropped (it holds no finished measurement); anything else that does not parse is not
+    an open cache.
+    """
+    opening = _CACHE_OPENING.search(text)
+    if opening is None:
         return None
-    return (body[:-1] if body.endswith(",") else body) + "}\n}"
+    try:
+        data = json.loads(text[: opening.start()] + '"cache": {}}')
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    cache: dict[str, Any] = {}
+    pos, end = opening.end(), len(text)
+    while True:
+        while pos < end and (text[pos].isspace() or text[pos] == ","):
+            pos += 1
+        if pos >= end or text[pos] == "}":
+            break  # the end of the file or of the cache object: closed or not, every entry is in
+        start = pos
+        try:
+            key, pos = _DECODER.raw_decode(text, pos)
+            while pos < end and text[pos].isspace():
+                pos += 1
+            if not isinstance(key, str) or pos >= end or text[pos] != ":":
+                raise json.JSONDecodeError("Expecting ':' after an entry's key", text, pos)
+            pos += 1
+            while pos < end and text[pos].isspace():
+                pos += 1
+            value, pos = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as err:
+            if not _cut_off(text, err):
+                return None
+            return _OpenCache({**data, "cache": cache}, text[start:].strip())
+        cache[key] = value
+    return _OpenCache({**data, "cache": cache}, "")
 
 
-def _read_json(path: Path) -> tuple[Any, str, bool]:
-    """The file's JSON (gunzipped when it is a gzip stream), the sha256 of its bytes, whether it was left open."""
+def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
+    """The file's JSON (gunzipped when it is a gzip stream), the sha256 of its bytes, and how it was read when
+    it is a cache file Kernel Tuner left open (None when the file parses as a whole)."""
     try:
         raw = path.read_bytes()
     except OSError as err:
@@ -149,20 +218,17 @@ def _read_json(path: Path) -> tuple[Any, str, bool]:
         except (OSError, zlib.error) as err:
             raise _fail(path, f"corrupt gzip stream ({err})") from err
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark, as editors on Windows write, is not JSON
     except UnicodeDecodeError as err:
         raise _fail(path, f"not UTF-8 text ({err})") from err
     if not text.strip():
         raise _fail(path, "the file is empty")
     try:
-        return json.loads(text), sha, False
+        return json.loads(text), sha, None
     except json.JSONDecodeError as err:
-        closed = _close_open_cache(text)
-        if closed is not None:
-            try:
-                return json.loads(closed), sha, True
-            except json.JSONDecodeError:
-                pass
+        opened = _read_open_cache(text)
+        if opened is not None:
+            return opened.data, sha, opened
         at_end = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
         hint = " (truncated?)" if at_end else ""
         raise _fail(path, f"not valid JSON{hint}: {err.msg} (line {err.lineno}, column {err.colno})") from err
@@ -275,15 +341,16 @@ def _file_stem(path: Path) -> str:
 
 
 def _names_from_file_name(path: Path) -> list[str]:
-    """The GPU a file is named after: `A100_T4.json.gz` -> A100, `A6000_original.json.gz` -> A6000.
+    """The GPU a file is named after: `A100_T4.json.gz` -> A100, `A6000_original.json.gz` -> A6000,
+    `A4000_f=bruteforce_i=0.json` -> A4000.
 
     Only words that describe the file are dropped, never a word of the name: `RTX_3060_laptop`
     stays the laptop chip (and matches nothing rather than the desktop RTX 3060).
     """
     stem = _file_stem(path)
     words = [w for w in re.split(r"[-_\s]+", stem) if w]
-    while len(words) > 1 and words[-1].lower() in _FILE_NAME_WORDS:
-        words = words[:-1]
+    while len(words) > 1 and (words[-1].lower() in _FILE_NAME_WORDS or "=" in words[-1]):
+        words = words[:-1]  # "=" marks a run's setting (A100_f=bruteforce_i=0.json), never a word of a GPU name
     return list(dict.fromkeys([stem, " ".join(words)]))
 
 
@@ -362,6 +429,33 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
     return DeviceMap(path, tuple(entries))
 
 
+# nvidia-smi's name for a MIG instance: the GPU's name, "MIG" and the profile ("1g.5gb", "3g.40gb").
+_MIG_NAME = re.compile(r"^(.*?)\s+MIG\s+\d+g\.\d+gb\b", re.IGNORECASE)
+
+
+def _alternatives(name: str) -> list[str]:
+    """The names a name written as alternatives stands for: "AMD Instinct MI50/MI60" -> MI50 and MI60, each with
+    the words before the first (ROCm names several boards of one die so); [] for a name without "/"."""
+    parts = [p.strip() for p in name.split("/")]
+    if len(parts) < 2 or not all(parts):
+        return []
+    prefix = parts[0].split()[:-1]
+    return [parts[0]] + [" ".join(prefix + [p]) if len(p.split()) == 1 else p for p in parts[1:]]
+
+
+def _chips_of_alternatives(name: str) -> list[str]:
+    """Catalog ids of every chip a name written as alternatives may be (never one picked among them)."""
+    ids: list[str] = []
+    for alternative in _alternatives(name):
+        try:
+            ids.append(resolve_device(alternative).id)
+        except AmbiguousDevice as err:
+            ids.extend(err.candidates)
+        except UnknownDevice:
+            continue
+    return list(dict.fromkeys(ids))
+
+
 def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
                     device_map: DeviceMap | None) -> tuple[DeviceSpec, str, str]:
     """(row, the name or key it was found by, how) for a file: --device, else the map, else the file itself."""
@@ -375,7 +469,11 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
     names, how = ([reported], "reported") if reported else (_names_from_file_name(path), "file name")
     for name in names:
         try:
-            return resolve_device(name), name, how
+            spec = resolve_device(name)
+            binned = tuple(device_candidates(name))
+            if len(binned) > 1:  # binned variants (Apple M1 Pro 14 or 16 cores): the name does not say which
+                raise AmbiguousDevice(name, binned)
+            return spec, name, how
         except AmbiguousDevice as err:
             raise UnmatchedDevice(
                 f"cannot import {path}: device {name!r} does not name one catalog device (it may be "
@@ -384,6 +482,23 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
             ) from None
         except UnknownDevice:
             continue
+    mig = _MIG_NAME.match(reported)
+    if mig:
+        try:
+            whole = f" of {resolve_device(mig.group(1)).id}"
+        except UnknownDevice:
+            whole = ""
+        raise UnmatchedDevice(
+            f"cannot import {path}: device {reported!r} is a MIG instance (a slice{whole} with part of its SMs and "
+            "memory), which the catalog has no row for; pass --device <catalog id> to record its timings as that "
+            "device's; nothing of it was stored"
+        )
+    several = _chips_of_alternatives(reported)
+    if several:
+        raise UnmatchedDevice(
+            f"cannot import {path}: device {reported!r} names several chips (it may be {', '.join(several)}); "
+            "pass --device <its id> or map the file in --device-map; nothing of it was stored"
+        )
     named = reported or _file_stem(path)
     within = devices_named_within(named)
     hint = f" (catalog devices whose names hold it: {', '.join(within)})" if within else ""
@@ -424,7 +539,8 @@ def _split_shape_params(configs: list[dict]) -> list[str]:
 
 
 class _Entries(NamedTuple):
-    """What a file says: configs, their (status, timing, error), names, problem size and how it was laid out."""
+    """What a file says: configs, their (status, timing, error), names, problem size, how it was laid out, and
+    how many entries' times were written over their repetitions."""
 
     configs: list[dict]
     outcomes: list[tuple]
@@ -433,6 +549,7 @@ class _Entries(NamedTuple):
     problem_size: Any
     skipped: int
     layout: str
+    time_rewritten: int = 0
 
 
 def _param_names(path: Path, data: dict) -> tuple[list[str], str]:
@@ -500,6 +617,9 @@ def _cache_outcome(path: Path, where: str, entry: dict, objective: str) -> tuple
     """(status, timing, error) of one cache entry; None for a config that was never run (InvalidConfig)."""
     fields = [_ERROR_FIELD, "time"] + ([objective] if objective not in ("", "time") else [])
     markers = [entry[f] for f in fields if isinstance(entry.get(f), str)]
+    # a failure Kernel Tuner wrote into any other result (a metric of a config that failed) fails it too
+    markers += [v for k, v in entry.items() if k not in fields and isinstance(v, str)
+                and (v in _CACHE_FAILURES or v in _CACHE_SKIPPED)]
     if markers:
         marker = markers[0]
         if marker in _CACHE_SKIPPED:
@@ -517,7 +637,22 @@ def _cache_outcome(path: Path, where: str, entry: dict, objective: str) -> tuple
         raise _fail(path, f"{where}: 'time' is neither a number nor a failure marker")
     if time >= _FAILED_TIME_MS:
         return "launch_error", None, f"failed (time recorded as {time:g})"
-    return "ok", _timing(path, where, entry.get("times"), time, 1e3), None
+    times = None if _time_rewritten(entry) else entry.get("times")
+    return "ok", _timing(path, where, times, time, 1e3), None
+
+
+def _time_rewritten(entry: dict) -> bool:
+    """Whether an entry's time is not the mean of its repetitions, as Kernel Tuner writes it, but a value
+    written over it afterwards; the time is then the entry's timing and the stale repetitions are not.
+
+    The benchmark hub's converter from KTT results (autotuning_methodology's ktt_values_to_kerneltuner.py)
+    replaces `time` with KTT's duration and leaves Kernel Tuner's `times` as they were.
+    """
+    time, times = entry.get("time"), entry.get("times")
+    if not _positive(time) or not isinstance(times, list) or not times or not all(_positive(t) for t in times):
+        return False
+    mean = sum(times) / len(times)
+    return abs(time - mean) > _TIME_MEAN_TOLERANCE * mean
 
 
 def _entries_cache(path: Path, data: dict) -> _Entries:
@@ -526,11 +661,11 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
     if not isinstance(cache, dict):
         raise _fail(path, "'cache' is not an object")
     if not cache:
-        raise _fail(path, "its 'cache' has no entries")
+        raise NothingToImport(str(_fail(path, "its 'cache' has no entries")))
     names, source = _param_names(path, data)
     tune = data.get("tune_params") if isinstance(data.get("tune_params"), dict) else {}
     objective = data.get("objective") if isinstance(data.get("objective"), str) else "time"
-    configs, outcomes, skipped, layouts = [], [], 0, set()
+    configs, outcomes, skipped, layouts, rewritten = [], [], 0, set(), 0
     for key, entry in cache.items():
         where = f"cache entry {key!r}"
         if not isinstance(entry, dict):
@@ -543,8 +678,9 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
         layouts.add(layout)
         configs.append(config)
         outcomes.append(outcome)
+        rewritten += outcome[0] == "ok" and _time_rewritten(entry)
     return _Entries(configs, outcomes, str(data.get("kernel_name") or ""), str(data.get("device_name") or ""),
-                    data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries")
+                    data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries", rewritten)
 
 
 def _companion_metadata(path: Path) -> Path | None:
@@ -557,6 +693,31 @@ def _companion_metadata(path: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def _rocm_card_name(values: list[str]) -> str:
+    """The name of one rocm-smi card among its name fields: the first that names one catalog row, else the first
+    that names several (so the refusal lists them), else the first.
+
+    rocm-smi versions fill these fields differently: a marketing name ("AMD Instinct MI250X"), pci.ids text
+    with the board in brackets ("Navi 31 [Radeon Pro W7800]": the bracketed part is tried first), or a
+    PCI id ("0x740c"), which names nothing.
+    """
+    names = []
+    for value in values:
+        inner = re.fullmatch(r".*\[(.+)\]\s*", value)
+        names += [inner.group(1).strip(), value] if inner else [value]
+    partial = None
+    for name in names:
+        try:
+            resolve_device(name)
+            return name
+        except AmbiguousDevice:
+            partial = partial or name
+        except UnknownDevice:
+            if partial is None and _chips_of_alternatives(name):
+                partial = name
+    return partial or (names[0] if names else "")
 
 
 def _device_in_metadata(data: Any) -> str:
@@ -573,21 +734,28 @@ def _device_in_metadata(data: Any) -> str:
     for card in (query.get("rocm-smi") or {}).values():
         if isinstance(card, dict):
             fields = {str(k).strip().lower(): v for k, v in card.items()}
-            name = next((fields[f] for f in _ROCM_NAME_FIELDS if fields.get(f)), None)
+            name = _rocm_card_name([str(fields[f]).strip() for f in _ROCM_NAME_FIELDS if fields.get(f)])
             if name:
-                names.append(str(name).strip())
+                names.append(name)
     distinct = set(names)
     return names[0] if len(distinct) == 1 else ""
 
 
-def _t4_scale(path: Path, metadata: dict, results: list) -> float:
-    """Microseconds per time unit: the metadata's timeunit, else the unit of the results' time measurement,
-    else milliseconds (Kernel Tuner's)."""
+def _time_unit(result: Any) -> Any:
+    """The unit a T4 result gives its time measurement; None when it gives none (or "", as converters write)."""
+    if not isinstance(result, dict):
+        return None
+    return next((m.get("unit") for m in result.get("measurements") or []
+                 if isinstance(m, dict) and m.get("name") == "time" and m.get("unit")), None)
+
+
+def _t4_scale(path: Path, metadata: dict, results: list, result: Any = None) -> float:
+    """Microseconds per time unit: the metadata's timeunit, else the unit of this result's time measurement
+    (results of one file may differ: "ms" beside "s"), else that of the first result that gives one, else
+    milliseconds (Kernel Tuner's)."""
     unit = metadata.get("timeunit")
     if unit is None:
-        unit = next((m.get("unit") for r in results if isinstance(r, dict)
-                     for m in r.get("measurements") or []
-                     if isinstance(m, dict) and m.get("name") == "time" and m.get("unit")), None)
+        unit = _time_unit(result) or next((u for r in results if (u := _time_unit(r))), None)
     unit = _DEFAULT_TIME_UNIT if unit is None else unit
     scale = _TIME_UNITS_US.get(str(unit).strip().lower())
     if scale is None:
@@ -624,9 +792,14 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
             value = next((m.get("value") for m in result.get("measurements") or []
                           if isinstance(m, dict) and m.get("name") == "time"), None)
             runtimes = times.get("runtimes")
+            if not runtimes and isinstance(value, list):
+                runtimes, value = value, None  # the T4 schema lets a measurement hold every repetition
             if not runtimes and not _number(value):
-                raise _fail(path, f"{where} is correct but has no runtimes and no time measurement")
-            outcomes.append(("ok", _timing(path, where, runtimes, value, scale), None))
+                objectives = [str(o) for o in result.get("objectives") or [] if str(o) != "time"]
+                tuned_for = f" (it was tuned for {objectives[0]!r}, not a kernel time)" if objectives else ""
+                raise _fail(path, f"{where} is correct but has no runtimes and no time measurement{tuned_for}")
+            own = scale if metadata.get("timeunit") is not None else _t4_scale(path, metadata, results, result)
+            outcomes.append(("ok", _timing(path, where, runtimes, value, own), None))
         else:
             outcomes.append((status, None, f"invalidity: {invalidity}"))
         configs.append(result["configuration"])
@@ -646,29 +819,27 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
 
 
 def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> tuple[dict[str, int], str]:
-    """The shape and where it came from: the file, else the T1 description beside it, else --problem-size.
+    """The shape and where it came from: the file, else the T1 description beside it, else --problem-size,
+    else none: a file that names no usable problem size ("callable", none at all) is one case of unknown
+    size, its shape empty.
 
     A --problem-size that disagrees with the file's own is refused rather than silently ignored.
     """
-    unusable = None
     found: list[tuple[Any, str]] = []
     if from_file is not None and from_file not in _UNUSABLE_PROBLEM_SIZES:
         found.append((from_file, "file"))
-    elif from_file in _UNUSABLE_PROBLEM_SIZES:
-        unusable = from_file
     described = ((t1 or {}).get("KernelSpecification") or {}).get("ProblemSize")
     if described is not None:
         found.append((described, "search-space description"))
     shape, source = None, None
     for value, where in found:
         try:
+            if isinstance(value, str):
+                value = parse_problem_size(value)  # written as text: "4096x4096", "[25000, 2048, 1]"
             shape, source = shape_from_problem_size(value), where
             break
-        except ValueError as err:
-            unusable = unusable or value
-            if option is None:
-                raise _fail(path, f"the problem size of its {where} is unusable ({err}); pass --problem-size "
-                                  "(e.g. --problem-size 4096,4096)") from None
+        except ValueError:
+            continue  # a size of names, not numbers (["n", 8]): as good as none
     if option is not None:
         wanted = shape_from_problem_size(option)
         if shape is not None and shape != wanted:
@@ -676,10 +847,7 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> t
                               f"({shape}); leave the option out for this file")
         return wanted, "--problem-size" if shape is None else source
     if shape is None:
-        said = ("it names no problem size and " if unusable is None
-                else f"it gives {unusable!r} as its problem size and ")
-        raise _fail(path, f"{said}no search-space description ({_t1_path(path)}) gives one; pass --problem-size "
-                          "(e.g. --problem-size 4096,4096)")
+        return {}, NO_PROBLEM_SIZE
     return shape, source
 
 
@@ -738,15 +906,21 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
             samples=n, error=error,
         ))
     if not measurements:
-        raise _fail(path, "no measurements in it (every entry is a config its restrictions exclude)"
-                    if entries.skipped else "no measurements in it")
+        raise NothingToImport(str(_fail(path, "no measurements in it (every entry is a config its restrictions "
+                                              "exclude)" if entries.skipped else "no measurements in it")))
     source = {"kernel_name": entries.kernel_name or None, "device_name": reported or None,
               "matched_device_name": matched_name, "device_from": device_from,
               "problem_size_from": shape_from, "layout": entries.layout}
-    if was_open:
+    if shape_from == NO_PROBLEM_SIZE and entries.problem_size is not None:
+        source["problem_size_in_file"] = entries.problem_size
+    if was_open is not None:
         source["closed_open_cache"] = True
+        if was_open.dropped:
+            source["dropped_cut_off_entry"] = was_open.dropped[:200]
     if filled:
         source["filled_from_defaults"] = filled
+    if entries.time_rewritten:
+        source["entries_timed_by_time_not_times"] = entries.time_rewritten
     return ParsedFile(path=path, sha256=sha, format=fmt, kernel=name, kernel_version=version, device=spec,
                       reported_device=reported, shape=shape, measurements=measurements, skipped=entries.skipped,
                       duplicates=duplicates, source=source)
@@ -794,6 +968,27 @@ def write_parsed(store: Store, parsed: ParsedFile) -> dict:
     return {**row, "added": added, "run_id": run_id}
 
 
+def _check_unknown_sizes_apart(store: Store, parsed: list[ParsedFile]) -> None:
+    """Refuse a second file of unknown problem size for a kernel and device that already has one.
+
+    Files of unknown size all get the empty shape, so two of them (two problem sizes, as far as anyone
+    knows) would share keys and one's timings would replace the other's. The same file imported again,
+    or grown by a resumed run, keeps its name and goes in as before.
+    """
+    owners: dict[tuple[str, str], str] = {}
+    for run in store.runs():
+        settings = run.get("settings") or {}
+        if settings.get("problem_size_from") == NO_PROBLEM_SIZE:
+            owners.setdefault((run["device_id"], str(settings.get("kernel"))), str(settings.get("file")))
+    for item in parsed:
+        if item.source.get("problem_size_from") != NO_PROBLEM_SIZE:
+            continue
+        owner = owners.setdefault((item.device.id, item.kernel), item.path.name)
+        if owner != item.path.name:
+            raise _fail(item.path, f"it names no problem size, and {owner} (kernel {item.kernel} on {item.device.id} "
+                                   "too) is imported without one; pass --problem-size to tell their sizes apart")
+
+
 def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str | None = None,
                  kernel: str | None = None, problem_size: Any = None,
                  device_map: str | os.PathLike | DeviceMap | None = None) -> list[dict]:
@@ -803,7 +998,8 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     gives each its own; not both. A refused file stores nothing of any file. Should the store fail
     while writing, the error names the files that went in and those that did not (importing them
     again adds only what is missing). Returns one row per file: file, device, kernel, rows, added,
-    failed, skipped, run_id.
+    failed, skipped, run_id; a T4 metadata file, or one that holds no measurement (the header a run
+    stopped before its first config left), beside others is a row of nothing (device and kernel None).
     """
     if device is not None and device_map is not None:
         raise ImportFileError("give --device (one device for every file) or --device-map, not both")
@@ -816,14 +1012,21 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
         raise ImportFileError("no Kernel Tuner files to import")
     parsed: list[ParsedFile] = []
     companions: list[Path] = []
+    empty: list[NothingToImport] = []
     for p in files:
         try:
             parsed.append(parse_file(p, device=chosen, kernel=kernel, problem_size=problem_size, device_map=mapping))
         except CompanionFile:
             companions.append(p)
+        except NothingToImport as err:
+            empty.append(err)
+            companions.append(p)
     if not parsed:
+        if empty:
+            raise empty[0]
         raise ImportFileError(f"no measurements to import: {', '.join(map(str, companions))} only describe "
                               "the machine of a T4 results file; import the results file")
+    _check_unknown_sizes_apart(store, parsed)
     rows: list[dict] = []
     for item in parsed:
         try:

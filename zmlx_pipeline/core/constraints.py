@@ -1,16 +1,21 @@
-"""A kernel's config constraints from a bundle, evaluated without eval(): a whitelist of arithmetic.
+"""Config constraints, evaluated without eval() (a whitelist of arithmetic), and the device limits they read.
 
-A bundle carries each kernel's constraints as text (`"TG % ROWS == 0"`), so the runtime can drop
-a bucket's candidates that are illegal for the exact shape asked. Bundle text is data, never
-code: it is parsed with `ast` and only numbers, names, arithmetic, comparisons, boolean logic and
-min/max/abs are accepted; anything else makes the constraint unusable (and it is ignored).
+One grammar for both sides: kernels/spec.py checks a kernel's configs with it, and a bundle carries
+each kernel's constraints as text (`"TG % ROWS == 0"`), so the runtime can drop a bucket's
+candidates that are illegal for the exact shape asked. Bundle text is data, never code: it is
+parsed with `ast` and only numbers, names, arithmetic, comparisons, boolean logic and min/max/abs
+are accepted; anything else makes the constraint unusable (and it is ignored).
 """
 
 from __future__ import annotations
 
 import operator
 import re
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
+
+from zmlx_pipeline.core.dtypes import DTYPE_BYTES
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 
 Env = Mapping[str, Any]
 Check = Callable[[Env], Any]
@@ -46,6 +51,25 @@ def limit_values(row: Mapping[str, Any] | None) -> dict[str, int]:
     }
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The device limits constraints are checked against (the same model of legality on every backend)."""
+
+    max_threads: int = 1024
+    simd_width: int = 32
+    tg_mem_bytes: int = 32768
+    cuda_arch: int = 0  # NVIDIA compute capability as 90 for sm_90; 0 off CUDA (arch-specific instructions)
+
+    @classmethod
+    def from_device_row(cls, row: Mapping[str, Any] | None) -> "Limits":
+        """Limits of a catalog/store device row; conservative Apple-like defaults for unknown devices."""
+        return cls(**limit_values(row))
+
+    def env(self, dtype: str) -> dict[str, int]:
+        """The limit names a constraint may use, for one dtype."""
+        return {**vars(self), "dtype_bytes": DTYPE_BYTES[dtype]}  # every field is a limit name
+
+
 #: MLX's Metal backend refuses a custom kernel whose threadgroup exceeds its compiled pipeline's
 #: maxTotalThreadsPerThreadgroup with std::invalid_argument (a Python ValueError), evaluating it:
 #: "Thread group size (1024) is greater than  the maximum allowed threads per threadgroup (896)."
@@ -71,7 +95,7 @@ def refusal_text(exc: BaseException, limit: int = 400) -> str:
     return text[:limit]
 
 
-class UnsafeConstraint(ValueError):
+class UnsafeConstraint(ZmlxPipelineError, ValueError):
     "A constraint uses something other than arithmetic, comparisons, boolean logic and min/max/abs"
 
 

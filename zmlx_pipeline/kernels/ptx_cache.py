@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from zmlx_pipeline.runtime.cache import write_json_atomic
+from zmlx_pipeline.core.files import write_json_atomic
 
 ENV = "ZMLX_PIPELINE_PTX_CACHE"
 FORMAT = "zmlx-pipeline-ptx/1"

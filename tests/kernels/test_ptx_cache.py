@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from zmlx_pipeline.runtime.ptx_cache import ENV, PtxCache, build_all, cache_dir, entry_key
+from zmlx_pipeline.kernels.ptx_cache import ENV, PtxCache, build_all, cache_dir, entry_key
 
 FIELDS = {"name": "custom_kernel_k_256", "source_sha256": "ab" * 32, "arch": "compute_90", "nvrtc": "13.0",
           "mlx": "0.32.4", "options": ["--gpu-architecture=compute_90"]}

@@ -1,0 +1,58 @@
+"""One base error: every exception class the package defines (warnings aside) derives from ZmlxPipelineError."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+
+import zmlx_pipeline
+from zmlx_pipeline.core.errors import UnknownKernel, ZmlxPipelineError
+
+#: modules that import a package no extra of ours installs everywhere (Ray), skipped when it is missing
+OPTIONAL = {"zmlx_pipeline.pipeline.ray_collect": "ray"}
+
+
+def _error_classes() -> list[type]:
+    found = []
+    for info in pkgutil.walk_packages(zmlx_pipeline.__path__, "zmlx_pipeline."):
+        if info.name.endswith("__main__") or info.name.endswith(".worker"):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except ModuleNotFoundError as exc:
+            if OPTIONAL.get(info.name) == exc.name:
+                continue
+            raise
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if (cls.__module__ == module.__name__ and issubclass(cls, Exception)
+                    and not issubclass(cls, Warning)):
+                found.append(cls)
+    return found
+
+
+def test_every_error_class_of_the_package_derives_from_the_base():
+    classes = _error_classes()
+    names = {c.__name__ for c in classes}
+    assert {"StoreError", "ModelError", "RuntimeAPIError", "KernelSpecError", "ImportFileError", "PublishError",
+            "CollectError", "MeasureError", "UnknownDevice", "AutotuneError"} <= names
+    assert [f"{c.__module__}.{c.__name__}" for c in classes if not issubclass(c, ZmlxPipelineError)] == []
+
+
+def test_the_runtime_errors_are_library_errors_and_still_the_builtins_callers_catch():
+    from zmlx_pipeline.runtime.errors import BadArgument, UnknownKernelError
+    from zmlx_pipeline.runtime.tuner import UnknownTunedKernel
+
+    assert issubclass(BadArgument, ValueError) and issubclass(BadArgument, ZmlxPipelineError)
+    assert issubclass(UnknownTunedKernel, UnknownKernelError) and issubclass(UnknownTunedKernel, LookupError)
+
+
+def test_an_unknown_kernel_is_one_class_for_the_registry_and_a_lookup_error():
+    from zmlx_pipeline.kernels.registry import UnknownKernel as registry_unknown
+    from zmlx_pipeline.kernels.registry import get_kernel
+
+    assert registry_unknown is UnknownKernel
+    with pytest.raises(UnknownKernel, match="rmsnrom"):
+        get_kernel("rmsnrom")

@@ -1,0 +1,44 @@
+"""core/files.py: atomic writes leave the old file or the new one, never a half-written one or a temp file."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from zmlx_pipeline.core import files
+from zmlx_pipeline.core.files import write_json_atomic, write_text_atomic
+
+
+def test_json_is_written_sorted_and_replaces_the_old_file(tmp_path):
+    path = tmp_path / "deep" / "cache.json"
+    write_json_atomic(path, {"b": 1, "a": [1, 2]})
+    write_json_atomic(path, {"c": 3, "a": 0})
+    assert path.read_text() == '{\n "a": 0,\n "c": 3\n}\n'
+    assert json.loads(path.read_text()) == {"a": 0, "c": 3}
+    assert [p.name for p in path.parent.iterdir()] == ["cache.json"]
+
+
+def test_a_failed_replace_keeps_the_old_file_and_removes_the_temp_file(tmp_path, monkeypatch):
+    path = tmp_path / "bundles" / "latest"
+    path.parent.mkdir()
+    path.write_text("v1\n")
+
+    def refuse(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(files.os, "replace", refuse)
+    with pytest.raises(OSError, match="disk full"):
+        write_text_atomic(path, "v2\n")
+    assert path.read_text() == "v1\n"
+    assert [p.name for p in path.parent.iterdir()] == ["latest"]
+
+
+def test_the_mode_is_applied_to_the_new_file(tmp_path):
+    path = tmp_path / "latest"
+    write_text_atomic(path, "v1\n", mode=0o644)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+    write_text_atomic(path, "v2\n")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # mkstemp's private default

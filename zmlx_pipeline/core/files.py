@@ -1,0 +1,36 @@
+"""Atomic file writes: a temp file in the target's directory, fsynced, then renamed over the target,
+so a reader (or a process killed mid-write) sees the old file or the new one, never half of one."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
+    """Write `text` to `path` atomically; `mode` sets the file's permissions (mkstemp makes it private)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        if mode is not None:
+            os.chmod(tmp, mode)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """`data` as indented, sorted-key JSON (one trailing newline), written atomically."""
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")

@@ -1,0 +1,113 @@
+"""What every `zmlx-pipeline` command shares: the command group (which turns the library's errors into
+one-line messages, in one place), the --db option and the store it opens, name lists, and output: every
+listing command takes --json and tables render the same rows; progress goes to stderr, so stdout
+holds only the result (what --json users parse).
+
+The command modules (cli.py, cli_models.py, cli_publish.py, cli_report.py) import only this module
+and register their commands on the group; none imports another.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import click
+
+from zmlx_pipeline.core.errors import ZmlxPipelineError
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's message as one line: its first line (a wrapped library's text may run on), else its type."""
+    text = str(exc)
+    return text.splitlines()[0] if text.strip() else type(exc).__name__
+
+
+class CommandGroup(click.Group):
+    """The `zmlx-pipeline` group: every error the library raises on purpose (a ZmlxPipelineError) becomes a
+    one-line click error (exit 1), never a traceback; anything else is a bug and propagates."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except ZmlxPipelineError as exc:
+            raise click.ClickException(one_line(exc)) from None
+
+
+def db_option(fn: Callable) -> Callable:
+    """Adds `--db` (the DuckDB store); the command receives `db` (None: the default path)."""
+    return click.option(
+        "--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        help="DuckDB store (default: $ZMLX_PIPELINE_DB or ~/.local/share/zmlx-pipeline/store.duckdb).",
+    )(fn)
+
+
+def open_store(db: Path | None, read_only: bool = False, must_exist: bool = False):
+    """The store at --db (or the default), closed with the command. `must_exist`: a command that only works
+    on stored measurements refuses a missing path instead of leaving an empty store there (a typo in --db)."""
+    from zmlx_pipeline.data.store import Store, default_db_path
+
+    path = db or default_db_path()
+    store = Store(path, read_only=read_only, create=not must_exist)
+    click.get_current_context().call_on_close(store.close)
+    return store
+
+
+def split_names(values: tuple[str, ...]) -> list[str]:
+    """Accepts repeated options and comma-separated lists alike."""
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def output_options(fn: Callable) -> Callable:
+    """Adds `--json` to a command; the command receives `as_json`."""
+
+    @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def render_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
+    """A plain aligned text table of `rows` (dicts), columns in the given order."""
+    if not rows:
+        return "(no rows)"
+    columns = list(columns or rows[0].keys())
+    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
+    out = [line(columns), line(["-" * w for w in widths])]
+    out += [line(row) for row in cells]
+    return "\n".join(out)
+
+
+def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None, title: str | None = None) -> None:
+    """Print `data` (a list of row dicts, or a dict) as JSON or as a table."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    if title:
+        click.echo(title)
+    if isinstance(data, dict):
+        data = [{"key": k, "value": v} for k, v in data.items()]
+    click.echo(render_table(data, columns))
+
+
+def progress_line(message: str) -> None:
+    """A progress line of a long command, on stderr ("... " first, so it reads apart from the result)."""
+    click.echo(f"... {message}", err=True)
