@@ -196,6 +196,16 @@ def test_an_unknown_name_hints_at_the_rows_whose_names_hold_it():
         ("amd-radeon-rx-vega-56", ["Radeon RX Vega 56", "RX_Vega_56"]),
         ("amd-radeon-rx-580", ["Radeon RX 580 Series", "AMD Radeon RX 580", "RX580", "RX_580"]),
         ("amd-radeon-rx-590", ["Radeon RX 590 Series", "AMD Radeon RX 590", "RX590"]),
+        ("nvidia-gtx-770", ["NVIDIA GeForce GTX 770", "GTX770"]),
+        ("nvidia-gtx-960", ["NVIDIA GeForce GTX 960", "GTX_960"]),
+        ("nvidia-gtx-1050-ti", ["NVIDIA GeForce GTX 1050 Ti", "GTX1050Ti"]),
+        ("nvidia-quadro-p4000", ["Quadro P4000", "Quadro_P4000"]),
+        ("nvidia-rtx-4000-sff-ada", ["NVIDIA RTX 4000 SFF Ada Generation", "RTX_4000_SFF_Ada"]),
+        ("nvidia-rtx-5880-ada", ["NVIDIA RTX 5880 Ada Generation", "RTX_5880_Ada_Generation"]),
+        ("nvidia-h200-nvl", ["NVIDIA H200 NVL", "H200_NVL"]),
+        ("nvidia-rtx-pro-6000-blackwell-max-q", ["NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"]),
+        ("nvidia-rtx-5050", ["NVIDIA GeForce RTX 5050", "RTX_5050"]),
+        ("amd-radeon-ai-pro-r9700", ["AMD Radeon AI PRO R9700", "Radeon AI PRO R9700", "R9700"]),
     ],
 )
 def test_each_added_row_resolves_from_its_common_spellings(device_id, names):
@@ -230,6 +240,18 @@ def test_names_shared_by_added_rows_list_them_all(name, candidates):
     with pytest.raises(AmbiguousDevice) as info:
         resolve_device(name)
     assert set(info.value.candidates) == candidates
+
+
+@pytest.mark.parametrize(
+    "name, device_id",
+    # an edition or form factor the name leaves out is never read into it
+    [("NVIDIA H200", "nvidia-h200"),
+     ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "nvidia-rtx-pro-6000-blackwell"),
+     ("NVIDIA RTX 4000 Ada Generation", "nvidia-rtx-4000-ada"), ("NVIDIA GeForce RTX 3060", "nvidia-rtx-3060"),
+     ("NVIDIA GeForce RTX 4090", "nvidia-rtx-4090")],
+)
+def test_existing_rows_keep_their_names_beside_new_editions(name, device_id):
+    assert resolve_device(name).id == device_id
 
 
 def test_a_name_every_orin_module_reports_is_only_a_hint():

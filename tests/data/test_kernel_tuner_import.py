@@ -872,7 +872,9 @@ def test_a_t4_file_tuned_for_gflops_without_times_is_refused_saying_so(seeded, t
      ("Tesla P100-PCIE-12GB", "nvidia-p100-pcie-12gb"), ("Tesla K10.G2.8GB", "nvidia-tesla-k10"),
      ("NVIDIA GeForce GTX 1650 SUPER", "nvidia-gtx-1650-super"), ("AMD Radeon VII", "amd-radeon-vii"),
      ("AMD Radeon Pro VII", "amd-radeon-pro-vii"), ("Radeon RX Vega 64", "amd-radeon-rx-vega-64"),
-     ("Radeon RX 580 Series", "amd-radeon-rx-580")],
+     ("Radeon RX 580 Series", "amd-radeon-rx-580"), ("NVIDIA H200 NVL", "nvidia-h200-nvl"),
+     ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "nvidia-rtx-pro-6000-blackwell-max-q"),
+     ("AMD Radeon AI PRO R9700", "amd-radeon-ai-pro-r9700")],
 )
 def test_device_names_as_kernel_tuner_files_write_them(tmp_path, name, device_id):
     path = write(tmp_path / "k" / "a.json", kt_cache({"16,1": entry()}, device_name=name))
