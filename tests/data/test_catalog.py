@@ -119,7 +119,7 @@ FAMILY_ROWS = {
                            "titan-rtx", "t4",
                            "quadro-rtx-4000", "quadro-rtx-5000", "quadro-rtx-6000", "quadro-rtx-8000"],
     ("nvidia", "ampere"): ["a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "a800-sxm4-80gb",
-                           "a800-pcie-80gb", "a10", "a30", "a40",
+                           "a800-pcie-80gb", "a10", "a10g", "a30", "a40",
                            "a2", "a16", "rtx-3050", "rtx-3060", "rtx-3060-ti", "rtx-3070", "rtx-3070-ti", "rtx-3080",
                            "rtx-3080-ti", "rtx-3090", "rtx-3090-ti", "rtx-a1000", "rtx-a2000", "rtx-a4000", "rtx-a4500",
                            "rtx-a5000", "rtx-a5500", "rtx-a6000", "rtx-3060-laptop", "rtx-3070-laptop",

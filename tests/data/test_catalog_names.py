@@ -206,6 +206,7 @@ def test_an_unknown_name_hints_at_the_rows_whose_names_hold_it():
         ("nvidia-rtx-pro-6000-blackwell-max-q", ["NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"]),
         ("nvidia-rtx-5050", ["NVIDIA GeForce RTX 5050", "RTX_5050"]),
         ("amd-radeon-ai-pro-r9700", ["AMD Radeon AI PRO R9700", "Radeon AI PRO R9700", "R9700"]),
+        ("nvidia-a10g", ["NVIDIA A10G", "A10G"]),
     ],
 )
 def test_each_added_row_resolves_from_its_common_spellings(device_id, names):
@@ -245,7 +246,7 @@ def test_names_shared_by_added_rows_list_them_all(name, candidates):
 @pytest.mark.parametrize(
     "name, device_id",
     # an edition or form factor the name leaves out is never read into it
-    [("NVIDIA H200", "nvidia-h200"),
+    [("NVIDIA H200", "nvidia-h200"), ("NVIDIA A10", "nvidia-a10"),
      ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "nvidia-rtx-pro-6000-blackwell"),
      ("NVIDIA RTX 4000 Ada Generation", "nvidia-rtx-4000-ada"), ("NVIDIA GeForce RTX 3060", "nvidia-rtx-3060"),
      ("NVIDIA GeForce RTX 4090", "nvidia-rtx-4090")],
