@@ -90,8 +90,8 @@ def test_a_catalog_alias_is_the_documented_rule_for_a_bare_family_name():
 
 @pytest.mark.parametrize(
     "name",
-    ["Tesla P100-PCIE-12GB",  # a memory size no P100 row has: not the 16GB card
-     "RTX 3060 Laptop GPU", "RTX_3060_laptop",  # the laptop chip is not the desktop one
+    ["NVIDIA H100 SXM5 64GB",  # a memory size no H100 row has: not the 80GB card
+     "RTX 3050 Laptop GPU", "RTX_3050_laptop",  # a laptop chip the catalog lacks is not the desktop one
      "Quantum GPU 9000", "gfx9999", "", "  "],
 )
 def test_names_of_chips_not_in_the_catalog_match_nothing(name):
@@ -155,11 +155,120 @@ def test_brand_words_keep_a_name_to_its_vendor(test_rows):
 
 
 def test_an_unknown_name_hints_at_the_rows_whose_names_hold_it():
-    p100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-p100-"))
+    h100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-h100-"))
     with pytest.raises(UnknownDevice) as info:
-        resolve_device("Tesla P100-PCIE-12GB")  # no 12GB row: never matched, only hinted at
-    assert str(info.value) == ("'Tesla P100-PCIE-12GB' is neither a catalog id nor a catalog device name "
-                               f"(catalog devices whose names hold it: {p100s})")
+        resolve_device("NVIDIA H100 SXM5 64GB")  # no 64GB row: never matched, only hinted at
+    assert str(info.value) == ("'NVIDIA H100 SXM5 64GB' is neither a catalog id nor a catalog device name "
+                               f"(catalog devices whose names hold it: {h100s})")
     with pytest.raises(UnknownDevice) as info:
         resolve_device("Quantum GPU 9000")
     assert str(info.value) == "'Quantum GPU 9000' is neither a catalog id nor a catalog device name"
+
+
+@pytest.mark.parametrize(
+    "device_id, names",
+    [
+        # laptop chips: nvidia-smi, the desktop-style name, Kernel Tuner file names, the databases' "Mobile"
+        ("nvidia-rtx-3060-laptop", ["NVIDIA GeForce RTX 3060 Laptop GPU", "RTX_3060_laptop", "RTX 3060 Mobile",
+                                    "GeForce RTX 3060 Laptop GPU", "rtx3060 laptop"]),
+        ("nvidia-rtx-3070-laptop", ["NVIDIA GeForce RTX 3070 Laptop GPU", "RTX_3070_Laptop", "RTX 3070 Mobile"]),
+        ("nvidia-rtx-3080-laptop", ["NVIDIA GeForce RTX 3080 Laptop GPU", "RTX_3080_laptop"]),
+        ("nvidia-rtx-4060-laptop", ["NVIDIA GeForce RTX 4060 Laptop GPU", "RTX_4060_Laptop", "RTX 4060 Mobile"]),
+        ("nvidia-rtx-4070-laptop", ["NVIDIA GeForce RTX 4070 Laptop GPU", "RTX_4070_laptop"]),
+        ("nvidia-rtx-4080-laptop", ["NVIDIA GeForce RTX 4080 Laptop GPU", "RTX_4080_Laptop_GPU"]),
+        ("nvidia-rtx-4090-laptop", ["NVIDIA GeForce RTX 4090 Laptop GPU", "RTX_4090_laptop", "RTX 4090 Mobile"]),
+        ("nvidia-quadro-gv100", ["Quadro GV100", "NVIDIA Quadro GV100", "Quadro_GV100"]),
+        ("nvidia-quadro-p5000", ["Quadro P5000", "NVIDIA Quadro P5000", "Quadro_P5000"]),
+        ("nvidia-quadro-p6000", ["Quadro P6000", "Quadro_P6000"]),
+        ("nvidia-quadro-k6000", ["Quadro K6000", "Quadro_K6000"]),
+        ("nvidia-rtx-a5500", ["NVIDIA RTX A5500", "RTX_A5500", "A5500"]),
+        ("nvidia-rtx-a1000", ["NVIDIA RTX A1000", "RTX_A1000"]),
+        ("nvidia-rtx-a2000", ["NVIDIA RTX A2000", "NVIDIA RTX A2000 12GB", "RTX_A2000"]),
+        ("nvidia-p100-pcie-12gb", ["Tesla P100-PCIE-12GB", "P100 PCIe 12GB", "Tesla_P100_PCIE_12GB"]),
+        ("nvidia-tesla-k10", ["Tesla K10.G1.8GB", "Tesla K10.G2.8GB", "Tesla K10", "Tesla_K10"]),
+        ("nvidia-jetson-agx-orin-64gb", ["NVIDIA Jetson AGX Orin 64GB", "Jetson_AGX_Orin_64GB"]),
+        ("nvidia-jetson-agx-orin-32gb", ["NVIDIA Jetson AGX Orin 32GB"]),
+        ("nvidia-gtx-1650-super", ["NVIDIA GeForce GTX 1650 SUPER", "GTX_1650_Super", "GTX 1650S"]),
+        ("nvidia-rtx-2060-super", ["RTX 2060S", "RTX_2060S", "rtx2060s"]),  # SUPER written as an s
+        ("amd-radeon-vii", ["AMD Radeon VII", "Radeon VII", "Radeon_VII"]),
+        ("amd-radeon-pro-vii", ["AMD Radeon Pro VII", "Radeon PRO VII", "Radeon_Pro_VII"]),
+        ("amd-radeon-rx-vega-64", ["Radeon RX Vega 64", "AMD Radeon RX Vega 64", "RX_Vega_64", "Vega 64"]),
+        ("amd-radeon-rx-vega-56", ["Radeon RX Vega 56", "RX_Vega_56"]),
+        ("amd-radeon-rx-580", ["Radeon RX 580 Series", "AMD Radeon RX 580", "RX580", "RX_580"]),
+        ("amd-radeon-rx-590", ["Radeon RX 590 Series", "AMD Radeon RX 590", "RX590"]),
+        ("nvidia-gtx-770", ["NVIDIA GeForce GTX 770", "GTX770"]),
+        ("nvidia-gtx-960", ["NVIDIA GeForce GTX 960", "GTX_960"]),
+        ("nvidia-gtx-1050-ti", ["NVIDIA GeForce GTX 1050 Ti", "GTX1050Ti"]),
+        ("nvidia-quadro-p4000", ["Quadro P4000", "Quadro_P4000"]),
+        ("nvidia-rtx-4000-sff-ada", ["NVIDIA RTX 4000 SFF Ada Generation", "RTX_4000_SFF_Ada"]),
+        ("nvidia-rtx-5880-ada", ["NVIDIA RTX 5880 Ada Generation", "RTX_5880_Ada_Generation"]),
+        ("nvidia-h200-nvl", ["NVIDIA H200 NVL", "H200_NVL"]),
+        ("nvidia-rtx-pro-6000-blackwell-max-q", ["NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"]),
+        ("nvidia-rtx-5050", ["NVIDIA GeForce RTX 5050", "RTX_5050"]),
+        ("amd-radeon-ai-pro-r9700", ["AMD Radeon AI PRO R9700", "Radeon AI PRO R9700", "R9700"]),
+        ("nvidia-a10g", ["NVIDIA A10G", "A10G"]),
+    ],
+)
+def test_each_added_row_resolves_from_its_common_spellings(device_id, names):
+    for name in names:
+        assert resolve_device(name).id == device_id, name
+        assert match_device(name).id == device_id, name
+
+
+@pytest.mark.parametrize(
+    "name",
+    # Fermi (before Kepler) is not catalogued: GTX 580 is not the RX 580, Quadro 6000 not a Quadro RTX 6000
+    ["NVIDIA GeForce GTX 580", "GTX 580", "GTX_580", "GeForce GTX 590", "GTX 480", "Tesla C2050", "Tesla C2070",
+     "Tesla M2090", "Quadro 6000"],
+)
+def test_fermi_names_are_unknown_never_a_later_chip(name):
+    assert device_candidates(name) == () and match_device(name) is None
+    with pytest.raises(UnknownDevice) as info:
+        resolve_device(name)
+    assert not isinstance(info.value, AmbiguousDevice)
+    # at most a hint (Quadro 6000 -> the rows whose names hold its words), never a match
+    assert str(info.value).startswith(f"{name!r} is neither a catalog id nor a catalog device name")
+
+
+@pytest.mark.parametrize(
+    "name, candidates",
+    [("Jetson AGX Orin", {"nvidia-jetson-agx-orin-64gb", "nvidia-jetson-agx-orin-32gb"}),
+     ("P100 PCIe", {"nvidia-p100-pcie-12gb", "nvidia-p100-pcie-16gb"}),
+     ("gfx803", {"amd-radeon-rx-580", "amd-radeon-rx-590"}),
+     ("gfx906", {"amd-mi50", "amd-mi60", "amd-radeon-vii", "amd-radeon-pro-vii"})],
+)
+def test_names_shared_by_added_rows_list_them_all(name, candidates):
+    with pytest.raises(AmbiguousDevice) as info:
+        resolve_device(name)
+    assert set(info.value.candidates) == candidates
+
+
+@pytest.mark.parametrize(
+    "name, device_id",
+    # an edition or form factor the name leaves out is never read into it
+    [("NVIDIA H200", "nvidia-h200"), ("NVIDIA A10", "nvidia-a10"),
+     ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", "nvidia-rtx-pro-6000-blackwell"),
+     ("NVIDIA RTX 4000 Ada Generation", "nvidia-rtx-4000-ada"), ("NVIDIA GeForce RTX 3060", "nvidia-rtx-3060"),
+     ("NVIDIA GeForce RTX 4090", "nvidia-rtx-4090")],
+)
+def test_existing_rows_keep_their_names_beside_new_editions(name, device_id):
+    assert resolve_device(name).id == device_id
+
+
+def test_a_name_every_orin_module_reports_is_only_a_hint():
+    # CUDA names each Jetson Orin module "Orin": the module (and so its SM count) needs --device
+    with pytest.raises(UnknownDevice) as info:
+        resolve_device("Orin")
+    assert not isinstance(info.value, AmbiguousDevice)
+    assert str(info.value).endswith("(catalog devices whose names hold it: nvidia-jetson-agx-orin-64gb, "
+                                    "nvidia-jetson-agx-orin-32gb)")
+
+
+def test_laptop_rows_are_their_own_chips_beside_the_desktop_cards():
+    for number in (3060, 3070, 3080, 4060, 4070, 4080, 4090):
+        laptop, desktop = resolve_device(f"RTX {number} Laptop GPU"), resolve_device(f"RTX {number}")
+        assert laptop.id == f"nvidia-rtx-{number}-laptop" and desktop.id == f"nvidia-rtx-{number}"
+        assert laptop.architecture == desktop.architecture
+    # the laptop 3060 is a fuller GA106 than the desktop card, and a laptop 4090 is a desktop 4080's chip
+    assert resolve_device("RTX 3060 Laptop GPU").gpu_cores == 30 > resolve_device("RTX 3060").gpu_cores
+    assert resolve_device("RTX 4090 Laptop GPU").gpu_cores == resolve_device("RTX 4080").gpu_cores == 76

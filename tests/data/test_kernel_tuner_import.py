@@ -637,12 +637,15 @@ def test_an_ambiguous_device_name_is_refused_listing_the_candidates(seeded, tmp_
 
 
 def test_a_file_name_is_never_cut_down_to_another_chip(seeded, tmp_path):
-    # RTX_3060_laptop is the laptop chip: not the desktop RTX 3060 the first two words name
+    # RTX_3060_laptop is the laptop chip (its own row), not the desktop RTX 3060 the first two words name
     path = write(tmp_path / "k" / "RTX_3060_laptop.json", kt_cache({"16,1": entry()}, device_name=""))
-    assert "device 'RTX_3060_laptop' is not in the catalog; pass --device" in refused(seeded, path)
-    hinted = write(tmp_path / "k" / "b.json", kt_cache({"16,1": entry()}, device_name="Tesla P100-PCIE-12GB"))
-    p100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-p100-"))
-    assert (f"device 'Tesla P100-PCIE-12GB' is not in the catalog (catalog devices whose names hold it: {p100s}); "
+    assert parse_file(path).device.id == "nvidia-rtx-3060-laptop"
+    # a laptop chip the catalog lacks is refused, never read as the desktop card
+    path = write(tmp_path / "k" / "RTX_3050_laptop.json", kt_cache({"16,1": entry()}, device_name=""))
+    assert "device 'RTX_3050_laptop' is not in the catalog; pass --device" in refused(seeded, path)
+    hinted = write(tmp_path / "k" / "b.json", kt_cache({"16,1": entry()}, device_name="NVIDIA H100 SXM5 64GB"))
+    h100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-h100-"))
+    assert (f"device 'NVIDIA H100 SXM5 64GB' is not in the catalog (catalog devices whose names hold it: {h100s}); "
             "pass --device <catalog id>") in refused(seeded, hinted)
     named = write(tmp_path / "k" / "RTX_2080_Ti_T4.json", t4([t4_result(16, "correct", [1.0])], {"problem_size": [8]}))
     assert parse_file(named).device.id == "nvidia-rtx-2080-ti"
@@ -861,11 +864,52 @@ def test_a_t4_file_tuned_for_gflops_without_times_is_refused_saying_so(seeded, t
      ("TITAN X (Pascal)", "nvidia-titan-x-pascal"), ("NVIDIA A100 80GB PCIe", "nvidia-a100-pcie-80gb"),
      ("NVIDIA H100 80GB HBM3", "nvidia-h100-sxm"), ("AMD Instinct MI300X VF", "amd-mi300x"),
      ("Tesla V100-DGXS-32GB", "nvidia-v100-sxm2-32gb"), ("AMD Radeon PRO W7800", "amd-radeon-pro-w7800"),
-     ("NVIDIA TITAN Xp COLLECTORS EDITION", "nvidia-titan-xp"), ("TitanV", "nvidia-titan-v")],
+     ("NVIDIA TITAN Xp COLLECTORS EDITION", "nvidia-titan-xp"), ("TitanV", "nvidia-titan-v"),
+     ("NVIDIA GeForce RTX 3060 Laptop GPU", "nvidia-rtx-3060-laptop"),
+     ("NVIDIA GeForce RTX 4090 Laptop GPU", "nvidia-rtx-4090-laptop"), ("Quadro GV100", "nvidia-quadro-gv100"),
+     ("Quadro P5000", "nvidia-quadro-p5000"), ("Quadro K6000", "nvidia-quadro-k6000"),
+     ("NVIDIA RTX A5500", "nvidia-rtx-a5500"), ("NVIDIA RTX A1000", "nvidia-rtx-a1000"),
+     ("Tesla P100-PCIE-12GB", "nvidia-p100-pcie-12gb"), ("Tesla K10.G2.8GB", "nvidia-tesla-k10"),
+     ("NVIDIA GeForce GTX 1650 SUPER", "nvidia-gtx-1650-super"), ("AMD Radeon VII", "amd-radeon-vii"),
+     ("AMD Radeon Pro VII", "amd-radeon-pro-vii"), ("Radeon RX Vega 64", "amd-radeon-rx-vega-64"),
+     ("Radeon RX 580 Series", "amd-radeon-rx-580"), ("NVIDIA H200 NVL", "nvidia-h200-nvl"),
+     ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", "nvidia-rtx-pro-6000-blackwell-max-q"),
+     ("AMD Radeon AI PRO R9700", "amd-radeon-ai-pro-r9700")],
 )
 def test_device_names_as_kernel_tuner_files_write_them(tmp_path, name, device_id):
     path = write(tmp_path / "k" / "a.json", kt_cache({"16,1": entry()}, device_name=name))
     assert parse_file(path).device.id == device_id
+
+
+@pytest.mark.parametrize(
+    "file_name, device_id",
+    [("RTX_3060_laptop.json.gz", "nvidia-rtx-3060-laptop"), ("RTX_4070_Laptop_T4.json", "nvidia-rtx-4070-laptop"),
+     ("RTX_Titan.json.gz", "nvidia-titan-rtx"), ("Quadro_P5000.json", "nvidia-quadro-p5000"),
+     ("Quadro_GV100_extended.json", "nvidia-quadro-gv100"), ("RTX_A5500.json", "nvidia-rtx-a5500"),
+     ("RTX_2060S.json", "nvidia-rtx-2060-super"), ("Radeon_VII.json", "amd-radeon-vii"),
+     ("RX_Vega_64.json", "amd-radeon-rx-vega-64"), ("RX580_T4.json", "amd-radeon-rx-580")],
+)
+def test_a_file_named_after_its_gpu_imports_with_no_device_map(store, tmp_path, file_name, device_id):
+    # files of other kernels on other GPUs, named as the public tuning files are, with no device_name inside
+    doc = (t4([t4_result(16, "correct", [1.0], 1.0, "ms")], {"problem_size": [8]}) if "_T4" in file_name
+           else kt_cache({"16,1": entry(), "32,1": entry(32, 1, 2.5)}, device_name="", kernel_name="convolution"))
+    path = write(tmp_path / "conv" / file_name, doc, gz=file_name.endswith(".gz"))
+    (row,) = import_files(store, [path])
+    assert row["device"] == device_id
+    assert {m["device_id"] for m in store.measurements()} == {device_id}
+
+
+@pytest.mark.parametrize(
+    "name, file_name",
+    [("GeForce GTX 580", "a.json"), ("Tesla C2050", "a.json"), ("", "GTX_580.json"), ("", "Tesla_C2070.json")],
+)
+def test_a_fermi_gpu_is_refused_saying_what_to_pass_never_matched(seeded, tmp_path, name, file_name):
+    # Fermi (GTX 580, Tesla C20x0) predates the catalog's Kepler-to-Blackwell span; GTX 580 is not the RX 580
+    path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=name))
+    named = name or file_name.removesuffix(".json")
+    assert refused(seeded, path) == (
+        f"cannot import {path}: device {named!r} is not in the catalog; pass --device <catalog id> or "
+        "--device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored")
 
 
 @pytest.mark.parametrize(
@@ -874,7 +918,7 @@ def test_device_names_as_kernel_tuner_files_write_them(tmp_path, name, device_id
      ("NVIDIA H100", "it may be nvidia-h100-pcie, nvidia-h100-sxm, nvidia-h100-nvl"),
      ("AMD Instinct MI50/MI60", "names several chips (it may be amd-mi50, amd-mi60)"),
      ("Apple M1 Pro", "it may be apple-m1-pro-14c, apple-m1-pro-16c"),  # Kernel Tuner's OpenCL backend on a Mac
-     ("NVIDIA GeForce RTX 3060 Laptop GPU", "is not in the catalog"),
+     ("NVIDIA GeForce RTX 3050 Laptop GPU", "is not in the catalog"),
      ("NVIDIA A100-SXM4-40GB MIG 1g.5gb", "is a MIG instance (a slice of nvidia-a100-sxm4-40gb with part of its "
                                           "SMs and memory), which the catalog has no row for")],
 )
@@ -938,6 +982,27 @@ def test_rocm_smi_fields_as_rocm_versions_fill_them(store, tmp_path, card, devic
     results = write(folder / "node3-results.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms")]))
     write(folder / "node3-metadata.json", rocm_metadata(card))
     assert parse_file(results, problem_size=[8]).device.id == device_id
+
+
+@pytest.mark.parametrize(
+    "card, device_id",
+    [({"Card series": "Vega 20 [Radeon VII]", "Card model": "0x66af"}, "amd-radeon-vii"),
+     ({"Card Series": "Radeon RX 580 Series", "Card model": "0x67df"}, "amd-radeon-rx-580"),
+     ({"Card Series": "0x687f", "Marketing Name": "Radeon RX Vega 56"}, "amd-radeon-rx-vega-56")],
+)
+def test_rocm_smi_names_of_gcn_boards(store, tmp_path, card, device_id):
+    folder = tmp_path / "vec"
+    results = write(folder / "node3-results.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms")]))
+    write(folder / "node3-metadata.json", rocm_metadata(card))
+    assert parse_file(results, problem_size=[8]).device.id == device_id
+
+
+def test_a_pci_ids_name_of_every_polaris_board_is_refused_listing_those_catalogued(seeded, tmp_path):
+    folder = tmp_path / "vec"
+    results = write(folder / "node3-results.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms")]))
+    write(folder / "node3-metadata.json", rocm_metadata({"Card series": "Ellesmere [Radeon RX 470/480/570/580/590]"}))
+    assert "names several chips (it may be amd-radeon-rx-580, amd-radeon-rx-590)" in refused(
+        seeded, results, problem_size=[8])
 
 
 def test_a_rocm_smi_name_of_several_boards_is_refused_listing_them(seeded, tmp_path):

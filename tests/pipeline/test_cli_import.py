@@ -174,3 +174,21 @@ def test_published_files_import_with_nothing_but_a_device_map(db, tmp_path):
                  if r["settings"].get("format")}
     assert {f for f, source in sizes.items() if source == "none"} == {
         "vector_add_unversioned.json", "t4_target.json", "vector_add_gflops_T4.json"}
+
+
+def test_files_of_other_kernels_named_after_their_gpu_import_with_no_device_option(db, tmp_path):
+    # as the public tuning files are named: the GPU in the file name, no device_name inside
+    files = [write(tmp_path / "gemm" / "RTX_3060_laptop.json", key_only_cache("")),
+             write(tmp_path / "gemm" / "Radeon_VII.json", key_only_cache("")),
+             write(tmp_path / "gemm" / "Quadro_P5000_T4.json", key_only_cache(""))]
+    result = invoke("import", "--db", db, "--json", *files)
+    assert result.exit_code == 0, result.output
+    assert [row["device"] for row in json.loads(result.output)] == [
+        "nvidia-rtx-3060-laptop", "amd-radeon-vii", "nvidia-quadro-p5000"]
+    before = contents(db)
+    fermi = write(tmp_path / "gemm" / "GTX_580.json", key_only_cache(""))
+    result = invoke("import", "--db", db, fermi)
+    assert result.exit_code == 1 and contents(db) == before
+    assert result.output == (f"Error: cannot import {fermi}: device 'GTX_580' is not in the catalog; pass --device "
+                             "<catalog id> or --device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it "
+                             "was stored\n")

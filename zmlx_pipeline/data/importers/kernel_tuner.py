@@ -345,7 +345,7 @@ def _names_from_file_name(path: Path) -> list[str]:
     `A4000_f=bruteforce_i=0.json` -> A4000.
 
     Only words that describe the file are dropped, never a word of the name: `RTX_3060_laptop`
-    stays the laptop chip (and matches nothing rather than the desktop RTX 3060).
+    stays the laptop chip (its own catalog row, never the desktop RTX 3060).
     """
     stem = _file_stem(path)
     words = [w for w in re.split(r"[-_\s]+", stem) if w]
