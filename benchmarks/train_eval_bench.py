@@ -79,7 +79,7 @@ def machine_speed(rows: int = 50_000, trees: int = 200, repeats: int = 3) -> dic
     import numpy as np
 
     from zmlx_pipeline.models.estimators import boosting_regressor
-    from zmlx_pipeline.models.evaluate import fit_threads
+    from zmlx_pipeline.models.pool import fit_threads
 
     rng = np.random.default_rng(0)
     X = rng.random((rows, 12))
@@ -128,7 +128,7 @@ def plain_fit(X, y) -> dict:
     import numpy as np
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    from zmlx_pipeline.models.evaluate import fit_threads
+    from zmlx_pipeline.models.pool import fit_threads
 
     X = X[:, ~np.isnan(X).all(axis=0)]
     model = HistGradientBoostingRegressor()

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from zmlx_pipeline.models import estimators, evaluate as ev
+from zmlx_pipeline.models import estimators, evaluate as ev, pool as pool_module
 from zmlx_pipeline.models.estimators import (
     CVEnsembleRanker,
     _FoldRegret,
@@ -24,7 +24,9 @@ from zmlx_pipeline.models.estimators import (
     interleave_ranks,
     make_pipeline,
 )
-from zmlx_pipeline.models.evaluate import EvaluationError, KernelPool, check_jobs, evaluate
+from zmlx_pipeline.models.evaluate import evaluate
+from zmlx_pipeline.models.folds import EvaluationError, fold_rows, folds
+from zmlx_pipeline.models.pool import KernelPool, check_jobs
 from zmlx_pipeline.models.features import CASE, store_features
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.models.train import train_models
@@ -84,7 +86,7 @@ def test_fit_cached_returns_the_same_fit_for_the_same_rows_only(store, make_meas
 def test_evaluate_is_the_same_in_workers_and_in_process(store, make_measurement, monkeypatch):
     fill(store, make_measurement)
     one = evaluate(store, "devices", ks=(1, 3), jobs=1)
-    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)
     with KernelPool(store_features(store), jobs=2) as pool:
         assert pool.parallel
     two = evaluate(store, "devices", ks=(1, 3), jobs=2)
@@ -104,7 +106,7 @@ def test_a_pool_made_before_the_features_decides_by_the_stores_ok_rows(store, ma
                                    config={"TG": 32, "VEC": 1})])
     assert ev.ok_rows(store) == 288 and ev.ok_rows(store, "k") == 144
     assert ev.ok_rows(store, ["k"], [DEVICES[0]]) == 48 and ev.ok_rows(store, "nope") == 0
-    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 145)
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 145)
     assert not KernelPool(None, jobs=2, rows=ev.ok_rows(store, "k")).parallel
     with KernelPool(None, jobs=2, rows=ev.ok_rows(store)) as pool:
         assert pool.parallel and len(pool._executor._processes) == 2  # started with the block
@@ -127,7 +129,7 @@ def test_train_keeps_the_selection_in_held_out_folds_and_the_same_scores_in_work
     # the inner selection ran only in the final fits (two splits per kernel), never in a held-out fold
     assert sorted(calls) == ["devices"] * 2 + ["shapes"] * 2
     assert all(r["scores"]["prune_split"] == "shapes" and r["scores"]["prune_k"] for r in one)
-    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)
     two = train_models(store, jobs=2)
     timing = ("fit_s", "train_s")
     for a, b in zip(one, two):
@@ -139,8 +141,8 @@ def test_train_keeps_the_selection_in_held_out_folds_and_the_same_scores_in_work
 def _full_fit_regrets(f, split: str) -> pl.DataFrame:
     """evaluate_kernel's ensemble rows, computed with ensembles that choose both settings (the reference)."""
     parts = []
-    for name, train_filter, test_filter in ev.folds(f.frame, split):
-        train, test = ev._fold_rows(f.frame, split, train_filter, test_filter)
+    for name, train_filter, test_filter in folds(f.frame, split):
+        train, test = fold_rows(f.frame, split, train_filter, test_filter)
         if train.is_empty() or test.is_empty():
             continue
         ranker = estimators.make_ranker(f, "ensemble")
@@ -245,10 +247,10 @@ def sleepy(features, markers):
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
     from zmlx_pipeline.data.store import Store
-    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.models import evaluate as ev, pool as pool_module
     from zmlx_pipeline.pipeline.cli import terminate_as_interrupt
 
-    ev.PARALLEL_MIN_ROWS = 0
+    pool_module.PARALLEL_MIN_ROWS = 0
     terminate_as_interrupt()
     with Store(sys.argv[1], read_only=True) as store:
         features = ev.kernel_features_of(store)
@@ -334,7 +336,7 @@ def test_workers_of_a_killed_parent_exit_and_the_next_pool_sweeps_its_folder(bus
     assert _wait(lambda: all(_gone(pid) for pid in workers), 10)
     left = list(tmp.glob("zmlx-pool-*"))
     assert len(left) == 1  # SIGKILL: nothing in the parent could run
-    assert ev.sweep_pool_folders(tmp) == left and not left[0].exists()
+    assert pool_module.sweep_pool_folders(tmp) == left and not left[0].exists()
 
 
 @posix_only
@@ -347,5 +349,5 @@ def test_the_sweep_keeps_the_folders_of_live_processes(tmp_path):
         folder.mkdir()
         (folder / "0.arrow").write_bytes(b"x")
     (tmp_path / "zmlx-pool-notapid").mkdir()
-    assert ev.sweep_pool_folders(tmp_path) == [folders["dead"]]
+    assert pool_module.sweep_pool_folders(tmp_path) == [folders["dead"]]
     assert folders["me"].exists() and folders["parent"].exists() and (tmp_path / "zmlx-pool-notapid").exists()

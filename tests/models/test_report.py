@@ -23,15 +23,13 @@ from zmlx_pipeline.models.report import (
     TABLE_KS,
     HeatmapData,
     ReportError,
-    build_report,
     evaluation_split,
     heatmap_data,
-    heatmap_figure,
     param_importance,
-    predicted_vs_measured_figure,
-    regret_curves_figure,
     result_rows,
 )
+from zmlx_pipeline.report.build import build_report
+from zmlx_pipeline.report.figures import heatmap_figure, predicted_vs_measured_figure, regret_curves_figure
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 DEVICES = {"nvidia-rtx-a4000": 448.0, "nvidia-rtx-a6000": 768.0, "apple-m3-max-40c": 400.0}
@@ -332,9 +330,9 @@ def test_progress_lines_carry_elapsed_and_time_left(filled, tmp_path):
 
 
 def test_folds_scored_in_worker_processes_give_the_same_report(filled, reports, tmp_path, monkeypatch):
-    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.models import pool as pool_module
 
-    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)  # the fixture store is small: use the workers anyway
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)  # the fixture store is small: use the workers anyway
     lines: list[str] = []
     result = build_report(filled, tmp_path / "out", split="shapes", jobs=2, progress=lines.append)
     directory, here = reports["shapes"]

@@ -148,10 +148,10 @@ def test_jobs_must_be_a_positive_count(filled, command, jobs):
 
 
 def test_evaluate_json_is_the_same_with_workers(filled, monkeypatch):
-    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.models import pool as pool_module
 
     one = invoke("evaluate", "--split", "devices", "-k", "rms", "--k", "1", "-j", "1", "--json")
-    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)  # the fixture is small: use the workers anyway
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)  # the fixture is small: use the workers anyway
     two = invoke("evaluate", "--split", "devices", "-k", "rms", "--k", "1", "-j", "2", "--json")
     assert one.exit_code == two.exit_code == 0, one.output + two.output
     assert json.loads(one.output) == json.loads(two.output)

@@ -3,7 +3,8 @@
 import math
 
 from zmlx_pipeline.data.catalog import get_device
-from zmlx_pipeline.models.evaluate import gather_folds, prune_k as prune_k_of, submit_kernel
+from zmlx_pipeline.models.evaluate import gather_folds, submit_kernel
+from zmlx_pipeline.models.metrics import prune_k as prune_k_of
 from zmlx_pipeline.models.features import store_features
 from zmlx_pipeline.models.train import PRUNE_ENOUGH_CASES, heldout_fixed, train_models
 from zmlx_pipeline.publish.models import fit_kernel, load_models

@@ -39,19 +39,10 @@ import polars as pl
 
 from zmlx_pipeline.data.store import StoreError
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, MODEL_VARIANTS, ModelError, Ranker, fit_kernel_model
-from zmlx_pipeline.models.evaluate import (
-    PRUNE_SHARE,
-    KernelPool,
-    check_jobs,
-    fit_threads,
-    fold_plan,
-    gather_folds,
-    kernel_features_of,
-    ok_rows,
-    prune_k as prune_k_of,
-    submit_kernel,
-    summarize,
-)
+from zmlx_pipeline.models.evaluate import gather_folds, kernel_features_of, ok_rows, submit_kernel
+from zmlx_pipeline.models.folds import fold_plan
+from zmlx_pipeline.models.metrics import PRUNE_SHARE, prune_k as prune_k_of, summarize
+from zmlx_pipeline.models.pool import KernelPool, check_jobs, fit_threads
 from zmlx_pipeline.models.features import CASE, KernelFeatures
 from zmlx_pipeline.models.persist import (
     SUFFIX,

@@ -1,4 +1,4 @@
-"""`zmlx-pipeline report`: the HTML page of figures and scores (models/report.py does the work)."""
+"""`zmlx-pipeline report`: the HTML page of figures and scores (zmlx_pipeline/report/ writes it from models/report.py's data)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def report(db, out, split, kernel_names, model, heatmaps, as_json) -> None:
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL, ModelError
     from zmlx_pipeline.models.evaluate import EvaluationError
     from zmlx_pipeline.models.features import FeatureError
-    from zmlx_pipeline.models.report import ReportError, build_report
+    from zmlx_pipeline.models.report import ReportError
+    from zmlx_pipeline.report.build import build_report
 
     path = db or default_db_path()
     try:
