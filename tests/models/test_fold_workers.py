@@ -25,7 +25,7 @@ from zmlx_pipeline.models.estimators import (
     make_pipeline,
 )
 from zmlx_pipeline.models.evaluate import evaluate
-from zmlx_pipeline.models.folds import EvaluationError, fold_rows, folds
+from zmlx_pipeline.models.folds import EvaluationError, fold_plan, fold_rows, folds
 from zmlx_pipeline.models.pool import KernelPool, check_jobs
 from zmlx_pipeline.models.features import CASE, store_features
 from zmlx_pipeline.data.store import Store
@@ -119,15 +119,17 @@ def _kernel_of(features) -> str:
     return features.kernel
 
 
-def test_train_keeps_the_selection_in_held_out_folds_and_the_same_scores_in_workers(
+def test_train_chooses_again_in_every_held_out_fold_and_scores_the_same_in_workers(
         store, make_measurement, monkeypatch):
     fill(store, make_measurement)
     calls = []
     real = CVEnsembleRanker._select
     monkeypatch.setattr(CVEnsembleRanker, "_select", lambda self, *a: calls.append(a[1]) or real(self, *a))
     one = train_models(store, jobs=1)
-    # the inner selection ran only in the final fits (two splits per kernel), never in a held-out fold
-    assert sorted(calls) == ["devices"] * 2 + ["shapes"] * 2
+    # the final fits choose both settings (two per kernel); each held-out shape fold (nested, as evaluate's)
+    # chooses again inside its training rows, only the seen setting its test rows use
+    folds = sum(len(fold_plan(f, "shapes")) for f in store_features(store).values())
+    assert calls.count("devices") == 2 and calls.count("shapes") == 2 + folds and folds >= 4
     assert all(r["scores"]["prune_split"] == "shapes" and r["scores"]["prune_k"] for r in one)
     monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)
     two = train_models(store, jobs=2)
@@ -136,6 +138,8 @@ def test_train_keeps_the_selection_in_held_out_folds_and_the_same_scores_in_work
         assert {k: v for k, v in a["scores"].items() if k not in timing} == \
             {k: v for k, v in b["scores"].items() if k not in timing}
         assert a["data_fingerprint"] == b["data_fingerprint"]
+        assert store.heldout_cases(a["model_id"], "shapes", "nested").drop("model_id").to_pylist() == \
+            store.heldout_cases(b["model_id"], "shapes", "nested").drop("model_id").to_pylist()
 
 
 def _full_fit_regrets(f, split: str) -> pl.DataFrame:

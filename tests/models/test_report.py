@@ -313,7 +313,7 @@ def test_each_fold_is_fitted_once_for_table_and_figures_and_no_whole_data_model(
         for module in (rp, ev):  # where the folds' models are made (an ensemble makes its members elsewhere)
             monkeypatch.setattr(module, "make_ranker", counting)
         monkeypatch.setattr(estimators, "fit_kernel_model", refuse)
-        build_report(store, tmp_path / "out", split="shapes", jobs=1)
+        build_report(store, tmp_path / "out", split="shapes", jobs=1, refit=True)
     assert folds >= 2 and sorted(made) == sorted([estimators.DEFAULT_MODEL] * folds + ["gbr"] * folds)
     assert json.loads((tmp_path / "out" / "scores.json").read_text())["results"] == expected
 
@@ -340,3 +340,29 @@ def test_folds_scored_in_worker_processes_give_the_same_report(filled, reports, 
     assert json.loads((tmp_path / "out" / "scores.json").read_text()) == \
         json.loads((directory / "scores.json").read_text())
     assert result["cases"] == here["cases"] and result["figures"] == here["figures"]
+
+
+@pytest.mark.parametrize("split", ["shapes", "devices"])
+def test_a_report_read_from_trains_records_equals_a_refitted_one(tmp_path, monkeypatch, split):
+    """Train records the held-out cases of its split (held-out shapes here); the report of that split reads
+    them and fits only the time model, and every number and figure's data equal a report that fits again.
+    The other split has no records and fits as before."""
+    from zmlx_pipeline.models import estimators
+    from zmlx_pipeline.models import report as rp
+    from zmlx_pipeline.models.train import train_models
+
+    with Store(tmp_path / "s.duckdb") as store:
+        fill_store(store)
+        (row,) = train_models(store, model="prior", models_dir=tmp_path / "models", jobs=1)
+        fresh = rp.report_data(store, split, model="prior", jobs=1, refit=True)
+        made: list[str] = []
+        real = estimators.make_ranker
+        monkeypatch.setattr(rp, "make_ranker", lambda features, model="ensemble": made.append(model) or
+                            real(features, model))
+        again = rp.report_data(store, split, model="prior", jobs=1)
+    expected_reuse = {"rowk": row["model_id"]} if split == "shapes" else {}
+    assert again.reused == expected_reuse and fresh.reused == {}
+    if split == "shapes":
+        assert made and set(made) == {"gbr"}  # the time model only: the scores and picks were read
+    assert again.rows == fresh.rows and again.points == fresh.points and again.heatmaps == fresh.heatmaps
+    assert again.cases == fresh.cases and again.heatmaps["rowk"]

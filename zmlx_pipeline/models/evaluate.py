@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import time
 from concurrent.futures import Future
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import polars as pl
@@ -56,6 +56,7 @@ from zmlx_pipeline.models.folds import (
     fold_rows,
     folds,
 )
+from zmlx_pipeline.models.heldout import recorded_cases, recorded_models
 from zmlx_pipeline.models.metrics import NoiseBands, case_regrets, noise_bands, regret_rows, tied_regrets
 from zmlx_pipeline.models.pool import KernelPool, check_jobs, fit_threads
 
@@ -71,7 +72,7 @@ def oracle_device(features: KernelFeatures, ks: Sequence[int]) -> pl.DataFrame:
 
     For each left-out device, every other device's measured ranking of the same (kernel, dtype, shape) is
     scored on the left-out device's cases; per k the other device with the lowest mean log regret@k wins
-    (among those covering the most cases). hit_rank and configs are those of the smallest k's winner.
+    (among those covering the most cases). hit_rank, configs and pick_key are those of the smallest k's winner.
     """
     ks = tuple(ks)
     frame, parts = features.frame, []
@@ -95,10 +96,10 @@ def oracle_device(features: KernelFeatures, ks: Sequence[int]) -> pl.DataFrame:
         full = {s: r for s, r in per_source.items() if r.height == most}
         chosen = {k: min(full, key=lambda s: (full[s][f"r{k}"].log().mean(), s)) for k in ks}
         first = full[chosen[min(ks)]]
-        out = first.select(*CASE, "hit_rank", "configs")
+        out = first.select(*CASE, "hit_rank", "configs", "pick_key")
         for k in ks:
             out = out.join(full[chosen[k]].select(*CASE, f"r{k}"), on=list(CASE), how="left", maintain_order="left")
-        parts.append(out.select(*CASE, *[f"r{k}" for k in ks], "hit_rank", "configs").with_columns(
+        parts.append(out.select(*CASE, *[f"r{k}" for k in ks], "hit_rank", "configs", "pick_key").with_columns(
             pl.lit(ORACLE).alias("method"), pl.lit(name).alias("fold")))
     return pl.concat(parts) if parts else gather_folds([], ks)
 
@@ -171,8 +172,8 @@ def gather_folds(futures: Sequence[Future], ks: Sequence[int]) -> pl.DataFrame:
     parts = [part for f in futures for part in f.result()[0]]
     if not parts:
         return pl.DataFrame(schema={**{c: pl.String for c in CASE}, **{f"r{k}": pl.Float64 for k in ks},
-                                    "hit_rank": pl.Int64, "configs": pl.Int64, "method": pl.String,
-                                    "fold": pl.String})
+                                    "hit_rank": pl.Int64, "configs": pl.Int64, "pick_key": pl.String,
+                                    "method": pl.String, "fold": pl.String})
     return pl.concat(parts)
 
 
@@ -212,11 +213,13 @@ def evaluate_features(
     pool: KernelPool | None = None,
     protocol: str | None = None,
     oracle: bool = True,
+    recorded: Mapping[str, tuple[str, pl.DataFrame]] | None = None,
 ) -> dict:
     """evaluate() on prepared feature frames (one per kernel); `noise` gives the tie bands
     (None: no repeats known, so the fallback band, and the result says so); `jobs` worker
     processes score the folds (KernelPool, which checks it; None: one per CPU, 1: in this process),
-    or an entered `pool` does (its features are set to these)."""
+    or an entered `pool` does (its features are set to these). `recorded` maps a kernel to (model id,
+    the per-case rows train recorded: heldout.recorded_cases), which stand in for its folds."""
     split = canonical_split(split)
     ks = tuple(int(k) for k in ks)
     if not ks or min(ks) < 1:
@@ -231,30 +234,38 @@ def evaluate_features(
     noise = noise if noise is not None else NoiseBands()
     protocol = check_protocol(protocol, split)
     oracle = oracle and baselines and split == "devices"
+    recorded = recorded or {}
     rows = []
     with (KernelPool(features, jobs) if pool is None else contextlib.nullcontext(pool)) as pool:
         pool.attach(features)
         # every kernel's folds at once, the largest kernels first (the longest tasks start first); under
         # left-out devices a kernel's folds run in one worker, sharing its fits (submit_kernel's `together`)
-        order = sorted(features, key=lambda k: -features[k].frame.height)
-        together = split == "devices" and len(features) >= 2 * pool.jobs
+        order = sorted((k for k in features if k not in recorded), key=lambda k: -features[k].frame.height)
+        together = split == "devices" and len(order) >= 2 * pool.jobs
         fixed = {k: fixed_selections(features[k], models) for k in order} if protocol == "fixed" else {}
         futures = {k: submit_kernel(features[k], split, ks, models, baselines, fixed=fixed.get(k), pool=pool,
                                     together=together) for k in order}
         for kernel, f in features.items():
-            per_case = gather_folds(futures[kernel], ks)
+            if kernel in recorded:
+                per_case = recorded[kernel][1].select(gather_folds([], ks).columns)
+                if not baselines:
+                    per_case = per_case.filter(pl.col("method").is_in(models))
+            else:
+                per_case = gather_folds(futures[kernel], ks)
             if oracle:
                 per_case = pl.concat([per_case, oracle_device(f, ks)])
             per_case = tied_regrets(per_case, f.frame, noise, ks)
             methods = list(models) + (baseline_names(f) if baselines else []) + ([ORACLE] if oracle else [])
             rows += regret_rows(per_case, kernel, ks, methods, labels)
     return {"split": split, "ks": list(ks), "models": list(models), "protocol": protocol, "results": rows,
-            "floors": {m: d for m, d in FLOORS.items() if oracle}, "noise": noise.summary()}
+            "floors": {m: d for m, d in FLOORS.items() if oracle}, "noise": noise.summary(),
+            "reused": {k: recorded[k][0] for k in features if k in recorded}}
 
 
 def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
              models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True, label_model: bool = False,
-             jobs: int | None = None, protocol: str | None = None, oracle: bool = True) -> dict:
+             jobs: int | None = None, protocol: str | None = None, oracle: bool = True,
+             refit: bool = False) -> dict:
     """Regret@k of the model(s) and the baselines on a split (`shapes` or `devices`) of the store's ok measurements.
 
     Returns {"split", "ks", "models", "results", "noise"}: results are flat dicts {kernel, device
@@ -264,14 +275,42 @@ def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
     repeats, or the fallback). `jobs`: worker processes for the folds (None: one per CPU; 1: none).
     `protocol` (check_protocol): `nested` (default) or `fixed`. Under `devices` the results also hold the
     after-the-fact floor ORACLE (`oracle`, with the baselines), and "floors" says what it is.
+
+    A kernel whose newest registered model is the one model asked for, and whose rows are those it was
+    trained on, is scored from the held-out cases train recorded for this split (models/heldout.py: the
+    same numbers, no fit); "reused" maps each such kernel to that model id. `refit` fits every fold anyway.
     """
     split = canonical_split(split)
-    check_protocol(protocol, split)
+    protocol = check_protocol(protocol, split)
     jobs = check_jobs(jobs)  # before the features are read, which takes a while on a big store
+    models = tuple(models)
+    ks = tuple(int(k) for k in ks)
+    may = {} if refit or len(models) != 1 else recorded_models(store, kernels, split, protocol, models[0])
+    if may and (kernels is None or set(may) >= set([kernels] if isinstance(kernels, str) else kernels)):
+        # every kernel may be read from records: read the features first, then start workers only for what is not
+        features = kernel_features_of(store, kernels)
+        recorded = recorded_for(store, features, may, split, protocol, models[0], ks)
+        rest = {k: f for k, f in features.items() if k not in recorded}
+        with KernelPool(None, jobs, rows=sum(f.frame.height for f in rest.values())) as pool:
+            return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store),
+                                     pool=pool, protocol=protocol, oracle=oracle, recorded=recorded)
     with KernelPool(None, jobs, rows=ok_rows(store, kernels)) as pool:  # workers start while the features are read
         features = kernel_features_of(store, kernels)
+        recorded = recorded_for(store, features, may, split, protocol, models[0], ks) if may else {}
         return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store),
-                                 pool=pool, protocol=protocol, oracle=oracle)
+                                 pool=pool, protocol=protocol, oracle=oracle, recorded=recorded)
+
+
+def recorded_for(store, features: Mapping[str, KernelFeatures], may: Mapping[str, str], split: str, protocol: str,
+              model: str, ks: Sequence[int]) -> dict[str, tuple[str, pl.DataFrame]]:
+    """Kernel -> recorded_cases of the kernels that have records (`may`: recorded_models), where they still hold."""
+    out = {}
+    for kernel in may:
+        if kernel in features:
+            found = recorded_cases(store, features[kernel], split, protocol, model, ks)
+            if found is not None:
+                out[kernel] = found
+    return out
 
 
 def ok_rows(store, kernels=None, devices=None) -> int:

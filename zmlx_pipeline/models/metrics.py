@@ -45,23 +45,23 @@ FALLBACK_BAND = HIT_WITHIN - 1.0  # only for a store with no repeat at all: the 
 def case_regrets(frame: pl.DataFrame, scores: np.ndarray, ks: Sequence[int]) -> pl.DataFrame:
     """Per case: regret@k for each k (columns r1, r3, ...), from scores of the case's rows.
 
-    Also `hit_rank`: the rank of the method's first config within 2% of the case's best, and
-    `configs`, the case's configs. Ranks by score, ties by config_key; cases whose scores are
-    all NaN/null are dropped.
+    Also `hit_rank`: the rank of the method's first config within 2% of the case's best,
+    `configs`, the case's configs, and `pick_key`, the method's first config. Ranks by score, ties by
+    config_key; cases whose scores are all NaN/null are dropped.
     """
     df = frame.select(*CASE, "config_key", "median_us").with_columns(
         pl.Series("_score", np.asarray(scores, dtype=float)).fill_nan(None))
     df = df.with_columns(pl.col("_score").is_not_null().any().over(CASE).alias("_scored")).filter("_scored")
     if df.is_empty():
         return pl.DataFrame(schema={**{c: pl.String for c in CASE}, **{f"r{k}": pl.Float64 for k in ks},
-                                    "hit_rank": pl.Int64, "configs": pl.Int64})
+                                    "hit_rank": pl.Int64, "configs": pl.Int64, "pick_key": pl.String})
     df = df.sort([*CASE, "_score", "config_key"], nulls_last=True).with_columns(
         pl.int_range(1, pl.len() + 1, dtype=pl.Int64).over(CASE).alias("_rank"))
     best = pl.col("median_us").min()
     return df.group_by(CASE, maintain_order=True).agg(
         [(pl.col("median_us").filter(pl.col("_rank") <= k).min() / best).alias(f"r{k}") for k in ks]
         + [pl.col("_rank").filter(pl.col("median_us") <= best * (HIT_WITHIN + 1e-12)).min().alias("hit_rank"),
-           pl.len().cast(pl.Int64).alias("configs")]).sort(CASE)
+           pl.len().cast(pl.Int64).alias("configs"), pl.col("config_key").first().alias("pick_key")]).sort(CASE)
 
 
 def prune_k(hit_ranks: Sequence[int], share: float = PRUNE_SHARE) -> int | None:

@@ -29,6 +29,7 @@ from zmlx_pipeline.models.baselines import baseline_names, baseline_scores
 from zmlx_pipeline.models.estimators import DEFAULT_MODEL, make_ranker
 from zmlx_pipeline.models.features import CASE, KernelFeatures
 from zmlx_pipeline.models.folds import SPLITS, EvaluationError, fold_plan, fold_rows, folds
+from zmlx_pipeline.models.heldout import PROTOCOL, recorded_models
 from zmlx_pipeline.models.metrics import case_regrets, noise_bands, regret_rows, tied_regrets
 from zmlx_pipeline.models.pool import KernelPool, check_jobs, fit_threads
 from zmlx_pipeline.progress import Say, Steps
@@ -118,6 +119,24 @@ def score_fold(features: KernelFeatures, index: int, split: str, ks: Sequence[in
     held = test.select(_held_columns(features)).with_columns(
         pl.Series("score", scores[model]), pl.Series("predicted_us", predicted), pl.lit(name).alias("fold"))
     return regrets, held, time.perf_counter() - start
+
+
+def time_fold(features: KernelFeatures, index: int, split: str,
+              time_model: str = TIME_MODEL) -> tuple[list[pl.DataFrame], pl.DataFrame, float]:
+    """score_fold's held-out rows with the time model's predicted time only, for a kernel whose scores and
+    picks come from train's records: no regret frames, no `score` column, and the seconds it took."""
+    start = time.perf_counter()
+    frame = features.frame
+    name, train_filter, test_filter = folds(frame, split)[index]
+    train, test = fold_rows(frame, split, train_filter, test_filter)
+    with fit_threads():
+        timer = make_ranker(features, time_model)
+        if getattr(timer, "target", None) != "log_time":
+            raise ReportError(f"model {time_model!r} does not predict times")
+        predicted = np.exp(np.asarray(timer.fit(train).score(test), dtype=float))
+    held = test.select(_held_columns(features)).with_columns(pl.Series("predicted_us", predicted),
+                                                             pl.lit(name).alias("fold"))
+    return [], held, time.perf_counter() - start
 
 
 def param_importance(frame: pl.DataFrame, params: Sequence[str]) -> list[tuple[str, float]]:
@@ -214,8 +233,10 @@ def _json_text(text: str) -> str:
     return " ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
 
 
-def kernel_heatmaps(features: KernelFeatures, held: pl.DataFrame, n: int = HEATMAPS_PER_KERNEL) -> list[HeatmapData]:
-    """Heatmaps of up to n held-out cases of one kernel: the model's worst case, then its median one."""
+def kernel_heatmaps(features: KernelFeatures, held: pl.DataFrame, n: int = HEATMAPS_PER_KERNEL,
+                    picks: pl.DataFrame | None = None) -> list[HeatmapData]:
+    """Heatmaps of up to n held-out cases of one kernel: the model's worst case, then its median one.
+    `picks`: per case the model's pick_key, r1 and configs (None: from held's `score`, _case_picks)."""
     if n <= 0 or held.is_empty():
         return []
     ranked = param_importance(features.frame, features.params)
@@ -223,7 +244,7 @@ def kernel_heatmaps(features: KernelFeatures, held: pl.DataFrame, n: int = HEATM
         return []
     x_param = ranked[0][0]
     y_param = ranked[1][0] if len(ranked) > 1 else None
-    picks = _case_picks(held).filter(pl.col("configs") > 1).sort(["r1", *CASE], descending=[True, False, False,
+    picks = (_case_picks(held) if picks is None else picks).filter(pl.col("configs") > 1).sort(["r1", *CASE], descending=[True, False, False,
                                                                                           False, False])
     if picks.is_empty():
         return []
@@ -258,16 +279,20 @@ class ReportData:
     heatmaps: dict[str, list[HeatmapData]]
     devices: list[str]
     cases: int
+    reused: dict[str, str] = field(default_factory=dict)  # kernel -> model id whose recorded cases were read
 
 
 def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT_MODEL,
                 heatmaps_per_kernel: int = HEATMAPS_PER_KERNEL, jobs: int | None = None,
-                progress: Say | None = None, started: float | None = None) -> ReportData:
+                progress: Say | None = None, started: float | None = None, refit: bool = False) -> ReportData:
     """Scores, held-out predictions and heatmaps of the store's kernels under a split.
 
     Each fold is fitted once (score_fold) for both the score table and the figures, in `jobs` worker
-    processes (None: one per CPU); the table's rows are evaluate()'s, number for number. `progress`
-    gets a line per scored fold with the time elapsed and an estimate of the time left.
+    processes (None: one per CPU); the table's rows are evaluate()'s, number for number. A kernel whose
+    held-out cases train recorded for its registered `model` on unchanged rows (models/heldout.py) takes
+    its scores and the model's picks from them, and its folds fit only the time model (time_fold);
+    `refit` fits every fold anyway. `progress` gets a line per scored fold with the time elapsed and an
+    estimate of the time left.
     """
     from zmlx_pipeline.models.estimators import MODEL_VARIANTS
 
@@ -276,6 +301,7 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
     if model not in MODEL_VARIANTS:
         raise ReportError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}")
     jobs = check_jobs(jobs)
+    may = {} if refit else recorded_models(store, kernels, split_eval, PROTOCOL, model)
     # the workers start while the features are read
     with KernelPool(None, jobs, rows=ev.ok_rows(store, kernels)) as pool:
         try:
@@ -288,8 +314,9 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
                 else "a kernel measured at two or more shapes on one device"
             raise ReportError(f"no held-out cases under --split {public_split}: it needs {need} "
                               f"(try the other split)")
+        recorded = ev.recorded_for(store, features, may, split_eval, PROTOCOL, model, CURVE_KS)
         pool.attach(features)
-        done = _score_folds(pool, features, plans, split_eval, model, progress, started)
+        done = _score_folds(pool, features, plans, split_eval, model, progress, started, recorded=set(recorded))
     noise = noise_bands(store)
     rows: list[dict] = []
     points: dict[str, dict[str, list]] = {}
@@ -297,7 +324,13 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
     cases = 0
     steps = Steps(progress, "report", len(features), parts=len(features), started=started)
     for name, f in features.items():
-        regrets = [part for i in plans[name] for part in done[(name, i)][0]]
+        picks = None
+        if name in recorded:  # every method's per-case rows, as the folds would give them
+            cases_of = recorded[name][1]
+            regrets = [cases_of.select(ev.gather_folds([], CURVE_KS).columns)] if cases_of.height else []
+            picks = cases_of.filter(pl.col("method") == model).select(*CASE, "pick_key", "r1", "configs")
+        else:
+            regrets = [part for i in plans[name] for part in done[(name, i)][0]]
         oracle = split_eval == "devices" and bool(regrets)  # the after-the-fact floor, as evaluate reports it
         if oracle:
             regrets.append(ev.oracle_device(f, CURVE_KS))
@@ -310,17 +343,20 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
         cases += held.select(CASE).unique().height
         points[name] = {"measured": held["median_us"].to_list(), "predicted": held["predicted_us"].to_list(),
                         "device": held["device_id"].to_list()}
-        heatmaps[name] = kernel_heatmaps(f, held, heatmaps_per_kernel)
+        heatmaps[name] = kernel_heatmaps(f, held, heatmaps_per_kernel, picks=picks)
         steps.done(f"{name}: scores and heatmap data")
     devices = sorted({d for f in features.values() for d in f.frame["device_id"].unique().to_list()})
     return ReportData(split=public_split, model=model, kernels=list(features), rows=rows, points=points,
-                      heatmaps=heatmaps, devices=devices, cases=cases)
+                      heatmaps=heatmaps, devices=devices, cases=cases,
+                      reused={k: recorded[k][0] for k in features if k in recorded})
 
 
 def _score_folds(pool, features: Mapping[str, KernelFeatures], plans: Mapping[str, list[int]], split: str,
-                 model: str, progress: Say | None, started: float | None = None) -> dict[tuple[str, int], tuple]:
-    """score_fold of every planned fold, the largest kernels first, in the pool's workers (or here one after
-    the other); a progress line as each fold finishes, weighted by its kernel's rows per fold."""
+                 model: str, progress: Say | None, started: float | None = None,
+                 recorded: set[str] = frozenset()) -> dict[tuple[str, int], tuple]:
+    """score_fold of every planned fold (time_fold for the `recorded` kernels), the largest kernels first, in
+    the pool's workers (or here one after the other); a progress line as each fold finishes, weighted by its
+    kernel's rows per fold."""
     order = sorted(features, key=lambda k: -features[k].frame.height)
     tasks = [(k, i) for k in order for i in plans[k]]
     weight = {k: features[k].frame.height / max(1, len(plans[k])) for k in order}
@@ -333,11 +369,16 @@ def _score_folds(pool, features: Mapping[str, KernelFeatures], plans: Mapping[st
         out[task] = future.result()
         steps.done(f"{task[0]} fold {task[1] + 1} scored in {out[task][2]:.1f} s", weight[task[0]])
 
+    def submit(kernel: str, index: int) -> Future:
+        if kernel in recorded:
+            return pool.submit(kernel, time_fold, index, split)
+        return pool.submit(kernel, score_fold, index, split, CURVE_KS, model)
+
     if not pool.parallel:
         for task in tasks:
-            finished(task, pool.submit(task[0], score_fold, task[1], split, CURVE_KS, model))
+            finished(task, submit(*task))
         return out
-    pending = {pool.submit(k, score_fold, i, split, CURVE_KS, model): (k, i) for k, i in tasks}
+    pending = {submit(k, i): (k, i) for k, i in tasks}
     while pending:  # short waits: Ctrl-C and SIGTERM reach this thread between them
         ready, _ = wait(list(pending), timeout=0.25, return_when=FIRST_COMPLETED)
         for future in ready:

@@ -26,8 +26,11 @@ def _names(values: tuple[str, ...]) -> list[str]:
 @click.option("--model", default=None, help="Model variant to report (default: the default model).")
 @click.option("--heatmaps", default=2, show_default=True, type=click.IntRange(0, 10),
               help="Config-space heatmaps per kernel.")
+@click.option("--refit", is_flag=True,
+              help="Fit every fold, even where train recorded the held-out cases of the registered model and the "
+                   "store's rows are unchanged (the numbers are the same).")
 @output_options
-def report(db, out, split, kernel_names, model, heatmaps, as_json) -> None:
+def report(db, out, split, kernel_names, model, heatmaps, refit, as_json) -> None:
     """Write an HTML report: regret curves, predicted vs measured time, config-space heatmaps, scores."""
     from zmlx_pipeline.data.store import Store, StoreError, default_db_path
     from zmlx_pipeline.models.estimators import DEFAULT_MODEL, ModelError
@@ -42,7 +45,7 @@ def report(db, out, split, kernel_names, model, heatmaps, as_json) -> None:
         click.get_current_context().call_on_close(store.close)
         result = build_report(store, out, split=split, kernels=_names(kernel_names) or None,
                               model=model or DEFAULT_MODEL, heatmaps_per_kernel=heatmaps, db=str(path),
-                              progress=progress_line)
+                              progress=progress_line, refit=refit)
     except (StoreError, ReportError, FeatureError, EvaluationError, ModelError) as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:

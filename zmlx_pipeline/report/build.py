@@ -48,7 +48,7 @@ def write_report(data: ReportData, out: Path, db: str = "", progress: Say | None
     index = out / "index.html"
     index.write_text(page_html(data, figures, db), encoding="utf-8")
     return {"index": str(index), "split": data.split, "model": data.model, "kernels": data.kernels,
-            "cases": data.cases, "figures": written, "scores": str(out / "scores.json")}
+            "cases": data.cases, "figures": written, "scores": str(out / "scores.json"), "reused": data.reused}
 
 
 def prepare_out(out: Path) -> Path:
@@ -67,17 +67,17 @@ def prepare_out(out: Path) -> Path:
 
 def build_report(store, out: Path, split: str = "shapes", kernels=None, model: str = DEFAULT_MODEL,
                  heatmaps_per_kernel: int = HEATMAPS_PER_KERNEL, db: str = "", jobs: int | None = None,
-                 progress: Say | None = None) -> dict:
+                 progress: Say | None = None, refit: bool = False) -> dict:
     """The whole report of the store under a split, written to `out` (index.html, PNGs, scores.json).
     A report that fails leaves no directory it created itself (a folder it found is left as it was).
     `jobs`: worker processes for the folds (None: one per CPU); `progress` gets lines with an estimate
-    of the time left."""
+    of the time left; `refit` fits every fold even where train recorded the held-out cases (report_data)."""
     started = time.monotonic()
     created = [p for p in (Path(out), *Path(out).parents) if not p.exists()]
     out = prepare_out(out)
     try:
         data = report_data(store, split, kernels, model, heatmaps_per_kernel, jobs=jobs, progress=progress,
-                           started=started)
+                           started=started, refit=refit)
     except BaseException:
         for directory in created:  # innermost first; rmdir refuses a folder that is not empty
             try:
