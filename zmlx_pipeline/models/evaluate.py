@@ -265,7 +265,8 @@ def evaluate_features(
 def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
              models: Sequence[str] = (DEFAULT_MODEL,), baselines: bool = True, label_model: bool = False,
              jobs: int | None = None, protocol: str | None = None, oracle: bool = True,
-             refit: bool = False) -> dict:
+             refit: bool = False, features: dict[str, KernelFeatures] | None = None,
+             pool: KernelPool | None = None) -> dict:
     """Regret@k of the model(s) and the baselines on a split (`shapes` or `devices`) of the store's ok measurements.
 
     Returns {"split", "ks", "models", "results", "noise"}: results are flat dicts {kernel, device
@@ -279,6 +280,9 @@ def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
     A kernel whose newest registered model is the one model asked for, and whose rows are those it was
     trained on, is scored from the held-out cases train recorded for this split (models/heldout.py: the
     same numbers, no fit); "reused" maps each such kernel to that model id. `refit` fits every fold anyway.
+
+    `features` (kernel_features_of(store, kernels), already built) and an entered `pool` let a caller that
+    runs several steps on the same rows (the main job) build the features and start the workers once.
     """
     split = canonical_split(split)
     protocol = check_protocol(protocol, split)
@@ -286,6 +290,10 @@ def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
     models = tuple(models)
     ks = tuple(int(k) for k in ks)
     may = {} if refit or len(models) != 1 else recorded_models(store, kernels, split, protocol, models[0])
+    if features is not None and pool is not None:
+        recorded = recorded_for(store, features, may, split, protocol, models[0], ks) if may else {}
+        return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store),
+                                 pool=pool, protocol=protocol, oracle=oracle, recorded=recorded)
     if may and (kernels is None or set(may) >= set([kernels] if isinstance(kernels, str) else kernels)):
         # every kernel may be read from records: read the features first, then start workers only for what is not
         features = kernel_features_of(store, kernels)

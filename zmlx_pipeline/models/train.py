@@ -27,6 +27,7 @@ the same pruning k. Read a kernel's pruning k with `prune_k(store, kernel)` or
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import re
 import time
@@ -210,7 +211,8 @@ def model_path(store, row: dict) -> Path:
 
 def train_models(store, kernels: Sequence[str] | str | None = None, devices: Sequence[str] | str | None = None,
                  model: str = DEFAULT_MODEL, models_dir: str | Path | None = None, heldout: bool = True,
-                 on_kernel=None, jobs: int | None = None) -> list[dict]:
+                 on_kernel=None, jobs: int | None = None, features: dict[str, KernelFeatures] | None = None,
+                 pool: KernelPool | None = None) -> list[dict]:
     """Fit, save and register one model per kernel on the store's (filtered) ok measurements.
 
     Returns the registry rows (see the module docstring), one per kernel. `heldout=False`
@@ -218,6 +220,8 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
     `jobs`: worker processes for the kernels' fits and held-out folds (None: one per CPU; 1: none;
     the results do not depend on it). The held-out folds' per-case rows, the model's and every
     baseline's, are recorded with the model (models/heldout.py) for evaluate and report to read.
+    `features` (kernel_features_of(store, kernels, devices), already built) and an entered `pool` let the
+    main job build the features and start the workers once for train and evaluate.
     """
     if model not in MODEL_VARIANTS:
         raise ModelError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}")
@@ -230,8 +234,11 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
     rows = []
     saved: dict[str, dict] = {}  # the registry rows of saved model files, until they are registered
     # the workers start while the features are read
-    with KernelPool(None, jobs, rows=ok_rows(store, kernels, devices)) as pool:
-        features = kernel_features_of(store, kernels, devices)
+    shared = pool is not None and features is not None
+    with contextlib.nullcontext(pool) if shared else KernelPool(None, jobs, rows=ok_rows(store, kernels, devices)) \
+            as pool:
+        if not shared:
+            features = kernel_features_of(store, kernels, devices)
         pool.attach(features)
         order = sorted(features, key=lambda k: -features[k].frame.height)  # the longest tasks first
         fits = {}
