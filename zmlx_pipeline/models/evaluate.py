@@ -309,8 +309,8 @@ def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
                                  pool=pool, protocol=protocol, oracle=oracle, recorded=recorded)
 
 
-def recorded_for(store, features: Mapping[str, KernelFeatures], may: Mapping[str, str], split: str, protocol: str,
-              model: str, ks: Sequence[int]) -> dict[str, tuple[str, pl.DataFrame]]:
+def recorded_for(store, features: Mapping[str, KernelFeatures], may: Mapping[str, str], split: str,
+                 protocol: str, model: str, ks: Sequence[int]) -> dict[str, tuple[str, pl.DataFrame]]:
     """Kernel -> recorded_cases of the kernels that have records (`may`: recorded_models), where they still hold."""
     out = {}
     for kernel in may:

@@ -108,10 +108,7 @@ def score_fold(features: KernelFeatures, index: int, split: str, ks: Sequence[in
         if hasattr(ranker, "only"):
             ranker.only = "seen" if seen.all() else "unseen" if not seen.any() else None
         scores = {model: np.asarray(ranker.fit(train).score(test), dtype=float)}
-        timer = make_ranker(features, time_model)
-        if getattr(timer, "target", None) != "log_time":
-            raise ReportError(f"model {time_model!r} does not predict times")
-        predicted = np.exp(np.asarray(timer.fit(train).score(test), dtype=float))
+        predicted = _predicted_us(features, train, test, time_model)
         if baselines:
             scores.update({k: v.to_numpy() for k, v in baseline_scores(features, train, test).items()})
     regrets = [case_regrets(test, s, ks).with_columns(pl.lit(method).alias("method"), pl.lit(name).alias("fold"))
@@ -130,13 +127,18 @@ def time_fold(features: KernelFeatures, index: int, split: str,
     name, train_filter, test_filter = folds(frame, split)[index]
     train, test = fold_rows(frame, split, train_filter, test_filter)
     with fit_threads():
-        timer = make_ranker(features, time_model)
-        if getattr(timer, "target", None) != "log_time":
-            raise ReportError(f"model {time_model!r} does not predict times")
-        predicted = np.exp(np.asarray(timer.fit(train).score(test), dtype=float))
+        predicted = _predicted_us(features, train, test, time_model)
     held = test.select(_held_columns(features)).with_columns(pl.Series("predicted_us", predicted),
                                                              pl.lit(name).alias("fold"))
     return [], held, time.perf_counter() - start
+
+
+def _predicted_us(features: KernelFeatures, train: pl.DataFrame, test: pl.DataFrame, time_model: str) -> np.ndarray:
+    """The time model fitted on a fold's training rows: its predicted time of each test row (us)."""
+    timer = make_ranker(features, time_model)
+    if getattr(timer, "target", None) != "log_time":
+        raise ReportError(f"model {time_model!r} does not predict times")
+    return np.exp(np.asarray(timer.fit(train).score(test), dtype=float))
 
 
 def param_importance(frame: pl.DataFrame, params: Sequence[str]) -> list[tuple[str, float]]:
@@ -244,8 +246,8 @@ def kernel_heatmaps(features: KernelFeatures, held: pl.DataFrame, n: int = HEATM
         return []
     x_param = ranked[0][0]
     y_param = ranked[1][0] if len(ranked) > 1 else None
-    picks = (_case_picks(held) if picks is None else picks).filter(pl.col("configs") > 1).sort(["r1", *CASE], descending=[True, False, False,
-                                                                                          False, False])
+    picks = (_case_picks(held) if picks is None else picks).filter(pl.col("configs") > 1)
+    picks = picks.sort(["r1", *CASE], descending=[True, False, False, False, False])
     if picks.is_empty():
         return []
     chosen = [(0, "the model's worst held-out case")]
