@@ -44,7 +44,7 @@ def small_case_bands(pairs, min_pairs: int | None = None):
     """The tie bands of cases under SMALL_US: evaluate.NoiseBands of the repeat pairs whose first timing is
     under SMALL_US (all in its first bucket: per device with enough pairs, else pooled); of every pair when
     there is no such pair, and the fallback band when there is no pair at all."""
-    from zmlx_pipeline.models.evaluate import MIN_PAIRS, NoiseBands
+    from zmlx_pipeline.models.metrics import MIN_PAIRS, NoiseBands
 
     pairs = list(pairs)
     small = [p for p in pairs if p["median_us"] is not None and p["median_us"] < SMALL_US]
@@ -66,7 +66,7 @@ def noise_aware(per_case, frame, bands, ks):
     headline regret n{k}: tied{k} where the case's best runs under SMALL_US, r{k} elsewhere."""
     import polars as pl
 
-    from zmlx_pipeline.models.evaluate import tied_regrets
+    from zmlx_pipeline.models.metrics import tied_regrets
 
     out = tied_regrets(per_case, frame, bands, ks)
     small = pl.col("best_us") < SMALL_US
@@ -188,7 +188,8 @@ def kernel_row(kernel: str, per_case, model: str, split: str, ks, draws: int = 2
 def main(argv: list[str] | None = None) -> int:
     from zmlx_pipeline.data.store import Store
     from zmlx_pipeline.models.variants import DEFAULT_MODEL
-    from zmlx_pipeline.models.evaluate import KernelPool, gather_folds, kernel_features_of, submit_kernel
+    from zmlx_pipeline.models.evaluate import gather_folds, kernel_features_of, submit_kernel
+    from zmlx_pipeline.models.pool import KernelPool
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True)

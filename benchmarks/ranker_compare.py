@@ -63,15 +63,9 @@ def main() -> int:
     import polars as pl
 
     from zmlx_pipeline.data.store import Store
-    from zmlx_pipeline.models.evaluate import (
-        ORACLE,
-        KernelPool,
-        baseline_names,
-        gather_folds,
-        kernel_features_of,
-        oracle_device,
-        submit_kernel,
-    )
+    from zmlx_pipeline.models.baselines import baseline_names
+    from zmlx_pipeline.models.evaluate import ORACLE, gather_folds, kernel_features_of, oracle_device, submit_kernel
+    from zmlx_pipeline.models.pool import KernelPool
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True)

@@ -9,7 +9,7 @@ baseline), then groups the per-case regrets by the measured best time of the cas
 floor is about 5 us a launch, so most configs tie and repeats differ by about 20%; from 50 us up
 repeats agree within about 3%. Prints one table per kernel,
 with the noise-aware regret@1 (`tied@1`: a pick inside the store's repeat spread of the best is a tie;
-models/evaluate.py) next to the plain one.
+models/metrics.py) next to the plain one.
 """
 
 from __future__ import annotations
@@ -40,12 +40,8 @@ def main() -> int:
     from threadpoolctl import threadpool_limits
 
     from zmlx_pipeline.data.store import Store
-    from zmlx_pipeline.models.evaluate import (
-        evaluate_kernel,
-        kernel_features_of,
-        noise_bands,
-        tied_regrets,
-    )
+    from zmlx_pipeline.models.evaluate import evaluate_kernel, kernel_features_of
+    from zmlx_pipeline.models.metrics import noise_bands, tied_regrets
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", required=True)

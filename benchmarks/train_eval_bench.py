@@ -12,8 +12,9 @@ Two stores are measured:
   they exist only to time the code at this size.
 
 On each store four stages run, each in a fresh Python process so that its peak memory is its
-own: `reference` (below), `train` (train_models: fit, held-out pruning k, save, register, every kernel),
-`evaluate-shapes` and `evaluate-devices` (evaluate with the model and every baseline), each with
+own: `reference` (below), `train` (train_models: fit, held-out folds and pruning k, save, register, every
+kernel), `evaluate-shapes` and `evaluate-devices` (evaluate with the model and every baseline; a kernel whose
+held-out cases train recorded under that split is read from them, models/heldout.py), each with
 --jobs worker processes (default: one per CPU, as the CLI). Printed per stage: wall seconds, the
 CPU seconds (user + system) of the stage's process and of its worker processes together (on a
 busy shared machine the wall time grows, the CPU time much less), the peak resident memory of the
@@ -30,7 +31,7 @@ time of train plus evaluate-shapes over the wall time of one plain fit of the sa
 same run (the `reference` stage, in its own process like the others, before them). The plain fit is a
 `sklearn.ensemble.HistGradientBoostingRegressor()` with default parameters (100 trees at most, early
 stopping on above 10,000 rows), under the one-OpenMP-thread limit the stages' fits run under
-(evaluate.fit_threads; the stages spread their fits over --jobs workers), regressing log time on
+(pool.fit_threads; the stages spread their fits over --jobs workers), regressing log time on
 `reference_matrix`: every row the stages read (each kernel's feature frame), in REFERENCE_COLUMNS = 34
 columns that mean the same for every kernel: the device's 11 spec features, the dtype's bytes, the kernel
 (as a number), the config's parameters in name order, raw and log2 (8 slots each, matmul's count; NaN past
@@ -79,7 +80,7 @@ def machine_speed(rows: int = 50_000, trees: int = 200, repeats: int = 3) -> dic
     import numpy as np
 
     from zmlx_pipeline.models.rankers.pipeline import boosting_regressor
-    from zmlx_pipeline.models.evaluate import fit_threads
+    from zmlx_pipeline.models.pool import fit_threads
 
     rng = np.random.default_rng(0)
     X = rng.random((rows, 12))
@@ -128,7 +129,7 @@ def plain_fit(X, y) -> dict:
     import numpy as np
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    from zmlx_pipeline.models.evaluate import fit_threads
+    from zmlx_pipeline.models.pool import fit_threads
 
     X = X[:, ~np.isnan(X).all(axis=0)]
     model = HistGradientBoostingRegressor()
@@ -173,7 +174,7 @@ def build_resampled(source: Path, path: Path, rows: int, seed: int = 0) -> int:
     import numpy as np
     import polars as pl
 
-    from zmlx_pipeline.core.keys import canonical_json, mapping_key
+    from zmlx_pipeline.data.keys import canonical_json, mapping_key
     from zmlx_pipeline.data.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -317,7 +318,7 @@ def run_stage(db: Path, stage: str, model: str | None = None, jobs: int | None =
             split = stage.split("-", 1)[1]
             with Store(db, read_only=True) as store:
                 result = evaluate(store, split, models=(model,), jobs=jobs)
-            detail = {"result_rows": len(result["results"])}
+            detail = {"result_rows": len(result["results"]), "read_from_train": sorted(result.get("reused", {}))}
         wall = fit["fit_s"] if stage == REFERENCE else time.perf_counter() - t0
     cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN) - cpu0  # workers are reaped by now
     # VmHWM is this process's own peak (ru_maxrss starts at the parent's, see the module docstring)

@@ -4,7 +4,8 @@ import sys, os, polars as pl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import selection_averaging  # noqa: patches the selection
 from zmlx_pipeline.data.store import Store
-from zmlx_pipeline.models.evaluate import kernel_features_of, folds, _fold_rows
+from zmlx_pipeline.models.evaluate import kernel_features_of
+from zmlx_pipeline.models.folds import folds, fold_rows as _fold_rows
 from zmlx_pipeline.models.variants import make_ranker
 from zmlx_pipeline.models.features import CASE
 from concurrent.futures import ProcessPoolExecutor

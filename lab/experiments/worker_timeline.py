@@ -3,7 +3,7 @@
     python lab/experiments/worker_timeline.py train|evaluate [STORE]
 
 STORE (default /tmp/prof.duckdb): a copy of the bench's 1M store (`cp /work/bench/resampled.duckdb
-/tmp/prof.duckdb`); `train` registers models in it. Wraps evaluate._worker_call in the parent, so each task
+/tmp/prof.duckdb`); `train` registers models in it. Wraps pool._worker_call in the parent, so each task
 logs its start and end from inside its worker to /tmp/timeline.jsonl.
 """
 import os, sys, time, json
@@ -11,19 +11,19 @@ T0 = time.time()
 LOG = "/tmp/timeline.jsonl"
 
 def logged_call(meta, path, fn, args):
-    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.models import pool
     s = time.time()
-    out = ev._real_worker_call(meta, path, fn, args) if hasattr(ev, "_real_worker_call") else ev._worker_call(meta, path, fn, args)
+    out = pool._real_worker_call(meta, path, fn, args) if hasattr(pool, "_real_worker_call") else pool._worker_call(meta, path, fn, args)
     with open(LOG, "a") as f:
         f.write(json.dumps({"pid": os.getpid(), "start": s, "end": time.time(), "fn": fn.__name__, "kernel": meta.kernel}) + "\n")
     return out
 
 if __name__ == "__main__":
     if os.path.exists(LOG): os.remove(LOG)
-    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.models import evaluate as ev, pool
     from zmlx_pipeline.data.store import Store
     t_imp = time.time()
-    ev._worker_call = logged_call
+    pool._worker_call = logged_call
     stage = sys.argv[1]
     with Store(sys.argv[2] if len(sys.argv) > 2 else "/tmp/prof.duckdb") as store:
         if stage == "train":

@@ -71,11 +71,12 @@ def test_fresh_store_records_every_migration(tmp_path):
     path = tmp_path / "s.duckdb"
     with Store(path) as s:
         applied = s.migrations()
-        assert [(m["version"], m["name"]) for m in applied] == [(1, "initial"), (2, "models_and_bundles")]
+        assert [(m["version"], m["name"]) for m in applied] == [(1, "initial"), (2, "models_and_bundles"),
+                                                                 (3, "heldout_cases")]
         assert all(m["applied_at"] is not None for m in applied)
-        assert s.schema_version == SCHEMA_VERSION == 2
+        assert s.schema_version == SCHEMA_VERSION == 3
     assert table_names(path) == {
-        "_migrations", "devices", "runs", "measurements", "repeats", "models", "bundles",
+        "_migrations", "devices", "runs", "measurements", "repeats", "models", "bundles", "heldout_cases",
     }
 
 
@@ -99,34 +100,35 @@ def test_old_store_migrates_forward_once(tmp_path, monkeypatch):
         Store(path, read_only=True)
 
     with Store(path) as s:
-        assert s.schema_version == 2
+        assert s.schema_version == SCHEMA_VERSION
         applied = s.migrations()
     assert applied[0] == first[0]
-    assert [m["version"] for m in applied] == [1, 2]
-    assert {"models", "bundles"} <= table_names(path)
+    assert [m["version"] for m in applied] == list(range(1, SCHEMA_VERSION + 1))
+    assert {"models", "bundles", "heldout_cases"} <= table_names(path)
     with Store(path, read_only=True) as s:
-        assert s.schema_version == 2
+        assert s.schema_version == SCHEMA_VERSION
 
 
 def test_failed_migration_rolls_back_with_its_bookkeeping(tmp_path, monkeypatch):
     path = tmp_path / "s.duckdb"
     Store(path).close()
-    broken = (3, "broken", "CREATE TABLE half_done (x INTEGER); SELECT * FROM no_such_table;")
+    broken = (SCHEMA_VERSION + 1, "broken", "CREATE TABLE half_done (x INTEGER); SELECT * FROM no_such_table;")
     monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, broken])
-    with pytest.raises(StoreError, match=r"migration 3 \(broken\) failed .* stays at schema version 2"):
+    with pytest.raises(StoreError, match=rf"migration {SCHEMA_VERSION + 1} \(broken\) failed .* stays at schema "
+                                         rf"version {SCHEMA_VERSION}"):
         Store(path)
     monkeypatch.undo()
     assert "half_done" not in table_names(path)
     with Store(path) as s:
-        assert [m["version"] for m in s.migrations()] == [1, 2]
+        assert [m["version"] for m in s.migrations()] == list(range(1, SCHEMA_VERSION + 1))
 
 
 def test_store_from_newer_schema_is_refused_and_untouched(tmp_path, monkeypatch):
     path = tmp_path / "s.duckdb"
-    future = (3, "from_the_future", "CREATE TABLE future_things (x INTEGER);")
+    future = (SCHEMA_VERSION + 1, "from_the_future", "CREATE TABLE future_things (x INTEGER);")
     monkeypatch.setattr(store_mod, "MIGRATIONS", [*store_mod.MIGRATIONS, future])
     with Store(path) as s:
-        assert s.schema_version == 3
+        assert s.schema_version == SCHEMA_VERSION + 1
     monkeypatch.undo()
     before = dir_snapshot(tmp_path)
 
@@ -134,7 +136,8 @@ def test_store_from_newer_schema_is_refused_and_untouched(tmp_path, monkeypatch)
         with pytest.raises(SchemaTooNew) as err:
             Store(path, read_only=read_only)
         assert str(err.value) == (
-            f"store {path} was written by schema version 3, newer than this zmlx-pipeline (2): "
+            f"store {path} was written by schema version {SCHEMA_VERSION + 1}, newer than this zmlx-pipeline "
+            f"({SCHEMA_VERSION}): "
             "upgrade zmlx-pipeline or use another --db"
         )
         assert dir_snapshot(tmp_path) == before
@@ -489,3 +492,39 @@ def test_delete_refuses_a_short_key_and_a_read_only_store(store, make_measuremen
         with pytest.raises(StoreError, match="read-only"):
             ro.delete_measurements([_key(m)])
     assert len(store.measurements()) == 1
+
+
+# -- held-out cases ------------------------------------------------------------------------------
+
+
+def _heldout_frame(methods=("model", "nearest_shape"), shapes=("a", "b")):
+    import polars as pl
+
+    rows = [{"method": m, "fold": "shapes-0", "device_id": DEVICE, "kernel": "softmax", "dtype": "float16",
+             "shape_key": s, **{f"r{k}": 1.0 + 0.5 / k + i for k in store_mod.HELDOUT_KS},
+             "hit_rank": 2 + i, "configs": 6, "pick_key": f"cfg-{m}-{s}"}
+            for i, m in enumerate(methods) for s in shapes]
+    return pl.DataFrame(rows, schema_overrides={"hit_rank": pl.Int64, "configs": pl.Int64})
+
+
+def test_heldout_cases_round_trip_with_named_fields_and_replace_per_split(store):
+    assert store.add_heldout_cases("m1", "sha256:ab", "shapes", "nested", _heldout_frame()) == 4
+    store.add_heldout_cases("m1", "sha256:ab", "devices", "nested", _heldout_frame(methods=("model",)))
+    got = store.heldout_cases("m1", "shapes", "nested").to_pylist()
+    assert len(got) == 4 and got[0]["model_id"] == "m1" and got[0]["data_fingerprint"] == "sha256:ab"
+    assert got[0]["method"] == "model" and got[0]["r1"] == 1.5 and got[0]["r10"] == 1.05
+    assert got[0]["hit_rank"] == 2 and got[0]["pick_key"] == "cfg-model-a"
+    # recording the split again replaces its rows and leaves the other split alone
+    store.add_heldout_cases("m1", "sha256:cd", "shapes", "nested", _heldout_frame(shapes=("a",)))
+    again = store.heldout_cases("m1", "shapes", "nested").to_pylist()
+    assert len(again) == 2 and {r["data_fingerprint"] for r in again} == {"sha256:cd"}
+    assert store.heldout_cases("m1", "devices", "nested").num_rows == 2
+    assert store.heldout_cases("m1", "shapes", "fixed").num_rows == 0
+    assert store.heldout_cases("nope", "shapes", "nested").num_rows == 0
+
+
+def test_heldout_cases_refuse_a_frame_without_their_fields_and_keep_what_is_stored(store):
+    store.add_heldout_cases("m1", "sha256:ab", "shapes", "nested", _heldout_frame())
+    with pytest.raises(StoreError, match=r"lack column\(s\) pick_key"):
+        store.add_heldout_cases("m1", "sha256:ab", "shapes", "nested", _heldout_frame().drop("pick_key"))
+    assert store.heldout_cases("m1", "shapes", "nested").num_rows == 4

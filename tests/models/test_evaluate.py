@@ -15,18 +15,10 @@ from zmlx_pipeline.data.importers import import_files
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.models.rankers.base import make_pipeline
 from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model
-from zmlx_pipeline.models.evaluate import (
-    LARGE_KERNEL_CASES,
-    EvaluationError,
-    baseline_scores,
-    case_regrets,
-    evaluate,
-    evaluate_kernel,
-    folds,
-    prune_k,
-    seed_threadgroups,
-    summarize,
-)
+from zmlx_pipeline.models.baselines import baseline_scores, seed_threadgroups
+from zmlx_pipeline.models.evaluate import evaluate, evaluate_kernel
+from zmlx_pipeline.models.folds import LARGE_KERNEL_CASES, EvaluationError, folds
+from zmlx_pipeline.models.metrics import case_regrets, prune_k, summarize
 from zmlx_pipeline.models.features import store_features
 
 DATASETS = Path(zmlx_pipeline.__file__).resolve().parents[2] / "shared/datasets/kernel-tuner"

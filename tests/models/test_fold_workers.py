@@ -14,11 +14,16 @@ import numpy as np
 import polars as pl
 import pytest
 
-from zmlx_pipeline.models import cv_ensemble, evaluate as ev, transfer, variants
-from zmlx_pipeline.models.rankers import base
+from zmlx_pipeline.models import evaluate as ev, pool as pool_module
+from zmlx_pipeline.models import cv_ensemble
+from zmlx_pipeline.models.rankers import base as rankers_base
+from zmlx_pipeline.models import transfer
+from zmlx_pipeline.models import variants
 from zmlx_pipeline.models.cv_ensemble import CVEnsembleRanker, _FoldRegret, interleave, interleave_ranks
 from zmlx_pipeline.models.rankers.base import clear_fit_cache, fit_cached, make_pipeline
-from zmlx_pipeline.models.evaluate import EvaluationError, KernelPool, check_jobs, evaluate
+from zmlx_pipeline.models.evaluate import evaluate
+from zmlx_pipeline.models.folds import EvaluationError, fold_plan, fold_rows, folds
+from zmlx_pipeline.models.pool import KernelPool, check_jobs
 from zmlx_pipeline.models.features import CASE, store_features
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.models.train import train_models
@@ -78,7 +83,7 @@ def test_fit_cached_returns_the_same_fit_for_the_same_rows_only(store, make_meas
 def test_evaluate_is_the_same_in_workers_and_in_process(store, make_measurement, monkeypatch):
     fill(store, make_measurement)
     one = evaluate(store, "devices", ks=(1, 3), jobs=1)
-    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)
     with KernelPool(store_features(store), jobs=2) as pool:
         assert pool.parallel
     two = evaluate(store, "devices", ks=(1, 3), jobs=2)
@@ -98,7 +103,7 @@ def test_a_pool_made_before_the_features_decides_by_the_stores_ok_rows(store, ma
                                    config={"TG": 32, "VEC": 1})])
     assert ev.ok_rows(store) == 288 and ev.ok_rows(store, "k") == 144
     assert ev.ok_rows(store, ["k"], [DEVICES[0]]) == 48 and ev.ok_rows(store, "nope") == 0
-    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 145)
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 145)
     assert not KernelPool(None, jobs=2, rows=ev.ok_rows(store, "k")).parallel
     with KernelPool(None, jobs=2, rows=ev.ok_rows(store)) as pool:
         assert pool.parallel and len(pool._executor._processes) == 2  # started with the block
@@ -111,30 +116,34 @@ def _kernel_of(features) -> str:
     return features.kernel
 
 
-def test_train_keeps_the_selection_in_held_out_folds_and_the_same_scores_in_workers(
+def test_train_chooses_again_in_every_held_out_fold_and_scores_the_same_in_workers(
         store, make_measurement, monkeypatch):
     fill(store, make_measurement)
     calls = []
     real = CVEnsembleRanker._select
     monkeypatch.setattr(CVEnsembleRanker, "_select", lambda self, *a: calls.append(a[1]) or real(self, *a))
     one = train_models(store, jobs=1)
-    # the inner selection ran only in the final fits (two splits per kernel), never in a held-out fold
-    assert sorted(calls) == ["devices"] * 2 + ["shapes"] * 2
+    # the final fits choose both settings (two per kernel); each held-out shape fold (nested, as evaluate's)
+    # chooses again inside its training rows, only the seen setting its test rows use
+    folds = sum(len(fold_plan(f, "shapes")) for f in store_features(store).values())
+    assert calls.count("devices") == 2 and calls.count("shapes") == 2 + folds and folds >= 4
     assert all(r["scores"]["prune_split"] == "shapes" and r["scores"]["prune_k"] for r in one)
-    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)
     two = train_models(store, jobs=2)
     timing = ("fit_s", "train_s")
     for a, b in zip(one, two):
         assert {k: v for k, v in a["scores"].items() if k not in timing} == \
             {k: v for k, v in b["scores"].items() if k not in timing}
         assert a["data_fingerprint"] == b["data_fingerprint"]
+        assert store.heldout_cases(a["model_id"], "shapes", "nested").drop("model_id").to_pylist() == \
+            store.heldout_cases(b["model_id"], "shapes", "nested").drop("model_id").to_pylist()
 
 
 def _full_fit_regrets(f, split: str) -> pl.DataFrame:
     """evaluate_kernel's ensemble rows, computed with ensembles that choose both settings (the reference)."""
     parts = []
-    for name, train_filter, test_filter in ev.folds(f.frame, split):
-        train, test = ev._fold_rows(f.frame, split, train_filter, test_filter)
+    for name, train_filter, test_filter in folds(f.frame, split):
+        train, test = fold_rows(f.frame, split, train_filter, test_filter)
         if train.is_empty() or test.is_empty():
             continue
         ranker = variants.make_ranker(f, "ensemble")
@@ -173,10 +182,10 @@ def test_an_ensemble_fitted_for_seen_devices_refuses_unseen_ones(store, make_mea
     assert seen_only.inner_scores["devices"] is None and seen_only.inner_scores["shapes"] is not None
     assert (seen_only.weights_seen, seen_only.hedge_seen) == (full.weights_seen, full.hedge_seen)
     assert np.array_equal(seen_only.score(train), full.score(train))
-    with pytest.raises(base.ModelError, match="seen devices only"):
+    with pytest.raises(rankers_base.ModelError, match="seen devices only"):
         seen_only.score(unseen)
     seen_only.only = "neither"
-    with pytest.raises(base.ModelError, match="expected seen, unseen or None"):
+    with pytest.raises(rankers_base.ModelError, match="expected seen, unseen or None"):
         seen_only.fit(train)
 
 
@@ -205,7 +214,7 @@ def test_inner_folds_thin_a_big_test_set_keeping_every_case_and_its_fastest_conf
                                                   pl.len().alias("n")).sort(CASE)
         a, b = per_case(full), per_case(thin)
         assert a["best"].to_list() == b["best"].to_list()  # every case keeps its fastest config ...
-        assert (b["n"] >= a["n"].clip(upper_bound=base.FIT_SAMPLE_TOP)).all()  # ... and its top 8
+        assert (b["n"] >= a["n"].clip(upper_bound=rankers_base.FIT_SAMPLE_TOP)).all()  # ... and its top 8
 
 
 def test_fits_in_this_process_use_one_openmp_thread():
@@ -239,10 +248,10 @@ def sleepy(features, markers):
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
     from zmlx_pipeline.data.store import Store
-    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.models import evaluate as ev, pool as pool_module
     from zmlx_pipeline.pipeline.cli import terminate_as_interrupt
 
-    ev.PARALLEL_MIN_ROWS = 0
+    pool_module.PARALLEL_MIN_ROWS = 0
     terminate_as_interrupt()
     with Store(sys.argv[1], read_only=True) as store:
         features = ev.kernel_features_of(store)
@@ -328,7 +337,7 @@ def test_workers_of_a_killed_parent_exit_and_the_next_pool_sweeps_its_folder(bus
     assert _wait(lambda: all(_gone(pid) for pid in workers), 10)
     left = list(tmp.glob("zmlx-pool-*"))
     assert len(left) == 1  # SIGKILL: nothing in the parent could run
-    assert ev.sweep_pool_folders(tmp) == left and not left[0].exists()
+    assert pool_module.sweep_pool_folders(tmp) == left and not left[0].exists()
 
 
 @posix_only
@@ -341,5 +350,5 @@ def test_the_sweep_keeps_the_folders_of_live_processes(tmp_path):
         folder.mkdir()
         (folder / "0.arrow").write_bytes(b"x")
     (tmp_path / "zmlx-pool-notapid").mkdir()
-    assert ev.sweep_pool_folders(tmp_path) == [folders["dead"]]
+    assert pool_module.sweep_pool_folders(tmp_path) == [folders["dead"]]
     assert folders["me"].exists() and folders["parent"].exists() and (tmp_path / "zmlx-pool-notapid").exists()

@@ -8,15 +8,8 @@ import polars as pl
 import pytest
 
 from zmlx_pipeline.data.catalog import get_device
-from zmlx_pipeline.models.evaluate import (
-    FALLBACK_BAND,
-    MIN_PAIRS,
-    NoiseBands,
-    evaluate,
-    evaluate_kernel,
-    noise_bands,
-    tied_regrets,
-)
+from zmlx_pipeline.models.evaluate import evaluate, evaluate_kernel
+from zmlx_pipeline.models.metrics import FALLBACK_BAND, MIN_PAIRS, NoiseBands, noise_bands, tied_regrets
 from zmlx_pipeline.models.features import store_features
 
 DEVICE = "nvidia-rtx-a4000"

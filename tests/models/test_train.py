@@ -13,7 +13,9 @@ from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.data.store import Store, StoreError
 from zmlx_pipeline.models.rankers.base import fit_sample
 from zmlx_pipeline.models.variants import fit_kernel_model
-from zmlx_pipeline.models.evaluate import EvaluationError, evaluate_kernel, prune_k as prune_k_of
+from zmlx_pipeline.models.evaluate import evaluate_kernel
+from zmlx_pipeline.models.folds import EvaluationError
+from zmlx_pipeline.models.metrics import prune_k as prune_k_of
 from zmlx_pipeline.models.features import store_features
 from zmlx_pipeline.models.persist import ModelFileError
 from zmlx_pipeline.models.train import (

@@ -148,10 +148,10 @@ def test_jobs_must_be_a_positive_count(filled, command, jobs):
 
 
 def test_evaluate_json_is_the_same_with_workers(filled, monkeypatch):
-    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.models import pool as pool_module
 
     one = invoke("evaluate", "--split", "devices", "-k", "rms", "--k", "1", "-j", "1", "--json")
-    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)  # the fixture is small: use the workers anyway
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)  # the fixture is small: use the workers anyway
     two = invoke("evaluate", "--split", "devices", "-k", "rms", "--k", "1", "-j", "2", "--json")
     assert one.exit_code == two.exit_code == 0, one.output + two.output
     assert json.loads(one.output) == json.loads(two.output)
@@ -210,3 +210,17 @@ def test_evaluate_marks_the_oracle_as_a_floor_and_takes_a_protocol(filled):
     assert data["protocol"] == "fixed" and set(data["floors"]) == {"oracle_device"}
     bad = invoke("evaluate", "--split", "devices", "--protocol", "loose")
     assert bad.exit_code == 2 and "'loose' is not one of 'nested', 'fixed'" in bad.output
+
+
+def test_evaluate_reads_what_train_recorded_and_refit_fits_the_same_numbers(filled):
+    trained = invoke("train", "--model", "prior", "-j", "1", "--json")
+    assert trained.exit_code == 0, trained.output
+    model_id = json.loads(trained.output)[0]["model_id"]
+    read = invoke("evaluate", "--split", "shapes", "--model", "prior", "-j", "1", "--json")
+    refit = invoke("evaluate", "--split", "shapes", "--model", "prior", "-j", "1", "--refit", "--json")
+    assert read.exit_code == 0 and refit.exit_code == 0, read.output + refit.output
+    read, refit = json.loads(read.output), json.loads(refit.output)
+    assert read["reused"] == {"rms": model_id} and refit["reused"] == {}
+    assert read["results"] == refit["results"]
+    table = invoke("evaluate", "--split", "shapes", "--model", "prior", "-j", "1")
+    assert f"train recorded (registered model, unchanged rows; --refit fits again): rms ({model_id})" in table.output

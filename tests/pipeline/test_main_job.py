@@ -82,3 +82,30 @@ def test_what_a_learning_step_refuses_names_the_data_it_learned_from(tmp_path):
     assert message.startswith("no ok measurements of kernel(s) no_such_kernel")
     assert message.endswith(f"(data from {tmp_path / 'data'})") and "\n" not in message
     assert isinstance(caught.value.__cause__, EvaluationError) and isinstance(caught.value, ZmlxPipelineError)
+
+
+def test_main_job_scores_equal_a_fresh_evaluation_of_each_split(tmp_path):
+    """Train and both evaluations share the features and workers, and the split train held out is read from
+    its records: the score table is still that of evaluating each split from scratch."""
+    import sys
+    from pathlib import Path
+
+    from threadpoolctl import threadpool_limits
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+    from bundle_fixtures import fill_toy
+
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.models.evaluate import evaluate
+    from zmlx_pipeline.pipeline.main_job import main_job
+
+    with Store(tmp_path / "source.duckdb") as source:
+        fill_toy(source)
+        source.export_shard(tmp_path / "data" / "toy.parquet")
+    with Store(tmp_path / "store.duckdb") as store, threadpool_limits(limits=1):
+        out = main_job(store, tmp_path / "data", tmp_path / "bundles", lookups=())
+        fresh = [row for split in ("shapes", "devices") for row in score_table(
+            evaluate(store, split, ks=(1, 3, 5), label_model=True, jobs=1, refit=True), split)]
+        held = {r["scores"]["prune_split"] for r in store.models()}
+    assert out["scores"] == fresh and any(r["split"] == "shapes" for r in fresh)
+    assert held == {"shapes"}  # so the shapes table above was read from train's records

@@ -60,11 +60,11 @@ def toy_store(tmp_path_factory):
 
 
 def test_tables_built_in_workers_equal_tables_built_here(toy_store, tmp_path, monkeypatch):
-    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.models import pool as pool_module
 
     with Store(toy_store) as store, threadpool_limits(limits=1):
         here = publish(store, tmp_path / "here", jobs=1, evaluate=False, record=False)
-        monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)  # the toy store is small: use the workers anyway
+        monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)  # the toy store is small: use the workers anyway
         lines: list[str] = []
         there = publish(store, tmp_path / "there", jobs=2, evaluate=False, record=False, progress=lines.append)
     assert any("in 2 worker processes" in line for line in lines), lines

@@ -3,9 +3,10 @@
 import math
 
 from zmlx_pipeline.data.catalog import get_device
-from zmlx_pipeline.models.evaluate import gather_folds, prune_k as prune_k_of, submit_kernel
+from zmlx_pipeline.models.evaluate import gather_folds, submit_kernel
+from zmlx_pipeline.models.metrics import prune_k as prune_k_of
 from zmlx_pipeline.models.features import store_features
-from zmlx_pipeline.models.train import PRUNE_ENOUGH_CASES, heldout_fixed, train_models
+from zmlx_pipeline.models.train import train_models
 from zmlx_pipeline.publish.models import fit_kernel, load_models
 
 DEVICES = ("nvidia-rtx-a4000", "nvidia-rtx-a6000", "nvidia-h100-sxm")
@@ -36,10 +37,7 @@ def test_train_and_publish_record_the_same_pruning_k(store, make_measurement, tm
     assert published.regret["cases"] == scores["prune_cases"]
     # the registered model gives the registry's k; both routes of load_models agree
     assert load_models(store, kernels=["k"], evaluate=False).kernels["k"].prune_k == scores["prune_k"]
-    # what publish did before (each fold choosing its ensemble weights again) is another computation:
-    # on this store it gives other held-out ranks, so the test above tells the two apart
-    kw = dict(ks=(1, 3, 5), models=("ensemble",), baselines=False, enough_cases=PRUNE_ENOUGH_CASES)
-    fixed = gather_folds(submit_kernel(features, "shapes", fixed=heldout_fixed("ensemble", published.ranker), **kw), (1, 3, 5))
-    again = gather_folds(submit_kernel(features, "shapes", **kw), (1, 3, 5))
-    assert prune_k_of(fixed["hit_rank"].to_list()) == scores["prune_k"]
-    assert fixed["hit_rank"].to_list() != again["hit_rank"].to_list() or fixed["r1"].to_list() != again["r1"].to_list()
+    # both are the model's cases of evaluate's nested folds of held-out shapes, every fold
+    nested = gather_folds(submit_kernel(features, "shapes", ks=(1, 3, 5), models=("ensemble",), baselines=False),
+                          (1, 3, 5))
+    assert prune_k_of(nested["hit_rank"].to_list()) == scores["prune_k"] and nested.height == scores["prune_cases"]

@@ -146,11 +146,36 @@ CREATE TABLE bundles (
 );
 """
 
+# Per held-out case, how a registered model (and each baseline) ranked it in the folds train scored:
+# regret@k for k = 1..10 (r1..r10), the rank of its first config within 2% of the best (hit_rank), the
+# case's configs and the method's first pick (pick_key). `data_fingerprint` is the model's, over the rows
+# it was fitted on; evaluate and report use these rows only while the store's rows still have it.
+_M3_HELDOUT_CASES = """
+CREATE TABLE heldout_cases (
+    model_id VARCHAR NOT NULL,
+    data_fingerprint VARCHAR NOT NULL,
+    split VARCHAR NOT NULL,
+    protocol VARCHAR NOT NULL,
+    method VARCHAR NOT NULL,
+    fold VARCHAR NOT NULL,
+    device_id VARCHAR NOT NULL,
+    kernel VARCHAR NOT NULL,
+    dtype VARCHAR NOT NULL,
+    shape_key VARCHAR NOT NULL,
+    r1 DOUBLE, r2 DOUBLE, r3 DOUBLE, r4 DOUBLE, r5 DOUBLE, r6 DOUBLE, r7 DOUBLE, r8 DOUBLE, r9 DOUBLE, r10 DOUBLE,
+    hit_rank INTEGER,
+    configs INTEGER NOT NULL,
+    pick_key VARCHAR,
+    UNIQUE (model_id, split, protocol, method, device_id, kernel, dtype, shape_key)
+);
+"""
+
 Migration = tuple[int, str, Union[str, Callable[[duckdb.DuckDBPyConnection], None]]]
 
 MIGRATIONS: list[Migration] = [
     (1, "initial", _M1_INITIAL),
     (2, "models_and_bundles", _M2_MODELS_BUNDLES),
+    (3, "heldout_cases", _M3_HELDOUT_CASES),
 ]
 
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -210,6 +235,10 @@ _DROP_REPLACED_REPEATS_SQL = (
 MODEL_COLUMNS = ("model_id", "kernel_filter", "created_at", "data_fingerprint", "params", "versions", "scores",
                  "path")
 _MODEL_JSON = ("params", "versions", "scores")
+HELDOUT_KS = tuple(range(1, 11))  # the regret@k columns of heldout_cases
+HELDOUT_KEY_COLUMNS = ("model_id", "data_fingerprint", "split", "protocol")
+HELDOUT_CASE_COLUMNS = ("method", "fold", "device_id", "kernel", "dtype", "shape_key",
+                        *(f"r{k}" for k in HELDOUT_KS), "hit_rank", "configs", "pick_key")
 
 # A shard row: the measurement columns, then its device (device_*) and run (run_*) columns.
 SHARD_DEVICE_COLUMNS = tuple(f"device_{c}" for c in DEVICE_COLUMNS if c != "device_id")
@@ -744,6 +773,49 @@ class Store:
             for col in _MODEL_JSON:
                 row[col] = _from_json(row[col])
         return rows
+
+    # -- held-out cases of registered models --------------------------------------------------
+
+    def add_heldout_cases(self, model_id: str, data_fingerprint: str, split: str, protocol: str, cases) -> int:
+        """Record a model's held-out cases under one split and protocol (an Arrow table or polars frame with
+        HELDOUT_CASE_COLUMNS), replacing any it had there; returns the rows stored."""
+        self._require_writable("record held-out cases")
+        import pyarrow as pa
+
+        table = cases.to_arrow() if hasattr(cases, "to_arrow") else cases
+        missing = [c for c in HELDOUT_CASE_COLUMNS if c not in table.column_names]
+        if missing:
+            raise StoreError(f"held-out cases of {model_id!r} lack column(s) {', '.join(missing)}")
+        keys = (model_id, data_fingerprint, split, protocol)
+        table = table.select(list(HELDOUT_CASE_COLUMNS))
+        for name, value in reversed(list(zip(HELDOUT_KEY_COLUMNS, keys))):
+            table = table.add_column(0, name, pa.array([value] * table.num_rows, pa.string()))
+        columns = ", ".join((*HELDOUT_KEY_COLUMNS, *HELDOUT_CASE_COLUMNS))
+        try:
+            with self._transaction() as con:
+                con.execute("DELETE FROM heldout_cases WHERE model_id = ? AND split = ? AND protocol = ?",
+                            [model_id, split, protocol])
+                con.register("_zmlx_heldout", table)
+                try:
+                    con.execute(f"INSERT INTO heldout_cases ({columns}) SELECT {columns} FROM _zmlx_heldout")
+                finally:
+                    con.unregister("_zmlx_heldout")
+        except duckdb.Error as err:
+            raise StoreError(f"cannot record held-out cases of {model_id!r}: {_first_line(err)}") from err
+        return table.num_rows
+
+    def heldout_cases(self, model_id: str, split: str, protocol: str):
+        """A model's held-out cases under a split and protocol, as an Arrow table (HELDOUT_KEY_COLUMNS, then
+        HELDOUT_CASE_COLUMNS), in case order; empty when none were recorded."""
+        columns = ", ".join((*HELDOUT_KEY_COLUMNS, *HELDOUT_CASE_COLUMNS))
+        return self._conn.sql(
+            f"SELECT {columns} FROM heldout_cases WHERE model_id = ? AND split = ? AND protocol = ? "
+            "ORDER BY method, device_id, kernel, dtype, shape_key", params=[model_id, split, protocol]).to_arrow_table()
+
+    def heldout_count(self, model_id: str, split: str, protocol: str) -> int:
+        """How many held-out case rows a model has under a split and protocol."""
+        return self._conn.execute("SELECT count(*) FROM heldout_cases WHERE model_id = ? AND split = ? AND "
+                                  "protocol = ?", [model_id, split, protocol]).fetchone()[0]
 
     # -- bundles -----------------------------------------------------------------------------
 

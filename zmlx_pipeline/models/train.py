@@ -12,19 +12,22 @@ model file (models/persist.py) and adds a row to the store's `models` registry:
 - scores (held-out, see evaluate.py): `prune_k` (the smallest k whose top k is within 2% of
   the best in >= 95% of held-out cases: the configs the runtime autotuner times; None when no
   held-out case exists, then time every legal config), `prune_split` ("shapes", else
-  "devices" when every kernel shape was measured once; folds are scored until
-  PRUNE_ENOUGH_CASES cases are), `prune_cases`, `prune_hit` (the
+  "devices" when every kernel shape was measured once), `prune_cases`, `prune_hit` (the
   share reached at prune_k), `configs_max`, `regret1_geomean`/`regret3_geomean`/
   `regret5_geomean`/`regret1_p95`/`hit_2pct` of the model on that split, `fit_s` (the final
   fit) and `train_s` (fit plus held-out folds: seconds of work, in whichever worker process ran them).
-The held-out folds refit the model with the final fit's ensemble weights and hedging (no inner
-selection per fold; `heldout_scores`, which publishing calls for a kernel it fits itself).
-Read a kernel's pruning k with `prune_k(store, kernel)` or `load_model(store, kernel).prune_k`.
+The held-out folds are evaluate's folds of that split under its `nested` protocol (each fold's model
+makes its own choices inside the fold's training rows), every fold, with the baselines: each case's
+rows are recorded in the store with the model (models/heldout.py), and `evaluate` and `report` read
+them instead of fitting the same folds again while the store's rows are unchanged. `heldout_scores`
+(which publishing calls for a kernel it fits itself) scores the same folds, so the same data gives
+the same pruning k. Read a kernel's pruning k with `prune_k(store, kernel)` or
+`load_model(store, kernel).prune_k`.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import platform
 import re
 import time
@@ -38,23 +41,15 @@ from typing import Sequence
 import polars as pl
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.data.store import StoreError
+from zmlx_pipeline.data.store import HELDOUT_KS, StoreError
 from zmlx_pipeline.models.rankers.base import ModelError, Ranker
 from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model
-from zmlx_pipeline.models.evaluate import (
-    PRUNE_SHARE,
-    KernelPool,
-    check_jobs,
-    fit_threads,
-    fold_plan,
-    gather_folds,
-    kernel_features_of,
-    ok_rows,
-    prune_k as prune_k_of,
-    submit_kernel,
-    summarize,
-)
+from zmlx_pipeline.models.evaluate import gather_folds, kernel_features_of, ok_rows, submit_kernel
+from zmlx_pipeline.models.folds import fold_plan
+from zmlx_pipeline.models.metrics import PRUNE_SHARE, prune_k as prune_k_of, summarize
+from zmlx_pipeline.models.pool import KernelPool, check_jobs, fit_threads
 from zmlx_pipeline.models.features import CASE, KernelFeatures
+from zmlx_pipeline.models.heldout import data_fingerprint, record_cases
 from zmlx_pipeline.models.persist import (
     SUFFIX,
     clear_pending,
@@ -64,10 +59,6 @@ from zmlx_pipeline.models.persist import (
     sweep_orphans,
 )
 
-# Held-out folds are scored until this many cases are (all folds on small data): the 95% coverage
-# of a few hundred spread cases is already stable, and each fold refits the model.
-PRUNE_ENOUGH_CASES = 300
-FINGERPRINT_KEYS = ("device_id", "kernel", "kernel_version", "dtype", "shape_key", "config_key")
 PACKAGES = ("scikit-learn", "numpy", "polars", "skops", "duckdb", "zmlx-pipeline")
 
 
@@ -106,17 +97,6 @@ def default_models_dir(store) -> Path:
     return Path(store.path).parent / "models"
 
 
-def data_fingerprint(frame: pl.DataFrame) -> str:
-    """"sha256:<16 hex>" over training rows' keys and median times, independent of row order."""
-    df = frame.select(*FINGERPRINT_KEYS, "median_us").sort(list(FINGERPRINT_KEYS))
-    h = hashlib.sha256()
-    for col in FINGERPRINT_KEYS:
-        h.update("\x1f".join(df[col].to_list()).encode())
-        h.update(b"\x1e")
-    h.update(df["median_us"].cast(pl.Float64).to_numpy().astype("<f8").tobytes())
-    return "sha256:" + h.hexdigest()[:16]
-
-
 def package_versions() -> dict[str, str | None]:
     """Python and the versions of the packages a model file depends on."""
     out: dict[str, str | None] = {"python": platform.python_version()}
@@ -132,43 +112,40 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
-def heldout_scores(features: KernelFeatures, model: str, ranker: Ranker, pool: KernelPool | None = None) -> dict:
-    """The held-out scores and pruning k of `ranker`, the final fit of variant `model` on every row of the
-    kernel (held-out shapes, else left-out devices; folds until PRUNE_ENOUGH_CASES cases are scored).
-
-    Each fold refits the variant with the final fit's settings (heldout_fixed: an ensemble keeps its
-    weights and hedging) rather than choosing them again. train_models and publishing both score
-    through here, so the same data gives the same pruning k. `pool` runs the folds."""
-    return _heldout_result(features, submit_heldout(features, model, ranker, pool))
-
-
-def heldout_fixed(model: str, ranker: Ranker) -> dict | None:
-    """What the held-out folds' rankers keep of the final fit: an ensemble's selection() (None: nothing)."""
-    selection = getattr(ranker, "selection", None)
-    return {model: selection()} if callable(selection) else None
+def heldout_scores(features: KernelFeatures, model: str, ranker: Ranker | None = None,
+                   pool: KernelPool | None = None) -> dict:
+    """The held-out scores and pruning k of variant `model` on the kernel: held-out shapes, else left-out
+    devices, every fold, under evaluate's `nested` protocol (each fold's model makes its own choices, so
+    the final fit `ranker` is not needed). train_models and publishing both score these folds, so the same
+    data gives the same pruning k. `pool` runs the folds."""
+    return _heldout_result(features, model, submit_heldout(features, model, pool, baselines=False))[0]
 
 
-_KS = (1, 3, 5)
+def heldout_split(features: KernelFeatures) -> str | None:
+    """The split the held-out folds use: shapes when any shape fold has test cases, else devices (None: neither)."""
+    return next((split for split in ("shapes", "devices") if fold_plan(features, split)), None)
 
 
-def submit_heldout(features: KernelFeatures, model: str, ranker: Ranker,
-                   pool: KernelPool | None = None) -> tuple[str | None, list]:
-    """heldout_scores' folds, submitted: the split they use (shapes when any shape fold has test cases)
-    and their futures (train_models submits every kernel's folds before reading any)."""
-    fixed = heldout_fixed(model, ranker)
-    for split in ("shapes", "devices"):
-        if fold_plan(features, split, PRUNE_ENOUGH_CASES):
-            return split, submit_kernel(features, split, ks=_KS, models=(model,), baselines=False,
-                                        enough_cases=PRUNE_ENOUGH_CASES, fixed=fixed, pool=pool)
-    return None, []
+def submit_heldout(features: KernelFeatures, model: str, pool: KernelPool | None = None,
+                   baselines: bool = True) -> tuple[str | None, list]:
+    """The held-out folds, submitted: the split they use (heldout_split) and their futures, each fold's
+    model and (`baselines`) every baseline at k = HELDOUT_KS (train_models submits every kernel's folds
+    before reading any)."""
+    split = heldout_split(features)
+    if split is None:
+        return None, []
+    return split, submit_kernel(features, split, ks=HELDOUT_KS, models=(model,), baselines=baselines, pool=pool)
 
 
-def _heldout_result(features: KernelFeatures, submitted: tuple[str | None, list]) -> dict:
+def _heldout_result(features: KernelFeatures, model: str,
+                    submitted: tuple[str | None, list]) -> tuple[dict, pl.DataFrame]:
+    """The registry's scores of the model's held-out cases, and every method's per-case rows (to record)."""
     split, futures = submitted
-    per_case = gather_folds(futures, _KS)
+    every = gather_folds(futures, HELDOUT_KS)
+    per_case = every.filter(pl.col("method") == model)
     if per_case.is_empty():
         return {"prune_k": None, "prune_split": None, "prune_cases": 0, "prune_hit": None,
-                "configs_max": _configs_max(features.frame)}
+                "configs_max": _configs_max(features.frame)}, every
     k = prune_k_of(per_case["hit_rank"].to_list(), PRUNE_SHARE)
     hit = float((per_case["hit_rank"].fill_null(10 ** 9) <= k).mean()) if k is not None else None
     r1, r3, r5 = (summarize(per_case[c].to_list()) for c in ("r1", "r3", "r5"))
@@ -177,7 +154,7 @@ def _heldout_result(features: KernelFeatures, submitted: tuple[str | None, list]
         "configs_max": int(per_case["configs"].max()),
         "regret1_geomean": r1["regret_geomean"], "regret3_geomean": r3["regret_geomean"],
         "regret5_geomean": r5["regret_geomean"], "regret1_p95": r1["regret_p95"], "hit_2pct": r1["hit_2pct"],
-    }
+    }, every
 
 
 def _save(f: KernelFeatures, model: str, devices, folder: Path, ranker: Ranker, store) -> dict:
@@ -236,14 +213,17 @@ def model_path(store, row: dict) -> Path:
 
 def train_models(store, kernels: Sequence[str] | str | None = None, devices: Sequence[str] | str | None = None,
                  model: str = DEFAULT_MODEL, models_dir: str | Path | None = None, heldout: bool = True,
-                 on_kernel=None, jobs: int | None = None) -> list[dict]:
+                 on_kernel=None, jobs: int | None = None, features: dict[str, KernelFeatures] | None = None,
+                 pool: KernelPool | None = None) -> list[dict]:
     """Fit, save and register one model per kernel on the store's (filtered) ok measurements.
 
     Returns the registry rows (see the module docstring), one per kernel. `heldout=False`
     skips the held-out scores (and so the pruning k). `on_kernel(kernel)` is called as each starts.
     `jobs`: worker processes for the kernels' fits and held-out folds (None: one per CPU; 1: none;
-    the results do not depend on it). The held-out folds' ensembles keep the final fit's weights and
-    hedging (CVEnsembleRanker.selection) rather than choosing them again per fold.
+    the results do not depend on it). The held-out folds' per-case rows, the model's and every
+    baseline's, are recorded with the model (models/heldout.py) for evaluate and report to read.
+    `features` (kernel_features_of(store, kernels, devices), already built) and an entered `pool` let the
+    main job build the features and start the workers once for train and evaluate.
     """
     if model not in MODEL_VARIANTS:
         raise ModelError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}")
@@ -256,8 +236,11 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
     rows = []
     saved: dict[str, dict] = {}  # the registry rows of saved model files, until they are registered
     # the workers start while the features are read
-    with KernelPool(None, jobs, rows=ok_rows(store, kernels, devices)) as pool:
-        features = kernel_features_of(store, kernels, devices)
+    shared = pool is not None and features is not None
+    with contextlib.nullcontext(pool) if shared else KernelPool(None, jobs, rows=ok_rows(store, kernels, devices)) \
+            as pool:
+        if not shared:
+            features = kernel_features_of(store, kernels, devices)
         pool.attach(features)
         order = sorted(features, key=lambda k: -features[k].frame.height)  # the longest tasks first
         fits = {}
@@ -265,20 +248,21 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
             if on_kernel:
                 on_kernel(kernel)
             fits[kernel] = pool.submit(kernel, _fit_task, model)
-        held: dict[str, tuple] = {}
-        for kernel in order if heldout else ():
-            held[kernel] = submit_heldout(features[kernel], model, fits[kernel].result()[0], pool)
+        held = {kernel: submit_heldout(features[kernel], model, pool) for kernel in (order if heldout else ())}
         try:
             for kernel in order:  # saved while the workers score the held-out folds
                 saved[kernel] = _save(features[kernel], model, devices, folder, fits[kernel].result()[0], store)
             for kernel, f in features.items():  # registered once the held-out scores are in
                 fit_s = fits[kernel].result()[1]
-                scores = _heldout_result(f, held[kernel]) if heldout else {"prune_k": None, "prune_split": None}
+                scores, cases = _heldout_result(f, model, held[kernel]) if heldout else \
+                    ({"prune_k": None, "prune_split": None}, None)
                 fold_s = sum(fut.result()[1] for fut in held[kernel][1]) if heldout else 0.0
                 scores.update(fit_s=round(fit_s, 3), train_s=round(fit_s + fold_s, 3))
                 row = {**saved[kernel], "versions": versions, "scores": scores}
                 store.add_model(row)
                 del saved[kernel]
+                if cases is not None and not cases.is_empty():
+                    record_cases(store, row["model_id"], row["data_fingerprint"], held[kernel][0], cases)
                 rows.append(row)
         finally:  # an error or a stop (Ctrl-C, SIGTERM): a saved file that is not registered would only confuse
             for row in saved.values():

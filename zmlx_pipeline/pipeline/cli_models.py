@@ -28,8 +28,11 @@ def _fmt(value) -> str | None:
               help="nested: every choice of the model (weights, hedging, fallback) is made inside each fold's "
                    "training rows, never seeing the test device or shapes; fixed: the choices of one fit on "
                    "every row are kept for every fold (faster, optimistic).")
+@click.option("--refit", is_flag=True,
+              help="Fit every fold, even where train recorded these held-out cases for the registered model "
+                   "and the store's rows are unchanged (the numbers are the same).")
 @output_options
-def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, as_json) -> None:
+def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, refit, as_json) -> None:
     """Regret@k of the model and of every baseline on data the model did not train on."""
     from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate as run_evaluation
@@ -38,10 +41,11 @@ def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, as_json) 
     store = open_store(db, read_only=True)
     ks = tuple(sorted(set(ks))) or (1, 3, 5)
     result = run_evaluation(store, split, kernels=split_names(kernel_names) or None, ks=ks, models=models,
-                            label_model=len(models) == 1, jobs=jobs, protocol=protocol)
+                            label_model=len(models) == 1, jobs=jobs, protocol=protocol, refit=refit)
     if as_json:
         emit({"split": result["split"], "models": result["models"], "protocol": result["protocol"],
-              "floors": result["floors"], "results": result["results"], "noise": result["noise"]}, True)
+              "floors": result["floors"], "results": result["results"], "noise": result["noise"],
+              "reused": result["reused"]}, True)
         return
     table: dict[tuple, dict] = {}
     devices = {}
@@ -71,6 +75,9 @@ def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, as_json) 
         click.echo(f"{method} (floor) = {what}")
     click.echo("tied = regret@k counting a pick inside the repeat noise of the case's best as a tie: "
                "geomean of max(1, regret / (1 + band)); " + _band_line(result["noise"]))
+    if result["reused"]:
+        click.echo(f"read from the held-out cases train recorded (registered model, unchanged rows; --refit fits "
+                   f"again): {', '.join(f'{k} ({m})' for k, m in sorted(result['reused'].items()))}")
 
 
 def _band_line(noise: dict) -> str:

@@ -1,4 +1,4 @@
-"""`zmlx-pipeline report`: the HTML page of figures and scores (models/report.py does the work)."""
+"""`zmlx-pipeline report`: the HTML page of figures and scores (zmlx_pipeline/report/ writes it from models/report.py's data)."""
 
 from __future__ import annotations
 
@@ -20,17 +20,20 @@ from zmlx_pipeline.pipeline.cli_common import db_option, emit, open_store, outpu
 @click.option("--model", default=None, help="Model variant to report (default: the default model).")
 @click.option("--heatmaps", default=2, show_default=True, type=click.IntRange(0, 10),
               help="Config-space heatmaps per kernel.")
+@click.option("--refit", is_flag=True,
+              help="Fit every fold, even where train recorded the held-out cases of the registered model and the "
+                   "store's rows are unchanged (the numbers are the same).")
 @output_options
-def report(db, out, split, kernel_names, model, heatmaps, as_json) -> None:
+def report(db, out, split, kernel_names, model, heatmaps, refit, as_json) -> None:
     """Write an HTML report: regret curves, predicted vs measured time, config-space heatmaps, scores."""
     from zmlx_pipeline.data.store import default_db_path
-    from zmlx_pipeline.models.report import build_report
+    from zmlx_pipeline.report.build import build_report
     from zmlx_pipeline.models.variants import DEFAULT_MODEL
 
     path = db or default_db_path()
     result = build_report(open_store(path, read_only=True), out, split=split, kernels=split_names(kernel_names) or None,
                           model=model or DEFAULT_MODEL, heatmaps_per_kernel=heatmaps, db=str(path),
-                          progress=progress_line)
+                          progress=progress_line, refit=refit)
     if as_json:
         emit(result, True)
         return

@@ -75,9 +75,14 @@ def main_job(
 ) -> dict[str, Any]:
     """Run the loop and return what each step did; every figure comes from the store's real rows.
     `progress` gets a line as each step starts and ends (elapsed, an estimate of the time left by
-    STEP_SHARES) and publish's lines per kernel, indented."""
+    STEP_SHARES) and publish's lines per kernel, indented.
+
+    Train and both evaluations share one set of feature frames and one pool of worker processes (whose
+    fit caches then serve the left-out-device folds too), and the split train held out is read from the
+    cases train recorded rather than fitted again (models/heldout.py)."""
     from zmlx_pipeline.data.shards import ingest_shards
-    from zmlx_pipeline.models.evaluate import evaluate
+    from zmlx_pipeline.models.evaluate import evaluate, kernel_features_of, ok_rows
+    from zmlx_pipeline.models.pool import KernelPool
     from zmlx_pipeline.models.train import train_models
     from zmlx_pipeline.progress import Steps
     from zmlx_pipeline.publish import publish
@@ -115,14 +120,22 @@ def main_job(
         say(f"  {message}")
 
     out["ingest"] = step("ingest", lambda: ingest_shards(store, [data_dir]))
-    trained = step("train", lambda: train_models(store, kernels))
-    out["train"] = [{"kernel": r["kernel_filter"], "model_id": r["model_id"], "rows": r["params"]["rows"],
-                     "prune_k": r["scores"].get("prune_k")} for r in trained]
-    out["scores"] = []
-    for split in splits:
-        result = step(f"evaluate {split}",
-                      lambda split=split: evaluate(store, split, kernels=kernels, ks=(1, 3, 5), label_model=True))
-        out["scores"].extend(score_table(result, split))
+    features: dict = {}
+
+    def train(pool: KernelPool) -> list[dict]:
+        features.update(kernel_features_of(store, kernels))
+        pool.attach(features)
+        return train_models(store, kernels, features=features, pool=pool)
+
+    with KernelPool(None, None, rows=ok_rows(store, kernels)) as pool:  # the workers start while features are built
+        trained = step("train", lambda: train(pool))
+        out["train"] = [{"kernel": r["kernel_filter"], "model_id": r["model_id"], "rows": r["params"]["rows"],
+                         "prune_k": r["scores"].get("prune_k")} for r in trained]
+        out["scores"] = []
+        for split in splits:
+            result = step(f"evaluate {split}", lambda split=split: evaluate(
+                store, split, kernels=kernels, ks=(1, 3, 5), label_model=True, features=features, pool=pool))
+            out["scores"].extend(score_table(result, split))
     bundle = step("publish", lambda: publish(store, bundle_dir, kernels=kernels, evaluate=False, progress=sub))
     out["bundle"] = {k: bundle[k] for k in ("bundle_id", "path") if k in bundle}
     out["lookups"] = step("lookup", lambda: _lookups(Path(bundle["path"]), lookups))

@@ -593,7 +593,7 @@ def _build_task(features, km: KernelModel, records: dict[str, dict], device_fram
     it is due, on one OpenMP thread; the tables come back as plain data."""
     from dataclasses import replace
 
-    from zmlx_pipeline.models.evaluate import fit_threads
+    from zmlx_pipeline.models.pool import fit_threads
     from zmlx_pipeline.publish.models import fit_time_model
 
     km = replace(km, features=features)
@@ -613,7 +613,7 @@ def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.D
     from concurrent.futures import FIRST_COMPLETED, wait
     from dataclasses import replace
 
-    from zmlx_pipeline.models.evaluate import KernelPool
+    from zmlx_pipeline.models.pool import KernelPool
 
     kms = models.kernels
     rows = {name: km.features.frame.height for name, km in kms.items()}

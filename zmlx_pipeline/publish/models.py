@@ -181,7 +181,9 @@ def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int |
     """unseen_device_regret of each kernel model (set in its regret), the folds of every kernel in `jobs` worker
     processes at once (a small store scores here); a progress line per kernel with an estimate of the time left."""
     from zmlx_pipeline.models.variants import MODEL_VARIANTS
-    from zmlx_pipeline.models.evaluate import KernelPool, gather_folds, submit_kernel, summarize
+    from zmlx_pipeline.models.evaluate import gather_folds, submit_kernel
+    from zmlx_pipeline.models.metrics import summarize
+    from zmlx_pipeline.models.pool import KernelPool
 
     for km in todo:
         if km.features.frame["device_id"].n_unique() < 2 or km.variant not in MODEL_VARIANTS:
@@ -243,7 +245,8 @@ def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: 
 def unseen_device_regret(features: KernelFeatures, variant: str) -> float | None:
     """Regret@1 geometric mean of the variant on devices left out of training (None with one device);
     load_models scores it for every kernel at once (_score_unseen), the same folds."""
-    from zmlx_pipeline.models.evaluate import evaluate_kernel, summarize
+    from zmlx_pipeline.models.evaluate import evaluate_kernel
+    from zmlx_pipeline.models.metrics import summarize
     from zmlx_pipeline.models.variants import MODEL_VARIANTS
 
     if features.frame["device_id"].n_unique() < 2 or variant not in MODEL_VARIANTS:

@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence
 
 import polars as pl
 
-from zmlx_pipeline.models.evaluate import HIT_WITHIN, PRUNE_SHARE as HIT_SHARE  # training's pruning rule
+from zmlx_pipeline.models.metrics import HIT_WITHIN, PRUNE_SHARE as HIT_SHARE  # training's pruning rule
 from zmlx_pipeline.runtime.lookup import _Kernel, _parse_key, _Table, bucket_of, rank_in_table
 from zmlx_pipeline.runtime.tuner import MAX_FRACTION
 

@@ -130,7 +130,8 @@ def cross_family_regret(features, variant: str, devices: Mapping[str, Mapping[st
     import polars as pl
 
     from zmlx_pipeline.models.variants import MODEL_VARIANTS, make_ranker
-    from zmlx_pipeline.models.evaluate import case_regrets, fit_threads, summarize
+    from zmlx_pipeline.models.metrics import case_regrets, summarize
+    from zmlx_pipeline.models.pool import fit_threads
 
     frame = features.frame
     groups = family_folds(frame["device_id"].unique().to_list(), devices)

@@ -11,7 +11,9 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import variants  # noqa: registers experimental variants
 from zmlx_pipeline.data.store import Store
-from zmlx_pipeline.models.evaluate import kernel_features_of, folds, _fold_rows, baseline_scores
+from zmlx_pipeline.models.baselines import baseline_scores
+from zmlx_pipeline.models.evaluate import kernel_features_of
+from zmlx_pipeline.models.folds import folds, fold_rows as _fold_rows
 from zmlx_pipeline.models.variants import make_ranker
 from zmlx_pipeline.models.features import CASE
 

@@ -1,0 +1,221 @@
+"""The whole report written to a folder: every PNG it references, the page against evaluate's numbers, one fit
+per fold, progress lines, workers, errors, and a real render."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from report_fixtures import assert_png, fill_store  # noqa: E402
+
+from zmlx_pipeline.data.store import Store  # noqa: E402
+from zmlx_pipeline.models.evaluate import evaluate  # noqa: E402
+from zmlx_pipeline.models.report import TABLE_KS, ReportError, evaluation_split, result_rows  # noqa: E402
+from zmlx_pipeline.report.build import build_report  # noqa: E402
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny fits run faster on one OpenMP thread, and a busy machine does not oversubscribe."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory):
+    with Store(tmp_path_factory.mktemp("report") / "store.duckdb") as store:
+        fill_store(store)
+        yield store
+
+
+@pytest.fixture(scope="module")
+def reports(filled, tmp_path_factory):
+    """The report of the fixture store under each split (built once: fitting takes a moment)."""
+    out = {}
+    for split in ("shapes", "devices"):
+        directory = tmp_path_factory.mktemp(f"report-{split}")
+        out[split] = (directory, build_report(filled, directory, split=split))
+    return out
+
+
+class _Page(HTMLParser):
+    """Collects <img src> and the data-* attributes of score cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[str] = []
+        self.cells: dict[tuple, str] = {}
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.images.append(a["src"])
+        if tag == "td" and "data-metric" in a:
+            key = (a["data-kernel"], a["data-device"] or None, a["data-method"], int(a["data-k"]), a["data-metric"])
+            self.cells[key] = a["data-value"]
+
+
+def parse_page(path: Path) -> _Page:
+    page = _Page()
+    page.feed(path.read_text(encoding="utf-8"))
+    return page
+
+
+@pytest.mark.parametrize("split", ["shapes", "devices"])
+def test_page_references_every_png_it_wrote_and_each_is_valid(reports, split):
+    directory, result = reports[split]
+    page = parse_page(directory / "index.html")
+    pngs = sorted(p.name for p in directory.glob("*.png"))
+    assert sorted(page.images) == pngs == sorted(result["figures"])
+    assert "regret_curves.png" in pngs and "predicted_vs_measured.png" in pngs
+    assert sum(p.startswith("heatmap_rowk_") for p in pngs) == 2
+    for name in pngs:
+        assert_png(directory / name)
+    assert result["split"] == split and result["kernels"] == ["rowk"]
+    assert result["cases"] == 12  # 4 shapes x 3 devices, each held out once under either split
+
+
+@pytest.mark.parametrize("split", ["shapes", "devices"])
+def test_score_table_has_evaluates_numbers(filled, reports, split):
+    directory, _ = reports[split]
+    expected = [r for r in result_rows(evaluate(filled, evaluation_split(split))) if r["k"] in TABLE_KS]
+    assert expected and any(r["regret_geomean"] is not None for r in expected)
+    scores = json.loads((directory / "scores.json").read_text())
+    assert scores["results"] == expected
+    cells = parse_page(directory / "index.html").cells
+    for r in expected:
+        for metric in ("regret_geomean", "regret_p95", "hit_2pct"):
+            shown = cells[(r["kernel"], r["device"], r["method"], r["k"], metric)]
+            assert shown == ("" if r[metric] is None else repr(float(r[metric]))), (r, metric)
+    assert len(cells) == 3 * len(expected)
+
+
+def test_heatmaps_use_the_two_parameters_that_matter(reports):
+    directory, _ = reports["devices"]
+    html = (directory / "index.html").read_text(encoding="utf-8")
+    # TG moves time far more than VEC; ROWS is fixed and never an axis
+    assert re.search(r"explained by TG \d+%, VEC \d+%", html)
+
+
+def test_errors_are_one_line_report_errors(tmp_path):
+    with Store(tmp_path / "empty.duckdb") as empty:
+        with pytest.raises(ReportError, match="no ok measurements"):
+            build_report(empty, tmp_path / "out" / "deeper")
+        assert not (tmp_path / "out").exists()  # a failed report leaves no folder it made
+        found = tmp_path / "mine"
+        (found / "keep.txt").parent.mkdir()
+        (found / "keep.txt").write_text("x")
+        with pytest.raises(ReportError, match="no ok measurements"):
+            build_report(empty, found)
+        assert (found / "keep.txt").read_text() == "x"  # a folder it found stays, with its files
+    with Store(tmp_path / "one.duckdb") as one:
+        fill_store(one, devices=("nvidia-rtx-a4000",))
+        with pytest.raises(ReportError, match="no ok measurements of kernel"):
+            build_report(one, tmp_path / "out", kernels=["nope"])
+        with pytest.raises(ReportError, match="no held-out cases under --split devices"):
+            build_report(one, tmp_path / "out", split="devices")
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        with pytest.raises(ReportError, match="cannot write the report to"):
+            build_report(one, blocker / "out")
+
+
+# ------------------------------------------------------------------------------------------
+# a real render
+
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+
+
+@pytest.mark.chromium
+@pytest.mark.skipif(CHROMIUM is None, reason="needs headless Chromium (apt-get install chromium)")
+def test_page_renders_in_headless_chromium(reports, tmp_path):
+    directory, _ = reports["devices"]
+    shot = tmp_path / "page.png"
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                        f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,2000",
+                        (directory / "index.html").resolve().as_uri()],
+                       check=True, capture_output=True, timeout=120)
+    img = assert_png(shot)
+    assert img.shape[:2] == (2000, 1200)
+    rgb = img[..., :3]
+    # images loaded: many distinct colours (heatmap and plot palettes), not just the page's flat boxes
+    colours = np.unique((rgb.reshape(-1, 3) * 255).astype(np.uint8), axis=0)
+    assert len(colours) > 500
+    # the header band is the report's blue, and most of the page is not empty background
+    assert np.allclose(rgb[10, 10], np.array([0x1F, 0x4E, 0x9C]) / 255, atol=0.02)
+    background = np.all(np.abs(rgb - np.array([0xF6, 0xF7, 0xF9]) / 255) < 0.01, axis=-1)
+    assert background.mean() < 0.6
+
+
+# ------------------------------------------------------------------------------------------
+# one fit per fold, and progress
+
+
+def test_each_fold_is_fitted_once_for_table_and_figures_and_no_whole_data_model(filled, tmp_path, monkeypatch):
+    """The score table and the figures share each fold's fits: one model and one time model per fold
+    (evaluate's fits and a second round for the figures were two), and nothing is fitted on all rows,
+    registered model or not."""
+    from zmlx_pipeline.models import variants
+    from zmlx_pipeline.models import evaluate as ev
+    from zmlx_pipeline.models import report as rp
+    from zmlx_pipeline.models.train import train_models
+
+    made: list[str] = []
+    real = variants.make_ranker
+
+    def counting(features, model="ensemble"):
+        made.append(model)
+        return real(features, model)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the report fitted a model on every row")
+
+    with Store(tmp_path / "s.duckdb") as store:
+        fill_store(store)
+        train_models(store, models_dir=tmp_path / "models", jobs=1)
+        folds = len(ev.fold_plan(ev.kernel_features_of(store)["rowk"], "shapes"))
+        expected = [r for r in result_rows(evaluate(store, "shapes")) if r["k"] in TABLE_KS]
+        for module in (rp, ev):  # where the folds' models are made (an ensemble makes its members elsewhere)
+            monkeypatch.setattr(module, "make_ranker", counting)
+        monkeypatch.setattr(variants, "fit_kernel_model", refuse)
+        build_report(store, tmp_path / "out", split="shapes", jobs=1, refit=True)
+    assert folds >= 2 and sorted(made) == sorted([variants.DEFAULT_MODEL] * folds + ["gbr"] * folds)
+    assert json.loads((tmp_path / "out" / "scores.json").read_text())["results"] == expected
+
+
+def test_progress_lines_carry_elapsed_and_time_left(filled, tmp_path):
+    lines: list[str] = []
+    build_report(filled, tmp_path / "out", split="devices", jobs=1, progress=lines.append)
+    folds = [line for line in lines if " fold " in line and " scored in " in line]
+    assert len(folds) == 3  # one fold per left-out device
+    assert all(re.search(r"\(\d/3\), \d+:\d\d elapsed, (about \d+:\d\d left|done)$", line) for line in folds), lines
+    assert folds[-1].endswith("done") and any("left" in line for line in folds[:-1])
+    assert any(line.startswith("report: heatmap_rowk_1.png drawn") for line in lines)
+    assert all(line.startswith("report: ") for line in lines)
+
+
+def test_folds_scored_in_worker_processes_give_the_same_report(filled, reports, tmp_path, monkeypatch):
+    from zmlx_pipeline.models import pool as pool_module
+
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)  # the fixture store is small: use the workers anyway
+    lines: list[str] = []
+    result = build_report(filled, tmp_path / "out", split="shapes", jobs=2, progress=lines.append)
+    directory, here = reports["shapes"]
+    assert any("in 2 worker processes" in line for line in lines), lines
+    assert json.loads((tmp_path / "out" / "scores.json").read_text()) == \
+        json.loads((directory / "scores.json").read_text())
+    assert result["cases"] == here["cases"] and result["figures"] == here["figures"]
