@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from zmlx_pipeline.models import evaluate as ev, transfer, variants
+from zmlx_pipeline.models import evaluate as ev, pool as pool_module, transfer, variants
 from zmlx_pipeline.models.cv_ensemble import CVEnsembleRanker
 from zmlx_pipeline.models.rankers.base import (
     ModelError,
@@ -135,7 +135,7 @@ def test_left_out_device_folds_of_a_kernel_run_together_in_one_worker_with_the_s
     kernels = ("k", "k2", "k3", "k4")
     fill(store, make_measurement, kernels=kernels)
     one = ev.evaluate(store, "devices", ks=(1, 3), jobs=1)
-    monkeypatch.setattr(ev, "PARALLEL_MIN_ROWS", 0)
+    monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)
     submitted = []
     real = ev.submit_kernel
     monkeypatch.setattr(ev, "submit_kernel", lambda *a, **kw: submitted.append(kw.get("together")) or real(*a, **kw))
