@@ -84,7 +84,7 @@ def _smallest(tasks) -> dict:
     smallest: dict[tuple, Any] = {}
     for t in tasks:
         key = (t.spec.name, t.dtype, tuple(sorted(t.config.items())))
-        if key not in smallest or _size(t.shape) < _size(smallest[key].shape):
+        if key not in smallest or shape_size(t.shape) < shape_size(smallest[key].shape):
             smallest[key] = t
     return smallest
 
@@ -100,7 +100,7 @@ def _precompile(mx, make_inputs, by_name, smallest: dict, threads: int | None) -
     ready = 0
     for (name, dtype), group in ahead.items():
         try:
-            small = min(group, key=lambda t: _size(t.shape))
+            small = min(group, key=lambda t: shape_size(t.shape))
             inputs = make_inputs(small.spec, small.shape, dtype, mx.random.key(0))
             ready += by_name[name].precompile([(t.config, t.shape, dtype, inputs) for t in group], threads)
         except Exception:  # noqa: BLE001 - each config is still compiled by its first launch
@@ -108,7 +108,8 @@ def _precompile(mx, make_inputs, by_name, smallest: dict, threads: int | None) -
     return ready
 
 
-def _size(shape) -> int:
+def shape_size(shape) -> int:
+    """The product of a shape's dims (which planned shape of a config is the smallest)."""
     n = 1
     for v in shape.values():
         n *= int(v)

@@ -25,6 +25,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.kernels.harness import GpuUnhealthy, Outcome
 from zmlx_pipeline.kernels.timing import Timing
+from zmlx_pipeline.kernels.worker import shape_size
 from zmlx_pipeline.pipeline.parallel import case_key, reap
 
 
@@ -102,20 +103,13 @@ def partition_programs(tasks: Sequence, shares: Sequence[Sequence[int]]) -> list
         for i in share:
             t = tasks[i]
             key = (t.spec.name, t.dtype, tuple(sorted(t.config.items())))
-            size = _size(t.shape)
-            if key not in first or size < _size(tasks[first[key]].shape):
+            size = shape_size(t.shape)
+            if key not in first or size < shape_size(tasks[first[key]].shape):
                 first[key] = i
     out: list[list[int]] = [[] for _ in shares]
     for n, key in enumerate(sorted(first, key=repr)):
         out[n % max(1, len(out))].append(first[key])
     return out
-
-
-def _size(shape) -> int:
-    n = 1
-    for v in shape.values():
-        n *= int(v)
-    return n
 
 
 def measure_on_gpus(
