@@ -24,6 +24,15 @@ def test_score_table_puts_the_tied_scores_next_to_the_plain_ones():
     assert got["best_baseline_tied@1"] == 1.02
 
 
+def test_a_floor_is_never_the_best_baseline():
+    result = {"results": [row("model", 1, 1.02, 1.01), row("most_common_best", 1, 1.05, 1.04),
+                          row("oracle_device", 1, 1.001, 1.0)],
+              "floors": {"oracle_device": "after the fact"}}
+    (got,) = score_table(result, "devices")
+    assert got["baseline"] == "most_common_best" and got["best_baseline@1"] == 1.05
+    assert got["best_baseline_tied@1"] == 1.04
+
+
 def test_main_job_says_each_step_with_elapsed_and_time_left(tmp_path):
     """A line as each step starts and ends (the end with an estimate of the time left), publish's own
     lines indented under its step."""
