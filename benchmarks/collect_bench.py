@@ -6,7 +6,8 @@
 
 Each GPU count (those this host has) collects the same work into a new empty store with `collect
 --gpus N` (one measuring process per GPU, cases split whole), starting from an empty compiled-kernel
-cache, so every count pays its own compiles. Prints, per count, the configs measured, the wall time
+cache and an empty CUDA driver cache (CUDA_CACHE_PATH), so every count pays its own compiles and the
+order of the counts does not matter. Prints, per count, the configs measured, the wall time
 and configs per minute, and the speed-up over one GPU; writes the same as JSON to
 DIR/collect_bench-<device>-<time>.json. Exits with status 2 and one line without a CUDA GPU.
 """
@@ -73,7 +74,8 @@ def main(argv=None) -> int:
     runs = []
     for n in [c for c in args.counts if c <= have]:
         with tempfile.TemporaryDirectory(prefix="zmlx-collect-bench-") as tmp:
-            os.environ[ENV] = os.path.join(tmp, "ptx")  # every count compiles from an empty cache
+            os.environ[ENV] = os.path.join(tmp, "ptx")  # every count compiles from an empty cache,
+            os.environ["CUDA_CACHE_PATH"] = os.path.join(tmp, "nv")  # and the driver JITs PTX from an empty one
             compiled._PROCESS_COMPILER, compiled._UNAVAILABLE = None, None
             with Store(os.path.join(tmp, "store.duckdb")) as store:
                 t0 = time.perf_counter()

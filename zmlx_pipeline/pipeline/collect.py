@@ -205,24 +205,25 @@ def collect(
     start = clock()
     deadline = None if budget_s is None else start + budget_s
     if on_gpus:
-        results = measure_on_gpus(tasks, kernel_refs, device.backend, settings, list(gpus), deadline, clock,
+        batches = measure_on_gpus(tasks, kernel_refs, device.backend, settings, list(gpus), deadline, clock,
                                   **({"worker": tuple(worker)} if worker else {}))
-    else:  # (gpu, task, outcome) as measure_on_gpus yields them; None: this run's one GPU
+    else:  # batches of (gpu, task, outcome) as measure_on_gpus yields them; None: this run's one GPU
         one = (measure_in_workers(tasks, kernel_refs, device.backend, settings, jobs, deadline, clock,
                                   **({"worker": tuple(worker)} if worker else {}))
                if in_workers else _measure_serially(tasks, measurer, deadline, clock))
-        results = ((None, t, o) for t, o in one)
+        batches = ([(None, t, o)] for t, o in one)
     status = "finished"
     try:
-        for gpu, task, outcome in results:
-            m = _measurement(result.gpu_runs.get(gpu, run_id), device.device_id, task, outcome)
-            store.record([m])
-            result.done += 1
-            result.by_status[outcome.status] = result.by_status.get(outcome.status, 0) + 1
-            per = result.by_kernel.setdefault(task.spec.name, {})
-            per[outcome.status] = per.get(outcome.status, 0) + 1
-            if on_result:
-                on_result(task, outcome)
+        for batch in batches:  # one transaction per batch: one per row falls behind several GPUs
+            store.record([_measurement(result.gpu_runs.get(gpu, run_id), device.device_id, task, outcome)
+                          for gpu, task, outcome in batch])
+            for _gpu, task, outcome in batch:
+                result.done += 1
+                result.by_status[outcome.status] = result.by_status.get(outcome.status, 0) + 1
+                per = result.by_kernel.setdefault(task.spec.name, {})
+                per[outcome.status] = per.get(outcome.status, 0) + 1
+                if on_result:
+                    on_result(task, outcome)
         if result.done < len(tasks):
             result.stopped = status = "budget"
     except KeyboardInterrupt:

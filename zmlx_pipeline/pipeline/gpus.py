@@ -29,6 +29,10 @@ from zmlx_pipeline.kernels.worker import shape_size
 from zmlx_pipeline.pipeline.parallel import case_key, reap
 
 
+#: results yielded at most at once (measure_on_gpus): one store transaction each
+BATCH_MAX = 512
+
+
 class GpuSelectionError(ZmlxPipelineError, ValueError):
     """--gpus named GPUs this host does not have, or could not be read"""
 
@@ -121,9 +125,11 @@ def measure_on_gpus(
     deadline: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     worker: Sequence[str] = ("-m", "zmlx_pipeline.kernels.worker"),
-) -> Iterator[tuple[str, object, Outcome]]:
-    """Yield (gpu, task, outcome) as the per-GPU workers measure, all GPUs at once; after `deadline` each
-    worker stops when its case in progress is finished. Raises GpuUnhealthy when a GPU broke."""
+) -> Iterator[list[tuple[str, object, Outcome]]]:
+    """Yield lists of (gpu, task, outcome) as the per-GPU workers measure, all GPUs at once: each list holds
+    the results that arrived while the caller handled the last one, so a caller storing each list in one
+    transaction keeps up with every GPU. After `deadline` each worker stops when its case in progress is
+    finished. Raises GpuUnhealthy when a GPU broke."""
     shares = partition_cases(tasks, len(gpus))
     compile_shares = partition_programs(tasks, [share for share in shares if share])
     lines: queue.Queue = queue.Queue()
@@ -137,7 +143,7 @@ def measure_on_gpus(
             for w, (gpu, share) in enumerate(zip(gpus, shares)):
                 if not share:
                     continue
-                job = {"backend": backend, "settings": dataclasses.asdict(settings), "gpu": gpu,
+                job = {"backend": backend, "settings": dataclasses.asdict(settings), "gpu": gpu, "exclusive": True,
                        "compile_threads": max(1, (os.cpu_count() or 1) // len(gpus)),
                        "compile_share": [item(i) for i in compile_shares.pop(0)] if len(gpus) > 1 else [],
                        "items": [item(i) for i in share]}
@@ -161,7 +167,11 @@ def measure_on_gpus(
                         procs[v].stdin.flush()
                     loading.clear()
 
+            batch: list[tuple[str, object, Outcome]] = []
             while live:
+                if batch and (lines.empty() or len(batch) >= BATCH_MAX):
+                    yield batch
+                    batch = []
                 w, line = lines.get()
                 if w not in live:
                     continue
@@ -186,18 +196,23 @@ def measure_on_gpus(
                     procs[w].stdin.flush()
                     continue
                 if "fatal" in line:
+                    if batch:  # stored before the error: what was measured is kept
+                        yield batch
+                        batch = []
                     raise GpuUnhealthy(f"GPU {gpus[w]}: {line['fatal']}")
                 if "i" not in line:
                     continue
                 t = line["timing"]
                 timing = Timing(*t[:3], samples=int(t[3]), chain=int(t[4])) if t else None
-                yield gpus[w], tasks[line["i"]], Outcome(line["status"], timing=timing, error=line["error"])
+                batch.append((gpus[w], tasks[line["i"]], Outcome(line["status"], timing=timing, error=line["error"])))
                 if deadline is not None and clock() > deadline:
                     at = position[w][line["i"]]
                     nxt = shares[w][at + 1] if at + 1 < len(shares[w]) else None
                     if nxt is None or case_key(tasks[nxt]) != case_key(tasks[line["i"]]):
                         _stop(procs[w])
                         live.discard(w)
+            if batch:
+                yield batch
         finally:
             for p in procs.values():
                 _stop(p)
