@@ -67,8 +67,9 @@ class SlowCompiler:
         return f"// ptx of {name} for {options[0]}\n".encode()
 
 
-def _compiler(tmp_path, fake, arch=(9, 0)):
-    return compiled.Compiler(PtxCache(tmp_path), arch=arch, compile_fn=fake, nvrtc_version="13.0", includes=[])
+def _compiler(tmp_path, fake, arch=(9, 0), cubin=False):
+    return compiled.Compiler(PtxCache(tmp_path), arch=arch, compile_fn=fake, nvrtc_version="13.0", includes=[],
+                             cubin=cubin)
 
 
 def test_ptx_many_compiles_in_parallel_once_per_program_and_the_cache_serves_the_next_process(tmp_path):
@@ -81,7 +82,7 @@ def test_ptx_many_compiles_in_parallel_once_per_program_and_the_cache_serves_the
     assert _compiler(tmp_path, again).ptx_many(programs) == got and again.calls == []
     other_arch = SlowCompiler()
     compiled.Compiler(PtxCache(tmp_path), arch=(8, 0), compile_fn=other_arch, nvrtc_version="13.0",
-                      includes=[]).ptx("src 0", "k0")
+                      includes=[], cubin=False).ptx("src 0", "k0")
     assert other_arch.calls == ["k0"]
 
 
@@ -102,6 +103,16 @@ def test_arch_specific_targets_where_mlx_uses_them(tmp_path):
     target = lambda cc: _compiler(tmp_path, SlowCompiler(), arch=cc).arch  # noqa: E731
     assert (target((9, 0)), target((8, 0)), target((8, 9)), target((10, 0))) == (
         "compute_90a", "compute_80", "compute_89", "compute_100a")
+    cubin = lambda cc: _compiler(tmp_path, SlowCompiler(), arch=cc, cubin=True).arch  # noqa: E731
+    assert (cubin((9, 0)), cubin((8, 0)), cubin((12, 1))) == ("sm_90a", "sm_80", "sm_121a")
+
+
+def test_a_cubin_and_ptx_of_one_program_are_separate_entries(tmp_path):
+    as_ptx, as_cubin = SlowCompiler(delay=0), SlowCompiler(delay=0)
+    ptx = _compiler(tmp_path, as_ptx).ptx("src 0", "k0")
+    cubin = _compiler(tmp_path, as_cubin, cubin=True).ptx("src 0", "k0")
+    assert as_ptx.calls == as_cubin.calls == ["k0"]  # neither served the other's entry
+    assert b"compute_90a" in ptx and b"sm_90a" in cubin
 
 
 def test_without_nvrtc_or_cupy_the_compiler_says_so(monkeypatch):
@@ -118,3 +129,6 @@ def test_without_nvrtc_or_cupy_the_compiler_says_so(monkeypatch):
         nvrtc.version()
     with pytest.raises(nvrtc.NvrtcUnavailable, match="CuPy"):
         nvrtc.compile_ptx("", "k", ["--gpu-architecture=compute_90"])
+    assert nvrtc.cubin_available() is False
+    with pytest.raises(nvrtc.NvrtcUnavailable):  # CuPy is not asked for a cubin: the Compiler chose PTX there
+        nvrtc.compile_ptx("", "k", ["--gpu-architecture=sm_90"])

@@ -1,5 +1,7 @@
 """The on-disk compiled-kernel cache: keyed by everything that changes the binary, verified on read, written atomically."""
 
+import base64
+import hashlib
 import json
 import multiprocessing
 import os
@@ -52,7 +54,8 @@ def test_a_corrupt_or_stale_entry_is_rebuilt_never_returned(tmp_path, damage):
     else:
         record = json.loads(text)
         if damage == "checksum":
-            record["ptx"] = record["ptx"].replace("ld.global", "st.global", 1)  # same size, other bytes
+            program = base64.b64decode(record["program_b64"]).replace(b"ld.global", b"st.global", 1)
+            record["program_b64"] = base64.b64encode(program).decode()  # same size, other bytes
         else:
             record["fields"] = {**FIELDS, "arch": "compute_80"}
         path.write_text(json.dumps(record))
@@ -125,3 +128,15 @@ def test_processes_asking_for_one_entry_compile_it_once(tmp_path):
         p.join()
         assert p.exitcode == 0
     assert counter.read_text() == "x"
+
+
+def test_a_binary_program_round_trips_and_an_entry_of_the_text_format_is_rebuilt(tmp_path):
+    cubin = bytes(range(256)) * 4 + b"\0\xff"  # a cubin is binary: NULs and bytes that are not UTF-8
+    cache = PtxCache(tmp_path)
+    cache.write(FIELDS, cubin)
+    assert PtxCache(tmp_path).read(FIELDS) == cubin
+    path = cache.path(entry_key(FIELDS))
+    old = {"format": "zmlx-pipeline-ptx/1", "fields": FIELDS, "size": len(PTX),
+           "sha256": hashlib.sha256(PTX).hexdigest(), "ptx": PTX.decode()}
+    path.write_text(json.dumps(old))
+    assert cache.read(FIELDS) is None  # an entry of the earlier format is built again, never misread

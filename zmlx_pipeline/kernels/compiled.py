@@ -2,8 +2,8 @@
 
 mx.fast.cuda_kernel compiles with NVRTC in every process that launches a config (1-2.5 s each).
 Here we build the same program MLX would (its generated signature and template constants around
-the kernel's header and source), compile it with NVRTC ourselves, keep the PTX in the disk cache
-(kernels/ptx_cache.py) and launch it through mx.fast.precompiled_cuda_kernel. Differences from
+the kernel's header and source), compile it with NVRTC ourselves to a cubin for this GPU (PTX where
+only CuPy reaches NVRTC), keep it in the disk cache (kernels/ptx_cache.py) and launch it through mx.fast.precompiled_cuda_kernel. Differences from
 MLX's program, none of which change what the body computes: the kernel is `extern "C"` (so its
 name is known without NVRTC's name lowering), and the `<input>_shape` arrays a body reads arrive as
 int scalars after the outputs (precompiled kernels take scalars, not MLX's Shape structs) and are
@@ -129,16 +129,20 @@ class Compiler:
     """NVRTC through the disk cache for this process's GPU: ptx() one program, ptx_many() in parallel threads."""
 
     def __init__(self, cache: PtxCache | None = None, arch: tuple[int, int] | None = None,
-                 compile_fn=None, nvrtc_version: str | None = None, includes: list[str] | None = None):
+                 compile_fn=None, nvrtc_version: str | None = None, includes: list[str] | None = None,
+                 cubin: bool | None = None):
         from zmlx_pipeline.kernels import nvrtc
 
         self.cache = cache or PtxCache()
         arch = arch or nvrtc.compute_capability()
         if arch is None:
             raise PrecompiledUnsupported("no CUDA device found through the driver")
-        # Hopper and Blackwell's arch-specific features (wgmma) need the "a" target, as MLX compiles them:
-        # PTX for compute_90 holding wgmma is refused at load (CUDA_ERROR_INVALID_PTX), compute_90a loads
-        self.arch = f"compute_{arch[0]}{arch[1]}{'a' if tuple(arch) in ARCH_SPECIFIC else ''}"
+        # A cubin (sm_ target) loads without the driver compiling PTX first (about 30 ms a program, in every
+        # process whose driver cache lacks it); PTX (compute_) where only CuPy reaches NVRTC. Hopper and
+        # Blackwell's arch-specific features (wgmma) need the "a" target, as MLX compiles them: code for
+        # compute_90 holding wgmma is refused at load (CUDA_ERROR_INVALID_PTX), compute_90a loads
+        cubin = nvrtc.cubin_available() if cubin is None else cubin
+        self.arch = f"{'sm' if cubin else 'compute'}_{arch[0]}{arch[1]}{'a' if tuple(arch) in ARCH_SPECIFIC else ''}"
         self._compile = compile_fn or nvrtc.compile_ptx
         includes = nvrtc.include_paths() if includes is None else includes
         self.options = [f"--gpu-architecture={self.arch}"] + [f"--include-path={p}" for p in includes]

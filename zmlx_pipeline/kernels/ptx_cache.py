@@ -1,16 +1,18 @@
 """Compiled CUDA kernels on disk, one file per program: built once per machine, shared by every process.
 
-NVRTC takes 1-2.5 s per kernel config; a process that finds the PTX here loads it in milliseconds.
+NVRTC takes 1-2.5 s per kernel config; a process that finds its cubin (or PTX) here loads it in milliseconds.
 An entry is keyed by everything that changes the binary (the caller's fields: source hash, arch,
 NVRTC and MLX versions, compile options), written atomically (a temporary file renamed over the
 name, so two processes writing one entry leave one whole file), and carries the sha256 of its
-PTX: an entry that is truncated, fails its checksum or was made for other fields is rebuilt, never
+program (base64 in the file: a cubin is binary): an entry that is truncated, fails its checksum or was made for other fields is rebuilt, never
 returned. A build holds a lock on its entry across processes, so processes that need one program
 (collect's per-GPU workers) compile it once. Standard library only.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
 import hashlib
 import json
@@ -23,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 from zmlx_pipeline.core.files import write_json_atomic
 
 ENV = "ZMLX_PIPELINE_PTX_CACHE"
-FORMAT = "zmlx-pipeline-ptx/1"
+FORMAT = "zmlx-pipeline-ptx/2"  # /1 held PTX as text: its entries are rebuilt
 
 
 def cache_dir() -> Path:
@@ -51,28 +53,28 @@ class PtxCache:
         return self.root / f"{key}.json"
 
     def read(self, fields: Mapping[str, Any]) -> bytes | None:
-        """The entry's PTX when it is whole, matches its checksum and was made for these fields; else None."""
+        """The entry's program when it is whole, matches its checksum and was made for these fields; else None."""
         key = entry_key(fields)
         try:
             record = json.loads(self.path(key).read_text())
-            ptx = record["ptx"].encode()
+            ptx = base64.b64decode(record["program_b64"], validate=True)
             ok = (record.get("format") == FORMAT and record.get("fields") == json.loads(json.dumps(dict(fields), default=str))
                   and record.get("size") == len(ptx) and record.get("sha256") == hashlib.sha256(ptx).hexdigest())
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, binascii.Error):
             return None
         return ptx if ok else None
 
     def write(self, fields: Mapping[str, Any], ptx: bytes) -> Path:
-        """Store the PTX for these fields: written to a temporary file in the directory, then renamed."""
+        """Store the program for these fields: written to a temporary file in the directory, then renamed."""
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.path(entry_key(fields))
         record = {"format": FORMAT, "fields": json.loads(json.dumps(dict(fields), default=str)), "size": len(ptx),
-                  "sha256": hashlib.sha256(ptx).hexdigest(), "ptx": ptx.decode()}
+                  "sha256": hashlib.sha256(ptx).hexdigest(), "program_b64": base64.b64encode(ptx).decode("ascii")}
         write_json_atomic(path, record)
         return path
 
     def get_or_build(self, fields: Mapping[str, Any], build: Callable[[], bytes]) -> bytes:
-        """The cached PTX for these fields, else build() once (threads asking for one entry wait for it)."""
+        """The cached program for these fields, else build() once (threads asking for one entry wait for it)."""
         key = entry_key(fields)
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
