@@ -653,6 +653,8 @@ def _cache_outcome(path: Path, where: str, entry: dict, objective: str) -> tuple
     time = entry["time"]
     if not _number(time):
         raise _fail(path, f"{where}: 'time' is neither a number nor a failure marker")
+    if math.isnan(time):
+        raise _fail(path, f"{where}: 'time' is NaN, neither a time nor a failure marker")
     if time >= _FAILED_TIME_MS:
         return "launch_error", None, f"failed (time recorded as {time:g})"
     times = None if _time_rewritten(entry) else entry.get("times")
@@ -1134,7 +1136,8 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
         if empty:
             raise empty[0]
         raise ImportFileError(f"no measurements to import: {', '.join(map(str, companions))} only describe "
-                              "the machine of a T4 results file; import the results file")
+                              "the machine of a T4 results file or a benchmark's search space; import the results "
+                              "or cache files")
     _check_unknown_sizes_apart(store, parsed)
     rows: list[dict] = []
     for item in parsed:

@@ -11,7 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from zmlx_pipeline.data.importers.kernel_tuner import _TIME_UNITS_US, _Entries, _fail, _timing
+from zmlx_pipeline.data.importers.kernel_tuner import (
+    _TIME_UNITS_US,
+    _Entries,
+    _fail,
+    _timing,
+)
 
 # KTT's ResultStatus names (Source/Output/JsonConverters.h); DeviceLimitsExceeded is a launch the device refused
 _KTT_STATUS = {"Ok": "ok", "ComputationFailed": "launch_error", "ValidationFailed": "wrong_result",
