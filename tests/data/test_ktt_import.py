@@ -141,8 +141,8 @@ KTT_CSV = ("Kernel name,Computation duration (us),Global size,Local size,multipl
 
 @pytest.mark.parametrize("name, text, reason", [
     ("2080-vectorAdd_output.csv", KTT_CSV,
-     "a CSV table (KTT's CSV output?), whose columns do not say which are tuning parameters and which are "
-     "counters; write the results as JSON (KTT: OutputFormat::JSON) and import that"),
+     "a CSV table, not JSON (KTT's or BAT's CSV output?): its columns name no device or time unit, nor which are "
+     "tuning parameters; write the results as JSON (KTT: OutputFormat::JSON) and import that"),
     ("output.xml", '<?xml version="1.0"?>\n<TuningResults></TuningResults>\n',
      "XML, not JSON (KTT's XML output?); write the results as JSON (KTT: OutputFormat::JSON) and import that"),
 ])

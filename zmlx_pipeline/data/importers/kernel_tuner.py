@@ -239,16 +239,17 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
 
 
 def _refuse_other_tables(path: Path, text: str) -> None:
-    """Refuse, saying what to write instead, the tables KTT writes besides JSON: XML, and CSV whose columns mix
-    tuning parameters with profiling counters and name no device."""
+    """Refuse, saying what to write instead, the tables tuners write besides JSON: KTT's XML, and CSV (KTT's mixes
+    tuning parameters with profiling counters; neither KTT's nor BAT's names the device or the unit of its times)."""
     head = text.lstrip()
     if head.startswith("<"):
         raise _fail(path, "XML, not JSON (KTT's XML output?); write the results as JSON (KTT: OutputFormat::JSON) "
                           "and import that")
     first = head.splitlines()[0] if head else ""
     if "," in first and not head.startswith(("{", "[")):
-        raise _fail(path, "a CSV table (KTT's CSV output?), whose columns do not say which are tuning parameters "
-                          "and which are counters; write the results as JSON (KTT: OutputFormat::JSON) and import that")
+        raise _fail(path, "a CSV table, not JSON (KTT's or BAT's CSV output?): its columns name no device or time "
+                          "unit, nor which are tuning parameters; write the results as JSON (KTT: OutputFormat::JSON) "
+                          "and import that")
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:
