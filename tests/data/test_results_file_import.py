@@ -89,3 +89,42 @@ def test_tune_kernels_saved_return_value_is_refused_saying_what_to_import(store,
         f"cannot import {path}: the results and environment tune_kernel returns, saved as JSON: its entries do not "
         "say which fields are tuned parameters; import the cache file of the run (tune_kernel's cache=) or its T4 "
         "output (store_output_file); nothing of it was stored")
+
+
+def legacy_doc() -> dict:
+    """store_results of a Kernel Tuner before the version number (kernel_tuner/integration.py at 1050f07)."""
+    return {"NVIDIA-A100-PCIE-40GB": {"4096x4096": [{"block_size_x": 32, "block_size_y": 4, "time": 1.25},
+                                                    {"block_size_x": 64, "block_size_y": 2, "time": 1.27}]},
+            "GeForce-GTX-TITAN-X": {"4096x4096": [{"block_size_x": 16, "block_size_y": 8, "time": 3.5}]}}
+
+
+def test_a_results_file_of_an_older_kernel_tuner_reads_its_records(store, tmp_path):
+    path = tmp_path / "convolution" / "results.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(legacy_doc()))
+    rows = import_files(store, [path])
+    assert [(r["device"], r["kernel"], r["rows"]) for r in rows] == [
+        ("nvidia-a100-pcie-40gb", "convolution", 2), ("nvidia-gtx-titan-x", "convolution", 1)]
+    got = sorted((m["device_id"], json.dumps(m["config"], sort_keys=True), m["shape"]["y"], m["median_us"])
+                 for m in store.measurements())
+    assert got == [("nvidia-a100-pcie-40gb", '{"block_size_x": 32, "block_size_y": 4}', 4096, 1250.0),
+                   ("nvidia-a100-pcie-40gb", '{"block_size_x": 64, "block_size_y": 2}', 4096, 1270.0),
+                   ("nvidia-gtx-titan-x", '{"block_size_x": 16, "block_size_y": 8}', 4096, 3500.0)]
+
+
+@pytest.mark.parametrize("doc, reason", [
+    ({"NVIDIA-A100-PCIE-40GB": {"4096x4096": [{"block_size_x": 1, "GFLOP/s": 120.0}]}},
+     "a results file of an older Kernel Tuner whose record 0 of NVIDIA-A100-PCIE-40GB at 4096x4096 holds no 'time' "
+     "(it was stored for another objective); import the cache file of the run instead"),
+    ({"GeForce-GTX-TITAN-X": {"4096x4096": [{"block_size_x": 16, "time": 3.5}]},
+      "NVIDIA-A100-PCIE-40GB": {"4096x4096": [{"block_size_x": 1, "tile": 2, "time": 1.0}]}},
+     "a results file of an older Kernel Tuner whose record 0 of NVIDIA-A100-PCIE-40GB at 4096x4096 names fields "
+     "block_size_x, tile, time, not block_size_x, time"),
+])
+def test_older_results_files_that_cannot_be_read_completely_are_refused(store, tmp_path, doc, reason):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ImportFileError) as err:
+        import_files(store, [path])
+    assert str(err.value) == f"cannot import {path}: {reason}; nothing of it was stored"
+    assert store.measurements() == []

@@ -933,6 +933,10 @@ def _sections_of(path: Path, data: Any, t1: dict | None) -> tuple[str, list[_Ent
         raise CompanionFile(f"{path} is a T1 search-space description: it is read for the files of its benchmark")
     if isinstance(data.get("metadata"), dict):
         raise CompanionFile(f"{path} is a T4 metadata file: it is read for the results file beside it")
+    from zmlx_pipeline.data.importers.results_file import is_legacy, legacy_sections
+
+    if is_legacy(data):
+        return FORMAT_RESULTS, legacy_sections(path, data)
     raise _fail(path, "neither a Kernel Tuner cache file (no 'cache') nor a T4 file (no 'results')")
 
 

@@ -7,6 +7,11 @@ The device name has every run of characters other than letters and digits replac
 ("NVIDIA_A100_PCIE_40GB"), the problem size its dims joined by "x". Each (device, problem size) is a
 section of its own, one imported run each. Only a time objective gives kernel times (milliseconds, as
 Kernel Tuner measures): a file stored for GFLOP/s holds no time and is refused.
+
+Kernel Tuner versions before the version number wrote the same results as `{device: {problem size:
+[records]}}`, each record the tuned parameters and the objective (`time` unless asked otherwise), the
+device name with its spaces replaced by "-". Such a file is read when every record holds a `time` and
+all records name the same fields; the parameters are the other fields.
 """
 
 from __future__ import annotations
@@ -56,3 +61,38 @@ def sections(path: Path, data: dict) -> list[_Entries]:
     return [_Entries(configs, outcomes, str(data.get("kernel_name") or ""), device, size, 0, "results_file",
                      section={"device_name": device, "problem_size": size})
             for (device, size), (configs, outcomes) in grouped.items()]
+
+
+def is_legacy(data: dict) -> bool:
+    """Whether a document is laid out as store_results wrote it before the version number: devices, then problem
+    sizes, then lists of records."""
+    return bool(data) and all(
+        isinstance(sizes, dict) and sizes and all(
+            isinstance(records, list) and all(isinstance(r, dict) for r in records) for records in sizes.values())
+        for sizes in data.values())
+
+
+def legacy_sections(path: Path, data: dict) -> list[_Entries]:
+    """One _Entries per device and problem size of a results file of a Kernel Tuner before the version number."""
+    fields = None
+    out = []
+    for device, sizes in data.items():
+        for size, records in sizes.items():
+            configs, outcomes = [], []
+            for i, record in enumerate(records):
+                where = f"record {i} of {device} at {size}"
+                if _TIME_OBJECTIVE not in record:
+                    raise _fail(path, f"a results file of an older Kernel Tuner whose {where} holds no 'time' (it "
+                                      "was stored for another objective); import the cache file of the run instead")
+                names = sorted(record)
+                if fields is None:
+                    fields = names
+                if names != fields:
+                    raise _fail(path, f"a results file of an older Kernel Tuner whose {where} names fields "
+                                      f"{', '.join(names)}, not {', '.join(fields)}")
+                configs.append({k: v for k, v in record.items() if k != _TIME_OBJECTIVE})
+                outcomes.append(("ok", _timing(path, where, None, record[_TIME_OBJECTIVE], _MS_TO_US), None))
+            if configs:
+                out.append(_Entries(configs, outcomes, "", device, size, 0, "results_file (no version_number)",
+                                    section={"device_name": device, "problem_size": size}))
+    return out
