@@ -319,7 +319,7 @@ def parse_problem_size(text: str) -> Any:
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        parts = [p for p in re.split(r"[,x\s]+", text) if p]
+        parts = [p for p in re.split(r"[,x\s()\[\]]+", text) if p]  # "4096x4096", "(4096, 4096)"
         try:
             value = [int(p) for p in parts]
         except ValueError:
