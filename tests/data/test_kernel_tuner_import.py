@@ -444,6 +444,7 @@ def test_without_tune_params_keys_the_order_is_tune_params_and_never_an_empty_co
                                       "block_size_x=32"),
         ({"16,1": {"block_size_x": 16, "time": 1.0}}, "cache entry '16,1' lacks parameters block_size_y"),
         ({"16,1": entry(time=float("nan"))}, "cache entry '16,1': 'time' is NaN, neither a time nor a failure marker"),
+        ({"16,1": entry(time=None)}, "cache entry '16,1': 'time' is neither a number nor a failure marker"),
         ({"16,1": entry(time=-2.0)}, "cache entry '16,1': time -2.0 is not a positive finite time"),
         ({"16,1": entry(time=1.0, times=[1.0, 0.0])},
          "cache entry '16,1': its times hold 0.0, not a positive finite time"),
@@ -1156,3 +1157,29 @@ def test_nan_and_infinity_as_python_writes_them(store, tmp_path):
     bad.write_text(json.dumps(kt_cache({"16,1": entry(16, 1, float("nan"), times=[1.5])}, device_name="RTX A6000")))
     assert refused(store, bad) == (f"cannot import {bad}: cache entry '16,1': 'time' is NaN, neither a time nor a "
                                    "failure marker; nothing of it was stored")
+
+
+def test_parameter_values_of_every_json_type_are_kept_as_written(store, tmp_path):
+    # text, booleans, lists and null as parameter values (a vector type, a switch, a tile shape, "no limit")
+    keys = ("vector", "use_shmem", "tile", "max_regs")
+    entries = {f"{v},{s},{t},{m}": {"vector": v, "use_shmem": s, "tile": t, "max_regs": m, "time": 1.0 + i,
+                                     "times": [1.0 + i]}
+               for i, (v, s, t, m) in enumerate([("float4", True, [4, 1], None), ("float2", False, [2, 2], 64)])}
+    path = write(tmp_path / "k" / "A4000.json", kt_cache(entries, keys=keys, tune_params={}))
+    (row,) = import_files(store, [path])
+    assert row["rows"] == 2
+    got = sorted((json.dumps(m["config"], sort_keys=True), m["median_us"]) for m in store.measurements())
+    assert got == [('{"max_regs": 64, "tile": [2, 2], "use_shmem": false, "vector": "float2"}', 2000.0),
+                   ('{"max_regs": null, "tile": [4, 1], "use_shmem": true, "vector": "float4"}', 1000.0)]
+    assert import_files(store, [path])[0]["added"] == 0
+
+
+def test_null_measurements_of_failed_t4_results_are_no_concern(store, tmp_path):
+    failed = t4_result(32, "runtime")
+    failed["measurements"] = [{"name": "time", "value": None, "unit": "ms"}]
+    failed["times"]["runtimes"] = None
+    path = write(tmp_path / "k" / "A4000_T4.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms"), failed]))
+    (row,) = import_files(store, [path], problem_size=[64])
+    assert (row["rows"], row["failed"]) == (2, 1)
+    bad = write(tmp_path / "k" / "A6000_T4.json", t4([{**failed, "invalidity": "correct"}]))
+    assert "result 0 is correct but has no runtimes and no time measurement" in refused(store, bad, problem_size=[64])
