@@ -7,9 +7,12 @@ Every file is parsed and checked completely before anything is written, so a mal
 stores nothing; each goes in with one `Store.record` transaction; re-importing adds nothing.
 
 The format is told by content: a gzip stream is decompressed first, then a JSON object with
-`cache` is a Kernel Tuner cache file, one with `results` a T4 file. A cache entry holds its
-parameter values, or (as Kernel Tuner's own keys do) only the key: the values joined by ","
-in `tune_params_keys` order (else `tune_params` order). A cache file of a run that was
+`cache` is a Kernel Tuner cache file, one with `results` a T4 file, one with `Metadata` and
+`Results` KTT's own output (`ktt.py`), one with `version_number` and `data` (or devices of
+problem sizes of records) Kernel Tuner's results file (`results_file.py`, a section per device and
+problem size); a parameter that picks the data type becomes each case's dtype (`dtypes.py`).
+A cache entry holds its parameter values, or (as Kernel Tuner's own keys do) only the key: the
+values joined by "," in `tune_params_keys` order (else `tune_params` order). A cache file of a run that was
 stopped is left open by Kernel Tuner (no closing braces), and one that was killed may end
 inside an entry: such a file is read entry by entry, and every complete entry is imported.
 T4 files name neither the kernel, the device nor the problem size: those come
