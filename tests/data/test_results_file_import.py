@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zmlx_pipeline.data.importers import ImportFileError, import_files, parse_file
-from zmlx_pipeline.data.importers.kernel_tuner import parse_sections
+from zmlx_pipeline.data.importers import ImportFileError, import_files, parse_file, parse_sections
 from zmlx_pipeline.pipeline.cli import cli
 
 WILD = Path(__file__).parent / "fixtures" / "kernel_tuner_wild"
