@@ -1183,3 +1183,15 @@ def test_null_measurements_of_failed_t4_results_are_no_concern(store, tmp_path):
     assert (row["rows"], row["failed"]) == (2, 1)
     bad = write(tmp_path / "k" / "A6000_T4.json", t4([{**failed, "invalidity": "correct"}]))
     assert "result 0 is correct but has no runtimes and no time measurement" in refused(store, bad, problem_size=[64])
+
+
+def test_a_cache_of_kernel_tuners_parallel_runner_names_its_gpu_once_per_worker(store, tmp_path):
+    # the parallel runner writes one device name per GPU it tuned on
+    path = write(tmp_path / "k" / "run.json", kt_cache({"16,1": entry()}, device_name=["NVIDIA A100-PCIE-40GB"] * 4))
+    (row,) = import_files(store, [path])
+    assert (row["device"], row["rows"]) == (A100, 1)
+    mixed = write(tmp_path / "k" / "mixed.json",
+                  kt_cache({"16,1": entry()}, device_name=["NVIDIA A100-PCIE-40GB", "NVIDIA RTX A4000"]))
+    assert refused(store, mixed) == (
+        f"cannot import {mixed}: it was tuned on several GPUs at once (NVIDIA A100-PCIE-40GB, NVIDIA RTX A4000), whose "
+        "timings it does not tell apart; import a cache of one GPU model; nothing of it was stored")

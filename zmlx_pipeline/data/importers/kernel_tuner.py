@@ -703,8 +703,21 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
         configs.append(config)
         outcomes.append(outcome)
         rewritten += outcome[0] == "ok" and _time_rewritten(entry)
-    return _Entries(configs, outcomes, str(data.get("kernel_name") or ""), str(data.get("device_name") or ""),
+    return _Entries(configs, outcomes, str(data.get("kernel_name") or ""), _cache_device_name(path, data),
                     data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries", rewritten)
+
+
+def _cache_device_name(path: Path, data: dict) -> str:
+    """The GPU a cache names: its `device_name`, or the one name of the list Kernel Tuner's parallel runner writes
+    there (one name per GPU it tuned on); a list of different GPUs is refused (their timings cannot be told apart)."""
+    name = data.get("device_name")
+    if isinstance(name, list):
+        names = list(dict.fromkeys(str(n).strip() for n in name if str(n).strip()))
+        if len(names) > 1:
+            raise _fail(path, f"it was tuned on several GPUs at once ({', '.join(names)}), whose timings it does not "
+                              "tell apart; import a cache of one GPU model")
+        return names[0] if names else ""
+    return str(name or "")
 
 
 def _companion_metadata(path: Path) -> Path | None:
