@@ -443,7 +443,8 @@ def test_without_tune_params_keys_the_order_is_tune_params_and_never_an_empty_co
         ({"16,1": entry(32, 1, 1.0)}, "cache entry '16,1': its key gives block_size_x=16 but the entry holds "
                                       "block_size_x=32"),
         ({"16,1": {"block_size_x": 16, "time": 1.0}}, "cache entry '16,1' lacks parameters block_size_y"),
-        ({"16,1": entry(time=float("nan"))}, "cache entry '16,1': time nan is not a positive finite time"),
+        ({"16,1": entry(time=float("nan"))}, "cache entry '16,1': 'time' is NaN, neither a time nor a failure marker"),
+        ({"16,1": entry(time=None)}, "cache entry '16,1': 'time' is neither a number nor a failure marker"),
         ({"16,1": entry(time=-2.0)}, "cache entry '16,1': time -2.0 is not a positive finite time"),
         ({"16,1": entry(time=1.0, times=[1.0, 0.0])},
          "cache entry '16,1': its times hold 0.0, not a positive finite time"),
@@ -736,6 +737,56 @@ def test_a_store_failure_midway_names_the_files_that_went_in(store, tmp_path, mo
     assert [r["added"] for r in import_files(store, [first, second])] == [0, 1]
 
 
+def test_a_directory_tree_laid_out_as_the_benchmark_hub_imports_in_one_call(store, tmp_path):
+    # one folder per kernel, the search-space descriptions in their own folder: read for the files, not imported
+    root = tmp_path / "hub"
+    write(root / "search-spaces" / "toy_milo.json", {
+        "General": {"BenchmarkName": "toy_milo"},
+        "ConfigurationSpace": {"TuningParameters": [{"Name": "block_size_x", "Default": 8},
+                                                    {"Name": "block_size_y", "Default": 32}]},
+        "KernelSpecification": {"KernelName": "toy_kernel", "ProblemSize": [250, 20, 1]}})
+    t4_file = write(root / "toy_milo" / "A4000_T4.json.gz", t4_doc(), gz=True)
+    cache_file = write(root / "vector_add" / "sub" / "A100.json", cache_doc())
+    rows = import_files(store, [root, cache_file])  # a file named twice is read once
+    assert [(Path(r["file"]).name, r["device"], r["kernel"], r["rows"]) for r in rows] == [
+        ("A4000_T4.json.gz", "nvidia-rtx-a4000", "toy_milo", 3), ("A100.json", A100, "toy_kernel", 3),
+        ("toy_milo.json", None, None, 0)]
+    assert len(store.measurements()) == 6 and len(store.runs()) == 2
+    assert str(t4_file) in {r["file"] for r in rows}
+
+
+def test_a_batch_maps_each_files_gpu_and_an_unmapped_file_stores_none_of_them(seeded, tmp_path):
+    folder = tmp_path / "runs"
+    for name in ("node1.json", "node2.json", "bench.json"):
+        write(folder / name, t4([t4_result(16, "correct", [1.0], 1.0, "ms")]))
+    mapping = write(tmp_path / "map.json", {"node*.json": "nvidia-a100-sxm4-80gb"})
+    before = snapshot(seeded)
+    result = CliRunner().invoke(cli, ["import", "--db", str(seeded.path), "--device-map", str(mapping),
+                                      "--problem-size", "1024", str(folder)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: cannot import {folder / 'bench.json'}: device 'bench' is not in the catalog; pass --device "
+        "<catalog id> or --device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored\n")
+    assert snapshot(seeded) == before
+    write(mapping, {"node*.json": "nvidia-a100-sxm4-80gb", "bench.json": "nvidia-rtx-3060-laptop"})
+    result = CliRunner().invoke(cli, ["import", "--db", str(seeded.path), "--device-map", str(mapping),
+                                      "--problem-size", "1024", "--json", str(folder)])
+    assert result.exit_code == 0, result.output
+    assert [(Path(r["file"]).name, r["device"], r["added"]) for r in json.loads(result.output)] == [
+        ("bench.json", "nvidia-rtx-3060-laptop", 1), ("node1.json", "nvidia-a100-sxm4-80gb", 1),
+        ("node2.json", "nvidia-a100-sxm4-80gb", 0)]
+
+
+def test_a_directory_without_tuning_files_is_refused_naming_it(tmp_path):
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not a tuning file")
+    result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "s.duckdb"), str(empty)])
+    assert result.exit_code == 1
+    assert result.output == (f"Error: no Kernel Tuner files to import in {empty}: it holds no .json or .json.gz "
+                             "file\n")
+
+
 def test_a_t4_results_file_takes_its_device_from_the_metadata_file_beside_it(store, tmp_path):
     # Kernel Tuner's store_metadata_file writes nvidia-smi / rocm-smi output next to the results
     # (the benchmark hub's W7800-results.json.gz and W7800-metadata.json.gz)
@@ -783,6 +834,8 @@ def wild_map(tmp_path) -> Path:
         ("t4_cache_invalids.json", "nvidia-a100-pcie-40gb", 1, 1, 0, None, None),
         ("t4_target.json", "nvidia-a100-pcie-40gb", 1, 0, 0, 12257.820, None),
         ("vector_add_gflops_T4.json", "nvidia-rtx-a4000", 3, 1, 1, 38.9, [100000]),
+        # energy, power and clock fields beside the time, a clock among the parameters, one integer problem size
+        ("vector_add_time_energy.json", "nvidia-rtx-4000-ada", 2, 0, 0, 3164.672, None),
     ],
 )
 def test_published_files_import_unchanged(store, tmp_path, name, device, rows, failed, skipped, fastest_us, size):
@@ -1086,3 +1139,59 @@ def test_a_run_stopped_before_its_first_config_is_reported_beside_others_and_ref
     assert refused(store, header_only) == (
         f"cannot import {header_only}: its 'cache' has no entries; nothing of it was stored")
     assert "no measurements in it (every entry is a config its restrictions exclude)" in refused(store, all_invalid)
+
+
+def test_nan_and_infinity_as_python_writes_them(store, tmp_path):
+    # json.dumps writes float("nan") and float("inf") as NaN and Infinity: in a metric they are no concern, an
+    # infinite time is a failed config (as Kernel Tuner's 1e20), a NaN time is neither a time nor a marker
+    path = tmp_path / "k" / "A4000.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(kt_cache({"16,1": entry(16, 1, 1.5, times=[1.5], **{"GFLOP/s": float("nan")}),
+                                         "32,1": entry(32, 1, float("inf"), energy=float("inf"))})))
+    assert "NaN" in path.read_text() and "Infinity" in path.read_text()
+    (row,) = import_files(store, [path])
+    assert (row["rows"], row["failed"]) == (2, 1)
+    assert sorted((m["config"]["block_size_x"], m["status"], m["median_us"]) for m in store.measurements()) == [
+        (16, "ok", 1500.0), (32, "launch_error", None)]
+    bad = tmp_path / "k" / "A6000.json"
+    bad.write_text(json.dumps(kt_cache({"16,1": entry(16, 1, float("nan"), times=[1.5])}, device_name="RTX A6000")))
+    assert refused(store, bad) == (f"cannot import {bad}: cache entry '16,1': 'time' is NaN, neither a time nor a "
+                                   "failure marker; nothing of it was stored")
+
+
+def test_parameter_values_of_every_json_type_are_kept_as_written(store, tmp_path):
+    # text, booleans, lists and null as parameter values (a vector type, a switch, a tile shape, "no limit")
+    keys = ("vector", "use_shmem", "tile", "max_regs")
+    entries = {f"{v},{s},{t},{m}": {"vector": v, "use_shmem": s, "tile": t, "max_regs": m, "time": 1.0 + i,
+                                     "times": [1.0 + i]}
+               for i, (v, s, t, m) in enumerate([("float4", True, [4, 1], None), ("float2", False, [2, 2], 64)])}
+    path = write(tmp_path / "k" / "A4000.json", kt_cache(entries, keys=keys, tune_params={}))
+    (row,) = import_files(store, [path])
+    assert row["rows"] == 2
+    got = sorted((json.dumps(m["config"], sort_keys=True), m["median_us"]) for m in store.measurements())
+    assert got == [('{"max_regs": 64, "tile": [2, 2], "use_shmem": false, "vector": "float2"}', 2000.0),
+                   ('{"max_regs": null, "tile": [4, 1], "use_shmem": true, "vector": "float4"}', 1000.0)]
+    assert import_files(store, [path])[0]["added"] == 0
+
+
+def test_null_measurements_of_failed_t4_results_are_no_concern(store, tmp_path):
+    failed = t4_result(32, "runtime")
+    failed["measurements"] = [{"name": "time", "value": None, "unit": "ms"}]
+    failed["times"]["runtimes"] = None
+    path = write(tmp_path / "k" / "A4000_T4.json", t4([t4_result(16, "correct", [1.0], 1.0, "ms"), failed]))
+    (row,) = import_files(store, [path], problem_size=[64])
+    assert (row["rows"], row["failed"]) == (2, 1)
+    bad = write(tmp_path / "k" / "A6000_T4.json", t4([{**failed, "invalidity": "correct"}]))
+    assert "result 0 is correct but has no runtimes and no time measurement" in refused(store, bad, problem_size=[64])
+
+
+def test_a_cache_of_kernel_tuners_parallel_runner_names_its_gpu_once_per_worker(store, tmp_path):
+    # the parallel runner writes one device name per GPU it tuned on
+    path = write(tmp_path / "k" / "run.json", kt_cache({"16,1": entry()}, device_name=["NVIDIA A100-PCIE-40GB"] * 4))
+    (row,) = import_files(store, [path])
+    assert (row["device"], row["rows"]) == (A100, 1)
+    mixed = write(tmp_path / "k" / "mixed.json",
+                  kt_cache({"16,1": entry()}, device_name=["NVIDIA A100-PCIE-40GB", "NVIDIA RTX A4000"]))
+    assert refused(store, mixed) == (
+        f"cannot import {mixed}: it was tuned on several GPUs at once (NVIDIA A100-PCIE-40GB, NVIDIA RTX A4000), whose "
+        "timings it does not tell apart; import a cache of one GPU model; nothing of it was stored")

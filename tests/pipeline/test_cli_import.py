@@ -135,45 +135,58 @@ def test_help_names_the_new_options():
 WILD = Path(__file__).parents[1] / "data" / "fixtures" / "kernel_tuner_wild"
 
 
+# the GPUs of the published files that name none, or one the catalog has no row for (KTT's tutorial laptop GPU:
+# an AD107 like the RTX 4060 Laptop GPU)
+WILD_MAP = {"AMD Instinct MI50/MI60": "amd-mi50", "Testing": "nvidia-rtx-a4000", "t4_*": "nvidia-a100-pcie-40gb",
+            "vector_add_gflops_T4.json": "nvidia-rtx-a4000", "coulomb_2080_*": "nvidia-rtx-2080",
+            "NVIDIA RTX 500 Ada Generation Laptop GPU": "nvidia-rtx-4060-laptop"}
+
+
 def test_published_files_import_unchanged_with_a_device_map_for_those_that_name_no_gpu(db, tmp_path):
     before = contents(db)
-    result = invoke("import", "--db", db, "--problem-size", "4096,4096", WILD)
+    result = invoke("import", "--db", db, WILD)
     assert result.exit_code == 1
     (line,) = result.output.splitlines()
     assert line.startswith(f"Error: cannot import {WILD / 'convolution_MI50.json'}: device 'AMD Instinct MI50/MI60' "
                            "names several chips (it may be amd-mi50, amd-mi60)")
     assert contents(db) == before
     device_map = tmp_path / "devices.toml"
-    device_map.write_text('"AMD Instinct MI50/MI60" = "amd-mi50"\n"Testing" = "nvidia-rtx-a4000"\n'
-                          '"t4_*" = "nvidia-a100-pcie-40gb"\n"vector_add_gflops_T4.json" = "nvidia-rtx-a4000"\n')
-    result = invoke("import", "--db", db, "--json", "--device-map", device_map, "--problem-size", "4096,4096", WILD)
+    device_map.write_text("".join(f'"{key}" = "{value}"\n' for key, value in WILD_MAP.items()))
+    result = invoke("import", "--db", db, "--json", "--device-map", device_map, WILD)
     assert result.exit_code == 0, result.output
-    rows = {Path(r["file"]).name: (r["device"], r["rows"], r["failed"]) for r in json.loads(result.output)}
-    assert rows == {
-        "convolution_MI50.json": ("amd-mi50", 2, 0), "killed_mid_entry.json": ("nvidia-rtx-a4000", 2, 0),
-        "open_cache_looks_like_closed.json": ("nvidia-rtx-a4000", 2, 0),
-        "small_cache_1.0.0.json": ("nvidia-rtx-a4000", 2, 0), "small_cache_1.1.0.json": ("nvidia-rtx-a4000", 3, 0),
-        "t4_cache_invalids.json": ("nvidia-a100-pcie-40gb", 1, 1), "t4_target.json": ("nvidia-a100-pcie-40gb", 1, 0),
-        "vector_add_gflops_T4.json": ("nvidia-rtx-a4000", 3, 1),
-        "vector_add_unversioned.json": ("nvidia-rtx-a4000", 3, 0)}
-    assert len(contents(db)[0]) == len(before[0]) + 19 - 4  # the killed run's and 1.0.0's rows are 1.1.0's
+    rows = sorted((Path(r["file"]).name, r["device"], r["rows"], r["failed"]) for r in json.loads(result.output))
+    assert rows == sorted([
+        ("convolution_MI50.json", "amd-mi50", 2, 0), ("killed_mid_entry.json", "nvidia-rtx-a4000", 2, 0),
+        ("open_cache_looks_like_closed.json", "nvidia-rtx-a4000", 2, 0),
+        ("small_cache_1.0.0.json", "nvidia-rtx-a4000", 2, 0), ("small_cache_1.1.0.json", "nvidia-rtx-a4000", 3, 0),
+        ("t4_cache_invalids.json", "nvidia-a100-pcie-40gb", 1, 1), ("t4_target.json", "nvidia-a100-pcie-40gb", 1, 0),
+        ("vector_add_gflops_T4.json", "nvidia-rtx-a4000", 3, 1),
+        ("vector_add_unversioned.json", "nvidia-rtx-a4000", 3, 0),
+        ("coulomb_2080_full_search_space_converted.json", "nvidia-rtx-2080", 3, 0),
+        ("gemm_precision_A4000.json", "nvidia-rtx-a4000", 4, 0),
+        ("vectorAdd_rtx500ada.ktt.json", "nvidia-rtx-4060-laptop", 4, 0),
+        ("vectorAdd_rtx500ada.t4.json", "nvidia-rtx-4060-laptop", 2, 0),
+        ("vector_add_results.json", "nvidia-a100-pcie-40gb", 2, 0),
+        ("vector_add_results.json", "nvidia-a100-pcie-40gb", 1, 0),
+        ("vector_add_results.json", "nvidia-rtx-3090", 1, 0),
+        ("vector_add_time_energy.json", "nvidia-rtx-4000-ada", 2, 0)])
+    assert len(contents(db)[0]) == len(before[0]) + 38 - 4  # the killed run's and 1.0.0's rows are 1.1.0's
 
 
 def test_published_files_import_with_nothing_but_a_device_map(db, tmp_path):
-    # three of them name no problem size: each is one case of unknown size
+    # six of them name no problem size: each is one case of unknown size
     device_map = tmp_path / "devices.json"
-    device_map.write_text(json.dumps({"AMD Instinct MI50/MI60": "amd-mi50", "Testing": "nvidia-rtx-a4000",
-                                      "t4_*": "nvidia-a100-pcie-40gb",
-                                      "vector_add_gflops_T4.json": "nvidia-rtx-a4000"}))
+    device_map.write_text(json.dumps(WILD_MAP))
     result = invoke("import", "--db", db, "--json", "--device-map", device_map, WILD)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
-    assert len(rows) == 9 and sum(r["rows"] for r in rows) == 19
+    assert len(rows) == 17 and sum(r["rows"] for r in rows) == 38
     with Store(db, read_only=True) as store:
         sizes = {r["settings"]["file"]: r["settings"]["problem_size_from"] for r in store.runs()
                  if r["settings"].get("format")}
     assert {f for f, source in sizes.items() if source == "none"} == {
-        "vector_add_unversioned.json", "t4_target.json", "vector_add_gflops_T4.json"}
+        "vector_add_unversioned.json", "t4_target.json", "vector_add_gflops_T4.json", "vectorAdd_rtx500ada.ktt.json",
+        "vectorAdd_rtx500ada.t4.json", "coulomb_2080_full_search_space_converted.json"}
 
 
 def test_files_of_other_kernels_named_after_their_gpu_import_with_no_device_option(db, tmp_path):

@@ -443,7 +443,8 @@ def _problem_size_option(ctx, param, value):
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @output_options
 def import_cmd(db, device, device_map, problem_size, files, as_json) -> None:
-    """Import Kernel Tuner cache or T4 JSON files (gzipped or not, or directories of them); idempotent.
+    """Import Kernel Tuner cache, T4, Kernel Tuner results or KTT JSON files (gzipped or not, or directories of
+    them); idempotent.
 
     Every file is checked before any is stored: a refused file stores nothing.
     """

@@ -7,9 +7,12 @@ Every file is parsed and checked completely before anything is written, so a mal
 stores nothing; each goes in with one `Store.record` transaction; re-importing adds nothing.
 
 The format is told by content: a gzip stream is decompressed first, then a JSON object with
-`cache` is a Kernel Tuner cache file, one with `results` a T4 file. A cache entry holds its
-parameter values, or (as Kernel Tuner's own keys do) only the key: the values joined by ","
-in `tune_params_keys` order (else `tune_params` order). A cache file of a run that was
+`cache` is a Kernel Tuner cache file, one with `results` a T4 file, one with `Metadata` and
+`Results` KTT's own output (`ktt.py`), one with `version_number` and `data` (or devices of
+problem sizes of records) Kernel Tuner's results file (`results_file.py`, a section per device and
+problem size); a parameter that picks the data type becomes each case's dtype (`dtypes.py`).
+A cache entry holds its parameter values, or (as Kernel Tuner's own keys do) only the key: the
+values joined by "," in `tune_params_keys` order (else `tune_params` order). A cache file of a run that was
 stopped is left open by Kernel Tuner (no closing braces), and one that was killed may end
 inside an entry: such a file is read entry by entry, and every complete entry is imported.
 T4 files name neither the kernel, the device nor the problem size: those come
@@ -45,12 +48,15 @@ from zmlx_pipeline.data.catalog import (
     resolve_device,
 )
 from zmlx_pipeline.core.keys import canonical_json, digest
+from zmlx_pipeline.data.importers.dtypes import split_dtype
 from zmlx_pipeline.data.records import Measurement
 from zmlx_pipeline.data.store import Store, StoreError
 
 DTYPE = "float32"  # both hub kernels (and Kernel Tuner's usual float inputs) are single precision
 FORMAT_CACHE = "kernel_tuner_cache"
 FORMAT_T4 = "t4"
+FORMAT_KTT = "ktt"
+FORMAT_RESULTS = "kernel_tuner_results"
 _GZIP_MAGIC = b"\x1f\x8b"
 _DIM_NAMES = ("x", "y", "z")
 # The ErrorConfig names Kernel Tuner writes (kernel_tuner/util.py): in "time", in the objective's field, or
@@ -229,9 +235,24 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
         opened = _read_open_cache(text)
         if opened is not None:
             return opened.data, sha, opened
+        _refuse_other_tables(path, text)
         at_end = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
         hint = " (truncated?)" if at_end else ""
         raise _fail(path, f"not valid JSON{hint}: {err.msg} (line {err.lineno}, column {err.colno})") from err
+
+
+def _refuse_other_tables(path: Path, text: str) -> None:
+    """Refuse, saying what to write instead, the tables tuners write besides JSON: KTT's XML, and CSV (KTT's mixes
+    tuning parameters with profiling counters; neither KTT's nor BAT's names the device or the unit of its times)."""
+    head = text.lstrip()
+    if head.startswith("<"):
+        raise _fail(path, "XML, not JSON (KTT's XML output?); write the results as JSON (KTT: OutputFormat::JSON) "
+                          "and import that")
+    first = head.splitlines()[0] if head else ""
+    if "," in first and not head.startswith(("{", "[")):
+        raise _fail(path, "a CSV table, not JSON (KTT's or BAT's CSV output?): its columns name no device or time "
+                          "unit, nor which are tuning parameters; write the results as JSON (KTT: OutputFormat::JSON) "
+                          "and import that")
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:
@@ -301,7 +322,7 @@ def parse_problem_size(text: str) -> Any:
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
-        parts = [p for p in re.split(r"[,x\s]+", text) if p]
+        parts = [p for p in re.split(r"[,x\s()\[\]]+", text) if p]  # "4096x4096", "(4096, 4096)"
         try:
             value = [int(p) for p in parts]
         except ValueError:
@@ -550,6 +571,7 @@ class _Entries(NamedTuple):
     skipped: int
     layout: str
     time_rewritten: int = 0
+    section: dict | None = None
 
 
 def _param_names(path: Path, data: dict) -> tuple[list[str], str]:
@@ -635,6 +657,8 @@ def _cache_outcome(path: Path, where: str, entry: dict, objective: str) -> tuple
     time = entry["time"]
     if not _number(time):
         raise _fail(path, f"{where}: 'time' is neither a number nor a failure marker")
+    if math.isnan(time):
+        raise _fail(path, f"{where}: 'time' is NaN, neither a time nor a failure marker")
     if time >= _FAILED_TIME_MS:
         return "launch_error", None, f"failed (time recorded as {time:g})"
     times = None if _time_rewritten(entry) else entry.get("times")
@@ -679,8 +703,21 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
         configs.append(config)
         outcomes.append(outcome)
         rewritten += outcome[0] == "ok" and _time_rewritten(entry)
-    return _Entries(configs, outcomes, str(data.get("kernel_name") or ""), str(data.get("device_name") or ""),
+    return _Entries(configs, outcomes, str(data.get("kernel_name") or ""), _cache_device_name(path, data),
                     data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries", rewritten)
+
+
+def _cache_device_name(path: Path, data: dict) -> str:
+    """The GPU a cache names: its `device_name`, or the one name of the list Kernel Tuner's parallel runner writes
+    there (one name per GPU it tuned on); a list of different GPUs is refused (their timings cannot be told apart)."""
+    name = data.get("device_name")
+    if isinstance(name, list):
+        names = list(dict.fromkeys(str(n).strip() for n in name if str(n).strip()))
+        if len(names) > 1:
+            raise _fail(path, f"it was tuned on several GPUs at once ({', '.join(names)}), whose timings it does not "
+                              "tell apart; import a cache of one GPU model")
+        return names[0] if names else ""
+    return str(name or "")
 
 
 def _companion_metadata(path: Path) -> Path | None:
@@ -741,12 +778,26 @@ def _device_in_metadata(data: Any) -> str:
     return names[0] if len(distinct) == 1 else ""
 
 
+def _time_measurement(result: Any) -> dict:
+    """A T4 result's time measurement: the one named "time", else the one its first objective names when that
+    one carries a time unit (KTT's converter writes its objective "TotalDuration" in "Microseconds"); {} if none."""
+    if not isinstance(result, dict):
+        return {}
+    measurements = [m for m in result.get("measurements") or [] if isinstance(m, dict)]
+    named = next((m for m in measurements if m.get("name") == "time"), None)
+    if named is not None:
+        return named
+    objectives = result.get("objectives") or []
+    first = str(objectives[0]) if isinstance(objectives, list) and objectives else None
+    timed = next((m for m in measurements if first is not None and m.get("name") == first), None)
+    if timed is not None and str(timed.get("unit") or "").strip().lower() in _TIME_UNITS_US:
+        return timed
+    return {}
+
+
 def _time_unit(result: Any) -> Any:
     """The unit a T4 result gives its time measurement; None when it gives none (or "", as converters write)."""
-    if not isinstance(result, dict):
-        return None
-    return next((m.get("unit") for m in result.get("measurements") or []
-                 if isinstance(m, dict) and m.get("name") == "time" and m.get("unit")), None)
+    return _time_measurement(result).get("unit") or None
 
 
 def _t4_scale(path: Path, metadata: dict, results: list, result: Any = None) -> float:
@@ -789,8 +840,7 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
                               f"(T4 writes {', '.join(sorted(_T4_STATUS) + sorted(_T4_SKIPPED))})")
         if status == "ok":
             times = result.get("times") if isinstance(result.get("times"), dict) else {}
-            value = next((m.get("value") for m in result.get("measurements") or []
-                          if isinstance(m, dict) and m.get("name") == "time"), None)
+            value = _time_measurement(result).get("value")
             runtimes = times.get("runtimes")
             if not runtimes and isinstance(value, list):
                 runtimes, value = value, None  # the T4 schema lets a measurement hold every repetition
@@ -803,6 +853,10 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
         else:
             outcomes.append((status, None, f"invalidity: {invalidity}"))
         configs.append(result["configuration"])
+    layout = "t4"
+    if str(metadata.get("autotuner") or "").strip().lower() == "ktt":
+        configs = [{k: _ktt_text_value(v) for k, v in c.items()} for c in configs]
+        layout = "t4 (KTT: values written as text)"
     params = list(dict.fromkeys(k for c in configs for k in c))
     for i, config in enumerate(configs):
         missing = [k for k in params if k not in config]
@@ -815,7 +869,22 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
     if companion is not None:
         companion_data, _, _ = _read_json(companion)
         device = _device_in_metadata(companion_data)
-    return _Entries(configs, outcomes, kernel, device, metadata.get("problem_size"), skipped, "t4")
+    return _Entries(configs, outcomes, kernel, device, metadata.get("problem_size"), skipped, layout)
+
+
+def _ktt_text_value(value: Any) -> Any:
+    """A configuration value KTT's T4 writer wrote as text, read back as KTT's own T4 reader reads it: "true" and
+    "false" as booleans, text with ".", "e" or "E" as a float, digits as an integer, anything else as text."""
+    if not isinstance(value, str):
+        return value
+    if value in ("true", "false"):
+        return value == "true"
+    try:
+        if any(c in value for c in ".eE"):
+            return float(value)
+        return int(value)
+    except ValueError:
+        return value
 
 
 def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> tuple[dict[str, int], str]:
@@ -851,9 +920,46 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> t
     return shape, source
 
 
-def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, kernel: str | None = None,
-               problem_size: Any = None, device_map: DeviceMap | None = None) -> ParsedFile:
-    """Read and check one file completely; ImportFileError (one line, naming the file) if it cannot be used.
+def _sections_of(path: Path, data: Any, t1: dict | None) -> tuple[str, list[_Entries]]:
+    """The format of a document and its sections (one for every format but Kernel Tuner's results file), told by
+    content; a layout that cannot be read completely is refused saying what to import instead."""
+    if isinstance(data, list):
+        if len(data) == 2 and isinstance(data[0], list) and isinstance(data[1], dict) and "device_name" in data[1]:
+            raise _fail(path, "the results and environment tune_kernel returns, saved as JSON: its entries do not "
+                              "say which fields are tuned parameters; import the cache file of the run "
+                              "(tune_kernel's cache=) or its T4 output (store_output_file)")
+        raise _fail(path, "the top level is not a JSON object")
+    if not isinstance(data, dict):
+        raise _fail(path, "the top level is not a JSON object")
+    if "cache" in data:
+        return FORMAT_CACHE, [_entries_cache(path, data)]
+    if "results" in data:
+        return FORMAT_T4, [_entries_t4(path, data, t1)]
+    if "Results" in data and isinstance(data.get("Metadata"), dict):
+        from zmlx_pipeline.data.importers.ktt import entries_ktt
+
+        return FORMAT_KTT, [entries_ktt(path, data)]
+    if "version_number" in data and "data" in data:
+        from zmlx_pipeline.data.importers.results_file import sections
+
+        return FORMAT_RESULTS, sections(path, data)
+    if "tune_params" in data or "kernel_name" in data:
+        raise _fail(path, "a Kernel Tuner cache file without 'cache'")
+    if isinstance(data.get("ConfigurationSpace"), dict) or isinstance(data.get("KernelSpecification"), dict):
+        raise CompanionFile(f"{path} is a T1 search-space description: it is read for the files of its benchmark")
+    if isinstance(data.get("metadata"), dict):
+        raise CompanionFile(f"{path} is a T4 metadata file: it is read for the results file beside it")
+    from zmlx_pipeline.data.importers.results_file import is_legacy, legacy_sections
+
+    if is_legacy(data):
+        return FORMAT_RESULTS, legacy_sections(path, data)
+    raise _fail(path, "neither a Kernel Tuner cache file (no 'cache') nor a T4 file (no 'results')")
+
+
+def parse_sections(path: str | os.PathLike, device: str | DeviceSpec | None = None, kernel: str | None = None,
+                   problem_size: Any = None, device_map: DeviceMap | None = None) -> list[ParsedFile]:
+    """Read and check one file completely: one ParsedFile per device and problem size it holds (one, but for
+    Kernel Tuner's results file); ImportFileError (one line, naming the file) if any part cannot be used.
 
     The kernel is named by `kernel`, else the benchmark name of a T1 description beside the
     data, else the file's own kernel name, else its folder's name. The device is `device` (a
@@ -864,19 +970,32 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
     if isinstance(device, str):
         device = device_from_option(device)
     data, sha, was_open = _read_json(path)
-    if not isinstance(data, dict):
-        raise _fail(path, "the top level is not a JSON object")
     t1 = _t1_description(path)
-    if "cache" in data:
-        fmt, entries = FORMAT_CACHE, _entries_cache(path, data)
-    elif "results" in data:
-        fmt, entries = FORMAT_T4, _entries_t4(path, data, t1)
-    elif "tune_params" in data or "kernel_name" in data:
-        raise _fail(path, "a Kernel Tuner cache file without 'cache'")
-    elif isinstance(data.get("metadata"), dict):
-        raise CompanionFile(f"{path} is a T4 metadata file: it is read for the results file beside it")
-    else:
-        raise _fail(path, "neither a Kernel Tuner cache file (no 'cache') nor a T4 file (no 'results')")
+    fmt, sections = _sections_of(path, data, t1)
+    if not sections:
+        raise NothingToImport(str(_fail(path, "no measurements in it")))
+    parsed = [_parse_section(path, sha, fmt, entries, t1, device, kernel, problem_size, device_map)
+              for entries in sections]
+    if was_open is not None:
+        for item in parsed:
+            item.source["closed_open_cache"] = True
+            if was_open.dropped:
+                item.source["dropped_cut_off_entry"] = was_open.dropped[:200]
+    return parsed
+
+
+def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, kernel: str | None = None,
+               problem_size: Any = None, device_map: DeviceMap | None = None) -> ParsedFile:
+    """Read and check a file of one device and problem size (see parse_sections); a file of several is refused."""
+    parsed = parse_sections(path, device=device, kernel=kernel, problem_size=problem_size, device_map=device_map)
+    if len(parsed) != 1:
+        raise _fail(Path(path), f"it holds {len(parsed)} devices or problem sizes; read it with parse_sections")
+    return parsed[0]
+
+
+def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict | None, device: DeviceSpec | None,
+                   kernel: str | None, problem_size: Any, device_map: DeviceMap | None) -> ParsedFile:
+    """One section of a file (its entries of one device and problem size) as measurements, checked."""
     configs, outcomes, reported = entries.configs, entries.outcomes, entries.device_name
     benchmark = ((t1 or {}).get("General") or {}).get("BenchmarkName")
     name = kernel or benchmark or entries.kernel_name or path.parent.name
@@ -885,6 +1004,11 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
     filled = _defaults_for_subspace(configs, t1)
     if filled:
         configs = [{**c, **filled} for c in configs]
+    try:
+        split = split_dtype(configs, DTYPE)
+    except ValueError as err:
+        raise _fail(path, str(err)) from None
+    configs = split.configs
     shape_params = _split_shape_params(configs)
     for p in shape_params:
         shape[p] = configs[0][p]
@@ -893,15 +1017,15 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
     params = list(configs[0]) if configs else []
     version = kernel_version(name, params)
     measurements, seen, duplicates = [], set(), 0
-    for config, (status, timing, error) in zip(configs, outcomes):
-        key = canonical_json(config)
+    for config, dtype, (status, timing, error) in zip(configs, split.dtypes, outcomes):
+        key = (dtype, canonical_json(config))
         if key in seen:
             duplicates += 1
             continue
         seen.add(key)
         med, p10, p90, n = timing or (None, None, None, 0)
         measurements.append(Measurement(
-            run_id="", device_id=spec.id, kernel=name, kernel_version=version, dtype=DTYPE,
+            run_id="", device_id=spec.id, kernel=name, kernel_version=version, dtype=dtype,
             shape=shape, config=config, status=status, median_us=med, p10_us=p10, p90_us=p90,
             samples=n, error=error,
         ))
@@ -911,12 +1035,12 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
     source = {"kernel_name": entries.kernel_name or None, "device_name": reported or None,
               "matched_device_name": matched_name, "device_from": device_from,
               "problem_size_from": shape_from, "layout": entries.layout}
+    if entries.section is not None:
+        source["section"] = entries.section
+    if split.parameter is not None:
+        source["dtype_from"] = split.parameter
     if shape_from == NO_PROBLEM_SIZE and entries.problem_size is not None:
         source["problem_size_in_file"] = entries.problem_size
-    if was_open is not None:
-        source["closed_open_cache"] = True
-        if was_open.dropped:
-            source["dropped_cut_off_entry"] = was_open.dropped[:200]
     if filled:
         source["filled_from_defaults"] = filled
     if entries.time_rewritten:
@@ -931,13 +1055,20 @@ def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, 
 
 
 def expand_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Files as given; a directory stands for its *.json and *.json.gz files (sorted)."""
-    out = []
+    """Files as given; a directory stands for the *.json and *.json.gz files in it and its subdirectories (sorted,
+    as the benchmark hub lays out one folder per kernel); a file named twice is read once."""
+    out, seen = [], set()
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(f for f in p.iterdir() if f.is_file() and f.name.endswith((".json", ".json.gz")))
+            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.lower().endswith((".json", ".json.gz")))
+            if not found:
+                raise ImportFileError(f"no Kernel Tuner files to import in {p}: it holds no .json or .json.gz file")
         else:
-            out.append(p)
+            found = [p]
+        for f in found:
+            if f.resolve() not in seen:
+                seen.add(f.resolve())
+                out.append(f)
     return out
 
 
@@ -1015,7 +1146,8 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     empty: list[NothingToImport] = []
     for p in files:
         try:
-            parsed.append(parse_file(p, device=chosen, kernel=kernel, problem_size=problem_size, device_map=mapping))
+            parsed.extend(parse_sections(p, device=chosen, kernel=kernel, problem_size=problem_size,
+                                         device_map=mapping))
         except CompanionFile:
             companions.append(p)
         except NothingToImport as err:
@@ -1025,7 +1157,8 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
         if empty:
             raise empty[0]
         raise ImportFileError(f"no measurements to import: {', '.join(map(str, companions))} only describe "
-                              "the machine of a T4 results file; import the results file")
+                              "the machine of a T4 results file or a benchmark's search space; import the results "
+                              "or cache files")
     _check_unknown_sizes_apart(store, parsed)
     rows: list[dict] = []
     for item in parsed:

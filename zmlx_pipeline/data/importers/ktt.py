@@ -1,0 +1,68 @@
+"""KTT's own JSON output (the Kernel Tuning Toolkit, HiPerCoRe/KTT) read as the entries of one kernel on one device.
+
+KTT writes `{"Metadata": {"Device", "TimeUnit", ...}, "Results": [...]}`; each result holds its
+`Configuration` as a list of `{"Name", "Value"}` pairs, its `Status` and its `TotalDuration` (the
+sum of its kernels' durations, in the metadata's time unit): one timing per config, no repetitions.
+It names no problem size. Its statuses and what they become are in `_KTT_STATUS`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from zmlx_pipeline.data.importers.kernel_tuner import (
+    _TIME_UNITS_US,
+    _Entries,
+    _fail,
+    _timing,
+)
+
+# KTT's ResultStatus names (Source/Output/JsonConverters.h); DeviceLimitsExceeded is a launch the device refused
+_KTT_STATUS = {"Ok": "ok", "ComputationFailed": "launch_error", "ValidationFailed": "wrong_result",
+               "CompilationFailed": "compile_error", "DeviceLimitsExceeded": "launch_error"}
+
+
+def _configuration(path: Path, where: str, pairs: Any) -> dict:
+    """A KTT configuration (a list of Name/Value pairs) as a dict."""
+    if not isinstance(pairs, list) or not pairs:
+        raise _fail(path, f"{where} has no 'Configuration' list")
+    config = {}
+    for pair in pairs:
+        if not isinstance(pair, dict) or not isinstance(pair.get("Name"), str) or "Value" not in pair:
+            raise _fail(path, f"{where}: a configuration pair without 'Name' and 'Value'")
+        config[pair["Name"]] = pair["Value"]
+    return config
+
+
+def entries_ktt(path: Path, data: dict) -> _Entries:
+    """Configs and (status, timing, error) per result of a KTT JSON output file."""
+    metadata = data["Metadata"]
+    results = data["Results"]
+    if not isinstance(results, list):
+        raise _fail(path, "KTT output whose 'Results' is not a list")
+    unit = metadata.get("TimeUnit")
+    scale = _TIME_UNITS_US.get(str(unit).strip().lower()) if unit is not None else None
+    if scale is None:
+        raise _fail(path, f"KTT output with time unit {unit!r}; KTT writes Nanoseconds, Microseconds, "
+                          "Milliseconds or Seconds")
+    configs, outcomes, kernels = [], [], set()
+    for i, result in enumerate(results):
+        where = f"result {i}"
+        if not isinstance(result, dict):
+            raise _fail(path, f"{where} is not an object")
+        configs.append(_configuration(path, where, result.get("Configuration")))
+        status = _KTT_STATUS.get(str(result.get("Status")))
+        if status is None:
+            raise _fail(path, f"{where}: unknown status {result.get('Status')!r} (KTT writes "
+                              f"{', '.join(_KTT_STATUS)})")
+        if result.get("KernelName"):
+            kernels.add(str(result["KernelName"]))
+        if status == "ok":
+            outcomes.append(("ok", _timing(path, where, None, result.get("TotalDuration"), scale), None))
+        else:
+            outcomes.append((status, None, f"KTT status {result['Status']}"))
+    if len(kernels) > 1:
+        raise _fail(path, f"KTT output of several kernels ({', '.join(sorted(kernels))}); "
+                          "tune and write each kernel to a file of its own")
+    return _Entries(configs, outcomes, next(iter(kernels), ""), str(metadata.get("Device") or ""), None, 0, "ktt")
