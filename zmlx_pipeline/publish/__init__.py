@@ -70,5 +70,6 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
         "files": len(manifest["files"]),
         "bytes": sum(e["bytes"] for e in manifest["files"].values()),
         "recorded": recorded,
+        "regret_read_from": models.reused,
         **summary,
     }

@@ -24,6 +24,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import polars as pl
+
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.models.rankers.base import Ranker
 from zmlx_pipeline.models.variants import DEFAULT_MODEL, fit_kernel_model, make_ranker
@@ -62,6 +64,7 @@ class ModelSet:
 
     kernels: dict[str, KernelModel]
     params: dict[str, Any] = field(default_factory=dict)
+    reused: dict[str, str] = field(default_factory=dict)  # kernel -> model id whose recorded cases gave its regret
 
     @property
     def model_id(self) -> str:
@@ -165,21 +168,30 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
                    f.frame.height)
     if not out:
         raise ModelSourceError("no kernel to publish: the store holds no ok measurements (collect, import or ingest first)")
+    reused: dict[str, str] = {}
     if evaluate:
-        _score_unseen([km for km in out.values() if km.regret.get("unseen_device") is None], progress, jobs, started)
         from zmlx_pipeline.publish.build import device_records
-        from zmlx_pipeline.publish.transfer import cross_family_regret
+        from zmlx_pipeline.publish.transfer import cross_family_regret, families_are_devices
 
+        scored = [km for km in out.values() if km.regret.get("unseen_device") is None]
+        reused = _score_unseen(scored, progress, jobs, started, store=store)
+        fresh = {km.kernel for km in scored}  # their left-out-device regret is of the store's rows now
         records = device_records(store)
         for km in out.values():
-            km.regret["cross_family"] = cross_family_regret(km.features, km.variant, records)
-    return ModelSet(out, {"evaluated": evaluate})
+            if km.kernel in fresh and families_are_devices(km.features.frame, records):
+                # each family is one device: its folds are the left-out-device folds just scored on these rows
+                km.regret["cross_family"] = km.regret["unseen_device"]
+            else:
+                km.regret["cross_family"] = cross_family_regret(km.features, km.variant, records)
+    return ModelSet(out, {"evaluated": evaluate}, reused)
 
 
 def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int | None,
-                  started: float | None = None) -> None:
-    """unseen_device_regret of each kernel model (set in its regret), the folds of every kernel in `jobs` worker
-    processes at once (a small store scores here); a progress line per kernel with an estimate of the time left."""
+                  started: float | None = None, store=None) -> dict[str, str]:
+    """unseen_device_regret of each kernel model (set in its regret): read from the left-out-device cases train
+    recorded (recorded_unseen) where they hold, else the folds of every remaining kernel fitted in `jobs` worker
+    processes at once (a small store scores here); a progress line per kernel with an estimate of the time left.
+    Returns kernel -> the model id whose records were read."""
     from zmlx_pipeline.models.variants import MODEL_VARIANTS
     from zmlx_pipeline.models.evaluate import gather_folds, submit_kernel
     from zmlx_pipeline.models.metrics import summarize
@@ -191,9 +203,19 @@ def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int |
     todo = sorted((km for km in todo if km.features.frame["device_id"].n_unique() >= 2
                    and km.variant in MODEL_VARIANTS), key=lambda km: -km.features.frame.height)
     if not todo:
-        return
+        return {}
     steps = Steps(progress, "publish", sum(km.features.frame.height for km in todo), parts=len(todo),
                   started=started)
+    reused: dict[str, str] = {}
+    for km in list(todo) if store is not None else ():
+        found = recorded_unseen(store, km.features, km.variant)
+        if found is not None:
+            reused[km.kernel], km.regret["unseen_device"] = found
+            todo.remove(km)
+            steps.done(f"{km.kernel}: regret on left-out devices read from the cases recorded with model {found[0]}",
+                       km.features.frame.height)
+    if not todo:
+        return reused
 
     def submit(km: KernelModel, pool: KernelPool) -> list:
         return submit_kernel(km.features, "devices", ks=(1,), models=(km.variant,), baselines=False, pool=pool)
@@ -205,6 +227,23 @@ def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int |
             km.regret["unseen_device"] = (summarize(per_case["r1"].to_list())["regret_geomean"]
                                           if not per_case.is_empty() else None)
             steps.done(f"{km.kernel}: regret on left-out devices scored", km.features.frame.height)
+    return reused
+
+
+def recorded_unseen(store, features: KernelFeatures, variant: str) -> tuple[str, float | None] | None:
+    """(model id, regret@1 geometric mean of `variant` on left-out devices) from the cases train recorded under
+    the `devices` split (models/heldout.py), in the order the folds give them, so the very figure a refit
+    gives; None when no record may stand in for the folds (another variant or package version, rows changed)."""
+    from zmlx_pipeline.models.heldout import PROTOCOL, recorded_cases
+    from zmlx_pipeline.models.metrics import summarize
+
+    found = recorded_cases(store, features, "devices", PROTOCOL, variant, ks=(1,))
+    if found is None:
+        return None
+    cases = found[1].filter(pl.col("method") == variant)
+    if cases.is_empty():
+        return None
+    return found[0], summarize(cases["r1"].to_list())["regret_geomean"]
 
 
 def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: Sequence[str],
