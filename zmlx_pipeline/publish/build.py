@@ -269,6 +269,10 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
                 return _round(regret[label])
         return None
 
+    # per dtype and shape text of the candidates: the shape, its bucket key, its bytes and flops
+    shape_of: dict[tuple[str, str], tuple[dict, str, tuple]] = {}
+    regret_of: dict[str, float | None] = {}  # per device: expected()
+
     def flush(pending: list, kind: str = "buckets") -> None:
         rows = candidate_rows(f, pending)
         if rows.is_empty():
@@ -281,18 +285,24 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
         grouped = top.group_by(list(CASE), maintain_order=True).agg(
             pl.col("shape").first(), pl.col("config_key"), pl.col("config"), pl.col("n_legal").first()
         ).join(times, on=list(CASE), how="left")
-        for row in grouped.iter_rows(named=True):
-            idx = [tables.index(k, c) for k, c in zip(row["config_key"], row["config"])]
+        index, weight = tables.index, tables.weight
+        for device, dtype, text, keys, configs, n_legal, t in grouped.select(
+                "device_id", "dtype", "shape", "config_key", "config", "n_legal", "_log_time").iter_rows():
+            idx = [index(k, c) for k, c in zip(keys, configs)]
             if kind == "buckets":  # the overall ranking stays the grid's vote
                 for r, i in enumerate(idx):
-                    tables.weight[i] += 1.0 / (r + 1)
-            shape = json.loads(row["shape"])
-            t = row["_log_time"]
+                    weight[i] += 1.0 / (r + 1)
+            known = shape_of.get((dtype, text))
+            if known is None:
+                shape = json.loads(text)
+                known = shape_of[dtype, text] = (shape, tables.bucket_key(shape), work_of(work, dtype, shape))
+            if device not in regret_of:
+                regret_of[device] = expected(device)
             pred_us = _at_least_roofline(math.exp(t) if t is not None and not math.isnan(t) else None,
-                                         work, row["dtype"], shape, devices[row["device_id"]])
-            table = tables.entries[row["device_id"]][row["dtype"]]
-            table.setdefault(kind, {})[tables.bucket_key(shape)] = table_entry(
-                idx, pred_us, expected(row["device_id"]), "predicted", int(row["n_legal"]))
+                                         known[2], devices[device])
+            table = tables.entries[device][dtype]
+            table.setdefault(kind, {})[known[1]] = table_entry(idx, pred_us, regret_of[device], "predicted",
+                                                               int(n_legal))
 
     # the model's rankings at the power-of-two points between the grid's buckets, for the devices that
     # were measured (where an autotuner runs); the lookup merges one with the nearest buckets' lists
@@ -347,14 +357,14 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     return tables, meta
 
 
-def _at_least_roofline(time_us: float | None, work: Mapping[str, dict] | None, dtype: str, shape: Mapping[str, int],
+def _at_least_roofline(time_us: float | None, moved_flops: tuple[float | None, float | None],
                        row: Mapping[str, Any]) -> float | None:
-    """The time model's guess, never below the roofline bound of the shape on the chip (its peak bandwidth
-    and fp32 TFLOPs): a tree model's guess for a large shape can be faster than memory allows."""
+    """The time model's guess, never below the roofline bound of the shape (its bytes and flops: work_of) on the
+    chip (its peak bandwidth and fp32 TFLOPs): a tree model's guess for a large shape can be faster than memory
+    allows."""
     if time_us is None:
         return None
-    moved, flops = work_of(work, dtype, shape)
-    bound = bound_s(moved, flops, row)
+    bound = bound_s(*moved_flops, row)
     return _round(max(time_us, bound[0] * 1e6) if bound else time_us)
 
 
