@@ -614,29 +614,69 @@ def _build_task(features, km: KernelModel, records: dict[str, dict], device_fram
     return tables.plain(), meta
 
 
+#: a candidate row of a measured device's `between` points costs about this many rows of the other buckets
+#: (the ensemble's seen setting fits more members); measured on the committed data's eight kernels
+BETWEEN_ROW_COST = 4.0
+
+
+def table_cost(km: KernelModel, devices: dict[str, dict], only_devices: Sequence[str] | None = None) -> float:
+    """About how much build_kernel has to do for a kernel: the candidate rows it scores (each device's legal
+    configs at every bucket and dtype, counted at the limits most of the devices share, and BETWEEN_ROW_COST
+    times the measured devices' rows between the buckets); the frame's rows for a kernel without a registered
+    spec. build_kernels starts the costliest kernels first and counts its progress in this."""
+    import json
+    from collections import Counter
+
+    from zmlx_pipeline.kernels.spec import Limits
+
+    f = km.features
+    spec = matching_spec(f)
+    if spec is None:
+        return float(f.frame.height)
+    dims = list(spec.shape_grid.dims)
+    measured = sorted(set(f.frame["device_id"].unique().to_list()) & set(devices))
+    shapes = [json.loads(t) for t in f.frame.unique("shape_key", maintain_order=True)["shape"].to_list()]
+    shapes += [s for preset in spec.shape_grid.presets for s in spec.shape_grid.shapes(preset)]
+    buckets = list(_bucket_shapes(dims, shapes).values())
+    between = _between_shapes(dims, shapes, {bucket_of(int(s[d]) for d in dims) for s in buckets})
+    others = [d for d, row in devices.items() if d not in measured and row.get("backend") in MLX_BACKENDS
+              and (only_devices is None or d in only_devices)]
+    legal = LegalConfigs(spec)
+
+    def rows(device: str, at: list[dict]) -> int:
+        limits = Limits(**dict(_limits_key(devices[device])))
+        return sum(len(legal(s, dt, limits)) for s in at for dt in DTYPES)
+
+    cost = sum(rows(d, buckets) + BETWEEN_ROW_COST * rows(d, between) for d in measured[:1]) * len(measured)
+    if others:
+        common = Counter(_limits_key(devices[d]) for d in others).most_common(1)[0][0]
+        cost += rows(next(d for d in others if _limits_key(devices[d]) == common), buckets) * len(others)
+    return float(cost)
+
+
 def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.DataFrame,
                   only_devices: Sequence[str] | None = None, progress: Progress | None = None,
                   jobs: int | None = None, started: float | None = None) -> dict[str, tuple[KernelTables, dict]]:
-    """Every kernel's tables (build_kernel), the largest kernels first, in `jobs` worker processes (None: one
-    per CPU; a small store builds here); a progress line as each kernel is done, with an estimate of the
-    time left. The tables do not depend on where they were built."""
+    """Every kernel's tables (build_kernel), the costliest kernels first (table_cost), in `jobs` worker processes
+    (None: one per CPU; a small store builds here); a progress line as each kernel is done, with an estimate of
+    the time left. The tables do not depend on where they were built."""
     from concurrent.futures import FIRST_COMPLETED, wait
     from dataclasses import replace
 
     from zmlx_pipeline.models.pool import KernelPool
 
     kms = models.kernels
-    rows = {name: km.features.frame.height for name, km in kms.items()}
-    order = sorted(kms, key=lambda k: (-rows[k], k))
-    steps = Steps(progress, "publish", sum(rows.values()), parts=len(kms), started=started)
     built: dict[str, tuple[KernelTables, dict]] = {}
     # one kernel gains nothing from workers, which only add their start and the frame's copy
     with KernelPool({name: km.features for name, km in kms.items()}, jobs if len(kms) > 1 else 1) as pool:
+        cost = {name: table_cost(km, records, only_devices) for name, km in kms.items()}  # while the workers start
+        order = sorted(kms, key=lambda k: (-cost[k], k))
+        steps = Steps(progress, "publish", sum(cost.values()), parts=len(kms), started=started)
         if not pool.parallel:
             for name in order:
                 built[name] = pool.submit(name, _build_task, kms[name], records, device_frame, only_devices,
                                           steps.note if progress else None).result()
-                steps.done(f"{name}: tables built", rows[name])
+                steps.done(f"{name}: tables built", cost[name])
         else:
             steps.note(f"building {len(kms)} kernels' tables in {pool.jobs} worker processes")
             pending = {pool.submit(name, _build_task, replace(kms[name], features=None), records, device_frame,
@@ -646,7 +686,7 @@ def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.D
                 for future in ready:
                     name = pending.pop(future)
                     built[name] = future.result()
-                    steps.done(f"{name}: tables built", rows[name])
+                    steps.done(f"{name}: tables built", cost[name])
     return {name: built[name] for name in sorted(built)}
 
 
