@@ -2,6 +2,7 @@
 gives, float for float; fitted again where they do not."""
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,21 @@ def test_with_one_device_per_family_the_cross_family_regret_is_the_left_out_devi
 def test_two_devices_of_one_family_are_not_taken_for_left_out_devices(store, make_measurement):
     fill(store, make_measurement, devices=("nvidia-rtx-a4000", "nvidia-rtx-a6000", "nvidia-h100-sxm"))
     assert not families_are_devices(store_features(store)["k"].frame, device_records(store))
+
+
+def test_a_changed_model_file_stops_publish_in_one_line_and_writes_no_bundle(trained, tmp_path):
+    from click.testing import CliRunner
+
+    from zmlx_pipeline.pipeline.cli import cli
+
+    store, row = trained
+    path = store.path
+    model_file = tmp_path / "models" / Path(row["path"]).name
+    model_file.write_bytes(model_file.read_bytes()[:-4] + b"evil")  # read where the tables are built
+    store.close()
+    result = CliRunner().invoke(cli, ["publish", "--db", str(path), "--to", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if not line.startswith("... ")]  # progress lines aside
+    assert len(errors) == 1 and errors[0].startswith(f"Error: cannot load model {row['model_id']}: ")
+    assert "changed since it was registered" in errors[0]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -599,14 +599,14 @@ def build_autotune_v3(kernel_tables: dict[str, tuple[KernelTables, dict]], devic
 
 def _build_task(features, km: KernelModel, records: dict[str, dict], device_frame: pl.DataFrame,
                 only_devices: Sequence[str] | None, progress: Progress | None) -> tuple[KernelTables, dict]:
-    """build_kernel where a KernelPool runs it (a worker, or this process): the time model fitted first when
-    it is due, on one OpenMP thread; the tables come back as plain data."""
+    """build_kernel where a KernelPool runs it (a worker, or this process): the ranker read from its file and the
+    time model fitted first when they are due, on one OpenMP thread; the tables come back as plain data."""
     from dataclasses import replace
 
     from zmlx_pipeline.models.pool import fit_threads
-    from zmlx_pipeline.publish.models import fit_time_model
+    from zmlx_pipeline.publish.models import fit_time_model, with_ranker
 
-    km = replace(km, features=features)
+    km = with_ranker(replace(km, features=features))
     with fit_threads():
         if km.time_model_due:
             km = replace(km, time_model=fit_time_model(features), time_model_due=False)

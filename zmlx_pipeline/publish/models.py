@@ -56,6 +56,8 @@ class KernelModel:
     data_fingerprint: str
     note: str = ""
     time_model_due: bool = False      # not fitted yet: fitted where the tables are built (publish's workers)
+    # (model file, its sha256) the ranker is read from where the tables are built (ranker None until then)
+    ranker_file: tuple[str, str | None] | None = None
 
 
 @dataclass
@@ -138,10 +140,11 @@ def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: 
 
 def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Sequence[str] | None = None,
                 evaluate: bool = True, progress: Say | None = None, time_models: bool = True,
-                jobs: int | None = None, started: float | None = None) -> ModelSet:
+                jobs: int | None = None, started: float | None = None, rankers: bool = True) -> ModelSet:
     """The newest registered model of each kernel (named ids replace their kernel's); others fitted here.
     `progress` gets a line per kernel loaded (or fitted) and scored, with an estimate of the time left;
-    `time_models` False leaves each time model due, for the table builder to fit (in its workers); `jobs`:
+    `time_models` False leaves each time model due, for the table builder to fit (in its workers); `rankers`
+    False leaves each registered ranker in its file (ranker_file; with_ranker reads it, in those workers); `jobs`:
     worker processes for the regret on left-out devices (None: one per CPU); `started`: when the command
     began (time.monotonic), for the elapsed time in progress lines."""
     from zmlx_pipeline.models.evaluate import EvaluationError, kernel_features_of
@@ -163,7 +166,7 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
     steps = Steps(progress, "publish", sum(f.frame.height for f in feats.values()), parts=len(feats),
                   started=started)
     for name, f in feats.items():
-        km = out[name] = _kernel_model(store, name, f, chosen.get(name), named, evaluate, time_models)
+        km = out[name] = _kernel_model(store, name, f, chosen.get(name), named, evaluate, time_models, rankers)
         steps.done(f"{name}: model {km.model_id} ({'registered' if km.source == 'registry' else 'fitted here'})",
                    f.frame.height)
     if not out:
@@ -246,11 +249,27 @@ def recorded_unseen(store, features: KernelFeatures, variant: str) -> tuple[str,
     return found[0], summarize(cases["r1"].to_list())["regret_geomean"]
 
 
+def with_ranker(km: KernelModel) -> KernelModel:
+    """The kernel model with its ranker read from its file when it was left there (load_models' `rankers`)."""
+    from dataclasses import replace
+
+    from zmlx_pipeline.models.persist import load_model_file
+
+    if km.ranker is not None or km.ranker_file is None:
+        return km
+    path, sha256 = km.ranker_file
+    try:
+        ranker = load_model_file(path, sha256=sha256)
+    except (OSError, ValueError) as exc:
+        raise ModelSourceError(f"cannot load model {km.model_id}: {exc}") from None
+    return replace(km, ranker=ranker, ranker_file=None)
+
+
 def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: Sequence[str],
-                  evaluate: bool, time_models: bool) -> KernelModel:
+                  evaluate: bool, time_models: bool, rankers: bool = True) -> KernelModel:
     """One kernel's model: the registered one (`row`, else the kernel's newest) when it is for the store's
-    kernel version, else one fitted here."""
-    from zmlx_pipeline.models.train import NoTrainedModel, load_model
+    kernel version, else one fitted here; `rankers` False leaves a registered ranker in its file."""
+    from zmlx_pipeline.models.train import NoTrainedModel, load_model, model_path
 
     if row is None:
         rows = store.models(kernel=name)
@@ -264,15 +283,24 @@ def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: 
                                    f"is version {f.kernel_version}: retrain with zmlx-pipeline train")
         return fit_kernel(f, heldout=evaluate, time_model=time_models,
                           note=f"registered model {row['model_id']} is for kernel version {version}: fitted at publish")
-    try:
-        trained = load_model(store, model_id=row["model_id"])
-    except NoTrainedModel as exc:
-        raise ModelSourceError(str(exc)) from None
-    except (OSError, ValueError) as exc:
-        raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
+    ranker, ranker_file = None, None
+    if rankers:
+        try:
+            ranker = load_model(store, model_id=row["model_id"]).ranker
+        except NoTrainedModel as exc:
+            raise ModelSourceError(str(exc)) from None
+        except (OSError, ValueError) as exc:
+            raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
+    else:  # read where the tables are built; a missing file is said now, before any of that work
+        path = model_path(store, row)
+        if not path.is_file():
+            raise ModelSourceError(f"cannot load model {row['model_id']}: no model file {path} (train again, or "
+                                   "publish from the store the model was trained with)")
+        ranker_file = (str(path), (row.get("params") or {}).get("file_sha256"))
     scores = row.get("scores") or {}
     return KernelModel(
-        kernel=name, features=f, ranker=trained.ranker, time_model=fit_time_model(f) if time_models else None,
+        kernel=name, features=f, ranker=ranker, ranker_file=ranker_file,
+        time_model=fit_time_model(f) if time_models else None,
         time_model_due=not time_models,
         prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores),
         variant=(row.get("params") or {}).get("model", "?"), model_id=row["model_id"], source="registry",
