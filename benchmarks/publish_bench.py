@@ -2,6 +2,7 @@
 in one run, and whether both bundles hold the same content.
 
     python benchmarks/publish_bench.py --store STORE [--baseline REV] [--kernel K] [--work DIR] [--json]
+                                       [--record-devices]
 
 STORE is a store with registered models (`zmlx-pipeline run`, or `ingest` then `train`); each code publishes
 from its own copy of it (and its models/ folder) in a fresh process, `publish(..., evaluate=False)` as `run`
@@ -9,6 +10,11 @@ calls it: the tables, profiles and replayed pruning k of every kernel, without t
 that a standalone `publish` scores first (benchmarks/stage_times.py --stages publish times that command). Printed
 per code: wall and CPU seconds (the process and its workers) and the load average before it; then the ratios,
 and tools/compare_bundles.py's verdict on the two bundles (`identical`, across bundle schemas).
+
+--record-devices first records, in a copy of STORE (WORK/source/store.duckdb, kept with --work), the held-out cases
+of every kernel's newest model under the `devices` split (left-out devices, the model and every baseline), as train
+records its own split's: a standalone `publish` reads its regret on left-out devices from them. Time that command on
+the copy with `python benchmarks/stage_times.py --stages publish --store WORK/source/store.duckdb`.
 """
 
 from __future__ import annotations
@@ -41,6 +47,29 @@ print(json.dumps({"path": str(out["path"])}))
 """
 
 
+_RECORD = """
+import sys
+from zmlx_pipeline.data.store import HELDOUT_KS, Store
+from zmlx_pipeline.models.evaluate import evaluate_kernel, kernel_features_of
+from zmlx_pipeline.models.heldout import record_cases
+from zmlx_pipeline.models.pool import KernelPool
+with Store(sys.argv[1]) as store:
+    features = kernel_features_of(store)
+    with KernelPool(features, None) as pool:
+        for kernel, f in sorted(features.items(), key=lambda kv: -kv[1].frame.height):
+            row = store.models(kernel=kernel)[0]
+            per_case = evaluate_kernel(f, "devices", ks=HELDOUT_KS, models=(row["params"]["model"],), pool=pool)
+            n = record_cases(store, row["model_id"], row["data_fingerprint"], "devices", per_case)
+            print(f"{kernel}: {n} left-out-device cases recorded with {row['model_id']}", file=sys.stderr, flush=True)
+"""
+
+
+def record_devices(store: Path) -> None:
+    """Record the left-out-device cases of every kernel's newest model in `store` (this checkout's code)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    subprocess.run([sys.executable, "-c", _RECORD, str(store)], cwd=ROOT, env=env, check=True)
+
+
 def time_publish(code: Path, store: Path, out: Path, kernel: str | None) -> dict:
     """Publish with `code` first on the path; wall and CPU seconds (workers included) and the bundle's path."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH")) if p)}
@@ -64,9 +93,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernel", default=None, help="comma-separated kernels (default: every kernel)")
     parser.add_argument("--work", type=Path, default=None, help="keep stores and bundles here (default: a temp dir)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--record-devices", action="store_true",
+                        help="first record the left-out-device cases of every kernel's newest model in a copy of STORE")
     args = parser.parse_args(argv)
     top = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="publish-bench-"))
     top.mkdir(parents=True, exist_ok=True)
+    if args.record_devices:
+        source = top / "source"
+        shutil.rmtree(source, ignore_errors=True)
+        source.mkdir(parents=True)
+        shutil.copy(args.store, source / "store.duckdb")
+        if (args.store.parent / "models").is_dir():
+            shutil.copytree(args.store.parent / "models", source / "models")
+        print("recording the left-out-device cases ...", file=sys.stderr, flush=True)
+        record_devices(source / "store.duckdb")
+        args.store = source / "store.duckdb"
     codes = {"this": ROOT}
     if args.baseline:
         codes["baseline"] = checkout(args.baseline, top / "baseline-code")

@@ -219,3 +219,29 @@ def test_folds_scored_in_worker_processes_give_the_same_report(filled, reports, 
     assert json.loads((tmp_path / "out" / "scores.json").read_text()) == \
         json.loads((directory / "scores.json").read_text())
     assert result["cases"] == here["cases"] and result["figures"] == here["figures"]
+
+
+def test_figures_drawn_by_the_workers_are_the_figures_drawn_here(filled, tmp_path):
+    from zmlx_pipeline.models.evaluate import kernel_features_of
+    from zmlx_pipeline.models.pool import KernelPool
+    from zmlx_pipeline.models.report import report_data
+    from zmlx_pipeline.report.build import write_report
+
+    data = report_data(filled, "shapes", jobs=1)
+    (tmp_path / "here").mkdir()
+    here = write_report(data, tmp_path / "here")
+    lines: list[str] = []
+    # as many rows as a store whose report uses workers: the figures go to the two workers at once
+    with KernelPool(kernel_features_of(filled), jobs=2, rows=10**9) as pool:
+        assert pool.parallel
+        (tmp_path / "workers").mkdir()
+        there = write_report(data, tmp_path / "workers", pool=pool, progress=lines.append)
+    assert here["figures"] == there["figures"] and len(there["figures"]) >= 3
+    for name in here["figures"]:
+        assert (tmp_path / "here" / name).read_bytes() == (tmp_path / "workers" / name).read_bytes(), name
+    def page(where: str) -> str:  # without the minute it was written
+        return re.sub(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC", "", (tmp_path / where / "index.html").read_text())
+
+    assert page("here") == page("workers")
+    assert len(lines) == len(there["figures"]) and lines[-1].endswith("done")
+    assert all(re.search(r"\d+:\d\d elapsed", line) for line in lines)

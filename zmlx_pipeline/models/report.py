@@ -14,6 +14,7 @@ the time left. The figures and the page are drawn by zmlx_pipeline/report/.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -288,7 +289,8 @@ class ReportData:
 
 def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT_MODEL,
                 heatmaps_per_kernel: int = HEATMAPS_PER_KERNEL, jobs: int | None = None,
-                progress: Say | None = None, started: float | None = None, refit: bool = False) -> ReportData:
+                progress: Say | None = None, started: float | None = None, refit: bool = False,
+                pool: KernelPool | None = None) -> ReportData:
     """Scores, held-out predictions and heatmaps of the store's kernels under a split.
 
     Each fold is fitted once (score_fold) for both the score table and the figures, in `jobs` worker
@@ -296,7 +298,8 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
     held-out cases train recorded for its registered `model` on unchanged rows (models/heldout.py) takes
     its scores and the model's picks from them, and its folds fit only the time model (time_fold);
     `refit` fits every fold anyway. `progress` gets a line per scored fold with the time elapsed and an
-    estimate of the time left.
+    estimate of the time left. `pool`: an entered KernelPool to use (report_pool), which the caller keeps for
+    the figures; None: one made here for the folds.
     """
     from zmlx_pipeline.models.variants import MODEL_VARIANTS
 
@@ -307,7 +310,7 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
     jobs = check_jobs(jobs)
     may = {} if refit else recorded_models(store, kernels, split_eval, PROTOCOL, model)
     # the workers start while the features are read
-    with KernelPool(None, jobs, rows=ev.ok_rows(store, kernels)) as pool:
+    with (report_pool(store, kernels, jobs) if pool is None else contextlib.nullcontext(pool)) as pool:
         try:
             features = ev.kernel_features_of(store, kernels)
         except EvaluationError as exc:
@@ -353,6 +356,11 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
     return ReportData(split=public_split, model=model, kernels=list(features), rows=rows, points=points,
                       heatmaps=heatmaps, devices=devices, cases=cases,
                       reused={k: recorded[k][0] for k in features if k in recorded})
+
+
+def report_pool(store, kernels=None, jobs: int | None = None) -> KernelPool:
+    """The worker processes of a report (enter it): workers when the store's rows of those kernels are many."""
+    return KernelPool(None, check_jobs(jobs), rows=ev.ok_rows(store, kernels))
 
 
 def _score_folds(pool, features: Mapping[str, KernelFeatures], plans: Mapping[str, list[int]], split: str,

@@ -41,9 +41,9 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
     check_publish_dir(to_dir if versioned else Path(to_dir).parent)  # before minutes of building, not after
     # Many small fits and predictions: one thread each is several times faster than contending OpenMP pools.
     with threadpool_limits(limits=1):
-        # the time models are fitted with the tables, in the builder's worker processes
+        # the rankers are read and the time models fitted with the tables, in the builder's worker processes
         models = load_models(store, model_id, kernels, evaluate=evaluate, progress=progress, time_models=False,
-                             jobs=jobs, started=started)
+                             jobs=jobs, started=started, rankers=False)
         files, summary = build_contents(store, models, devices=devices, progress=progress, jobs=jobs, started=started)
     created = datetime.now(timezone.utc).replace(microsecond=0)
     fields = {
@@ -70,5 +70,6 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
         "files": len(manifest["files"]),
         "bytes": sum(e["bytes"] for e in manifest["files"].values()),
         "recorded": recorded,
+        "regret_read_from": models.reused,
         **summary,
     }

@@ -269,6 +269,10 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
                 return _round(regret[label])
         return None
 
+    # per dtype and shape text of the candidates: the shape, its bucket key, its bytes and flops
+    shape_of: dict[tuple[str, str], tuple[dict, str, tuple]] = {}
+    regret_of: dict[str, float | None] = {}  # per device: expected()
+
     def flush(pending: list, kind: str = "buckets") -> None:
         rows = candidate_rows(f, pending)
         if rows.is_empty():
@@ -281,18 +285,24 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
         grouped = top.group_by(list(CASE), maintain_order=True).agg(
             pl.col("shape").first(), pl.col("config_key"), pl.col("config"), pl.col("n_legal").first()
         ).join(times, on=list(CASE), how="left")
-        for row in grouped.iter_rows(named=True):
-            idx = [tables.index(k, c) for k, c in zip(row["config_key"], row["config"])]
+        index, weight = tables.index, tables.weight
+        for device, dtype, text, keys, configs, n_legal, t in grouped.select(
+                "device_id", "dtype", "shape", "config_key", "config", "n_legal", "_log_time").iter_rows():
+            idx = [index(k, c) for k, c in zip(keys, configs)]
             if kind == "buckets":  # the overall ranking stays the grid's vote
                 for r, i in enumerate(idx):
-                    tables.weight[i] += 1.0 / (r + 1)
-            shape = json.loads(row["shape"])
-            t = row["_log_time"]
+                    weight[i] += 1.0 / (r + 1)
+            known = shape_of.get((dtype, text))
+            if known is None:
+                shape = json.loads(text)
+                known = shape_of[dtype, text] = (shape, tables.bucket_key(shape), work_of(work, dtype, shape))
+            if device not in regret_of:
+                regret_of[device] = expected(device)
             pred_us = _at_least_roofline(math.exp(t) if t is not None and not math.isnan(t) else None,
-                                         work, row["dtype"], shape, devices[row["device_id"]])
-            table = tables.entries[row["device_id"]][row["dtype"]]
-            table.setdefault(kind, {})[tables.bucket_key(shape)] = table_entry(
-                idx, pred_us, expected(row["device_id"]), "predicted", int(row["n_legal"]))
+                                         known[2], devices[device])
+            table = tables.entries[device][dtype]
+            table.setdefault(kind, {})[known[1]] = table_entry(idx, pred_us, regret_of[device], "predicted",
+                                                               int(n_legal))
 
     # the model's rankings at the power-of-two points between the grid's buckets, for the devices that
     # were measured (where an autotuner runs); the lookup merges one with the nearest buckets' lists
@@ -347,14 +357,14 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     return tables, meta
 
 
-def _at_least_roofline(time_us: float | None, work: Mapping[str, dict] | None, dtype: str, shape: Mapping[str, int],
+def _at_least_roofline(time_us: float | None, moved_flops: tuple[float | None, float | None],
                        row: Mapping[str, Any]) -> float | None:
-    """The time model's guess, never below the roofline bound of the shape on the chip (its peak bandwidth
-    and fp32 TFLOPs): a tree model's guess for a large shape can be faster than memory allows."""
+    """The time model's guess, never below the roofline bound of the shape (its bytes and flops: work_of) on the
+    chip (its peak bandwidth and fp32 TFLOPs): a tree model's guess for a large shape can be faster than memory
+    allows."""
     if time_us is None:
         return None
-    moved, flops = work_of(work, dtype, shape)
-    bound = bound_s(moved, flops, row)
+    bound = bound_s(*moved_flops, row)
     return _round(max(time_us, bound[0] * 1e6) if bound else time_us)
 
 
@@ -589,14 +599,14 @@ def build_autotune_v3(kernel_tables: dict[str, tuple[KernelTables, dict]], devic
 
 def _build_task(features, km: KernelModel, records: dict[str, dict], device_frame: pl.DataFrame,
                 only_devices: Sequence[str] | None, progress: Progress | None) -> tuple[KernelTables, dict]:
-    """build_kernel where a KernelPool runs it (a worker, or this process): the time model fitted first when
-    it is due, on one OpenMP thread; the tables come back as plain data."""
+    """build_kernel where a KernelPool runs it (a worker, or this process): the ranker read from its file and the
+    time model fitted first when they are due, on one OpenMP thread; the tables come back as plain data."""
     from dataclasses import replace
 
     from zmlx_pipeline.models.pool import fit_threads
-    from zmlx_pipeline.publish.models import fit_time_model
+    from zmlx_pipeline.publish.models import fit_time_model, with_ranker
 
-    km = replace(km, features=features)
+    km = with_ranker(replace(km, features=features))
     with fit_threads():
         if km.time_model_due:
             km = replace(km, time_model=fit_time_model(features), time_model_due=False)
@@ -604,29 +614,69 @@ def _build_task(features, km: KernelModel, records: dict[str, dict], device_fram
     return tables.plain(), meta
 
 
+#: a candidate row of a measured device's `between` points costs about this many rows of the other buckets
+#: (the ensemble's seen setting fits more members); measured on the committed data's eight kernels
+BETWEEN_ROW_COST = 4.0
+
+
+def table_cost(km: KernelModel, devices: dict[str, dict], only_devices: Sequence[str] | None = None) -> float:
+    """About how much build_kernel has to do for a kernel: the candidate rows it scores (each device's legal
+    configs at every bucket and dtype, counted at the limits most of the devices share, and BETWEEN_ROW_COST
+    times the measured devices' rows between the buckets); the frame's rows for a kernel without a registered
+    spec. build_kernels starts the costliest kernels first and counts its progress in this."""
+    import json
+    from collections import Counter
+
+    from zmlx_pipeline.kernels.spec import Limits
+
+    f = km.features
+    spec = matching_spec(f)
+    if spec is None:
+        return float(f.frame.height)
+    dims = list(spec.shape_grid.dims)
+    measured = sorted(set(f.frame["device_id"].unique().to_list()) & set(devices))
+    shapes = [json.loads(t) for t in f.frame.unique("shape_key", maintain_order=True)["shape"].to_list()]
+    shapes += [s for preset in spec.shape_grid.presets for s in spec.shape_grid.shapes(preset)]
+    buckets = list(_bucket_shapes(dims, shapes).values())
+    between = _between_shapes(dims, shapes, {bucket_of(int(s[d]) for d in dims) for s in buckets})
+    others = [d for d, row in devices.items() if d not in measured and row.get("backend") in MLX_BACKENDS
+              and (only_devices is None or d in only_devices)]
+    legal = LegalConfigs(spec)
+
+    def rows(device: str, at: list[dict]) -> int:
+        limits = Limits(**dict(_limits_key(devices[device])))
+        return sum(len(legal(s, dt, limits)) for s in at for dt in DTYPES)
+
+    cost = sum(rows(d, buckets) + BETWEEN_ROW_COST * rows(d, between) for d in measured[:1]) * len(measured)
+    if others:
+        common = Counter(_limits_key(devices[d]) for d in others).most_common(1)[0][0]
+        cost += rows(next(d for d in others if _limits_key(devices[d]) == common), buckets) * len(others)
+    return float(cost)
+
+
 def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.DataFrame,
                   only_devices: Sequence[str] | None = None, progress: Progress | None = None,
                   jobs: int | None = None, started: float | None = None) -> dict[str, tuple[KernelTables, dict]]:
-    """Every kernel's tables (build_kernel), the largest kernels first, in `jobs` worker processes (None: one
-    per CPU; a small store builds here); a progress line as each kernel is done, with an estimate of the
-    time left. The tables do not depend on where they were built."""
+    """Every kernel's tables (build_kernel), the costliest kernels first (table_cost), in `jobs` worker processes
+    (None: one per CPU; a small store builds here); a progress line as each kernel is done, with an estimate of
+    the time left. The tables do not depend on where they were built."""
     from concurrent.futures import FIRST_COMPLETED, wait
     from dataclasses import replace
 
     from zmlx_pipeline.models.pool import KernelPool
 
     kms = models.kernels
-    rows = {name: km.features.frame.height for name, km in kms.items()}
-    order = sorted(kms, key=lambda k: (-rows[k], k))
-    steps = Steps(progress, "publish", sum(rows.values()), parts=len(kms), started=started)
     built: dict[str, tuple[KernelTables, dict]] = {}
     # one kernel gains nothing from workers, which only add their start and the frame's copy
     with KernelPool({name: km.features for name, km in kms.items()}, jobs if len(kms) > 1 else 1) as pool:
+        cost = {name: table_cost(km, records, only_devices) for name, km in kms.items()}  # while the workers start
+        order = sorted(kms, key=lambda k: (-cost[k], k))
+        steps = Steps(progress, "publish", sum(cost.values()), parts=len(kms), started=started)
         if not pool.parallel:
             for name in order:
                 built[name] = pool.submit(name, _build_task, kms[name], records, device_frame, only_devices,
                                           steps.note if progress else None).result()
-                steps.done(f"{name}: tables built", rows[name])
+                steps.done(f"{name}: tables built", cost[name])
         else:
             steps.note(f"building {len(kms)} kernels' tables in {pool.jobs} worker processes")
             pending = {pool.submit(name, _build_task, replace(kms[name], features=None), records, device_frame,
@@ -636,7 +686,7 @@ def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.D
                 for future in ready:
                     name = pending.pop(future)
                     built[name] = future.result()
-                    steps.done(f"{name}: tables built", rows[name])
+                    steps.done(f"{name}: tables built", cost[name])
     return {name: built[name] for name in sorted(built)}
 
 

@@ -24,6 +24,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import polars as pl
+
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.models.rankers.base import Ranker
 from zmlx_pipeline.models.variants import DEFAULT_MODEL, fit_kernel_model, make_ranker
@@ -54,6 +56,8 @@ class KernelModel:
     data_fingerprint: str
     note: str = ""
     time_model_due: bool = False      # not fitted yet: fitted where the tables are built (publish's workers)
+    # (model file, its sha256) the ranker is read from where the tables are built (ranker None until then)
+    ranker_file: tuple[str, str | None] | None = None
 
 
 @dataclass
@@ -62,6 +66,7 @@ class ModelSet:
 
     kernels: dict[str, KernelModel]
     params: dict[str, Any] = field(default_factory=dict)
+    reused: dict[str, str] = field(default_factory=dict)  # kernel -> model id whose recorded cases gave its regret
 
     @property
     def model_id(self) -> str:
@@ -135,10 +140,11 @@ def fit_kernel(features: KernelFeatures, variant: str = DEFAULT_MODEL, heldout: 
 
 def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Sequence[str] | None = None,
                 evaluate: bool = True, progress: Say | None = None, time_models: bool = True,
-                jobs: int | None = None, started: float | None = None) -> ModelSet:
+                jobs: int | None = None, started: float | None = None, rankers: bool = True) -> ModelSet:
     """The newest registered model of each kernel (named ids replace their kernel's); others fitted here.
     `progress` gets a line per kernel loaded (or fitted) and scored, with an estimate of the time left;
-    `time_models` False leaves each time model due, for the table builder to fit (in its workers); `jobs`:
+    `time_models` False leaves each time model due, for the table builder to fit (in its workers); `rankers`
+    False leaves each registered ranker in its file (ranker_file; with_ranker reads it, in those workers); `jobs`:
     worker processes for the regret on left-out devices (None: one per CPU); `started`: when the command
     began (time.monotonic), for the elapsed time in progress lines."""
     from zmlx_pipeline.models.evaluate import EvaluationError, kernel_features_of
@@ -160,26 +166,35 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
     steps = Steps(progress, "publish", sum(f.frame.height for f in feats.values()), parts=len(feats),
                   started=started)
     for name, f in feats.items():
-        km = out[name] = _kernel_model(store, name, f, chosen.get(name), named, evaluate, time_models)
+        km = out[name] = _kernel_model(store, name, f, chosen.get(name), named, evaluate, time_models, rankers)
         steps.done(f"{name}: model {km.model_id} ({'registered' if km.source == 'registry' else 'fitted here'})",
                    f.frame.height)
     if not out:
         raise ModelSourceError("no kernel to publish: the store holds no ok measurements (collect, import or ingest first)")
+    reused: dict[str, str] = {}
     if evaluate:
-        _score_unseen([km for km in out.values() if km.regret.get("unseen_device") is None], progress, jobs, started)
         from zmlx_pipeline.publish.build import device_records
-        from zmlx_pipeline.publish.transfer import cross_family_regret
+        from zmlx_pipeline.publish.transfer import cross_family_regret, families_are_devices
 
+        scored = [km for km in out.values() if km.regret.get("unseen_device") is None]
+        reused = _score_unseen(scored, progress, jobs, started, store=store)
+        fresh = {km.kernel for km in scored}  # their left-out-device regret is of the store's rows now
         records = device_records(store)
         for km in out.values():
-            km.regret["cross_family"] = cross_family_regret(km.features, km.variant, records)
-    return ModelSet(out, {"evaluated": evaluate})
+            if km.kernel in fresh and families_are_devices(km.features.frame, records):
+                # each family is one device: its folds are the left-out-device folds just scored on these rows
+                km.regret["cross_family"] = km.regret["unseen_device"]
+            else:
+                km.regret["cross_family"] = cross_family_regret(km.features, km.variant, records)
+    return ModelSet(out, {"evaluated": evaluate}, reused)
 
 
 def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int | None,
-                  started: float | None = None) -> None:
-    """unseen_device_regret of each kernel model (set in its regret), the folds of every kernel in `jobs` worker
-    processes at once (a small store scores here); a progress line per kernel with an estimate of the time left."""
+                  started: float | None = None, store=None) -> dict[str, str]:
+    """unseen_device_regret of each kernel model (set in its regret): read from the left-out-device cases train
+    recorded (recorded_unseen) where they hold, else the folds of every remaining kernel fitted in `jobs` worker
+    processes at once (a small store scores here); a progress line per kernel with an estimate of the time left.
+    Returns kernel -> the model id whose records were read."""
     from zmlx_pipeline.models.variants import MODEL_VARIANTS
     from zmlx_pipeline.models.evaluate import gather_folds, submit_kernel
     from zmlx_pipeline.models.metrics import summarize
@@ -191,9 +206,19 @@ def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int |
     todo = sorted((km for km in todo if km.features.frame["device_id"].n_unique() >= 2
                    and km.variant in MODEL_VARIANTS), key=lambda km: -km.features.frame.height)
     if not todo:
-        return
+        return {}
     steps = Steps(progress, "publish", sum(km.features.frame.height for km in todo), parts=len(todo),
                   started=started)
+    reused: dict[str, str] = {}
+    for km in list(todo) if store is not None else ():
+        found = recorded_unseen(store, km.features, km.variant)
+        if found is not None:
+            reused[km.kernel], km.regret["unseen_device"] = found
+            todo.remove(km)
+            steps.done(f"{km.kernel}: regret on left-out devices read from the cases recorded with model {found[0]}",
+                       km.features.frame.height)
+    if not todo:
+        return reused
 
     def submit(km: KernelModel, pool: KernelPool) -> list:
         return submit_kernel(km.features, "devices", ks=(1,), models=(km.variant,), baselines=False, pool=pool)
@@ -205,13 +230,46 @@ def _score_unseen(todo: Sequence[KernelModel], progress: Say | None, jobs: int |
             km.regret["unseen_device"] = (summarize(per_case["r1"].to_list())["regret_geomean"]
                                           if not per_case.is_empty() else None)
             steps.done(f"{km.kernel}: regret on left-out devices scored", km.features.frame.height)
+    return reused
+
+
+def recorded_unseen(store, features: KernelFeatures, variant: str) -> tuple[str, float | None] | None:
+    """(model id, regret@1 geometric mean of `variant` on left-out devices) from the cases train recorded under
+    the `devices` split (models/heldout.py), in the order the folds give them, so the very figure a refit
+    gives; None when no record may stand in for the folds (another variant or package version, rows changed)."""
+    from zmlx_pipeline.models.heldout import PROTOCOL, recorded_cases
+    from zmlx_pipeline.models.metrics import summarize
+
+    found = recorded_cases(store, features, "devices", PROTOCOL, variant, ks=(1,))
+    if found is None:
+        return None
+    cases = found[1].filter(pl.col("method") == variant)
+    if cases.is_empty():
+        return None
+    return found[0], summarize(cases["r1"].to_list())["regret_geomean"]
+
+
+def with_ranker(km: KernelModel) -> KernelModel:
+    """The kernel model with its ranker read from its file when it was left there (load_models' `rankers`)."""
+    from dataclasses import replace
+
+    from zmlx_pipeline.models.persist import load_model_file
+
+    if km.ranker is not None or km.ranker_file is None:
+        return km
+    path, sha256 = km.ranker_file
+    try:
+        ranker = load_model_file(path, sha256=sha256)
+    except (OSError, ValueError) as exc:
+        raise ModelSourceError(f"cannot load model {km.model_id}: {exc}") from None
+    return replace(km, ranker=ranker, ranker_file=None)
 
 
 def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: Sequence[str],
-                  evaluate: bool, time_models: bool) -> KernelModel:
+                  evaluate: bool, time_models: bool, rankers: bool = True) -> KernelModel:
     """One kernel's model: the registered one (`row`, else the kernel's newest) when it is for the store's
-    kernel version, else one fitted here."""
-    from zmlx_pipeline.models.train import NoTrainedModel, load_model
+    kernel version, else one fitted here; `rankers` False leaves a registered ranker in its file."""
+    from zmlx_pipeline.models.train import NoTrainedModel, load_model, model_path
 
     if row is None:
         rows = store.models(kernel=name)
@@ -225,15 +283,24 @@ def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: 
                                    f"is version {f.kernel_version}: retrain with zmlx-pipeline train")
         return fit_kernel(f, heldout=evaluate, time_model=time_models,
                           note=f"registered model {row['model_id']} is for kernel version {version}: fitted at publish")
-    try:
-        trained = load_model(store, model_id=row["model_id"])
-    except NoTrainedModel as exc:
-        raise ModelSourceError(str(exc)) from None
-    except (OSError, ValueError) as exc:
-        raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
+    ranker, ranker_file = None, None
+    if rankers:
+        try:
+            ranker = load_model(store, model_id=row["model_id"]).ranker
+        except NoTrainedModel as exc:
+            raise ModelSourceError(str(exc)) from None
+        except (OSError, ValueError) as exc:
+            raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
+    else:  # read where the tables are built; a missing file is said now, before any of that work
+        path = model_path(store, row)
+        if not path.is_file():
+            raise ModelSourceError(f"cannot load model {row['model_id']}: no model file {path} (train again, or "
+                                   "publish from the store the model was trained with)")
+        ranker_file = (str(path), (row.get("params") or {}).get("file_sha256"))
     scores = row.get("scores") or {}
     return KernelModel(
-        kernel=name, features=f, ranker=trained.ranker, time_model=fit_time_model(f) if time_models else None,
+        kernel=name, features=f, ranker=ranker, ranker_file=ranker_file,
+        time_model=fit_time_model(f) if time_models else None,
         time_model_due=not time_models,
         prune_k=int(scores.get("prune_k") or DEFAULT_PRUNE_K), regret=regret_from_scores(scores),
         variant=(row.get("params") or {}).get("model", "?"), model_id=row["model_id"], source="registry",

@@ -52,10 +52,15 @@ class _Replayed(_Kernel):
         self._seen = seen
 
     def legal(self, items, shape: dict, limits: dict) -> bool:
-        key = (items, tuple(shape.items()), tuple(limits.items()))
-        ok = self._seen.get(key)
+        # keyed by the case's own shape and limits dicts (replay_cases makes them once, and the cases hold them
+        # while the replay runs): building a key from their items cost more than the checks it saved
+        per_case = self._seen.get((id(shape), id(limits)))
+        if per_case is None:  # cases of one shape and limits (other devices alike, other weightings) share checks
+            per_case = self._seen.setdefault((tuple(shape.items()), tuple(limits.items())), {})
+            self._seen[(id(shape), id(limits))] = per_case
+        ok = per_case.get(items)
         if ok is None:
-            ok = self._seen[key] = super().legal(items, shape, limits)
+            ok = per_case[items] = super().legal(items, shape, limits)
         return ok
 
 

@@ -124,6 +124,12 @@ def family_folds(device_ids: Iterable[str], devices: Mapping[str, Mapping[str, A
     return groups
 
 
+def families_are_devices(frame, devices: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether every architecture family of the frame's devices is one device: its leave-one-family-out folds are
+    then the leave-one-device-out folds, in the same order, and cross_family_regret equals that regret."""
+    return all(len(members) == 1 for members in family_folds(frame["device_id"].unique().to_list(), devices).values())
+
+
 def cross_family_regret(features, variant: str, devices: Mapping[str, Mapping[str, Any]]) -> float | None:
     """Regret@1 geometric mean of the variant on each architecture family left out of training, pooled over
     the folds' cases; None with fewer than two families (no jump across families can be validated)."""

@@ -7,7 +7,15 @@ import time
 from pathlib import Path
 
 from zmlx_pipeline.models.variants import DEFAULT_MODEL
-from zmlx_pipeline.models.report import HEATMAPS_PER_KERNEL, ReportData, ReportError, report_data, table_rows
+from zmlx_pipeline.models.pool import KernelPool
+from zmlx_pipeline.models.report import (
+    HEATMAPS_PER_KERNEL,
+    ReportData,
+    ReportError,
+    report_data,
+    report_pool,
+    table_rows,
+)
 from zmlx_pipeline.progress import Say, Steps
 from zmlx_pipeline.report.figures import heatmap_figure, predicted_vs_measured_figure, regret_curves_figure
 from zmlx_pipeline.report.page import page_html
@@ -16,33 +24,54 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
+def _draw(features, figure, *args) -> None:
+    """One figure drawn where a KernelPool runs it (a worker, or this process); the kernel's features go unused."""
+    figure(*args)
+
+
 def write_report(data: ReportData, out: Path, db: str = "", progress: Say | None = None,
-                 started: float | None = None) -> dict:
+                 started: float | None = None, pool: KernelPool | None = None) -> dict:
     """Draw every figure of `data` into `out`, then scores.json and index.html; returns what was written.
-    `progress` gets a line per figure drawn, with the time elapsed and an estimate of the time left."""
+    `pool`: an entered KernelPool whose workers draw the figures at once (None: drawn here, one after the
+    other); `progress` gets a line per figure drawn, with the time elapsed and an estimate of the time left
+    (a figure of every kernel weighs as many heatmaps as there are kernels)."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
     out = Path(out)
-    steps = Steps(progress, "report", 2 + sum(len(items) for items in data.heatmaps.values()), started=started)
     figures: dict[str, object] = {}
-    written: list[str] = []
+    # (file, what the progress line says, weight, the figure's function and arguments), in the page's order
+    jobs: list[tuple[str, str, float, tuple]] = []
+    per_kernel = float(max(1, len(data.kernels)))
     if any(r.get("regret_geomean") is not None for r in data.rows):
-        regret_curves_figure(data.rows, [data.model], out / "regret_curves.png", data.split)
+        jobs.append(("regret_curves.png", "regret curves", per_kernel,
+                     (regret_curves_figure, data.rows, [data.model], out / "regret_curves.png", data.split)))
         figures["regret"] = "regret_curves.png"
-        written.append("regret_curves.png")
-    steps.done("regret curves drawn")
     if data.points:
-        predicted_vs_measured_figure(data.points, out / "predicted_vs_measured.png")
+        jobs.append(("predicted_vs_measured.png", "predicted vs measured", per_kernel,
+                     (predicted_vs_measured_figure, data.points, out / "predicted_vs_measured.png")))
         figures["predicted"] = "predicted_vs_measured.png"
-        written.append("predicted_vs_measured.png")
-    steps.done("predicted vs measured drawn")
     maps = []
     for kernel, items in data.heatmaps.items():
         for i, item in enumerate(items):
             name = f"heatmap_{_safe(kernel)}_{i + 1}.png"
-            heatmap_figure(item, out / name)
+            jobs.append((name, name, 1.0, (heatmap_figure, item, out / name)))
             maps.append((name, f"{item.title}, {item.subtitle}", item.note, len(item.x_values) > 10))
-            written.append(name)
-            steps.done(f"{name} drawn")
     figures["heatmaps"] = maps
+    steps = Steps(progress, "report", sum(w for _, _, w, _ in jobs) or 1.0, parts=len(jobs) or None, started=started)
+    some_kernel = data.kernels[0] if data.kernels else None
+    if pool is None or not pool.parallel or some_kernel is None:
+        for _, what, weight, (figure, *args) in jobs:
+            figure(*args)
+            steps.done(f"{what} drawn", weight)
+    else:
+        pending = {pool.submit(some_kernel, _draw, *call): (what, weight) for _, what, weight, call in jobs}
+        while pending:  # short waits: Ctrl-C and SIGTERM reach this thread between them
+            ready, _ = wait(list(pending), timeout=0.25, return_when=FIRST_COMPLETED)
+            for future in ready:
+                what, weight = pending.pop(future)
+                future.result()
+                steps.done(f"{what} drawn", weight)
+    written = [name for name, _, _, _ in jobs]
     scores = {"split": data.split, "model": data.model, "results": table_rows(data.rows)}
     (out / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     index = out / "index.html"
@@ -75,14 +104,15 @@ def build_report(store, out: Path, split: str = "shapes", kernels=None, model: s
     started = time.monotonic()
     created = [p for p in (Path(out), *Path(out).parents) if not p.exists()]
     out = prepare_out(out)
-    try:
-        data = report_data(store, split, kernels, model, heatmaps_per_kernel, jobs=jobs, progress=progress,
-                           started=started, refit=refit)
-    except BaseException:
-        for directory in created:  # innermost first; rmdir refuses a folder that is not empty
-            try:
-                directory.rmdir()
-            except OSError:
-                break
-        raise
-    return write_report(data, out, db, progress=progress, started=started)
+    with report_pool(store, kernels, jobs) as pool:  # the folds' workers draw the figures too
+        try:
+            data = report_data(store, split, kernels, model, heatmaps_per_kernel, jobs=jobs, progress=progress,
+                               started=started, refit=refit, pool=pool)
+        except BaseException:
+            for directory in created:  # innermost first; rmdir refuses a folder that is not empty
+                try:
+                    directory.rmdir()
+                except OSError:
+                    break
+            raise
+        return write_report(data, out, db, progress=progress, started=started, pool=pool)

@@ -18,6 +18,7 @@ from zmlx_pipeline.models.rankers.base import (
 PRIOR_NEIGHBOURS = 8          # training cases that vote for each test case
 _SHAPE_WEIGHT = 1.0           # distance per unit of log2 shape dimension
 _DTYPE_PENALTY = 1.0
+_NEW = "\x00new device"   # the one device id the cases of every device never trained on are scored under
 
 
 class PriorRanker(Ranker):
@@ -93,6 +94,11 @@ class PriorRanker(Ranker):
             *CASE, *["_t_" + c for c in CASE], "_dist")
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
+        # a device never trained on has no distance to the training devices (0 to each), so its neighbours and
+        # votes are those of any other such device: its cases are scored once, under _NEW, for all of them
+        trained = self._device_distance["device_id"].unique().to_list()
+        as_new = pl.when(pl.col("device_id").is_in(trained)).then(pl.col("device_id")).otherwise(pl.lit(_NEW))
+        test = test.with_columns(as_new.alias("device_id"))
         pairs = self._neighbours(self._cases(test))
         weight = pl.lit(1.0) if self.uniform else (-(pl.col("_dist") - pl.col("_dist").min().over(CASE))
                                                    / self.tau).exp()
