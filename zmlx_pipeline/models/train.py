@@ -15,11 +15,13 @@ model file (models/persist.py) and adds a row to the store's `models` registry:
   "devices" when every kernel shape was measured once), `prune_cases`, `prune_hit` (the
   share reached at prune_k), `configs_max`, `regret1_geomean`/`regret3_geomean`/
   `regret5_geomean`/`regret1_p95`/`hit_2pct` of the model on that split, `fit_s` (the final
-  fit) and `train_s` (fit plus held-out folds: seconds of work, in whichever worker process ran them).
+  fit) and `train_s` (fit plus recorded folds: seconds of work, in whichever worker process ran them).
 The held-out folds are evaluate's folds of that split under its `nested` protocol (each fold's model
 makes its own choices inside the fold's training rows), every fold, with the baselines: each case's
-rows are recorded in the store with the model (models/heldout.py), and `evaluate` and `report` read
-them instead of fitting the same folds again while the store's rows are unchanged. `heldout_scores`
+rows are recorded in the store with the model (models/heldout.py), and so are the left-out-devices
+folds' where the split above is held-out shapes and the kernel has two devices or more (recorded_splits);
+`evaluate`, `report` and `publish` read them instead of fitting the same folds again while the store's
+rows are unchanged. `heldout_scores`
 (which publishing calls for a kernel it fits itself) scores the same folds, so the same data gives
 the same pruning k. Read a kernel's pruning k with `prune_k(store, kernel)` or
 `load_model(store, kernel).prune_k`.
@@ -137,6 +139,15 @@ def submit_heldout(features: KernelFeatures, model: str, pool: KernelPool | None
     return split, submit_kernel(features, split, ks=HELDOUT_KS, models=(model,), baselines=baselines, pool=pool)
 
 
+def recorded_splits(features: KernelFeatures) -> list[str]:
+    """The splits whose cases train records: the held-out split (heldout_split, for the pruning k) and left-out
+    devices too where the kernel has folds of them (two devices or more), which evaluate, report and publish read."""
+    first = heldout_split(features)
+    if first is None:
+        return []
+    return [first, *(["devices"] if first != "devices" and fold_plan(features, "devices") else [])]
+
+
 def _heldout_result(features: KernelFeatures, model: str,
                     submitted: tuple[str | None, list]) -> tuple[dict, pl.DataFrame]:
     """The registry's scores of the model's held-out cases, and every method's per-case rows (to record)."""
@@ -218,10 +229,10 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
     """Fit, save and register one model per kernel on the store's (filtered) ok measurements.
 
     Returns the registry rows (see the module docstring), one per kernel. `heldout=False`
-    skips the held-out scores (and so the pruning k). `on_kernel(kernel)` is called as each starts.
-    `jobs`: worker processes for the kernels' fits and held-out folds (None: one per CPU; 1: none;
-    the results do not depend on it). The held-out folds' per-case rows, the model's and every
-    baseline's, are recorded with the model (models/heldout.py) for evaluate and report to read.
+    skips the held-out scores (and so the pruning k) and records nothing. `on_kernel(kernel)` is called as
+    each starts. `jobs`: worker processes for the kernels' fits and held-out folds (None: one per CPU; 1: none;
+    the results do not depend on it). The per-case rows of every split of recorded_splits, the model's and
+    every baseline's, are recorded with the model (models/heldout.py) for evaluate, report and publish to read.
     `features` (kernel_features_of(store, kernels, devices), already built) and an entered `pool` let the
     main job build the features and start the workers once for train and evaluate.
     """
@@ -249,6 +260,9 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
                 on_kernel(kernel)
             fits[kernel] = pool.submit(kernel, _fit_task, model)
         held = {kernel: submit_heldout(features[kernel], model, pool) for kernel in (order if heldout else ())}
+        # left-out devices, recorded for evaluate, report and publish (the split of the pruning k is in `held`)
+        more = {kernel: submit_kernel(features[kernel], "devices", ks=HELDOUT_KS, models=(model,), pool=pool)
+                for kernel in (order if heldout else ()) if recorded_splits(features[kernel])[1:]}
         try:
             for kernel in order:  # saved while the workers score the held-out folds
                 saved[kernel] = _save(features[kernel], model, devices, folder, fits[kernel].result()[0], store)
@@ -256,13 +270,16 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
                 fit_s = fits[kernel].result()[1]
                 scores, cases = _heldout_result(f, model, held[kernel]) if heldout else \
                     ({"prune_k": None, "prune_split": None}, None)
-                fold_s = sum(fut.result()[1] for fut in held[kernel][1]) if heldout else 0.0
+                devices = gather_folds(more[kernel], HELDOUT_KS) if kernel in more else None
+                fold_s = sum(fut.result()[1] for fut in [*(held[kernel][1] if heldout else ()), *more.get(kernel, ())])
                 scores.update(fit_s=round(fit_s, 3), train_s=round(fit_s + fold_s, 3))
                 row = {**saved[kernel], "versions": versions, "scores": scores}
                 store.add_model(row)
                 del saved[kernel]
                 if cases is not None and not cases.is_empty():
                     record_cases(store, row["model_id"], row["data_fingerprint"], held[kernel][0], cases)
+                if devices is not None and not devices.is_empty():
+                    record_cases(store, row["model_id"], row["data_fingerprint"], "devices", devices)
                 rows.append(row)
         finally:  # an error or a stop (Ctrl-C, SIGTERM): a saved file that is not registered would only confuse
             for row in saved.values():
