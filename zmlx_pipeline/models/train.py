@@ -46,7 +46,7 @@ from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.store import HELDOUT_KS, StoreError
 from zmlx_pipeline.models.rankers.base import ModelError, Ranker
 from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model
-from zmlx_pipeline.models.evaluate import gather_folds, kernel_features_of, ok_rows, submit_kernel
+from zmlx_pipeline.models.evaluate import _score_fold, gather_folds, kernel_features_of, ok_rows, submit_kernel
 from zmlx_pipeline.models.folds import fold_plan
 from zmlx_pipeline.models.metrics import PRUNE_SHARE, prune_k as prune_k_of, summarize
 from zmlx_pipeline.models.pool import KernelPool, check_jobs, fit_threads
@@ -254,32 +254,41 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
             features = kernel_features_of(store, kernels, devices)
         pool.attach(features)
         order = sorted(features, key=lambda k: -features[k].frame.height)  # the longest tasks first
-        fits = {}
-        for kernel in order:
-            if on_kernel:
-                on_kernel(kernel)
-            fits[kernel] = pool.submit(kernel, _fit_task, model)
-        held = {kernel: submit_heldout(features[kernel], model, pool) for kernel in (order if heldout else ())}
-        # left-out devices, recorded for evaluate, report and publish (the split of the pruning k is in `held`)
-        more = {kernel: submit_kernel(features[kernel], "devices", ks=HELDOUT_KS, models=(model,), pool=pool)
-                for kernel in (order if heldout else ()) if recorded_splits(features[kernel])[1:]}
+        # each kernel's tasks: its final fit, then every fold of every split it records
+        queues = {kernel: [("fit", None), *((split, i) for split in (recorded_splits(features[kernel]) if heldout
+                                                                     else ()) for i in fold_plan(features[kernel], split))]
+                  for kernel in order}
+        futures: dict[tuple, object] = {}
+        # submitted kernel by kernel in turn: the workers then mostly run tasks of different kernels at once, which
+        # share no fit, rather than wait for each other's fit of the same rows (the pool shares fits: pool.py)
+        for turn in range(max(map(len, queues.values()), default=0)):
+            for kernel in order:
+                if turn < len(queues[kernel]):
+                    split, i = queues[kernel][turn]
+                    if split == "fit" and on_kernel:
+                        on_kernel(kernel)
+                    futures[kernel, split, i] = (pool.submit(kernel, _fit_task, model) if split == "fit" else
+                                                 pool.submit(kernel, _score_fold, i, split, HELDOUT_KS, (model,), True))
+        fits = {kernel: futures[kernel, "fit", None] for kernel in order}
+        held = {kernel: [(split, [futures[kernel, split, i] for s, i in queues[kernel] if s == split])
+                         for split in recorded_splits(features[kernel])] for kernel in (order if heldout else ())}
         try:
             for kernel in order:  # saved while the workers score the held-out folds
                 saved[kernel] = _save(features[kernel], model, devices, folder, fits[kernel].result()[0], store)
             for kernel, f in features.items():  # registered once the held-out scores are in
                 fit_s = fits[kernel].result()[1]
-                scores, cases = _heldout_result(f, model, held[kernel]) if heldout else \
+                splits = held.get(kernel) or [(None, [])]  # the pruning k's split first (recorded_splits)
+                scores, cases = _heldout_result(f, model, splits[0]) if heldout else \
                     ({"prune_k": None, "prune_split": None}, None)
-                devices = gather_folds(more[kernel], HELDOUT_KS) if kernel in more else None
-                fold_s = sum(fut.result()[1] for fut in [*(held[kernel][1] if heldout else ()), *more.get(kernel, ())])
+                recorded = [(splits[0][0], cases), *((split, gather_folds(futs, HELDOUT_KS)) for split, futs in splits[1:])]
+                fold_s = sum(fut.result()[1] for _, futs in splits for fut in futs)
                 scores.update(fit_s=round(fit_s, 3), train_s=round(fit_s + fold_s, 3))
                 row = {**saved[kernel], "versions": versions, "scores": scores}
                 store.add_model(row)
                 del saved[kernel]
-                if cases is not None and not cases.is_empty():
-                    record_cases(store, row["model_id"], row["data_fingerprint"], held[kernel][0], cases)
-                if devices is not None and not devices.is_empty():
-                    record_cases(store, row["model_id"], row["data_fingerprint"], "devices", devices)
+                for split, per_case in recorded:
+                    if per_case is not None and not per_case.is_empty():
+                        record_cases(store, row["model_id"], row["data_fingerprint"], split, per_case)
                 rows.append(row)
         finally:  # an error or a stop (Ctrl-C, SIGTERM): a saved file that is not registered would only confuse
             for row in saved.values():
