@@ -46,7 +46,7 @@ from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.store import HELDOUT_KS, StoreError
 from zmlx_pipeline.models.rankers.base import ModelError, Ranker
 from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model
-from zmlx_pipeline.models.evaluate import _score_fold, gather_folds, kernel_features_of, ok_rows, submit_kernel
+from zmlx_pipeline.models.evaluate import _score_folds, gather_folds, kernel_features_of, ok_rows, submit_kernel
 from zmlx_pipeline.models.folds import fold_plan
 from zmlx_pipeline.models.metrics import PRUNE_SHARE, prune_k as prune_k_of, summarize
 from zmlx_pipeline.models.pool import KernelPool, check_jobs, fit_threads
@@ -254,24 +254,26 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
             features = kernel_features_of(store, kernels, devices)
         pool.attach(features)
         order = sorted(features, key=lambda k: -features[k].frame.height)  # the longest tasks first
-        # each kernel's tasks: its final fit, then every fold of every split it records
-        queues = {kernel: [("fit", None), *((split, i) for split in (recorded_splits(features[kernel]) if heldout
-                                                                     else ()) for i in fold_plan(features[kernel], split))]
-                  for kernel in order}
+        # each kernel's tasks: its final fit, then the folds of each split it records, a split's folds in one task
+        # (they share many fits: an outer device fold's inner fold "leave j out" is outer fold j's "leave i out")
+        splits = {kernel: recorded_splits(features[kernel]) if heldout else [] for kernel in order}
         futures: dict[tuple, object] = {}
-        # submitted kernel by kernel in turn: the workers then mostly run tasks of different kernels at once, which
-        # share no fit, rather than wait for each other's fit of the same rows (the pool shares fits: pool.py)
-        for turn in range(max(map(len, queues.values()), default=0)):
+        # submitted kernel by kernel in turn, the largest first: the two workers then mostly run tasks of different
+        # kernels, which share no fit, rather than wait for each other's fit of the same rows (the pool's workers
+        # share their fits: pool.py), and the last tasks are the shortest
+        for turn in range(1 + max(map(len, splits.values()), default=0)):
             for kernel in order:
-                if turn < len(queues[kernel]):
-                    split, i = queues[kernel][turn]
-                    if split == "fit" and on_kernel:
+                if turn == 0:
+                    if on_kernel:
                         on_kernel(kernel)
-                    futures[kernel, split, i] = (pool.submit(kernel, _fit_task, model) if split == "fit" else
-                                                 pool.submit(kernel, _score_fold, i, split, HELDOUT_KS, (model,), True))
-        fits = {kernel: futures[kernel, "fit", None] for kernel in order}
-        held = {kernel: [(split, [futures[kernel, split, i] for s, i in queues[kernel] if s == split])
-                         for split in recorded_splits(features[kernel])] for kernel in (order if heldout else ())}
+                    futures[kernel, "fit"] = pool.submit(kernel, _fit_task, model)
+                elif turn <= len(splits[kernel]):
+                    split = splits[kernel][turn - 1]
+                    plan = tuple(fold_plan(features[kernel], split))
+                    futures[kernel, split] = pool.submit(kernel, _score_folds, plan, split, HELDOUT_KS, (model,), True)
+        fits = {kernel: futures[kernel, "fit"] for kernel in order}
+        held = {kernel: [(split, [futures[kernel, split]]) for split in splits[kernel]]
+                for kernel in (order if heldout else ())}
         try:
             for kernel in order:  # saved while the workers score the held-out folds
                 saved[kernel] = _save(features[kernel], model, devices, folder, fits[kernel].result()[0], store)
