@@ -10,7 +10,7 @@ models included). With --baseline REV, the code of that commit (git archive, in 
 folder, on PYTHONPATH) runs every stage too, each right after this checkout's, so both see the same
 load; the ratios baseline / this checkout are measured in the same run. Printed per stage and
 code: wall seconds, CPU seconds (user + system of the stage's process and its worker processes),
-the load average before it started, and for `run` its own per-step timings. On a machine shared
+the load average before it started and when it ended, and for `run` its own per-step timings. On a machine shared
 with other work, wall times grow with the load and CPU times much less: compare within one run,
 through the ratios, and quote the CPU time next to the wall time. --json prints the rows as JSON.
 """
@@ -81,6 +81,7 @@ def time_stage(code: Path, stage: str, store: Path, work: Path, data: Path, time
         result = None
     progress = [line for line in err.splitlines() if line.startswith("... ")]
     return {"stage": stage, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "load_before": round(load, 1),
+            "load_after": round(os.getloadavg()[0], 1),
             "exit": rc, "progress_lines": len(progress),
             "steps_s": (result or {}).get("timings_s") if stage == "run" else None,
             "error": None if rc == 0 else (err.strip().splitlines() or ["timed out"])[-1][:300]}
@@ -137,10 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'stage':8} {'code':9} {'wall s':>8} {'CPU s':>8} {'load':>5} {'exit':>4} {'progress':>8}  steps")
+    print(f"{'stage':8} {'code':9} {'wall s':>8} {'CPU s':>8} {'load':>9} {'exit':>4} {'progress':>8}  steps")
     for row in rows:
         steps = ", ".join(f"{k} {v}" for k, v in (row["steps_s"] or {}).items())
-        print(f"{row['stage']:8} {row['code']:9} {row['wall_s']:8.1f} {row['cpu_s']:8.1f} {row['load_before']:5.1f} "
+        load = f"{row['load_before']:.1f}->{row['load_after']:.1f}"
+        print(f"{row['stage']:8} {row['code']:9} {row['wall_s']:8.1f} {row['cpu_s']:8.1f} {load:>9} "
               f"{str(row['exit']):>4} {row['progress_lines']:8d}  {steps}")
     if args.baseline:
         print(f"\nbaseline ({args.baseline}) / this checkout, same run (above 1: this checkout is faster):")

@@ -174,7 +174,7 @@ def build_resampled(source: Path, path: Path, rows: int, seed: int = 0) -> int:
     import numpy as np
     import polars as pl
 
-    from zmlx_pipeline.data.keys import canonical_json, mapping_key
+    from zmlx_pipeline.core.keys import canonical_json, mapping_key
     from zmlx_pipeline.data.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -124,9 +124,12 @@ def test_train_chooses_again_in_every_held_out_fold_and_scores_the_same_in_worke
     monkeypatch.setattr(CVEnsembleRanker, "_select", lambda self, *a: calls.append(a[1]) or real(self, *a))
     one = train_models(store, jobs=1)
     # the final fits choose both settings (two per kernel); each held-out shape fold (nested, as evaluate's)
-    # chooses again inside its training rows, only the seen setting its test rows use
+    # chooses again inside its training rows, only the seen setting its test rows use, and each left-out
+    # device fold (recorded too) only the unseen setting
     folds = sum(len(fold_plan(f, "shapes")) for f in store_features(store).values())
-    assert calls.count("devices") == 2 and calls.count("shapes") == 2 + folds and folds >= 4
+    device_folds = sum(len(fold_plan(f, "devices")) for f in store_features(store).values())
+    assert calls.count("shapes") == 2 + folds and folds >= 4
+    assert calls.count("devices") == 2 + device_folds and device_folds == 2 * len(DEVICES)
     assert all(r["scores"]["prune_split"] == "shapes" and r["scores"]["prune_k"] for r in one)
     monkeypatch.setattr(pool_module, "PARALLEL_MIN_ROWS", 0)
     two = train_models(store, jobs=2)
@@ -352,3 +355,67 @@ def test_the_sweep_keeps_the_folders_of_live_processes(tmp_path):
     (tmp_path / "zmlx-pool-notapid").mkdir()
     assert pool_module.sweep_pool_folders(tmp_path) == [folders["dead"]]
     assert folders["me"].exists() and folders["parent"].exists() and (tmp_path / "zmlx-pool-notapid").exists()
+
+
+def _counting_fits(monkeypatch) -> list:
+    """Spy on every scikit-learn Pipeline fit; returns the list each fit appends its row count to."""
+    from sklearn.pipeline import Pipeline
+
+    fits: list = []
+    real = Pipeline.fit
+
+    def fit(self, X, y=None, **params):
+        fits.append(len(X))
+        return real(self, X, y, **params)
+
+    monkeypatch.setattr(Pipeline, "fit", fit)
+    return fits
+
+
+def test_a_folds_fits_are_shared_between_processes_and_only_for_the_same_rows(store, make_measurement, tmp_path,
+                                                                              monkeypatch):
+    fill(store, make_measurement, kernels=("k",))
+    f = store_features(store)["k"]
+    fits = _counting_fits(monkeypatch)
+    clear_fit_cache()
+    rankers_base.share_fits(tmp_path / "fits")
+    try:
+        first = ev._score_fold(f, 0, "devices", (1, 3), ("ensemble",), True)[0]
+        made = len(fits)
+        assert made > 0
+        clear_fit_cache()  # as another worker process: nothing in memory, the pool's folder holds the fits
+        again = ev._score_fold(f, 0, "devices", (1, 3), ("ensemble",), True)[0]
+        assert len(fits) == made  # the identical fold was served from the shared fits
+        assert all(a.equals(b) for a, b in zip(first, again))
+        ev._score_fold(f, 1, "devices", (1, 3), ("ensemble",), True)  # other training rows: fitted
+        assert len(fits) > made
+        assert not list((tmp_path / "fits").glob("*.claim")) and not list((tmp_path / "fits").glob("*.tmp"))
+    finally:
+        rankers_base.share_fits(None)
+        clear_fit_cache()
+    # a fresh process naming the same folder fits nothing for fold 0
+    code = ("import sys; from sklearn.pipeline import Pipeline; n = []; real = Pipeline.fit\n"
+            "Pipeline.fit = lambda self, X, y=None, **p: (n.append(1), real(self, X, y, **p))[1]\n"
+            "from zmlx_pipeline.data.store import Store; from zmlx_pipeline.models.features import store_features\n"
+            "from zmlx_pipeline.models import evaluate as ev; from zmlx_pipeline.models.rankers.base import share_fits\n"
+            "share_fits(sys.argv[2]); f = store_features(Store(sys.argv[1], read_only=True))['k']\n"
+            "ev._score_fold(f, 0, 'devices', (1, 3), ('ensemble',), True); print(len(n))")
+    store.close()
+    out = subprocess.run([sys.executable, "-c", code, str(store.path), str(tmp_path / "fits")],
+                         capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == "0"
+
+
+def test_a_shared_fit_that_raised_leaves_no_claim_and_is_fitted_again(tmp_path):
+    folder = tmp_path / "fits"
+    folder.mkdir()
+
+    def broken():
+        raise ValueError("no rows")
+
+    with pytest.raises(ValueError, match="no rows"):
+        rankers_base._shared_fit(folder, "abc", broken)
+    assert list(folder.iterdir()) == []
+    assert rankers_base._shared_fit(folder, "abc", lambda: "fitted") == "fitted"
+    assert rankers_base._shared_fit(folder, "abc", broken) == "fitted"  # stored: never fitted again

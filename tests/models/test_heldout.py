@@ -6,7 +6,8 @@ import pytest
 from store_fixtures import DEVICES, fill
 
 from zmlx_pipeline.models import variants
-from zmlx_pipeline.models.evaluate import evaluate
+from zmlx_pipeline.data.store import HELDOUT_KS
+from zmlx_pipeline.models.evaluate import evaluate, evaluate_kernel
 from zmlx_pipeline.models.heldout import data_fingerprint, recorded_cases
 from zmlx_pipeline.models.features import store_features
 from zmlx_pipeline.models.train import train_models
@@ -46,9 +47,9 @@ def test_evaluate_reads_trains_records_and_they_equal_a_fresh_evaluation(store, 
     assert reused["reused"] == {r["kernel_filter"]: r["model_id"] for r in rows}
     assert reused["results"] == fresh["results"]  # every figure, float for float
     assert len(reused["results"]) > 2 * 3 * 2  # model and baselines, pooled and per device, both kernels
-    # the other split was not recorded: it is fitted
+    # left-out devices were recorded too: read, no fit
     devices = evaluate(store, "devices", models=(model,), ks=(1,), jobs=1)
-    assert devices["reused"] == {} and sorted(set(tried)) == ["k", "k2"]
+    assert devices["reused"] == reused["reused"] and tried == []
 
 
 def test_the_records_hold_the_pruning_ks_cases_and_the_baselines(store, make_measurement, tmp_path):
@@ -89,3 +90,46 @@ def test_records_are_read_only_for_the_registered_variant_and_the_nested_protoco
     assert not evaluate(store, "shapes", models=("gbr",), jobs=1)["reused"]
     assert not evaluate(store, "shapes", models=("prior", "gbr"), jobs=1)["reused"]
     assert not evaluate(store, "shapes", models=("prior",), protocol="fixed", jobs=1)["reused"]
+
+
+def test_trains_left_out_device_cases_equal_a_fresh_evaluation_float_for_float(store, make_measurement, tmp_path):
+    fill(store, make_measurement)
+    rows = train_models(store, model="ensemble", models_dir=tmp_path / "models", jobs=1)
+    features = store_features(store)
+    for row in rows:
+        f = features[row["kernel_filter"]]
+        model_id, cases = recorded_cases(store, f, "devices", "nested", "ensemble")
+        assert model_id == row["model_id"]
+        fresh = evaluate_kernel(f, "devices", ks=HELDOUT_KS, models=("ensemble",))
+        assert cases.height == fresh.height > 0
+        order = ["fold", "method", "device_id", "dtype", "shape_key"]
+        assert cases.sort(order).to_dicts() == fresh.sort(order).to_dicts()  # every case and method, float for float
+        assert set(cases["fold"].to_list()) == set(DEVICES)
+    fresh = evaluate(store, "devices", models=("ensemble",), ks=(1, 3, 5), jobs=1, refit=True)
+    reused = evaluate(store, "devices", models=("ensemble",), ks=(1, 3, 5), jobs=1)
+    assert reused["reused"] == {r["kernel_filter"]: r["model_id"] for r in rows} and fresh["reused"] == {}
+    assert reused["results"] == fresh["results"]
+
+
+def test_no_devices_split_is_recorded_for_a_kernel_of_one_device(store, make_measurement, tmp_path):
+    fill(store, make_measurement, kernels=("k",), devices=DEVICES[:1])
+    (row,) = train_models(store, model="prior", models_dir=tmp_path / "models", jobs=1)
+    assert store.heldout_count(row["model_id"], "shapes", "nested") > 0
+    assert store.heldout_count(row["model_id"], "devices", "nested") == 0
+
+
+def test_evaluate_records_what_it_fitted_for_the_registered_model(store, make_measurement, tmp_path, monkeypatch):
+    fill(store, make_measurement, kernels=("k",))
+    (row,) = train_models(store, model="prior", models_dir=tmp_path / "models", jobs=1)
+    store._conn.execute("DELETE FROM heldout_cases WHERE split = 'devices'")  # as a model trained before the split was recorded
+    first = evaluate(store, "devices", models=("prior",), ks=(1, 3), jobs=1)
+    assert first["reused"] == {}
+    assert store.heldout_count(row["model_id"], "devices", "nested") > 0
+    tried = _no_fits(monkeypatch)
+    second = evaluate(store, "devices", models=("prior",), ks=(1, 3), jobs=1)
+    assert tried == [] and second["reused"] == {"k": row["model_id"]}
+    assert second["results"] == first["results"]
+    # another variant than the registered one is fitted, and recorded for nothing
+    evaluate(store, "devices", models=("gbr",), ks=(1,), jobs=1)
+    assert {m for (m,) in store._conn.execute("SELECT DISTINCT method FROM heldout_cases").fetchall()} >= {"prior"}
+    assert "gbr" not in {m for (m,) in store._conn.execute("SELECT DISTINCT method FROM heldout_cases").fetchall()}

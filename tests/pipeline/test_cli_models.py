@@ -224,3 +224,20 @@ def test_evaluate_reads_what_train_recorded_and_refit_fits_the_same_numbers(fill
     assert read["results"] == refit["results"]
     table = invoke("evaluate", "--split", "shapes", "--model", "prior", "-j", "1")
     assert f"train recorded (registered model, unchanged rows; --refit fits again): rms ({model_id})" in table.output
+
+
+def test_evaluate_records_the_folds_it_fitted_for_the_registered_model(filled):
+    from zmlx_pipeline.data.store import Store
+
+    trained = invoke("train", "--model", "prior", "-j", "1", "--json")
+    assert trained.exit_code == 0, trained.output
+    model_id = json.loads(trained.output)[0]["model_id"]
+    with Store(filled) as store:  # as a model registered before train recorded left-out devices
+        assert store.heldout_count(model_id, "devices", "nested") > 0
+        store._conn.execute("DELETE FROM heldout_cases WHERE split = 'devices'")
+    first = invoke("evaluate", "--split", "devices", "--model", "prior", "-j", "1", "--json")
+    second = invoke("evaluate", "--split", "devices", "--model", "prior", "-j", "1", "--json")
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    first, second = json.loads(first.output), json.loads(second.output)
+    assert first["reused"] == {} and second["reused"] == {"rms": model_id}
+    assert second["results"] == first["results"]

@@ -94,8 +94,8 @@ def test_what_a_learning_step_refuses_names_the_data_it_learned_from(tmp_path):
 
 
 def test_main_job_scores_equal_a_fresh_evaluation_of_each_split(tmp_path):
-    """Train and both evaluations share the features and workers, and the split train held out is read from
-    its records: the score table is still that of evaluating each split from scratch."""
+    """Train and both evaluations share the features and workers, and both splits are read from train's
+    records: the score table is still that of evaluating each split from scratch."""
     import sys
     from pathlib import Path
 
@@ -116,5 +116,8 @@ def test_main_job_scores_equal_a_fresh_evaluation_of_each_split(tmp_path):
         fresh = [row for split in ("shapes", "devices") for row in score_table(
             evaluate(store, split, ks=(1, 3, 5), label_model=True, jobs=1, refit=True), split)]
         held = {r["scores"]["prune_split"] for r in store.models()}
-    assert out["scores"] == fresh and any(r["split"] == "shapes" for r in fresh)
-    assert held == {"shapes"}  # so the shapes table above was read from train's records
+        recorded = {split for r in store.models() for split in ("shapes", "devices")
+                    if store.heldout_count(r["model_id"], split, "nested")}
+    assert out["scores"] == fresh and {r["split"] for r in fresh} == {"shapes", "devices"}
+    assert held == {"shapes"}
+    assert recorded == {"shapes", "devices"}  # so both tables above were read from train's records

@@ -56,7 +56,8 @@ from zmlx_pipeline.models.folds import (
     fold_rows,
     folds,
 )
-from zmlx_pipeline.models.heldout import recorded_cases, recorded_models
+from zmlx_pipeline.data.store import HELDOUT_KS
+from zmlx_pipeline.models.heldout import record_cases, recorded_cases, recorded_models, recording_model
 from zmlx_pipeline.models.metrics import NoiseBands, case_regrets, noise_bands, regret_rows, tied_regrets
 from zmlx_pipeline.models.pool import KernelPool, check_jobs, fit_threads
 
@@ -214,12 +215,15 @@ def evaluate_features(
     protocol: str | None = None,
     oracle: bool = True,
     recorded: Mapping[str, tuple[str, pl.DataFrame]] | None = None,
+    keep: dict[str, pl.DataFrame] | None = None,
 ) -> dict:
     """evaluate() on prepared feature frames (one per kernel); `noise` gives the tie bands
     (None: no repeats known, so the fallback band, and the result says so); `jobs` worker
     processes score the folds (KernelPool, which checks it; None: one per CPU, 1: in this process),
     or an entered `pool` does (its features are set to these). `recorded` maps a kernel to (model id,
-    the per-case rows train recorded: heldout.recorded_cases), which stand in for its folds."""
+    the per-case rows train recorded: heldout.recorded_cases), which stand in for its folds. `keep`: the
+    kernels whose fitted folds are to be recorded; their folds are scored at HELDOUT_KS too, and each one's
+    per-case rows at those ks (train's records: heldout.record_cases) are put there."""
     split = canonical_split(split)
     ks = tuple(int(k) for k in ks)
     if not ks or min(ks) < 1:
@@ -243,7 +247,9 @@ def evaluate_features(
         order = sorted((k for k in features if k not in recorded), key=lambda k: -features[k].frame.height)
         together = split == "devices" and len(order) >= 2 * pool.jobs
         fixed = {k: fixed_selections(features[k], models) for k in order} if protocol == "fixed" else {}
-        futures = {k: submit_kernel(features[k], split, ks, models, baselines, fixed=fixed.get(k), pool=pool,
+        keep = {} if keep is None else keep
+        fold_ks = {k: tuple(sorted(set(ks) | set(HELDOUT_KS))) if k in keep else ks for k in order}
+        futures = {k: submit_kernel(features[k], split, fold_ks[k], models, baselines, fixed=fixed.get(k), pool=pool,
                                     together=together) for k in order}
         for kernel, f in features.items():
             if kernel in recorded:
@@ -251,7 +257,10 @@ def evaluate_features(
                 if not baselines:
                     per_case = per_case.filter(pl.col("method").is_in(models))
             else:
-                per_case = gather_folds(futures[kernel], ks)
+                per_case = gather_folds(futures[kernel], fold_ks[kernel])
+                if kernel in keep:
+                    keep[kernel] = per_case.select(gather_folds([], HELDOUT_KS).columns)
+                    per_case = per_case.select(gather_folds([], ks).columns)
             if oracle:
                 per_case = pl.concat([per_case, oracle_device(f, ks)])
             per_case = tied_regrets(per_case, f.frame, noise, ks)
@@ -280,6 +289,9 @@ def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
     A kernel whose newest registered model is the one model asked for, and whose rows are those it was
     trained on, is scored from the held-out cases train recorded for this split (models/heldout.py: the
     same numbers, no fit); "reused" maps each such kernel to that model id. `refit` fits every fold anyway.
+    Folds fitted for a kernel's newest registered model of that variant, on the rows it was trained on, with
+    the baselines, are recorded with it when the store is writable (heldout.recording_model), as train
+    records its own, so the next evaluation or report reads them.
 
     `features` (kernel_features_of(store, kernels), already built) and an entered `pool` let a caller that
     runs several steps on the same rows (the main job) build the features and start the workers once.
@@ -290,23 +302,31 @@ def evaluate(store, split: str, kernels=None, ks: Sequence[int] = (1, 3, 5),
     models = tuple(models)
     ks = tuple(int(k) for k in ks)
     may = {} if refit or len(models) != 1 else recorded_models(store, kernels, split, protocol, models[0])
+
+    def run(features: dict[str, KernelFeatures], pool: KernelPool, recorded: dict | None = None) -> dict:
+        if recorded is None:
+            recorded = recorded_for(store, features, may, split, protocol, models[0], ks) if may else {}
+        owners = {k: row for k, f in features.items() if k not in recorded and baselines and len(models) == 1
+                  and (row := recording_model(store, f, protocol, models[0])) is not None}
+        keep = dict.fromkeys(owners)
+        result = evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store),
+                                   pool=pool, protocol=protocol, oracle=oracle, recorded=recorded, keep=keep)
+        for kernel, row in owners.items():  # what was fitted for the registered model: read next time
+            if keep[kernel] is not None and not keep[kernel].is_empty():
+                record_cases(store, row["model_id"], row["data_fingerprint"], split, keep[kernel])
+        return result
+
     if features is not None and pool is not None:
-        recorded = recorded_for(store, features, may, split, protocol, models[0], ks) if may else {}
-        return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store),
-                                 pool=pool, protocol=protocol, oracle=oracle, recorded=recorded)
+        return run(features, pool)
     if may and (kernels is None or set(may) >= set([kernels] if isinstance(kernels, str) else kernels)):
         # every kernel may be read from records: read the features first, then start workers only for what is not
         features = kernel_features_of(store, kernels)
         recorded = recorded_for(store, features, may, split, protocol, models[0], ks)
         rest = {k: f for k, f in features.items() if k not in recorded}
         with KernelPool(None, jobs, rows=sum(f.frame.height for f in rest.values())) as pool:
-            return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store),
-                                     pool=pool, protocol=protocol, oracle=oracle, recorded=recorded)
+            return run(features, pool, recorded)
     with KernelPool(None, jobs, rows=ok_rows(store, kernels)) as pool:  # workers start while the features are read
-        features = kernel_features_of(store, kernels)
-        recorded = recorded_for(store, features, may, split, protocol, models[0], ks) if may else {}
-        return evaluate_features(features, split, ks, models, baselines, label_model, noise=noise_bands(store),
-                                 pool=pool, protocol=protocol, oracle=oracle, recorded=recorded)
+        return run(kernel_features_of(store, kernels), pool)
 
 
 def recorded_for(store, features: Mapping[str, KernelFeatures], may: Mapping[str, str], split: str,

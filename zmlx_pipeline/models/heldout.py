@@ -7,7 +7,10 @@ and first pick in the store (`heldout_cases`), tied to the model id and the data
 the rows it was fitted on. Those are the very per-case rows evaluate and report compute for that
 split, so while the kernel's newest registered model is of the asked variant, made by this version
 of the package, and the store's rows still have its fingerprint, they are read instead of refitted.
-Any new, changed or removed row changes the fingerprint, and the folds are fitted again.
+Any new, changed or removed row changes the fingerprint, and the folds are fitted again. Train records the
+left-out-devices split too (models/train.py recorded_splits), and an evaluation that fitted the folds of the
+registered variant on the rows it was trained on records them as train would (recording_model), so the next
+evaluate or report reads them.
 """
 
 from __future__ import annotations
@@ -87,3 +90,20 @@ def recorded_models(store, kernels, split: str, protocol: str, model: str) -> di
                 store.heldout_count(row["model_id"], split, protocol):
             out[kernel] = row["model_id"]
     return out
+
+
+def recording_model(store, features: KernelFeatures, protocol: str, model: str) -> dict | None:
+    """The registry row of the kernel's newest model when a fresh nested evaluation of variant `model` on
+    `features` (with every baseline) is what train records for that model: same variant and package version,
+    rows with its data fingerprint, a writable store. None otherwise (nothing is recorded)."""
+    from zmlx_pipeline import __version__
+
+    if protocol != PROTOCOL or getattr(store, "read_only", False):
+        return None
+    rows = store.models(kernel=features.kernel)
+    if not rows:
+        return None
+    row = rows[0]
+    if (row.get("params") or {}).get("model") != model or (row.get("versions") or {}).get("zmlx-pipeline") != __version__:
+        return None
+    return row if row.get("data_fingerprint") == data_fingerprint(features.frame) else None

@@ -91,11 +91,16 @@ POOL_PREFIX = "zmlx-pool-"  # + the parent's pid + "-": a pool folder whose proc
 _PARENT_POLL_S = 0.5
 
 
-def _worker_init(parent: int) -> None:
+def _worker_init(parent: int, fits: str | None = None) -> None:
     """In a new worker: leave Ctrl-C to the parent (KernelPool stops its workers when the parent is
     interrupted) and exit once the parent is gone. A worker waits on the task queue, whose pipe it holds
-    open itself, so without this a killed parent's workers would live on and hold its memory and output."""
+    open itself, so without this a killed parent's workers would live on and hold its memory and output.
+    `fits`: the pool's folder of shared fits (rankers.base.share_fits)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if fits is not None:
+        from zmlx_pipeline.models.rankers.base import share_fits
+
+        share_fits(fits)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -171,7 +176,8 @@ class KernelPool:
     or in this process when jobs is 1 or the kernels hold under PARALLEL_MIN_ROWS rows in all.
 
     Workers are spawned (not forked: polars' threads) with one OpenMP thread each, read each kernel's
-    frame from a memory-mapped Arrow file written once, and send results back without that frame. Each
+    frame from a memory-mapped Arrow file written once, share their fits through the pool's folder (a fit of
+    the same rows is made once in the pool: rankers.base.share_fits), and send results back without that frame. Each
     task is deterministic and fits on one OpenMP thread wherever it runs (fit_threads), so the results do
     not depend on `jobs`. `fn` must be a module-level function. Use as a context manager; `submit` returns a Future.
     A script that uses workers needs the usual `if __name__ == "__main__":` guard (a spawned worker
@@ -204,8 +210,11 @@ class KernelPool:
                    "POLARS_MAX_THREADS": str(max(1, default_jobs() // self.jobs))}
             self._saved_env = {k: os.environ.get(k) for k in env}
             os.environ.update(env)  # what the spawned workers start with
+            # the workers share their fits: a fold's fit of the same rows (another fold's inner fold, the final
+            # model's, another split's) is made once in the pool, whichever worker needs it first
+            fits = str(Path(self._tmp.name) / "fits")
             self._executor = ProcessPoolExecutor(self.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_worker_init, initargs=(os.getpid(),))
+                                                 initializer=_worker_init, initargs=(os.getpid(), fits))
             for _ in range(self.jobs):  # start every worker now (each imports the models package, about 1.5 s)
                 self._executor.submit(_ready)
         return self

@@ -15,11 +15,13 @@ model file (models/persist.py) and adds a row to the store's `models` registry:
   "devices" when every kernel shape was measured once), `prune_cases`, `prune_hit` (the
   share reached at prune_k), `configs_max`, `regret1_geomean`/`regret3_geomean`/
   `regret5_geomean`/`regret1_p95`/`hit_2pct` of the model on that split, `fit_s` (the final
-  fit) and `train_s` (fit plus held-out folds: seconds of work, in whichever worker process ran them).
+  fit) and `train_s` (fit plus recorded folds: seconds of work, in whichever worker process ran them).
 The held-out folds are evaluate's folds of that split under its `nested` protocol (each fold's model
 makes its own choices inside the fold's training rows), every fold, with the baselines: each case's
-rows are recorded in the store with the model (models/heldout.py), and `evaluate` and `report` read
-them instead of fitting the same folds again while the store's rows are unchanged. `heldout_scores`
+rows are recorded in the store with the model (models/heldout.py), and so are the left-out-devices
+folds' where the split above is held-out shapes and the kernel has two devices or more (recorded_splits);
+`evaluate`, `report` and `publish` read them instead of fitting the same folds again while the store's
+rows are unchanged. `heldout_scores`
 (which publishing calls for a kernel it fits itself) scores the same folds, so the same data gives
 the same pruning k. Read a kernel's pruning k with `prune_k(store, kernel)` or
 `load_model(store, kernel).prune_k`.
@@ -44,7 +46,7 @@ from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.store import HELDOUT_KS, StoreError
 from zmlx_pipeline.models.rankers.base import ModelError, Ranker
 from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model
-from zmlx_pipeline.models.evaluate import gather_folds, kernel_features_of, ok_rows, submit_kernel
+from zmlx_pipeline.models.evaluate import _score_folds, gather_folds, kernel_features_of, ok_rows, submit_kernel
 from zmlx_pipeline.models.folds import fold_plan
 from zmlx_pipeline.models.metrics import PRUNE_SHARE, prune_k as prune_k_of, summarize
 from zmlx_pipeline.models.pool import KernelPool, check_jobs, fit_threads
@@ -137,6 +139,15 @@ def submit_heldout(features: KernelFeatures, model: str, pool: KernelPool | None
     return split, submit_kernel(features, split, ks=HELDOUT_KS, models=(model,), baselines=baselines, pool=pool)
 
 
+def recorded_splits(features: KernelFeatures) -> list[str]:
+    """The splits whose cases train records: the held-out split (heldout_split, for the pruning k) and left-out
+    devices too where the kernel has folds of them (two devices or more), which evaluate, report and publish read."""
+    first = heldout_split(features)
+    if first is None:
+        return []
+    return [first, *(["devices"] if first != "devices" and fold_plan(features, "devices") else [])]
+
+
 def _heldout_result(features: KernelFeatures, model: str,
                     submitted: tuple[str | None, list]) -> tuple[dict, pl.DataFrame]:
     """The registry's scores of the model's held-out cases, and every method's per-case rows (to record)."""
@@ -218,10 +229,10 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
     """Fit, save and register one model per kernel on the store's (filtered) ok measurements.
 
     Returns the registry rows (see the module docstring), one per kernel. `heldout=False`
-    skips the held-out scores (and so the pruning k). `on_kernel(kernel)` is called as each starts.
-    `jobs`: worker processes for the kernels' fits and held-out folds (None: one per CPU; 1: none;
-    the results do not depend on it). The held-out folds' per-case rows, the model's and every
-    baseline's, are recorded with the model (models/heldout.py) for evaluate and report to read.
+    skips the held-out scores (and so the pruning k) and records nothing. `on_kernel(kernel)` is called as
+    each starts. `jobs`: worker processes for the kernels' fits and held-out folds (None: one per CPU; 1: none;
+    the results do not depend on it). The per-case rows of every split of recorded_splits, the model's and
+    every baseline's, are recorded with the model (models/heldout.py) for evaluate, report and publish to read.
     `features` (kernel_features_of(store, kernels, devices), already built) and an entered `pool` let the
     main job build the features and start the workers once for train and evaluate.
     """
@@ -243,26 +254,43 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
             features = kernel_features_of(store, kernels, devices)
         pool.attach(features)
         order = sorted(features, key=lambda k: -features[k].frame.height)  # the longest tasks first
-        fits = {}
-        for kernel in order:
-            if on_kernel:
-                on_kernel(kernel)
-            fits[kernel] = pool.submit(kernel, _fit_task, model)
-        held = {kernel: submit_heldout(features[kernel], model, pool) for kernel in (order if heldout else ())}
+        # each kernel's tasks: its final fit, then the folds of each split it records, a split's folds in one task
+        # (they share many fits: an outer device fold's inner fold "leave j out" is outer fold j's "leave i out")
+        splits = {kernel: recorded_splits(features[kernel]) if heldout else [] for kernel in order}
+        futures: dict[tuple, object] = {}
+        # submitted kernel by kernel in turn, the largest first: the two workers then mostly run tasks of different
+        # kernels, which share no fit, rather than wait for each other's fit of the same rows (the pool's workers
+        # share their fits: pool.py), and the last tasks are the shortest
+        for turn in range(1 + max(map(len, splits.values()), default=0)):
+            for kernel in order:
+                if turn == 0:
+                    if on_kernel:
+                        on_kernel(kernel)
+                    futures[kernel, "fit"] = pool.submit(kernel, _fit_task, model)
+                elif turn <= len(splits[kernel]):
+                    split = splits[kernel][turn - 1]
+                    plan = tuple(fold_plan(features[kernel], split))
+                    futures[kernel, split] = pool.submit(kernel, _score_folds, plan, split, HELDOUT_KS, (model,), True)
+        fits = {kernel: futures[kernel, "fit"] for kernel in order}
+        held = {kernel: [(split, [futures[kernel, split]]) for split in splits[kernel]]
+                for kernel in (order if heldout else ())}
         try:
             for kernel in order:  # saved while the workers score the held-out folds
                 saved[kernel] = _save(features[kernel], model, devices, folder, fits[kernel].result()[0], store)
             for kernel, f in features.items():  # registered once the held-out scores are in
                 fit_s = fits[kernel].result()[1]
-                scores, cases = _heldout_result(f, model, held[kernel]) if heldout else \
+                splits = held.get(kernel) or [(None, [])]  # the pruning k's split first (recorded_splits)
+                scores, cases = _heldout_result(f, model, splits[0]) if heldout else \
                     ({"prune_k": None, "prune_split": None}, None)
-                fold_s = sum(fut.result()[1] for fut in held[kernel][1]) if heldout else 0.0
+                recorded = [(splits[0][0], cases), *((split, gather_folds(futs, HELDOUT_KS)) for split, futs in splits[1:])]
+                fold_s = sum(fut.result()[1] for _, futs in splits for fut in futs)
                 scores.update(fit_s=round(fit_s, 3), train_s=round(fit_s + fold_s, 3))
                 row = {**saved[kernel], "versions": versions, "scores": scores}
                 store.add_model(row)
                 del saved[kernel]
-                if cases is not None and not cases.is_empty():
-                    record_cases(store, row["model_id"], row["data_fingerprint"], held[kernel][0], cases)
+                for split, per_case in recorded:
+                    if per_case is not None and not per_case.is_empty():
+                        record_cases(store, row["model_id"], row["data_fingerprint"], split, per_case)
                 rows.append(row)
         finally:  # an error or a stop (Ctrl-C, SIGTERM): a saved file that is not registered would only confuse
             for row in saved.values():

@@ -37,8 +37,13 @@ def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, refit, as
     from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate as run_evaluation
 
+    from zmlx_pipeline.data.store import StoreLocked
+
     models = split_names(model_names) or [DEFAULT_MODEL]
-    store = open_store(db, read_only=True)
+    try:  # writable: folds fitted for the registered model are recorded with it (read the next time)
+        store = open_store(db, must_exist=True)
+    except StoreLocked:  # another process writes it: evaluate all the same, record nothing
+        store = open_store(db, read_only=True)
     ks = tuple(sorted(set(ks))) or (1, 3, 5)
     result = run_evaluation(store, split, kernels=split_names(kernel_names) or None, ks=ks, models=models,
                             label_model=len(models) == 1, jobs=jobs, protocol=protocol, refit=refit)

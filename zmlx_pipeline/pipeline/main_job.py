@@ -28,7 +28,8 @@ class MainJobError(ZmlxPipelineError):
 
 
 #: each step's share of the main job's time on the committed data (2 cores), for the estimate of the time left
-STEP_SHARES = {"ingest": 0.03, "train": 0.32, "evaluate": 0.2, "publish": 0.23, "lookup": 0.02}
+#: (train scores both splits; each evaluation reads train's records)
+STEP_SHARES = {"ingest": 0.01, "train": 0.71, "evaluate": 0.005, "publish": 0.265, "lookup": 0.005}
 
 
 def score_table(result: dict, split: str) -> list[dict]:
@@ -78,9 +79,10 @@ def main_job(
     `progress` gets a line as each step starts and ends (elapsed, an estimate of the time left by
     STEP_SHARES) and publish's lines per kernel, indented.
 
-    Train and both evaluations share one set of feature frames and one pool of worker processes (whose
-    fit caches then serve the left-out-device folds too), and the split train held out is read from the
-    cases train recorded rather than fitted again (models/heldout.py)."""
+    Train and both evaluations share one set of feature frames and one pool of worker processes, and both
+    splits are read from the cases train recorded (it scores the held-out shapes and the left-out devices
+    with the final fits, its workers sharing every fit of the same rows) rather than fitted again
+    (models/heldout.py)."""
     from zmlx_pipeline.data.shards import ingest_shards
     from zmlx_pipeline.models.evaluate import evaluate, kernel_features_of, ok_rows
     from zmlx_pipeline.models.pool import KernelPool

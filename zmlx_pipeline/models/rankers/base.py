@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import pickle
+import time
+import zlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -136,6 +141,9 @@ def top_weights(log_rel: np.ndarray, top_weight: float, top_scale: float) -> np.
 
 FIT_CACHE_SIZE = 256  # fitted pipelines kept by fit_cached (per process; a few MB each at most)
 _FIT_CACHE: "OrderedDict[str, Pipeline]" = OrderedDict()
+# a folder the worker processes of one KernelPool share their fits through (None: this process's cache only)
+_SHARED_FITS: Path | None = None
+_CLAIM_WAIT_S = 0.02  # how often a process waiting for another's fit of the same rows looks for it
 
 
 def _fit_key(pipeline: Pipeline, X: pl.DataFrame, y: np.ndarray, weight: np.ndarray | None) -> str:
@@ -162,18 +170,25 @@ def fit_cached(pipeline: Pipeline, X: pl.DataFrame, y: np.ndarray, weight: np.nd
 
     The ensemble's inner folds and the evaluation's outer folds fit many models on identical rows
     (a per-device `transfer` model sees only its device's rows, which leaving another device out does
-    not change), and a fit is deterministic: this only skips repeated work, results are unchanged.
+    not change), and a fit is deterministic: this only skips repeated work, results are unchanged. In a
+    KernelPool's workers the fits are also shared between the workers (share_fits), so a fit one fold's task
+    made serves every other task that needs it, wherever it runs.
     """
     key = _fit_key(pipeline, X, y, weight)
     hit = _FIT_CACHE.get(key)
     if hit is not None:
         _FIT_CACHE.move_to_end(key)
         return hit
-    fitted = clone(pipeline)
-    if weight is None:
-        fitted.fit(X, y)
-    else:
-        fitted.fit(X, y, model__sample_weight=weight)
+
+    def fit() -> Pipeline:
+        fitted = clone(pipeline)
+        if weight is None:
+            fitted.fit(X, y)
+        else:
+            fitted.fit(X, y, model__sample_weight=weight)
+        return fitted
+
+    fitted = fit() if _SHARED_FITS is None else _shared_fit(_SHARED_FITS, key, fit)
     _FIT_CACHE[key] = fitted
     while len(_FIT_CACHE) > FIT_CACHE_SIZE:
         _FIT_CACHE.popitem(last=False)
@@ -181,5 +196,42 @@ def fit_cached(pipeline: Pipeline, X: pl.DataFrame, y: np.ndarray, weight: np.nd
 
 
 def clear_fit_cache() -> None:
-    """Forget every cached fit (fit_cached)."""
+    """Forget every cached fit of this process (fit_cached; a shared folder keeps its own)."""
     _FIT_CACHE.clear()
+
+
+def share_fits(folder: str | os.PathLike | None) -> None:
+    """Share fit_cached's fits with the other processes that name the same folder (KernelPool's workers: a
+    fold's fit made by one worker is read by another, never made twice); None: this process's cache only."""
+    global _SHARED_FITS
+    _SHARED_FITS = None if folder is None else Path(folder)
+    if _SHARED_FITS is not None:
+        _SHARED_FITS.mkdir(parents=True, exist_ok=True)
+
+
+def _shared_fit(folder: Path, key: str, fit) -> Pipeline:
+    """The fit of `key` from the shared folder, or `fit()` stored there. The process that makes a fit first
+    claims it (an exclusively created file), so another that needs it meanwhile waits for it rather than
+    fitting the same rows too; a claim left by a fit that raised is removed, and the next process fits."""
+    done, claim = folder / f"{key}.fit", folder / f"{key}.claim"
+    while True:
+        try:
+            return pickle.loads(zlib.decompress(done.read_bytes()))
+        except FileNotFoundError:
+            pass
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            time.sleep(_CLAIM_WAIT_S)
+            continue
+        try:
+            if done.exists():  # stored between the read above and the claim
+                continue
+            fitted = fit()
+            tmp = folder / f"{key}.{os.getpid()}.tmp"
+            tmp.write_bytes(zlib.compress(pickle.dumps(fitted, protocol=pickle.HIGHEST_PROTOCOL), 1))
+            os.replace(tmp, done)
+            return fitted
+        finally:
+            os.close(fd)
+            claim.unlink(missing_ok=True)
