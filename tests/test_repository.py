@@ -129,3 +129,34 @@ def test_no_text_file_speaks_of_work_periods():
             if DIARY_RE.search(line):
                 hits.append(f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()[:120]}")
     assert not hits, "work-period labels:\n" + "\n".join(hits[:40])
+
+
+LONG_MODULE_LINES = 500
+LONG_MODULE_REASON = "Why one long module:"
+
+
+def _long_modules_without_a_reason(package: Path) -> list[str]:
+    """Modules over LONG_MODULE_LINES lines whose docstring does not say why they are one module."""
+    import ast
+
+    missing = []
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") <= LONG_MODULE_LINES:
+            continue
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if LONG_MODULE_REASON not in doc:
+            missing.append(str(path.relative_to(package.parent)))
+    return missing
+
+
+def test_a_long_module_says_why_it_is_one_module(tmp_path):
+    package = Path(zmlx_pipeline.__file__).parent
+    assert _long_modules_without_a_reason(package) == []
+    # the check itself: a long module without the reason is caught, one with it is not
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "long.py").write_text('"""A long module."""\n' + "x = 1\n" * (LONG_MODULE_LINES + 1))
+    (tmp_path / "pkg" / "said.py").write_text(f'"""A long module.\n\n{LONG_MODULE_REASON} a reason.\n"""\n'
+                                              + "x = 1\n" * (LONG_MODULE_LINES + 1))
+    (tmp_path / "pkg" / "short.py").write_text('"""Short."""\nx = 1\n')
+    assert _long_modules_without_a_reason(tmp_path / "pkg") == ["pkg/long.py"]

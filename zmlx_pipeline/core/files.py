@@ -31,6 +31,20 @@ def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
         raise
 
 
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable (best effort where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """`data` as indented, sorted-key JSON (one trailing newline), written atomically."""
     write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")

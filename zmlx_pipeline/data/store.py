@@ -1,4 +1,8 @@
-"""The DuckDB store: the one module that owns the schema, its migrations and every SQL statement."""
+"""The DuckDB store: the one module that owns the schema, its migrations and every SQL statement.
+
+Why one long module: no SQL may be written anywhere else, so every table's reads and writes, and
+every migration, are here.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 import duckdb
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.files import fsync_dir
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
 from zmlx_pipeline.data.records import STATUSES, Measurement
 
@@ -889,7 +894,7 @@ class Store:
             raise StoreError(f"cannot export a shard to {target}: {_first_line(err)}") from err
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(target.parent)
+        fsync_dir(target.parent)
         return int(rows)
 
     def ingest_shard(self, path: str | os.PathLike) -> dict:
@@ -1050,20 +1055,6 @@ def _bad_row(shard: Path, row: int, reason: str, count: int) -> str:
     """One line: which file and row, why, how many rows share the problem, and that nothing went in."""
     more = f" ({count - 1} more rows like it)" if count > 1 else ""
     return f"{shard}, row {int(row) + 1}: {reason}{more}; nothing was ingested, the store is unchanged"
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename in `directory` durable (best effort where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> set[str]:

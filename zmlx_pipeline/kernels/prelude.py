@@ -24,6 +24,9 @@ A kernel body uses only the C++ subset that MSL and CUDA share plus these names:
 Metal dispatches exactly `grid` threads while CUDA launches whole blocks, so every launch
 mapping in this package makes the grid a multiple of the threadgroup and bodies still
 bounds-check their indices.
+
+Why one long module: most of it is the Metal and the CUDA source text of the preludes, kept side by
+side so that every name of the vocabulary is defined for both backends in one place.
 """
 
 from __future__ import annotations

@@ -48,18 +48,13 @@ def recorded_cases(store, features: KernelFeatures, split: str, protocol: str, m
     """(model id, per-case rows) that train recorded for the kernel's newest registered model, as
     evaluate_kernel would compute them at `ks` with the baselines, in its order; None when they may not
     stand in for a fresh evaluation (another variant, protocol, package version or k, rows changed since)."""
-    from zmlx_pipeline import __version__
-
     if protocol != PROTOCOL or not set(ks) <= set(HELDOUT_KS):
         return None
-    rows = store.models(kernel=features.kernel)
-    if not rows:
-        return None
-    row = rows[0]
-    if (row.get("params") or {}).get("model") != model or (row.get("versions") or {}).get("zmlx-pipeline") != __version__:
+    row = _current_model(store, features, model)
+    if row is None:
         return None
     table = store.heldout_cases(row["model_id"], split, protocol)
-    if table.num_rows == 0 or row.get("data_fingerprint") != data_fingerprint(features.frame):
+    if table.num_rows == 0:
         return None
     cases = pl.from_arrow(table)
     if cases["data_fingerprint"].n_unique() != 1 or cases["data_fingerprint"][0] != row["data_fingerprint"]:
@@ -96,10 +91,16 @@ def recording_model(store, features: KernelFeatures, protocol: str, model: str) 
     """The registry row of the kernel's newest model when a fresh nested evaluation of variant `model` on
     `features` (with every baseline) is what train records for that model: same variant and package version,
     rows with its data fingerprint, a writable store. None otherwise (nothing is recorded)."""
-    from zmlx_pipeline import __version__
-
     if protocol != PROTOCOL or getattr(store, "read_only", False):
         return None
+    return _current_model(store, features, model)
+
+
+def _current_model(store, features: KernelFeatures, model: str) -> dict | None:
+    """The registry row of the kernel's newest model if it is of variant `model`, made by this package
+    version from rows with `features`' data fingerprint; None otherwise."""
+    from zmlx_pipeline import __version__
+
     rows = store.models(kernel=features.kernel)
     if not rows:
         return None

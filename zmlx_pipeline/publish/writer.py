@@ -28,7 +28,7 @@ from typing import Any, Mapping
 
 from zmlx_pipeline import __version__
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.files import write_text_atomic
+from zmlx_pipeline.core.files import fsync_dir, write_text_atomic
 from zmlx_pipeline.runtime.bundle import (
     BUNDLE_SCHEMA,
     BUNDLE_SCHEMA_VERSION,
@@ -49,19 +49,6 @@ class PublishError(ZmlxPipelineError, OSError):
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as fh:
         os.fsync(fh.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def encode(obj: Any) -> bytes:
@@ -105,10 +92,10 @@ def write_files(directory: Path, blobs: Mapping[str, bytes], manifest: dict) -> 
         target.write_bytes(blob)
         _fsync_file(target)
     for sub in {(directory / n).parent for n in blobs}:
-        _fsync_dir(sub)
+        fsync_dir(sub)
     (directory / MANIFEST).write_bytes(encode(manifest))
     _fsync_file(directory / MANIFEST)
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def check_publish_dir(directory: str | os.PathLike) -> None:
@@ -138,7 +125,7 @@ def current_umask() -> int:
 def swap_latest(to_dir: Path, name: str) -> None:
     """Point `latest` at a version: the pointer file replaced atomically, readable by the bundle's readers."""
     write_text_atomic(to_dir / LATEST, name + "\n", mode=0o666 & ~current_umask())
-    _fsync_dir(to_dir)
+    fsync_dir(to_dir)
 
 
 def write_bundle(to_dir: str | os.PathLike, files: Mapping[str, Any], fields: Mapping[str, Any],
@@ -196,7 +183,7 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
             os.replace(tmp, root)
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
-            _fsync_dir(parent)
+            fsync_dir(parent)
             return manifest, root
         name = manifest["bundle_id"]
         final = root / name
@@ -211,7 +198,7 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
                 n += 1
             final = root / f"{name}.{n}"
         os.rename(tmp, final)
-        _fsync_dir(root)
+        fsync_dir(root)
         swap_latest(root, final.name)
         return manifest, final
     except OSError as exc:

@@ -13,6 +13,9 @@ package (`default_bundle/`) is used. Remote bundles are cached under
 fetch that fails falls back to the last verified copy.
 
 Standard library only; `urllib` is imported only when a URL is fetched.
+
+Why one long module: loading, verifying, inflating per device and activating a bundle share the
+manifest and its hashes; nothing of a bundle is used before all of them are checked here.
 """
 
 from __future__ import annotations

@@ -18,6 +18,10 @@ its time moved by the kernel's work, or left out.
 
 An unknown kernel or dtype, and a malformed argument, raise the runtime's own errors
 (runtime/errors.py), never a default answer.
+
+Why one long module: the answer is resolved once per (kernel, shape, dtype, device) from the same
+per-bundle tables (bucket, legality, travel from another chip, time, range); the steps share their
+private table types, and the hot path after the first call is one dict lookup in this module.
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ fewer than 1024 threads per threadgroup). The wrapper, and `launch_ranked` for c
 by itself, then fall back through the ranked candidates, warn once per kernel, device and config,
 and remember the refusal in-process and in the cache file, so no later call or process launches
 that config on that device again (and the tuner no longer times it).
+
+Why one long module: tuning, the decorator and the refusal fallback share the remembered
+refusals and the cache file's device key; a launch that a chip refuses must be seen by the tuner's
+next candidate list in the same process, so they live beside each other.
 """
 
 from __future__ import annotations

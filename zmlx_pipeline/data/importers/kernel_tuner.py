@@ -20,6 +20,10 @@ from a T1 search-space description beside the data (`<folder>/../search-spaces/<
 as the FAIR benchmark hub lays it out), the file's folder and its file name (`A100_T4.json.gz`
 -> A100), a T4 metadata file beside it (`X-metadata.json.gz`, nvidia-smi or rocm-smi output, for
 `X-results.json.gz`), or the import's options.
+
+Why one long module: every layout goes through the same failure markers, time units, problem-size
+and device-name rules defined here (ktt.py and results_file.py reuse them); kept together, no two
+readers can come to read one measurement two ways.
 """
 
 from __future__ import annotations
