@@ -456,3 +456,24 @@ def test_a_writer_killed_mid_transaction_loses_nothing_committed(home, subproces
     result = CliRunner().invoke(cli, ["summary", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output) == before and before[0]["measurements"] == 4
+
+
+@pytest.mark.parametrize("command", ["import", "ingest"])
+def test_a_refused_file_leaves_no_new_store_behind(tmp_path, command):
+    """A store the command would have created is not left behind empty when its one file is refused; a store
+    that was there before stays, unchanged; a good file then creates the store."""
+    bad = tmp_path / ("bad.json" if command == "import" else "bad.parquet")
+    bad.write_text("this is not a tuning file\n")
+    db = tmp_path / "new" / "store.duckdb"
+    result = CliRunner().invoke(cli, [command, "--db", str(db), str(bad)])
+    assert_one_line_error(result)
+    assert not db.exists() and not db.with_name("store.duckdb.wal").exists()
+
+    kept = tmp_path / "kept.duckdb"
+    assert CliRunner().invoke(cli, ["ingest", "--db", str(kept), str(SMALL_SHARD)]).exit_code == 0
+    before = hashlib.sha256(kept.read_bytes()).hexdigest()
+    assert_one_line_error(CliRunner().invoke(cli, [command, "--db", str(kept), str(bad)]))
+    assert kept.exists() and hashlib.sha256(kept.read_bytes()).hexdigest() == before
+
+    good = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(SMALL_SHARD)])
+    assert good.exit_code == 0 and db.exists()

@@ -21,6 +21,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     output_options,
     progress_line,
     split_names,
+    store_to_fill,
 )
 
 
@@ -273,8 +274,8 @@ def ingest(db, sources, as_json) -> None:
     """Merge Parquet shards (files or directories of them) into the store; idempotent."""
     from zmlx_pipeline.data.shards import ingest_shards
 
-    store = open_store(db)
-    result = ingest_shards(store, list(sources))
+    with store_to_fill(db) as store:
+        result = ingest_shards(store, list(sources))
     if as_json:
         emit(result, True)
         return
@@ -450,7 +451,8 @@ def import_cmd(db, device, device_map, problem_size, files, as_json) -> None:
     """
     from zmlx_pipeline.data.importers import import_files
 
-    rows = import_files(open_store(db), list(files), device=device, device_map=device_map, problem_size=problem_size)
+    with store_to_fill(db) as store:
+        rows = import_files(store, list(files), device=device, device_map=device_map, problem_size=problem_size)
     emit(rows, as_json, ["file", "device", "kernel", "rows", "added", "failed"])
 
 

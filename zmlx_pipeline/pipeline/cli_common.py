@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import functools
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import click
 
@@ -53,6 +54,25 @@ def open_store(db: Path | None, read_only: bool = False, must_exist: bool = Fals
     store = Store(path, read_only=read_only, create=not must_exist)
     click.get_current_context().call_on_close(store.close)
     return store
+
+
+@contextmanager
+def store_to_fill(db: Path | None) -> Iterator:
+    """open_store(db) for a command that adds measurements; a store the command itself created is removed
+    again when the command fails, so a refused import or ingest leaves no empty store behind."""
+    from zmlx_pipeline.data.store import default_db_path
+
+    path = Path(db or default_db_path())
+    existed = path.exists()
+    store = open_store(db)
+    try:
+        yield store
+    except BaseException:
+        if not existed:
+            store.close()
+            for leftover in (path, path.with_name(path.name + ".wal")):
+                leftover.unlink(missing_ok=True)
+        raise
 
 
 def split_names(values: tuple[str, ...]) -> list[str]:
