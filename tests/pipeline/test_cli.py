@@ -187,9 +187,7 @@ def test_ingest_of_a_directory_with_one_bad_shard_is_one_line_and_changes_nothin
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "neg.parquet, row " in lines[0], lines
     assert "an ok row needs a finite positive median_us, not -1.0; nothing was ingested" in lines[0]
-    con = duckdb.connect(db, read_only=True)
-    assert con.execute("SELECT count(*) FROM measurements").fetchone() == (0,)  # good.parquet did not go in
-    con.close()
+    assert not Path(db).exists()  # good.parquet did not go in, and the store this ingest created is gone again
 
 
 @pytest.mark.parametrize("command", [("summary",), ("ingest", "DATA"), ("collect", "-k", "rmsnorm")])
