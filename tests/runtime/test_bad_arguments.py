@@ -59,6 +59,8 @@ CASES = [  # (what, call, the runtime's error class)
     ("dtype dict", lambda: rt.predicted_config("rmsnorm", S, {"float16": 1}), rt.BadArgumentType),
     ("device int", lambda: rt.predicted_config("rmsnorm", S, "float16", device=123), rt.BadArgumentType),
     ("device list", lambda: rt.predicted_config("rmsnorm", S, "float16", device=["nvidia-h200"]), rt.BadArgumentType),
+    ("device empty", lambda: rt.predicted_config("rmsnorm", S, "float16", device=""), rt.BadArgument),
+    ("device blank", lambda: rt.candidates("rmsnorm", S, "float16", device="  "), rt.BadArgument),
     ("candidates k 0", lambda: rt.candidates("rmsnorm", S, "float16", k=0), rt.BadArgument),
     ("candidates k -1", lambda: rt.candidates("rmsnorm", S, "float16", k=-1), rt.BadArgument),
     ("candidates k inf", lambda: rt.candidates("rmsnorm", S, "float16", k=math.inf), rt.BadArgumentType),

@@ -547,6 +547,9 @@ def _moved_by_work(bundle: Bundle, k: _Kernel, device: str, dtype: str, time_us:
 def _check_names(kernel: Any, device: Any) -> None:
     expect_str(kernel, "kernel")
     expect_str(device, "device", optional=True)
+    if device is not None and not device.strip():
+        raise BadLookup("device must be a device id such as 'nvidia-h100-sxm', or None for this process's GPU; "
+                        "got an empty string")
 
 
 def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Prediction:
