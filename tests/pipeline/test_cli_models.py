@@ -241,3 +241,16 @@ def test_evaluate_records_the_folds_it_fitted_for_the_registered_model(filled):
     first, second = json.loads(first.output), json.loads(second.output)
     assert first["reused"] == {} and second["reused"] == {"rms": model_id}
     assert second["results"] == first["results"]
+
+
+def test_evaluate_says_when_a_kernel_has_nothing_to_hold_out(filled, tmp_path):
+    """A kernel measured on one device has no left-out-device case: the table says so in a line of its own,
+    and a kernel with cases gets no such line."""
+    one = tmp_path / "one.duckdb"
+    assert invoke("import", "--db", one, "--device", "nvidia-rtx-a4000", HOTSPOT / "A4000.json").exit_code == 0
+    result = invoke("evaluate", "--db", one, "--split", "devices")
+    assert result.exit_code == 0, result.output
+    assert "calculate_temp: no held-out cases: measured on one device; left-out devices need two or more" \
+        in result.output.splitlines()
+    both = invoke("evaluate", "--db", filled, "--split", "devices")
+    assert both.exit_code == 0 and "no held-out cases" not in both.output

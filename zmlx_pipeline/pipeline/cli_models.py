@@ -80,9 +80,20 @@ def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, refit, as
         click.echo(f"{method} (floor) = {what}")
     click.echo("tied = regret@k counting a pick inside the repeat noise of the case's best as a tie: "
                "geomean of max(1, regret / (1 + band)); " + _band_line(result["noise"]))
+    for name in _kernels_without_cases(result["results"]):
+        click.echo(f"{name}: no held-out cases: " + ("measured on one device; left-out devices need two or more"
+                   if split != "shapes" else "no device holds shapes enough to leave any out"))
     if result["reused"]:
         click.echo(f"read from the held-out cases train recorded (registered model, unchanged rows; --refit fits "
                    f"again): {', '.join(f'{k} ({m})' for k, m in sorted(result['reused'].items()))}")
+
+
+def _kernels_without_cases(results: list[dict]) -> list[str]:
+    """The kernels every result row of which scored no case (nothing could be held out), sorted."""
+    cases: dict[str, int] = {}
+    for r in results:
+        cases[r["kernel"]] = cases.get(r["kernel"], 0) + int(r["cases"] or 0)
+    return sorted(k for k, n in cases.items() if n == 0)
 
 
 def _band_line(noise: dict) -> str:
