@@ -1,33 +1,22 @@
 """Publishing a kernel with no registered model scores it as `train` does: the same pruning k and regrets."""
 
-import math
+import sys
+from pathlib import Path
 
-from zmlx_pipeline.data.catalog import get_device
 from zmlx_pipeline.models.evaluate import gather_folds, submit_kernel
 from zmlx_pipeline.models.metrics import prune_k as prune_k_of
 from zmlx_pipeline.models.features import store_features
 from zmlx_pipeline.models.train import train_models
 from zmlx_pipeline.publish.models import fit_kernel, load_models
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
+from store_fixtures import fill_moving_best  # noqa: E402
+
 DEVICES = ("nvidia-rtx-a4000", "nvidia-rtx-a6000", "nvidia-h100-sxm")
 
 
-def fill(store, make_measurement) -> None:
-    """Three devices, six shapes, 12 configs whose best moves with the shape and the device."""
-    for device_id in DEVICES:
-        store.upsert_device({**get_device(device_id).as_row(), "device_id": device_id, "in_catalog": True})
-    store.record([
-        make_measurement(device_id=d, kernel="k", dtype="float32", shape={"rows": rows, "cols": 1024},
-                         config={"TG": tg, "VEC": vec},
-                         median_us=rows * (1 + i) / vec + abs(math.log2(tg) - math.log2(rows) / (1 + i)) * 40
-                         + 7 * ((tg * vec + rows + 3 * i) % 5) + 1)
-        for i, d in enumerate(DEVICES) for rows in (1, 4, 16, 64, 256, 4096)
-        for tg in (32, 64, 128, 256, 512, 1024) for vec in (1, 4)
-    ])
-
-
 def test_train_and_publish_record_the_same_pruning_k(store, make_measurement, tmp_path):
-    fill(store, make_measurement)
+    fill_moving_best(store, make_measurement, DEVICES, bumps=True)
     (row,) = train_models(store, model="ensemble", models_dir=tmp_path / "models", jobs=1)
     features = store_features(store)["k"]
     published = fit_kernel(features, "ensemble")  # the path of a kernel without a registered model
