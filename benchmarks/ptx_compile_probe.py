@@ -82,12 +82,12 @@ def main() -> int:
     root = tempfile.mkdtemp(prefix="zmlx-ptx-probe-")
     cold = compiled.Compiler(PtxCache(root))
     t0 = time.perf_counter()
-    got = cold.ptx_many(todo)
+    got = cold.programs(todo)
     cold_s = time.perf_counter() - t0
     failed = [f"{n}: {str(g)[:300]}" for (_, n), g in zip(todo, got) if isinstance(g, BaseException)]
     warm = compiled.Compiler(PtxCache(root))
     t0 = time.perf_counter()
-    again = warm.ptx_many(todo)
+    again = warm.programs(todo)
     warm_s = time.perf_counter() - t0
     print(f"target {cold.arch}: {len(todo)} programs compiled in {cold_s:.2f} s, {len(failed)} failed; warm "
           f"{warm_s:.3f} s ({warm.cache.built} compiled, same bytes: {again == got})")

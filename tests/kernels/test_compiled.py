@@ -72,26 +72,26 @@ def _compiler(tmp_path, fake, arch=(9, 0), cubin=False):
                              cubin=cubin)
 
 
-def test_ptx_many_compiles_in_parallel_once_per_program_and_the_cache_serves_the_next_process(tmp_path):
+def test_programs_compile_in_parallel_once_per_program_and_the_cache_serves_the_next_process(tmp_path):
     fake = SlowCompiler()
     programs = [(f"src {i}", f"k{i}") for i in range(8)] + [("src 0", "k0")]
-    got = _compiler(tmp_path, fake).ptx_many(programs, workers=4)
+    got = _compiler(tmp_path, fake).programs(programs, workers=4)
     assert sorted(fake.calls) == sorted(f"k{i}" for i in range(8)) and fake.peak > 1
     assert got[0] == got[-1] == b"// ptx of k0 for --gpu-architecture=compute_90a\n"  # wgmma needs sm_90a
     again = SlowCompiler()
-    assert _compiler(tmp_path, again).ptx_many(programs) == got and again.calls == []
+    assert _compiler(tmp_path, again).programs(programs) == got and again.calls == []
     other_arch = SlowCompiler()
     compiled.Compiler(PtxCache(tmp_path), arch=(8, 0), compile_fn=other_arch, nvrtc_version="13.0",
-                      includes=[], cubin=False).ptx("src 0", "k0")
+                      includes=[], cubin=False).program("src 0", "k0")
     assert other_arch.calls == ["k0"]
 
 
 def test_a_failed_compile_is_returned_not_cached(tmp_path):
     fake = SlowCompiler(delay=0, fail=("k1",))
-    got = _compiler(tmp_path, fake).ptx_many([("a", "k0"), ("b", "k1")])
+    got = _compiler(tmp_path, fake).programs([("a", "k0"), ("b", "k1")])
     assert isinstance(got[1], RuntimeError) and isinstance(got[0], bytes)
     retry = SlowCompiler(delay=0)
-    assert isinstance(_compiler(tmp_path, retry).ptx_many([("b", "k1")])[0], bytes) and retry.calls == ["k1"]
+    assert isinstance(_compiler(tmp_path, retry).programs([("b", "k1")])[0], bytes) and retry.calls == ["k1"]
 
 
 def test_the_path_is_off_when_disabled(monkeypatch):
@@ -109,8 +109,8 @@ def test_arch_specific_targets_where_mlx_uses_them(tmp_path):
 
 def test_a_cubin_and_ptx_of_one_program_are_separate_entries(tmp_path):
     as_ptx, as_cubin = SlowCompiler(delay=0), SlowCompiler(delay=0)
-    ptx = _compiler(tmp_path, as_ptx).ptx("src 0", "k0")
-    cubin = _compiler(tmp_path, as_cubin, cubin=True).ptx("src 0", "k0")
+    ptx = _compiler(tmp_path, as_ptx).program("src 0", "k0")
+    cubin = _compiler(tmp_path, as_cubin, cubin=True).program("src 0", "k0")
     assert as_ptx.calls == as_cubin.calls == ["k0"]  # neither served the other's entry
     assert b"compute_90a" in ptx and b"sm_90a" in cubin
 
@@ -128,7 +128,7 @@ def test_without_nvrtc_or_cupy_the_compiler_says_so(monkeypatch):
     with pytest.raises(nvrtc.NvrtcUnavailable, match="CuPy"):
         nvrtc.version()
     with pytest.raises(nvrtc.NvrtcUnavailable, match="CuPy"):
-        nvrtc.compile_ptx("", "k", ["--gpu-architecture=compute_90"])
+        nvrtc.compile_program("", "k", ["--gpu-architecture=compute_90"])
     assert nvrtc.cubin_available() is False
     with pytest.raises(nvrtc.NvrtcUnavailable):  # CuPy is not asked for a cubin: the Compiler chose PTX there
-        nvrtc.compile_ptx("", "k", ["--gpu-architecture=sm_90"])
+        nvrtc.compile_program("", "k", ["--gpu-architecture=sm_90"])

@@ -126,7 +126,7 @@ def mlx_version() -> str:
 
 
 class Compiler:
-    """NVRTC through the disk cache for this process's GPU: ptx() one program, ptx_many() in parallel threads."""
+    """NVRTC through the disk cache for this process's GPU: program() one, programs() several in parallel threads."""
 
     def __init__(self, cache: PtxCache | None = None, arch: tuple[int, int] | None = None,
                  compile_fn=None, nvrtc_version: str | None = None, includes: list[str] | None = None,
@@ -143,7 +143,7 @@ class Compiler:
         # compute_90 holding wgmma is refused at load (CUDA_ERROR_INVALID_PTX), compute_90a loads
         cubin = nvrtc.cubin_available() if cubin is None else cubin
         self.arch = f"{'sm' if cubin else 'compute'}_{arch[0]}{arch[1]}{'a' if tuple(arch) in ARCH_SPECIFIC else ''}"
-        self._compile = compile_fn or nvrtc.compile_ptx
+        self._compile = compile_fn or nvrtc.compile_program
         includes = nvrtc.include_paths() if includes is None else includes
         self.options = [f"--gpu-architecture={self.arch}"] + [f"--include-path={p}" for p in includes]
         self.nvrtc_version = nvrtc_version or nvrtc.version()
@@ -158,13 +158,14 @@ class Compiler:
     def _job(self, source: str, name: str):
         return self.fields(source, name), lambda: self._compile(source, name, list(self.options))
 
-    def ptx(self, source: str, name: str) -> bytes:
+    def program(self, source: str, name: str) -> bytes:
+        """The program (cubin or PTX) for one (source, name): memoised, from the disk cache, else compiled."""
         if name not in self._memo:
             self._memo[name] = self.cache.get_or_build(*self._job(source, name))
         return self._memo[name]
 
-    def ptx_many(self, programs: Iterable[tuple[str, str]], workers: int | None = None) -> list[bytes | BaseException]:
-        """PTX (or the exception) for each (source, name), compiled in parallel threads."""
+    def programs(self, programs: Iterable[tuple[str, str]], workers: int | None = None) -> list[bytes | BaseException]:
+        """The program (cubin or PTX), or the exception, for each (source, name), compiled in parallel threads."""
         programs = list(programs)
         todo = list({n: (s, n) for s, n in programs if n not in self._memo}.values())
         errors: dict[str, BaseException] = {}

@@ -196,7 +196,7 @@ class Launcher:
         if key not in self._programs:
             try:
                 name, text = self._program(template, signature, out_dtypes)
-                self._programs[key] = (name, self.compiler.ptx(text, name))
+                self._programs[key] = (name, self.compiler.program(text, name))
             except (PrecompiledUnsupported, NvrtcCompileError, NvrtcUnavailable, KeyError, OSError):
                 # cuda_kernel compiles it instead and reports its own error, if any
                 self._programs[key] = None
@@ -219,7 +219,7 @@ class Launcher:
                 jobs[key] = self._program(*key)
             except (PrecompiledUnsupported, KeyError):
                 self._programs[key] = None
-        got = self.compiler.ptx_many([(text, name) for name, text in jobs.values()], workers)
+        got = self.compiler.programs([(text, name) for name, text in jobs.values()], workers)
         for key, (name, _), ptx in zip(jobs, jobs.values(), got):
             self._programs[key] = None if isinstance(ptx, BaseException) else (name, ptx)
         return sum(v is not None for v in self._programs.values())

@@ -101,7 +101,7 @@ def version() -> str:
 
 
 def cubin_available() -> bool:
-    """Whether NVRTC is reached directly here, so programs can be compiled to cubins (compile_ptx, sm_ targets)."""
+    """Whether NVRTC is reached directly here, so programs can be compiled to cubins (compile_program, sm_ targets)."""
     try:
         library()
         return True
@@ -109,7 +109,7 @@ def cubin_available() -> bool:
         return False
 
 
-def compile_ptx(source: str, name: str, options: list[str]) -> bytes:
+def compile_program(source: str, name: str, options: list[str]) -> bytes:
     """PTX for one program, or its cubin where the target is a real GPU (`--gpu-architecture=sm_..`: loading
     it skips the driver's PTX compile, about 30 ms a program); NvrtcCompileError with NVRTC's log when the
     source does not compile."""
