@@ -188,3 +188,25 @@ def test_devices_that_disagree_have_no_winner(one_shape):
     assert unanimous_winners(flipped).is_empty()
     assert unanimous_winners(frame.filter(pl.col("device_id") == DEVICES[0])).is_empty()  # one device is no fleet
     assert unanimous_winners(frame).height == 1
+
+
+def test_the_fast_default_fits_lighter_members_inside_its_new_device_selection_only(many_shapes, monkeypatch):
+    """`robust_fast`: inside the inner leave-one-device-out folds the boosting members are fitted as
+    INNER_FITS["quarter"] names them; its own members, every fit of its seen setting's inner folds, and every
+    inner fit of the default `robust`, are the full variants."""
+    asked: list[str] = []
+    real = variants.make_ranker
+    monkeypatch.setattr(variants, "make_ranker", lambda f, m=variants.DEFAULT_MODEL: asked.append(m) or real(f, m))
+    light = variants.INNER_FITS["quarter"]
+    full = {"gbr_shared_top", "transfer", "gbr_shared"}
+    train = many_shapes.frame.filter(pl.col("device_id") != DEVICES[0])
+    make_ranker(many_shapes, "unseen_unanimous_fast")._select(train, "devices")
+    assert set(light.values()) <= set(asked) and not set(asked) & full
+    asked.clear()
+    make_ranker(many_shapes, "unseen_unanimous")._select(train, "devices")
+    assert full <= set(asked) and not set(asked) & set(light.values())
+    fast = make_ranker(many_shapes, "robust_fast").fit(train)
+    names = {r.name for part in (fast.unseen_ranker, *fast.seen_rankers.values()) for r in part.rankers.values()}
+    assert names and not names & set(light.values())
+    test = many_shapes.frame.filter(pl.col("device_id") == DEVICES[0])
+    assert case_regrets(test, fast.score(test), ks=(1,))["r1"].to_list() == [1.0] * 8

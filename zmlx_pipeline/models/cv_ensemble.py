@@ -156,18 +156,27 @@ class CVEnsembleRanker(Ranker):
     policy_seen: dict = {"mode": "model", "baseline": None}
     policy_unseen: dict = {"mode": "model", "baseline": None}
     guard_rankers: dict = {}
+    inner_fits: dict = {}
+    inner_seed: int = 0  # the seed of the inner fits' row sample (fit_sample)
 
     def __init__(self, features: KernelFeatures, members: Sequence[str], hedges: Sequence[str] = (),
                  step: float = 0.25, inner_rows: int = 6_000, inner_cases: int = 120,
                  inner_test_rows: int = INNER_TEST_ROWS, max_device_folds: int = 3,
                  shape_folds: int = 2, ks: Sequence[int] = (1, 5), guards_seen: Sequence[str] = (),
-                 guards_unseen: Sequence[str] = (), name: str = "ensemble") -> None:
+                 guards_unseen: Sequence[str] = (), inner_fits: dict[str, dict[str, str]] | None = None,
+                 name: str = "ensemble") -> None:
         super().__init__(features)
         if not members:
             raise ModelError("an ensemble needs members")
-        unknown = [m for m in (*members, *hedges) if m not in _variants().MODEL_VARIANTS]
-        if unknown:
-            raise ModelError(f"unknown ensemble member(s) {', '.join(unknown)}")
+        inner_fits = {split: dict(m) for split, m in (inner_fits or {}).items()}
+        unknown = [m for m in (*members, *hedges, *[v for m in inner_fits.values() for v in m.values()])
+                   if m not in _variants().MODEL_VARIANTS]
+        if unknown or set(inner_fits) - {"devices", "shapes"}:
+            raise ModelError(f"unknown ensemble member(s) or split(s) {', '.join(unknown or sorted(inner_fits))}")
+        # per inner split, the variant each member is fitted as inside its folds (lighter boosting: the folds
+        # only choose the weights; notes/learning.md, "Lighter fits for the new-device selection"); a member
+        # not named is fitted as itself
+        self.inner_fits = inner_fits
         self.member_names = list(members)
         self.hedge_names = list(hedges)
         self.step = step
@@ -234,26 +243,22 @@ class CVEnsembleRanker(Ranker):
             return total
         return interleave(frame, [total, *[scores[h] for h in self.hedge_names]])
 
-    def _select(self, train: pl.DataFrame, split: str) -> tuple[list[float], bool, float | None, dict]:
-        """The grid weights and hedging with the lowest mean inner log regret, that regret (None: no folds)
-        and the policy: the weighted model alone, or one of the setting's guard baselines alone, first, or
-        after the model (see `_apply_policy`)."""
-        equal = [1.0 / len(self.member_names)] * len(self.member_names)
-        keep = {"mode": "model", "baseline": None}
-        folds = self._inner_folds(train, split)
-        if not folds:
-            return equal, False, None, keep
+    def _fold_scores(self, train: pl.DataFrame, split: str) -> list[tuple]:
+        """Per inner fold: (test rows, each member's and hedge's relative scores, _FoldRegret, the hedges' ranks,
+        the guard baselines' ranks). Members are fitted as `inner_fits[split]` names them (a lighter variant in
+        place of a member, or the member itself): the folds only choose weights, the final fit uses the members."""
         guards = [b for b in (self.guards_unseen if split == "devices" else self.guards_seen)
                   if b in _baselines.baseline_names(self.features)]
-        per_fold = []
-        for inner_train, inner_test in folds:
-            sample = fit_sample(inner_train, max_rows=self.inner_rows)
+        per_fold, inner = [], self.inner_fits.get(split, {})
+        for inner_train, inner_test in self._inner_folds(train, split):
+            sample = fit_sample(inner_train, max_rows=self.inner_rows, seed=self.inner_seed)
             # at most inner_cases cases, and of a case with thousands of configs its fastest ones and a
             # share of the rest (fit_sample: every case is kept; the loss needs each case's best only)
             inner_test = fit_sample(sample_cases(inner_test, self.inner_cases),
                                     max_rows=self.inner_test_rows)
             make = _variants().make_ranker
-            scores = {m: relative_to_case(inner_test, make(self.features, m).fit(sample).score(inner_test))
+            scores = {m: relative_to_case(inner_test, make(self.features, inner.get(m, m))
+                                          .fit(sample).score(inner_test))
                       for m in self._names()}
             regret = _FoldRegret(inner_test, self.ks)
             hedged = [regret.ranks(scores[h]) for h in self.hedge_names]  # the same for every weight vector
@@ -263,11 +268,33 @@ class CVEnsembleRanker(Ranker):
             base = {b: regret.ranks(BaselineRanker(self.features, b).fit(base_train).score(inner_test))
                     for b in guards}
             per_fold.append((inner_test, scores, regret, hedged, base))
+        return per_fold
 
-        def combined(t, s, w, hedge, regret, hedged):  # _combine, with the hedges' ranks computed once
-            total = self._total(t, s, w)
-            return interleave_ranks([regret.ranks(total), *hedged]) if hedge else total
+    def _combined(self, t, s, w, hedge, regret, hedged) -> np.ndarray:
+        """_combine on one inner fold, with the hedges' ranks computed once (`hedged`)."""
+        total = self._total(t, s, w)
+        return interleave_ranks([regret.ranks(total), *hedged]) if hedge else total
 
+    def candidate_loss(self, train: pl.DataFrame, split: str, weights: Sequence[float], hedge: bool) -> float | None:
+        """The mean inner loss of one setting (weights, hedging) on this ranker's inner folds of `train` (None:
+        no folds): how a selection made another way (lighter inner fits) fares on these folds."""
+        per_fold = self._fold_scores(train, split)
+        if not per_fold:
+            return None
+        return float(np.mean([regret.mean(self._combined(t, s, list(weights), hedge, regret, hedged))
+                              for t, s, regret, hedged, _ in per_fold]))
+
+    def _select(self, train: pl.DataFrame, split: str) -> tuple[list[float], bool, float | None, dict]:
+        """The grid weights and hedging with the lowest mean inner log regret, that regret (None: no folds)
+        and the policy: the weighted model alone, or one of the setting's guard baselines alone, first, or
+        after the model (see `_apply_policy`)."""
+        equal = [1.0 / len(self.member_names)] * len(self.member_names)
+        keep = {"mode": "model", "baseline": None}
+        per_fold = self._fold_scores(train, split)
+        if not per_fold:
+            return equal, False, None, keep
+        guards = per_fold[0][4]
+        combined = self._combined
         candidates = [(list(w), hedge) for hedge in ([False, True] if self.hedge_names else [False])
                       for w in weight_grid(len(self.member_names), self.step)]
         loss = np.array([[regret.mean(combined(t, s, w, hedge, regret, hedged)) for t, s, regret, hedged, _ in per_fold]

@@ -77,8 +77,15 @@ def _device_gbr_light() -> HistGradientBoostingRegressor:
                                          early_stopping=False, random_state=0)
 
 
+def _device_gbr_half() -> HistGradientBoostingRegressor:
+    """`transfer_half`'s per-device model: half of `transfer`'s trees, each twice the step."""
+    return HistGradientBoostingRegressor(max_iter=30, learning_rate=0.3, max_leaf_nodes=31,
+                                         early_stopping=False, random_state=0)
+
+
 # estimators of DeviceTransferRanker by name (rankers store the name, never the function)
-_ESTIMATORS: dict[str, Callable[[], object]] = {"gbr": _device_gbr, "gbr_light": _device_gbr_light}
+_ESTIMATORS: dict[str, Callable[[], object]] = {"gbr": _device_gbr, "gbr_light": _device_gbr_light,
+                                                "gbr_half": _device_gbr_half}
 
 
 class DeviceTransferRanker(Ranker):

@@ -35,7 +35,9 @@
 - `baseline_<name>`: one of evaluate's baselines (models/baselines.py) as a ranker (BaselineRanker);
 - `robust` (the default) and its siblings `robust_*`: the ensemble's seen setting for measured devices; for
   a new device the ensemble's transfer and `gbr_shared_top` together (models/robust.py); `robust_rank`, the
-  default before it: `rank_guarded` for a new device;
+  default before it: `rank_guarded` for a new device; `robust_fast`: `robust` whose new-device selection fits
+  a quarter of the boosting trees inside its inner folds (INNER_FITS; the final members are full), 1.5x faster
+  to train, opt-in (notes/learning.md, "Lighter inner fits");
 - `ensemble_guarded`: `ensemble` whose nested inner selection may also let a baseline lead (only when the
   inner folds hold enough cases and the baseline wins every one) and interleaves the best baselines
   into its top k where the inner folds say so (CVEnsembleRanker's guards; notes/ranker-selection.md);
@@ -88,6 +90,16 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "gbr_shared_light": lambda f: PipelineRanker(shared_features(f), boosting_regressor(max_iter=50, learning_rate=0.3),
                                                  target="log_rel", clip=CLIP_LOG_REL, name="gbr_shared_light"),
     "transfer_light": lambda f: DeviceTransferRanker(f, "gbr_light", name="transfer_light"),
+    # half of the trees, each twice the step: candidates for the inner selection's fits (INNER_FITS)
+    "gbr_shared_half": lambda f: PipelineRanker(shared_features(f), boosting_regressor(max_iter=100, learning_rate=0.2),
+                                                target="log_rel", clip=CLIP_LOG_REL, name="gbr_shared_half"),
+    "gbr_shared_top_half": lambda f: PipelineRanker(shared_features(f), boosting_regressor(max_iter=100, learning_rate=0.2),
+                                                    target="log_rel", clip=CLIP_LOG_REL, top_weight=4.0, top_scale=0.1,
+                                                    name="gbr_shared_top_half"),
+    "gbr_shared_top_light": lambda f: PipelineRanker(shared_features(f), boosting_regressor(max_iter=50, learning_rate=0.3),
+                                                     target="log_rel", clip=CLIP_LOG_REL, top_weight=4.0, top_scale=0.1,
+                                                     name="gbr_shared_top_light"),
+    "transfer_half": lambda f: DeviceTransferRanker(f, "gbr_half", name="transfer_half"),
     "ensemble_light": lambda f: CVEnsembleRanker(f, ("prior", "transfer_light", "gbr_shared_light", "simd_aligned"),
                                                  ("prior", "transfer_light", "prior_uniform"), name="ensemble_light"),
     # gbr_rel clipped at 2x (not 4x), and gbr_rel with each case's fast configs weighted up (as `transfer`)
@@ -116,8 +128,8 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     # for new devices the ensemble's transfer and the ranking objective together (models/robust.py); `robust`, the
     # default, is one of them (notes/ranker-selection.md)
     **{n: (lambda n: lambda f: _robust.VARIANTS[n](f))(n) for n in (
-        "unseen_select", "unseen_blend", "unseen_hedged", "unseen_unanimous",
-        "robust_select", "robust_blend", "robust_hedged", "robust")},
+        "unseen_select", "unseen_blend", "unseen_hedged", "unseen_unanimous", "unseen_unanimous_fast",
+        "robust_select", "robust_blend", "robust_hedged", "robust", "robust_fast")},
 }
 ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV
 ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave
@@ -127,6 +139,14 @@ GUARDS_SEEN = ("nearest_shape", "most_common_best")
 GUARDS_UNSEEN = ("other_device_best", "most_common_best", "common_top10", "chip_default")
 STACKED_MEMBERS = ("prior", "transfer", "gbr_shared", "baseline_other_device_best", "baseline_common_top10")
 DEFAULT_MODEL = "robust"
+# the variants the inner selection folds fit in place of the boosting members, by how many of the trees they keep
+INNER_FITS = {
+    "full": {},
+    "half": {"gbr_shared": "gbr_shared_half", "gbr_shared_top": "gbr_shared_top_half", "transfer": "transfer_half"},
+    "quarter": {"gbr_shared": "gbr_shared_light", "gbr_shared_top": "gbr_shared_top_light",
+                "transfer": "transfer_light"},
+    "quarter_transfer": {"transfer": "transfer_light"},  # the per-device models alone lighter
+}
 
 
 def make_ranker(features: KernelFeatures, model: str = DEFAULT_MODEL) -> Ranker:
