@@ -147,6 +147,38 @@ def test_run_is_the_whole_loop_on_real_shards(tmp_path):
     assert apple and all(r["evidence"] == "extrapolated" and r["expected_regret"] is None for r in apple)
 
 
+def test_run_trains_and_scores_the_model_it_is_given(tmp_path):
+    """`run --model robust_fast`: that variant is registered and both splits are its own recorded cases."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("nvidia-h100-sxm-66sm.parquet", "nvidia-h100-sxm-32sm.parquet"):
+        if not (REPO_DATA / name).exists():
+            pytest.skip(f"data/{name} not present")
+        shutil.copy(REPO_DATA / name, data / name)
+    db = tmp_path / "fresh.duckdb"
+    result = invoke("run", "--db", str(db), "--data", str(data), "--bundle-dir", str(tmp_path / "b"), "-k", "rmsnorm",
+                    "--model", "robust_fast", "--json")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["model"] == "robust_fast"
+    assert {(s["split"], s["kernel"]) for s in out["scores"]} == {("shapes", "rmsnorm"), ("devices", "rmsnorm")}
+    from zmlx_pipeline.data.store import Store
+
+    with Store(db, read_only=True) as store:
+        assert [r["params"]["model"] for r in store.models(kernel="rmsnorm")] == ["robust_fast"]
+
+
+def test_run_with_an_unknown_model_is_refused_before_anything_is_stored(tmp_path):
+    db = tmp_path / "s.duckdb"
+    result = invoke("run", "--db", str(db), "--data", str(REPO_DATA), "--bundle-dir", str(tmp_path / "b"),
+                    "--model", "robust_fats")
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if not line.startswith("... ")]
+    assert len(lines) == 1 and lines[0].startswith("Error: unknown model 'robust_fats'; expected one of ")
+    assert "robust_fast" in lines[0]
+    assert not db.exists() and not (tmp_path / "b").exists()
+
+
 def test_run_on_an_empty_data_directory_is_a_one_line_error(tmp_path):
     (tmp_path / "empty").mkdir()
     result = invoke("run", "--db", str(tmp_path / "s.duckdb"), "--data", str(tmp_path / "empty"),

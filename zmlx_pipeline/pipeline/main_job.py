@@ -74,9 +74,10 @@ def main_job(
     collect: Callable[[], Any] | None = None,
     lookups: Sequence[tuple] = DEFAULT_LOOKUPS,
     progress: Callable[[str], None] | None = None,
+    model: str | None = None,
 ) -> dict[str, Any]:
     """Run the loop and return what each step did; every figure comes from the store's real rows.
-    `progress` gets a line as each step starts and ends (elapsed, an estimate of the time left by
+    `model`: the variant to train and score (None: the default). `progress` gets a line as each step starts and ends (elapsed, an estimate of the time left by
     STEP_SHARES) and publish's lines per kernel, indented.
 
     Train and both evaluations share one set of feature frames and one pool of worker processes, and both
@@ -87,11 +88,13 @@ def main_job(
     from zmlx_pipeline.models.evaluate import evaluate, kernel_features_of, ok_rows
     from zmlx_pipeline.models.pool import KernelPool
     from zmlx_pipeline.models.train import train_models
+    from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.progress import Steps
     from zmlx_pipeline.publish import publish
 
     say = progress or (lambda _msg: None)
-    out: dict[str, Any] = {"timings_s": {}}
+    model = model or DEFAULT_MODEL
+    out: dict[str, Any] = {"timings_s": {}, "model": model}
 
     def timed(name: str, fn: Callable[[], Any]) -> Any:
         t = time.perf_counter()
@@ -128,7 +131,7 @@ def main_job(
     def train(pool: KernelPool) -> list[dict]:
         features.update(kernel_features_of(store, kernels))
         pool.attach(features)
-        return train_models(store, kernels, features=features, pool=pool)
+        return train_models(store, kernels, model=model, features=features, pool=pool)
 
     with KernelPool(None, None, rows=ok_rows(store, kernels)) as pool:  # the workers start while features are built
         trained = step("train", lambda: train(pool))
@@ -137,7 +140,8 @@ def main_job(
         out["scores"] = []
         for split in splits:
             result = step(f"evaluate {split}", lambda split=split: evaluate(
-                store, split, kernels=kernels, ks=(1, 3, 5), label_model=True, features=features, pool=pool))
+                store, split, kernels=kernels, ks=(1, 3, 5), models=(model,), label_model=True, features=features,
+                pool=pool))
             out["scores"].extend(score_table(result, split))
     bundle = step("publish", lambda: publish(store, bundle_dir, kernels=kernels, evaluate=False, progress=sub))
     out["bundle"] = {k: bundle[k] for k in ("bundle_id", "path") if k in bundle}
