@@ -115,14 +115,20 @@ def test_unknown_kernel_is_a_one_line_error():
 REPO_DATA = Path(__file__).resolve().parents[2] / "data"
 
 
-def test_run_is_the_whole_loop_on_real_shards(tmp_path):
-    """Two committed shards (the H100 at 66 and 32 SMs), rmsnorm only: ingest, train, both splits, publish, look up."""
+def _two_shards(tmp_path: Path) -> Path:
+    """A data directory holding two committed shards (the H100 at 66 and 32 SMs)."""
     data = tmp_path / "data"
     data.mkdir()
     for name in ("nvidia-h100-sxm-66sm.parquet", "nvidia-h100-sxm-32sm.parquet"):
         if not (REPO_DATA / name).exists():
             pytest.skip(f"data/{name} not present")
         shutil.copy(REPO_DATA / name, data / name)
+    return data
+
+
+def test_run_is_the_whole_loop_on_real_shards(tmp_path):
+    """Two committed shards (the H100 at 66 and 32 SMs), rmsnorm only: ingest, train, both splits, publish, look up."""
+    data = _two_shards(tmp_path)
     bundles = tmp_path / "bundles"
     result = invoke("run", "--db", str(tmp_path / "fresh.duckdb"), "--data", str(data), "--bundle-dir", str(bundles),
                     "-k", "rmsnorm", "--json")
@@ -149,12 +155,7 @@ def test_run_is_the_whole_loop_on_real_shards(tmp_path):
 
 def test_run_trains_and_scores_the_model_it_is_given(tmp_path):
     """`run --model robust_fast`: that variant is registered and both splits are its own recorded cases."""
-    data = tmp_path / "data"
-    data.mkdir()
-    for name in ("nvidia-h100-sxm-66sm.parquet", "nvidia-h100-sxm-32sm.parquet"):
-        if not (REPO_DATA / name).exists():
-            pytest.skip(f"data/{name} not present")
-        shutil.copy(REPO_DATA / name, data / name)
+    data = _two_shards(tmp_path)
     db = tmp_path / "fresh.duckdb"
     result = invoke("run", "--db", str(db), "--data", str(data), "--bundle-dir", str(tmp_path / "b"), "-k", "rmsnorm",
                     "--model", "robust_fast", "--json")

@@ -174,7 +174,7 @@ class CVEnsembleRanker(Ranker):
         if unknown or set(inner_fits) - {"devices", "shapes"}:
             raise ModelError(f"unknown ensemble member(s) or split(s) {', '.join(unknown or sorted(inner_fits))}")
         # per inner split, the variant each member is fitted as inside its folds (lighter boosting: the folds
-        # only choose the weights; notes/learning.md, "Lighter fits for the new-device selection"); a member
+        # only choose the weights; notes/learning.md, "Lighter inner fits"); a member
         # not named is fitted as itself
         self.inner_fits = inner_fits
         self.member_names = list(members)

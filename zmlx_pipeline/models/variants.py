@@ -36,7 +36,7 @@
 - `robust` (the default) and its siblings `robust_*`: the ensemble's seen setting for measured devices; for
   a new device the ensemble's transfer and `gbr_shared_top` together (models/robust.py); `robust_rank`, the
   default before it: `rank_guarded` for a new device; `robust_fast`: `robust` whose new-device selection fits
-  a quarter of the boosting trees inside its inner folds (INNER_FITS; the final members are full), 1.5x faster
+  a quarter of the boosting trees inside its inner folds (INNER_FITS; the final members are full), 1.4x faster
   to train, opt-in (notes/learning.md, "Lighter inner fits");
 - `ensemble_guarded`: `ensemble` whose nested inner selection may also let a baseline lead (only when the
   inner folds hold enough cases and the baseline wins every one) and interleaves the best baselines
@@ -149,13 +149,16 @@ INNER_FITS = {
 }
 
 
+def check_model(model: str) -> str:
+    """The name of a known variant, or ModelError naming the known ones."""
+    if model not in MODEL_VARIANTS:
+        raise ModelError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}")
+    return model
+
+
 def make_ranker(features: KernelFeatures, model: str = DEFAULT_MODEL) -> Ranker:
     """An unfitted ranker of the named variant for one kernel."""
-    try:
-        factory = MODEL_VARIANTS[model]
-    except KeyError:
-        raise ModelError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}") from None
-    return factory(features)
+    return MODEL_VARIANTS[check_model(model)](features)
 
 
 def fit_kernel_model(features: KernelFeatures, model: str = DEFAULT_MODEL) -> Ranker:

@@ -323,11 +323,10 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, model_name,
     """The main job: ingest data/, train, evaluate on held-out shapes and devices, publish, look up."""
     from zmlx_pipeline.pipeline.main_job import main_job
 
-    if model_name is not None:
-        from zmlx_pipeline.models.variants import MODEL_VARIANTS
+    if model_name is not None:  # refused before ingest, not after it
+        from zmlx_pipeline.models.variants import check_model
 
-        if model_name not in MODEL_VARIANTS:  # refused before ingest, not after it
-            raise click.ClickException(f"unknown model {model_name!r}; expected one of {', '.join(MODEL_VARIANTS)}")
+        check_model(model_name)
 
     # refused before minutes of ingest and training, not when the bundle is written at the end
     blocker = next((p for p in (bundle_dir, *bundle_dir.parents) if p.exists() and not p.is_dir()), None)

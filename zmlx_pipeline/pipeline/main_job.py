@@ -77,8 +77,8 @@ def main_job(
     model: str | None = None,
 ) -> dict[str, Any]:
     """Run the loop and return what each step did; every figure comes from the store's real rows.
-    `model`: the variant to train and score (None: the default). `progress` gets a line as each step starts and ends (elapsed, an estimate of the time left by
-    STEP_SHARES) and publish's lines per kernel, indented.
+    `model`: the variant to train and score (None: the default). `progress` gets a line as each step starts and
+    ends (elapsed, an estimate of the time left by STEP_SHARES) and publish's lines per kernel, indented.
 
     Train and both evaluations share one set of feature frames and one pool of worker processes, and both
     splits are read from the cases train recorded (it scores the held-out shapes and the left-out devices
