@@ -210,3 +210,36 @@ def test_the_fast_default_fits_lighter_members_inside_its_new_device_selection_o
     assert names and not names & set(light.values())
     test = many_shapes.frame.filter(pl.col("device_id") == DEVICES[0])
     assert case_regrets(test, fast.score(test), ks=(1,))["r1"].to_list() == [1.0] * 8
+
+
+def test_on_thin_evidence_the_settled_selection_chooses_nothing_and_fits_nothing(one_shape, monkeypatch):
+    """`unseen_settled` with 4 inner cases: equal weights, no hedging of the ensemble's own, the a priori policy, and
+    not one inner fit; `unseen_unanimous` on the same rows fits members in its inner folds and chooses its weights."""
+    asked: list[str] = []
+    real = variants.make_ranker
+    monkeypatch.setattr(variants, "make_ranker", lambda f, m=variants.DEFAULT_MODEL: asked.append(m) or real(f, m))
+    train = one_shape.frame.filter(pl.col("device_id") != DEVICES[0])
+    settled = make_ranker(one_shape, "unseen_settled")
+    assert settled.new_device_cases(train) == (4, 4)
+    weights, hedge, loss, policy = settled._select(train, "devices")
+    assert asked == [] and loss is None and hedge is False
+    assert weights == [0.25] * 4
+    assert policy == {"mode": "model", "baseline": None, "hedges": ["most_common_best"], "design": "blend",
+                      "evidence": "thin", "inner": {"cases": 4}}
+    make_ranker(one_shape, "unseen_unanimous")._select(train, "devices")
+    assert {"transfer", "gbr_shared", "gbr_shared_top"} <= set(asked)
+
+
+def test_the_settled_ranker_still_puts_the_fleets_winner_first_on_thin_evidence(one_shape, misleading_rank):
+    thin, test = _unseen(one_shape, "unseen_settled", DEVICES[2])
+    assert thin.weights_unseen == [0.25] * 4 and thin.policy_unseen["evidence"] == "thin"
+    assert case_regrets(test, thin.score(test), ks=(1,))["r1"].to_list() == [1.0]
+
+
+def test_with_enough_inner_cases_the_settled_ranker_is_the_default_one(many_shapes):
+    """32 inner cases: the settled selection is the one `unseen_unanimous` makes, and the scores are the same."""
+    settled, test = _unseen(many_shapes, "unseen_settled", DEVICES[1])
+    plain, _ = _unseen(many_shapes, "unseen_unanimous", DEVICES[1])
+    assert settled.policy_unseen["evidence"] == "chosen"
+    assert settled.selection() == plain.selection()
+    np.testing.assert_array_equal(settled.score(test), plain.score(test))

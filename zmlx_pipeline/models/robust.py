@@ -92,13 +92,14 @@ class TransferRankRanker(CVEnsembleRanker):
     thin_cases: int = 0
     thin_hedges: tuple = ()
     unanimous: bool = False
+    settled: bool = False  # on thin evidence nothing is chosen from the inner folds (class default: older files)
     winners: pl.DataFrame | None = None
     _selecting: str | None = None  # the split `_select` is choosing for, read by `_guard_policy`
 
     def __init__(self, features: KernelFeatures, designs: Sequence[str] = ("blend",), default: str | None = None,
                  select_min_cases: int = SELECT_MIN_CASES, thin_cases: int = 0, thin_hedges: Sequence[str] = (),
-                 unanimous: bool = False, inner_fits: dict[str, dict[str, str]] | None = None,
-                 name: str = "transfer_rank") -> None:
+                 unanimous: bool = False, settled: bool = False,
+                 inner_fits: dict[str, dict[str, str]] | None = None, name: str = "transfer_rank") -> None:
         from zmlx_pipeline.models import variants as _variants  # the registry imports this module
 
         super().__init__(features, _variants.ENSEMBLE_MEMBERS, _variants.ENSEMBLE_HEDGES, max_device_folds=4,
@@ -120,6 +121,7 @@ class TransferRankRanker(CVEnsembleRanker):
         self.thin_cases = thin_cases
         self.thin_hedges = tuple(thin_hedges)
         self.unanimous = unanimous
+        self.settled = settled
         self.winners = None  # (dtype, shape_key, config_key): the config every training device measured fastest
         self.rank_member = RANK_MEMBER
         self.policy_unseen = self._thin_policy(None)
@@ -133,10 +135,22 @@ class TransferRankRanker(CVEnsembleRanker):
         return {"mode": "model", "baseline": None, "hedges": hedges, "design": self.default, "evidence": "thin",
                 **({"inner": inner} if inner else {})}
 
+    def new_device_cases(self, train: pl.DataFrame) -> tuple[int, int]:
+        """(inner folds, cases they score) of the new-device selection on `train`, counted without fitting anything."""
+        folds = self._inner_folds(train, "devices")
+        return len(folds), sum(min(self.inner_cases, test.select(CASE).n_unique()) for _, test in folds)
+
     def _select(self, train: pl.DataFrame, split: str) -> tuple[list[float], bool, float | None, dict]:
         """CVEnsembleRanker's selection (its inner folds score the rank member too: `_names`); for the devices
         split `_guard_policy` below also chooses the design. A single training device (no inner fold) or no
-        guard baseline leaves the default design and no hedges."""
+        guard baseline leaves the default design and no hedges. With `settled`, inner folds of fewer than
+        `thin_cases` cases choose nothing, the ensemble's weights included: equal weights, no hedging of its
+        own, the a priori policy, and no inner fit is made."""
+        if split == "devices" and self.settled and self.thin_cases:
+            folds, cases = self.new_device_cases(train)
+            if folds and cases < self.thin_cases:
+                return [1.0 / len(self.member_names)] * len(self.member_names), False, None, \
+                    self._thin_policy({"cases": cases})
         self._selecting = split
         try:
             return super()._select(train, split)
@@ -246,6 +260,8 @@ VARIANTS = {
     # as unseen_unanimous, its inner leave-one-device-out folds fitting a quarter of the boosting trees
     # (variants.INNER_FITS["quarter"]): 2.5x less selection time (notes/learning.md, "Lighter inner fits")
     "unseen_unanimous_fast": lambda f: _unanimous(f, "unseen_unanimous_fast", inner="quarter"),
+    # as unseen_unanimous, and where the inner folds are thin they choose nothing, the ensemble's weights included
+    "unseen_settled": lambda f: _unanimous(f, "unseen_settled", settled=True),
     "robust_select": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_select", name="robust_select"),
     "robust_blend": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_blend", name="robust_blend"),
     "robust_hedged": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_hedged", name="robust_hedged"),
@@ -253,14 +269,15 @@ VARIANTS = {
     "robust": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_unanimous", name="robust"),
     # the default with the lighter new-device selection: train about 1.4x faster on the committed data
     "robust_fast": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_unanimous_fast", name="robust_fast"),
+    "robust_settled": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_settled", name="robust_settled"),
 }
 
 
-def _unanimous(features: KernelFeatures, name: str, inner: str | None = None) -> TransferRankRanker:
+def _unanimous(features: KernelFeatures, name: str, inner: str | None = None, settled: bool = False) -> TransferRankRanker:
     """unseen_hedged's design choice and hedges, and the fleet's unanimous winner first on thin evidence; `inner`:
     the variants.INNER_FITS setting its new-device selection fits (None: the members themselves)."""
     from zmlx_pipeline.models import variants as _variants  # the registry imports this module
 
     return TransferRankRanker(features, DESIGNS, "blend", select_min_cases=GUARD_MIN_CASES, thin_cases=GUARD_MIN_CASES,
-                              thin_hedges=("most_common_best",), unanimous=True,
+                              thin_hedges=("most_common_best",), unanimous=True, settled=settled,
                               inner_fits={"devices": dict(_variants.INNER_FITS[inner])} if inner else None, name=name)

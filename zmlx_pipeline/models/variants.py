@@ -37,7 +37,8 @@
   a new device the ensemble's transfer and `gbr_shared_top` together (models/robust.py); `robust_rank`, the
   default before it: `rank_guarded` for a new device; `robust_fast`: `robust` whose new-device selection fits
   a quarter of the boosting trees inside its inner folds (INNER_FITS; the final members are full), 1.4x faster
-  to train, opt-in (notes/learning.md, "Lighter inner fits");
+  to train, opt-in (notes/learning.md, "Lighter inner fits"); `robust_settled`: `robust` that chooses nothing where
+  the new-device folds hold under 30 cases (equal ensemble weights, no inner fit), opt-in (notes/ranker-selection.md);
 - `ensemble_guarded`: `ensemble` whose nested inner selection may also let a baseline lead (only when the
   inner folds hold enough cases and the baseline wins every one) and interleaves the best baselines
   into its top k where the inner folds say so (CVEnsembleRanker's guards; notes/ranker-selection.md);
@@ -128,8 +129,8 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     # for new devices the ensemble's transfer and the ranking objective together (models/robust.py); `robust`, the
     # default, is one of them (notes/ranker-selection.md)
     **{n: (lambda n: lambda f: _robust.VARIANTS[n](f))(n) for n in (
-        "unseen_select", "unseen_blend", "unseen_hedged", "unseen_unanimous", "unseen_unanimous_fast",
-        "robust_select", "robust_blend", "robust_hedged", "robust", "robust_fast")},
+        "unseen_select", "unseen_blend", "unseen_hedged", "unseen_unanimous", "unseen_unanimous_fast", "unseen_settled",
+        "robust_select", "robust_blend", "robust_hedged", "robust", "robust_fast", "robust_settled")},
 }
 ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV
 ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave
