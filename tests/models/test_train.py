@@ -182,3 +182,31 @@ def test_a_killed_trains_unregistered_model_and_temp_files_are_removed_by_the_ne
     assert registered.is_file() and live.is_file()  # a registered model is never swept
     assert (folder / Path(second["path"]).name).is_file()
     assert not list(folder.glob(f".pending-{os.getpid()}"))  # this run registered what it noted
+
+
+def test_train_submits_the_final_fits_then_the_longest_folds(store, make_measurement):
+    """The final fits go to the workers first (they fit what the folds reuse), then every split's folds (a task fitting
+    a model per fold), the split with the most folds first, so that the tasks left last, while a worker may idle,
+    are the short ones."""
+    from zmlx_pipeline.models.evaluate import kernel_features_of
+    from zmlx_pipeline.models.folds import fold_plan
+    from zmlx_pipeline.models.pool import KernelPool
+
+    class RecordingPool(KernelPool):  # the real pool, in this process, noting what is submitted in which order
+        submitted: list = []
+
+        def submit(self, kernel, fn, *args):
+            self.submitted.append((kernel, fn.__name__, args[1] if fn.__name__ == "_score_folds" else None))
+            return super().submit(kernel, fn, *args)
+
+    fill(store, make_measurement, kernels=("k", "k2"))
+    features = kernel_features_of(store, None)
+    with RecordingPool(features, jobs=1) as pool:
+        rows = train_models(store, model="prior", features=features, pool=pool)
+    order = RecordingPool.submitted
+    assert [r["kernel_filter"] for r in rows] == ["k", "k2"]
+    assert [fn for _, fn, _ in order] == ["_fit_task"] * 2 + ["_score_folds"] * 4
+    folds = [len(fold_plan(features[kernel], split)) for kernel, _, split in order[2:]]
+    assert folds == sorted(folds, reverse=True) and folds[0] > folds[-1]
+    assert [split for _, _, split in order[2:]] == ["shapes", "shapes", "devices", "devices"]
+    assert all(r["scores"]["prune_split"] == "shapes" and r["scores"]["prune_k"] for r in rows)

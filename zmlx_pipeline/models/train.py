@@ -254,23 +254,26 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
             features = kernel_features_of(store, kernels, devices)
         pool.attach(features)
         order = sorted(features, key=lambda k: -features[k].frame.height)  # the longest tasks first
-        # each kernel's tasks: its final fit, then the folds of each split it records, a split's folds in one task
+        # each kernel's tasks: its final fit and the folds of each split it records, a split's folds in one task
         # (they share many fits: an outer device fold's inner fold "leave j out" is outer fold j's "leave i out")
         splits = {kernel: recorded_splits(features[kernel]) if heldout else [] for kernel in order}
+        plans = {(kernel, split): tuple(fold_plan(features[kernel], split)) for kernel in order for split in splits[kernel]}
+        for kernel in order:
+            if on_kernel:
+                on_kernel(kernel)
+        # the final fits first (short, and they fit the per-device `transfer` models every fold of their kernel reuses:
+        # the pool's workers share their fits, pool.py), then the splits' folds, the split of the most folds first, so
+        # that the tasks left last, while a worker may idle, are short (notes/learning.md, "Training and evaluation
+        # time"); tasks of different kernels follow each other, so the two workers rarely wait for each other's fit
+        tasks = [(kernel, split) for kernel in order for split in ("fit", *splits[kernel])]
+        tasks.sort(key=lambda t: (t[1] != "fit", -len(plans.get(t, ()))))  # stable: the largest kernel first
         futures: dict[tuple, object] = {}
-        # submitted kernel by kernel in turn, the largest first: the two workers then mostly run tasks of different
-        # kernels, which share no fit, rather than wait for each other's fit of the same rows (the pool's workers
-        # share their fits: pool.py), and the last tasks are the shortest
-        for turn in range(1 + max(map(len, splits.values()), default=0)):
-            for kernel in order:
-                if turn == 0:
-                    if on_kernel:
-                        on_kernel(kernel)
-                    futures[kernel, "fit"] = pool.submit(kernel, _fit_task, model)
-                elif turn <= len(splits[kernel]):
-                    split = splits[kernel][turn - 1]
-                    plan = tuple(fold_plan(features[kernel], split))
-                    futures[kernel, split] = pool.submit(kernel, _score_folds, plan, split, HELDOUT_KS, (model,), True)
+        for kernel, split in tasks:
+            if split == "fit":
+                futures[kernel, "fit"] = pool.submit(kernel, _fit_task, model)
+            else:
+                futures[kernel, split] = pool.submit(kernel, _score_folds, plans[kernel, split], split, HELDOUT_KS,
+                                                     (model,), True)
         fits = {kernel: futures[kernel, "fit"] for kernel in order}
         held = {kernel: [(split, [futures[kernel, split]]) for split in splits[kernel]]
                 for kernel in (order if heldout else ())}
