@@ -192,18 +192,17 @@ def test_train_submits_the_final_fits_then_the_longest_folds(store, make_measure
     from zmlx_pipeline.models.folds import fold_plan
     from zmlx_pipeline.models.pool import KernelPool
 
-    class RecordingPool(KernelPool):  # the real pool, in this process, noting what is submitted in which order
-        submitted: list = []
+    order: list[tuple] = []
 
+    class RecordingPool(KernelPool):  # the real pool, in this process, noting what is submitted in which order
         def submit(self, kernel, fn, *args):
-            self.submitted.append((kernel, fn.__name__, args[1] if fn.__name__ == "_score_folds" else None))
+            order.append((kernel, fn.__name__, args[1] if fn.__name__ == "_score_folds" else None))
             return super().submit(kernel, fn, *args)
 
     fill(store, make_measurement, kernels=("k", "k2"))
     features = kernel_features_of(store, None)
     with RecordingPool(features, jobs=1) as pool:
         rows = train_models(store, model="prior", features=features, pool=pool)
-    order = RecordingPool.submitted
     assert [r["kernel_filter"] for r in rows] == ["k", "k2"]
     assert [fn for _, fn, _ in order] == ["_fit_task"] * 2 + ["_score_folds"] * 4
     folds = [len(fold_plan(features[kernel], split)) for kernel, _, split in order[2:]]

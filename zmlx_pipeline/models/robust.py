@@ -18,7 +18,9 @@ k interleaves), except where the inner folds hold fewer than `thin_cases` cases:
 interleaves the lead with the `thin_hedges` baselines a priori (the fleet-wide winners), since a
 choice made on a dozen cases is noise, and, with `unanimous`, a config that was the fastest on every
 training device that measured the case's shape and dtype (two at least) goes first: where the whole
-measured fleet agrees, no model is needed. notes/ranker-selection.md compares the variants.
+measured fleet agrees, no model is needed. The ensemble's weights are still chosen there; with `settled` they
+are not (equal weights, no inner fit), which lost two of 26 thin settings to a baseline and is not the default.
+notes/ranker-selection.md compares the variants.
 """
 
 from __future__ import annotations
@@ -269,13 +271,16 @@ VARIANTS = {
     "robust": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_unanimous", name="robust"),
     # the default with the lighter new-device selection: train about 1.4x faster on the committed data
     "robust_fast": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_unanimous_fast", name="robust_fast"),
+    # the default choosing nothing on thin new-device evidence: compared, not adopted (notes/ranker-selection.md)
     "robust_settled": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_settled", name="robust_settled"),
 }
 
 
-def _unanimous(features: KernelFeatures, name: str, inner: str | None = None, settled: bool = False) -> TransferRankRanker:
+def _unanimous(features: KernelFeatures, name: str, inner: str | None = None,
+               settled: bool = False) -> TransferRankRanker:
     """unseen_hedged's design choice and hedges, and the fleet's unanimous winner first on thin evidence; `inner`:
-    the variants.INNER_FITS setting its new-device selection fits (None: the members themselves)."""
+    the variants.INNER_FITS setting its new-device selection fits (None: the members themselves); `settled`: on thin
+    evidence the ensemble's weights are not chosen either (TransferRankRanker._select)."""
     from zmlx_pipeline.models import variants as _variants  # the registry imports this module
 
     return TransferRankRanker(features, DESIGNS, "blend", select_min_cases=GUARD_MIN_CASES, thin_cases=GUARD_MIN_CASES,

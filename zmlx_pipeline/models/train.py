@@ -253,11 +253,12 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
         if not shared:
             features = kernel_features_of(store, kernels, devices)
         pool.attach(features)
-        order = sorted(features, key=lambda k: -features[k].frame.height)  # the longest tasks first
+        order = sorted(features, key=lambda k: -features[k].frame.height)  # the largest kernels first
         # each kernel's tasks: its final fit and the folds of each split it records, a split's folds in one task
         # (they share many fits: an outer device fold's inner fold "leave j out" is outer fold j's "leave i out")
         splits = {kernel: recorded_splits(features[kernel]) if heldout else [] for kernel in order}
-        plans = {(kernel, split): tuple(fold_plan(features[kernel], split)) for kernel in order for split in splits[kernel]}
+        plans = {(kernel, split): tuple(fold_plan(features[kernel], split))
+                 for kernel in order for split in splits[kernel]}
         for kernel in order:
             if on_kernel:
                 on_kernel(kernel)
