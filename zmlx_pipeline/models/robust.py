@@ -138,7 +138,8 @@ class TransferRankRanker(CVEnsembleRanker):
                 **({"inner": inner} if inner else {})}
 
     def new_device_cases(self, train: pl.DataFrame) -> tuple[int, int]:
-        """(inner folds, cases they score) of the new-device selection on `train`, counted without fitting anything."""
+        """(inner folds, cases they score) of the new-device selection on `train`, counted without fitting anything:
+        each fold's test cases up to `inner_cases`, as `_fold_scores` samples them (its `_FoldRegret.cases`)."""
         folds = self._inner_folds(train, "devices")
         return len(folds), sum(min(self.inner_cases, test.select(CASE).n_unique()) for _, test in folds)
 

@@ -44,8 +44,8 @@ import polars as pl
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.data.store import HELDOUT_KS, StoreError
-from zmlx_pipeline.models.rankers.base import ModelError, Ranker
-from zmlx_pipeline.models.variants import DEFAULT_MODEL, MODEL_VARIANTS, fit_kernel_model
+from zmlx_pipeline.models.rankers.base import Ranker
+from zmlx_pipeline.models.variants import DEFAULT_MODEL, check_model, fit_kernel_model
 from zmlx_pipeline.models.evaluate import _score_folds, gather_folds, kernel_features_of, ok_rows, submit_kernel
 from zmlx_pipeline.models.folds import fold_plan
 from zmlx_pipeline.models.metrics import PRUNE_SHARE, prune_k as prune_k_of, summarize
@@ -236,8 +236,7 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
     `features` (kernel_features_of(store, kernels, devices), already built) and an entered `pool` let the
     main job build the features and start the workers once for train and evaluate.
     """
-    if model not in MODEL_VARIANTS:
-        raise ModelError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}")
+    check_model(model)
     if getattr(store, "read_only", False):
         raise StoreError(f"cannot register models: store {store.path} is open read-only; open it writable")
     jobs = check_jobs(jobs)
