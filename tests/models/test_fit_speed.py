@@ -11,12 +11,14 @@ import pytest
 
 from zmlx_pipeline.models import evaluate as ev, pool as pool_module, transfer, variants
 from zmlx_pipeline.models.cv_ensemble import CVEnsembleRanker
+from zmlx_pipeline.models.rankers import base as rankers_base
 from zmlx_pipeline.models.rankers.base import (
     ModelError,
     clear_fit_cache,
     distinct_rows,
     make_pipeline,
     predict_distinct,
+    remembered_predictions,
 )
 from zmlx_pipeline.models.transfer import DeviceTransferRanker, transfer_features
 from zmlx_pipeline.models.features import store_features
@@ -114,6 +116,57 @@ def test_distinct_rows_shared_by_several_pipelines_predict_as_each_alone(kernel)
         assert np.array_equal(predict_distinct(pipeline, X), pipeline.predict(X))
     small = f.frame.select(own.features)
     assert distinct_rows(small)[1] is None  # under 10,000 rows: predicted as they are
+
+
+class _Counting:
+    """A fitted pipeline that counts the rows it is asked to predict."""
+
+    def __init__(self, pipeline) -> None:
+        self.pipeline, self.rows = pipeline, 0
+
+    def predict(self, X):
+        self.rows += len(X)
+        return self.pipeline.predict(X)
+
+
+def test_remembered_predictions_predict_a_row_once_per_pipeline_and_score_the_same(kernel):
+    f = kernel
+    own = transfer_features(f)
+    X = f.frame.select(own.features)
+    y = f.frame["log_rel"].to_numpy()
+    fitted = [make_pipeline(own, transfer._device_gbr()).fit(X, y + i) for i in range(2)]
+    first, second = X.head(X.height * 2 // 3), X.tail(X.height * 2 // 3)  # a third of the rows in both
+    counted = [_Counting(p) for p in fitted]
+    with remembered_predictions():
+        for c, p in zip(counted, fitted):
+            assert np.array_equal(predict_distinct(c, first), p.predict(first))
+            assert np.array_equal(predict_distinct(c, second), p.predict(second))  # bit for bit
+            assert np.array_equal(predict_distinct(c, X), p.predict(X))
+            # the second call predicted only the rows the first had not, the third none at all
+            seen = set(first.rows())
+            assert c.rows == first.height + sum(row not in seen for row in second.rows()) < first.height + second.height
+    # outside the block nothing is remembered: every row is predicted again
+    plain = _Counting(fitted[0])
+    predict_distinct(plain, first)
+    predict_distinct(plain, first)
+    assert plain.rows == 2 * first.height
+
+
+def test_remembered_predictions_never_read_back_a_row_whose_second_hash_differs(kernel, monkeypatch):
+    f = kernel
+    own = transfer_features(f)
+    X = f.frame.select(own.features).unique(maintain_order=True)
+    pipeline = make_pipeline(own, transfer._device_gbr()).fit(X, np.arange(X.height, dtype=float))
+    a, b = X.head(5), X.slice(5, 5)
+    same_first = np.arange(5, dtype=np.uint64)
+    hashes = {id(a): (same_first, same_first), id(b): (same_first, same_first + np.uint64(100))}
+    monkeypatch.setattr(rankers_base, "_row_hashes", lambda frame: hashes[id(frame)])
+    counted = _Counting(pipeline)
+    with remembered_predictions():
+        predict_distinct(counted, a)
+        got = predict_distinct(counted, b)  # first hashes collide with a's rows, second hashes do not
+    assert counted.rows == 10
+    assert np.array_equal(got, pipeline.predict(b))
 
 
 def test_transfer_shares_a_device_model_between_fits_with_identical_rows_for_it(kernel):

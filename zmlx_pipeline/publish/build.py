@@ -430,13 +430,15 @@ def _build_task(features, km: KernelModel, records: dict[str, dict], device_fram
     from dataclasses import replace
 
     from zmlx_pipeline.models.pool import fit_threads
+    from zmlx_pipeline.models.rankers.base import remembered_predictions
     from zmlx_pipeline.publish.models import fit_time_model, with_ranker
 
     km = with_ranker(replace(km, features=features))
     with fit_threads():
         if km.time_model_due:
             km = replace(km, time_model=fit_time_model(features), time_model_due=False)
-        tables, meta = build_kernel(km, records, device_frame, only_devices, progress)
+        with remembered_predictions():  # the chunks of devices ask the models many of the same rows
+            tables, meta = build_kernel(km, records, device_frame, only_devices, progress)
     return tables.plain(), meta
 
 

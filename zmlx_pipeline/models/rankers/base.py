@@ -17,7 +17,9 @@ import time
 import zlib
 from abc import ABC, abstractmethod
 from collections import OrderedDict
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import polars as pl
@@ -127,10 +129,82 @@ def predict_distinct(pipeline: Pipeline, X: pl.DataFrame,
                      distinct: tuple[pl.DataFrame, np.ndarray | None] | None = None) -> np.ndarray:
     """pipeline.predict(X), computed once per distinct feature row (rows of devices whose features a
     model does not see repeat; prediction time grows with rows). `distinct`: distinct_rows(X), when
-    several pipelines predict on the same X (DeviceTransferRanker: one per training device)."""
+    several pipelines predict on the same X (DeviceTransferRanker: one per training device). Inside
+    remembered_predictions(), rows this pipeline predicted in an earlier call are not predicted again."""
     unique, inverse = distinct if distinct is not None else distinct_rows(X)
-    pred = np.asarray(pipeline.predict(unique), dtype=float)
+    pred = _predict_remembered(pipeline, unique) if _REMEMBERED is not None else \
+        np.asarray(pipeline.predict(unique), dtype=float)
     return pred if inverse is None else pred[inverse]
+
+
+class _Predicted:
+    """The rows one pipeline predicted, by their 128-bit row hash: sorted hashes and the predictions."""
+
+    __slots__ = ("pipeline", "h0", "h1", "values")
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline  # held, so that its id names it while it is remembered
+        self.h0 = np.empty(0, dtype=np.uint64)
+        self.h1 = np.empty(0, dtype=np.uint64)
+        self.values = np.empty(0, dtype=float)
+
+
+# per pipeline id, the rows predicted while remembered_predictions() is active (None: not active)
+_REMEMBERED: dict[int, _Predicted] | None = None
+REMEMBERED_ROWS = 4_000_000  # rows remembered per pipeline at most (24 bytes each); more are predicted afresh
+_ROW_HASHES: list = [None, None]  # the last frame hashed and its hashes: a transfer ranker's pipelines share X
+
+
+@contextmanager
+def remembered_predictions() -> Iterator[None]:
+    """Within this block predict_distinct predicts each distinct feature row once per pipeline, across calls:
+    publish scores its candidate rows in chunks of devices, and a model that does not see the device (or sees
+    only its vendor) is asked the same rows in every chunk. A tree model predicts each row on its own, so the
+    scores are the same bit for bit; what is remembered is dropped when the block ends."""
+    global _REMEMBERED
+    outer = _REMEMBERED
+    _REMEMBERED = {} if outer is None else outer
+    try:
+        yield
+    finally:
+        _REMEMBERED = outer
+        _ROW_HASHES[:] = [None, None]
+
+
+def _row_hashes(X: pl.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    if _ROW_HASHES[0] is not X:
+        _ROW_HASHES[:] = [X, (X.hash_rows(seed=0).to_numpy(), X.hash_rows(seed=1).to_numpy())]
+    return _ROW_HASHES[1]
+
+
+def _predict_remembered(pipeline: Pipeline, X: pl.DataFrame) -> np.ndarray:
+    """pipeline.predict(X), the rows this pipeline already predicted inside remembered_predictions() read back."""
+    memo = _REMEMBERED.setdefault(id(pipeline), _Predicted(pipeline))
+    if memo.pipeline is not pipeline:  # an id reused after its pipeline was freed
+        memo = _REMEMBERED[id(pipeline)] = _Predicted(pipeline)
+    if X.is_empty():
+        return np.asarray(pipeline.predict(X), dtype=float)
+    h0, h1 = _row_hashes(X)
+    at = np.minimum(np.searchsorted(memo.h0, h0), max(memo.h0.size - 1, 0))
+    known = (memo.h0[at] == h0) & (memo.h1[at] == h1) if memo.h0.size else np.zeros(X.height, dtype=bool)
+    out = np.empty(X.height, dtype=float)
+    out[known] = memo.values[at[known]]
+    new = ~known
+    if new.any():
+        fresh = np.asarray(pipeline.predict(X.filter(pl.Series(new)) if not new.all() else X), dtype=float)
+        out[new] = fresh
+        if memo.h0.size + fresh.size <= REMEMBERED_ROWS:
+            # keep one entry per first hash: rows whose first hashes collide are predicted each time
+            n0, n1 = h0[new], h1[new]
+            first = np.unique(n0, return_index=True)[1]
+            taken = np.isin(n0[first], memo.h0)
+            add = first[~taken]
+            h0_all = np.concatenate([memo.h0, n0[add]])
+            order = np.argsort(h0_all, kind="stable")
+            memo.h0 = h0_all[order]
+            memo.h1 = np.concatenate([memo.h1, n1[add]])[order]
+            memo.values = np.concatenate([memo.values, fresh[add]])[order]
+    return out
 
 
 def top_weights(log_rel: np.ndarray, top_weight: float, top_scale: float) -> np.ndarray:
