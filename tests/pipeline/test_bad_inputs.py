@@ -145,6 +145,18 @@ USAGE = [  # exit 2: click refuses the value before any work starts
     ("import", "list.json", "--problem-size", "abc"),
     ("import", "list.json", "--device-map", "no-such-map.json"),
     ("export",),
+    ("collect", "--budget", "nan"),
+    ("collect", "--budget", "inf"),
+    ("collect", "--budget", "1e400s"),
+    ("collect", "--budget", ""),
+    ("collect", "--warmup-ms", "nan"),
+    ("repeat", "--fraction", "nan"),
+    ("run", "--collect", "nan"),
+    ("run", "--collect", ""),
+    ("kernels", "-k", ""),
+    ("kernels", "-k", ","),
+    ("evaluate", "--split", "shapes", "-k", ""),
+    ("train", "--device", ""),
 ]
 
 
@@ -217,6 +229,28 @@ ERRORS = [  # exit 1: the command refuses the input in one line that says why
     (("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "--bundle", "notes.txt"), "no manifest.json"),
     (("profiles", "--device", "nvidia-h2000"), "no device 'nvidia-h2000'"),
     (("profiles", "--bundle", "no-such-bundle"), "no such bundle"),
+    # a module:attr kernel path is read, never called unless it is a function of that module
+    (("kernels", "-k", "sys:exit"), "not a KernelSpec"),
+    (("kernels", "-k", "os:abort"), "not a KernelSpec"),
+    (("kernels", "-k", "builtins:input"), "not a KernelSpec"),
+    (("kernels", "-k", "rmsnorm,sys:exit"), "not a KernelSpec"),
+    (("kernels", "-k", "zmlx_pipeline.pipeline.cli:cli"), "not a KernelSpec"),
+    (("kernels", "-k", ":"), "names no importable module"),
+    (("kernels", "-k", "../x:y"), "names no importable module"),
+    (("collect", "-k", "sys:exit"), "not a KernelSpec"),
+    (("repeat", "-k", "sys:exit"), "not a KernelSpec"),
+    # export never writes over what is not a shard
+    (("export", "store.duckdb"), "that is the store itself"),
+    (("export", "notes.txt"), "not a Parquet shard"),
+    (("export", ""), "give it a file name"),
+    (("export", "a" * 300 + ".parquet"), "File name too long"),
+    # a typo or a missing GPU is refused before the store changes or is made
+    (("run", "--data", "data", "-k", "rmsnrom"), "no kernel 'rmsnrom'"),
+    (("run", "--data", "data", "--collect", "10m", "--db", "new.duckdb"), "needs a Metal or CUDA GPU"),
+    (("train", "--models-dir", "/proc/self/models"), "cannot save models in /proc/self/models"),
+    (("train", "--model", ""), "unknown model ''"),
+    (("report", "--out", "r", "--model", ""), "unknown model ''"),
+    (("publish", "--to", ""), "name the directory"),
 ]
 
 
@@ -402,9 +436,11 @@ def odd_files(home):
     duckdb.connect().execute(f"COPY (SELECT 1 AS x, 'a' AS y) TO '{home / 'other.parquet'}' (FORMAT parquet)")
     (home / "garbage.zip").write_bytes(b"PK\x03\x04 not a zip at all")
     with Store(default_db_path()) as store:
-        store.add_model({"model_id": "rmsnorm-garbage", "kernel_filter": "rmsnorm", "created_at": datetime.now(timezone.utc),
-                         "data_fingerprint": "sha256:00", "params": {"model": "ensemble"}, "versions": {}, "scores": {},
-                         "path": str(home / "garbage.zip")})
+        for model_id in ("rmsnorm-garbage", "rmsnorm-garbage-2"):
+            store.add_model({"model_id": model_id, "kernel_filter": "rmsnorm", "created_at": datetime.now(timezone.utc),
+                             "data_fingerprint": "sha256:00", "params": {"model": "ensemble"}, "versions": {},
+                             "scores": {}, "path": str(home / "garbage.zip")})
+    (home / "published" / "latest").mkdir(parents=True)
     return home
 
 
@@ -414,6 +450,11 @@ MORE = [
     (("models", "--verify"), "not a zip archive"),
     (("publish", "--to", "bundles", "--model", "rmsnorm-garbage"), "not a zip archive"),
     (("lookup", "rmsnorm", "--shape", "rows=8,cols=4096", "--bundle", "http://127.0.0.1:9/bundles"), "cannot fetch"),
+    (("publish", "--to", "bundles", "--model", "rmsnorm-garbage", "--kernel", "softmax"),
+     "model rmsnorm-garbage is for kernel rmsnorm, which the kernels asked for (softmax) leave out"),
+    (("publish", "--to", "bundles", "--model", "rmsnorm-garbage", "--model", "rmsnorm-garbage-2"),
+     "are both for kernel rmsnorm"),
+    (("publish", "--to", "published"), "its latest is not a file"),
 ]
 
 
@@ -428,6 +469,38 @@ def test_a_file_that_is_not_what_it_claims_is_one_error_line(odd_files, args, sa
                                   ("import", "list.json", "--problem-size", "[]")])
 def test_more_bad_values_are_usage_errors(home, args):
     assert_one_line_error(run_cli(home, *args), code=2)
+
+
+def test_export_never_writes_over_a_pipe(home):
+    os.mkfifo(home / "pipe.parquet")
+    result = CliRunner().invoke(cli, ["export", "pipe.parquet"])
+    assert_one_line_error(result)
+    assert "not a regular file" in result.output and (home / "pipe.parquet").is_fifo()
+
+
+def test_a_sqlite_file_as_the_store_is_refused_at_once(home):
+    import sqlite3
+
+    with sqlite3.connect(home / "lite.duckdb") as con:
+        con.execute("CREATE TABLE t (x)")
+    for args in (("summary", "--db", "lite.duckdb"), ("ingest", "--db", "lite.duckdb", str(SMALL_SHARD))):
+        result = run_cli(home, *args)
+        assert_one_line_error(result)
+        assert "lite.duckdb is not a DuckDB database" in result.output
+
+
+def test_a_store_missing_a_table_is_one_line_and_written_to_by_nothing(home):
+    import duckdb
+
+    from zmlx_pipeline.data.store import default_db_path
+
+    with duckdb.connect(str(default_db_path())) as con:
+        con.execute("DROP TABLE measurements")
+    for args in (("summary",), ("export", "out.parquet"), ("ingest", str(SMALL_SHARD)), ("train",)):
+        result = run_cli(home, *args)
+        assert_one_line_error(result, progress=args[0] in PROGRESS)
+        assert "has no table measurements" in result.output
+    assert not (home / "out.parquet").exists()
 
 
 # -- a killed writer ---------------------------------------------------------------------------------------

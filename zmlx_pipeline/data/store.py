@@ -387,6 +387,52 @@ def make_parent(path: Path, what: str) -> None:
         raise StoreError(f"cannot create {path.parent} for the {what}: {exc.strerror or exc}") from None
 
 
+PARQUET_MAGIC = b"PAR1"
+
+
+def _check_shard_target(target: Path, store_path: Path) -> None:
+    """Refuse a shard path that would overwrite what is not a shard: the store itself, a file that is not
+    Parquet, a folder, a pipe or a device (StoreError, one line, before anything is written)."""
+    if not target.name or target.name in (".", ".."):
+        raise StoreError(f"cannot export a shard to {str(target)!r}: give it a file name (e.g. shard.parquet)")
+    try:
+        same = target.exists() and store_path.exists() and target.resolve() == store_path.resolve()
+        if same:
+            raise StoreError(f"cannot export a shard to {target}: that is the store itself; choose another path")
+        if target.is_symlink() or target.exists():
+            if not target.is_file():
+                raise StoreError(f"cannot export a shard to {target}: it exists and is not a regular file; "
+                                 "choose another path")
+            with open(target, "rb") as fh:
+                head = fh.read(len(PARQUET_MAGIC))
+            if head and head != PARQUET_MAGIC:
+                raise StoreError(f"cannot export a shard to {target}: it exists and is not a Parquet shard; "
+                                 "remove it or choose another path")
+    except OSError as exc:
+        raise StoreError(f"cannot export a shard to {target}: {exc.strerror or exc}") from None
+
+
+#: the tables every store of the current schema has (its migrations make them)
+SCHEMA_TABLES = ("devices", "runs", "measurements", "repeats", "models", "bundles", "heldout_cases")
+DUCKDB_MAGIC = (8, b"DUCK")  # where a DuckDB file says what it is
+
+
+def _check_duckdb_header(path: Path) -> None:
+    """Refuse an existing file that is not a DuckDB database before DuckDB opens it: DuckDB would otherwise take
+    a SQLite file for one to attach, and try to download an extension to read it."""
+    try:
+        if not path.is_file() or path.stat().st_size == 0:
+            return
+        offset, magic = DUCKDB_MAGIC
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            head = fh.read(len(magic))
+    except OSError:
+        return  # DuckDB says why it cannot open it
+    if head != magic:
+        raise CorruptStore(f"{path} is not a DuckDB database: move it aside or use another --db")
+
+
 def _connect(path: Path, read_only: bool, create: bool = True) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB connection, mapping lock, corruption and missing-file errors. A missing file is
     created only when opening writable with `create`."""
@@ -394,6 +440,7 @@ def _connect(path: Path, read_only: bool, create: bool = True) -> duckdb.DuckDBP
         raise StoreError(f"no store at {path}: run a collect, import or ingest first, or pass another --db")
     if not read_only:
         make_parent(path, "store")
+    _check_duckdb_header(path)
     try:
         return duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as err:
@@ -507,6 +554,7 @@ class Store:
                 f"zmlx-pipeline ({latest}): upgrade zmlx-pipeline or use another --db"
             )
         if current == latest:
+            self._check_tables(current)
             return
         if self.read_only:
             raise StoreError(
@@ -533,6 +581,19 @@ class Store:
                     f"version {current}: {_first_line(err)}"
                 ) from err
             current = version
+        self._check_tables(current)
+
+    def _check_tables(self, version: int) -> None:
+        """CorruptStore (one line) when a table of the current schema is gone from a store at that version: the
+        file was changed by other means."""
+        if version != SCHEMA_VERSION:
+            return
+        found = {row[0] for row in self._conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
+        missing = [t for t in SCHEMA_TABLES if t not in found]
+        if missing:
+            raise CorruptStore(f"store {self.path} has no table {', '.join(missing)}: it was changed outside "
+                               "zmlx-pipeline; restore it from a copy, or ingest its shards into a new --db")
 
     @property
     def schema_version(self) -> int:
@@ -857,6 +918,7 @@ class Store:
     def export_shard(self, path: str | os.PathLike, device: str | None = None) -> int:
         """Write measurements (of one device, or all) as one zstd Parquet shard, atomically; returns rows."""
         target = Path(path)
+        _check_shard_target(target, self.path)
         make_parent(target, "shard")
         tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         where, params = _where({"device": device}, prefix="m.")
@@ -892,8 +954,13 @@ class Store:
             os.replace(tmp, target)
         except duckdb.Error as err:
             raise StoreError(f"cannot export a shard to {target}: {_first_line(err)}") from err
+        except OSError as exc:
+            raise StoreError(f"cannot export a shard to {target}: {exc.strerror or exc}") from None
         finally:
-            tmp.unlink(missing_ok=True)
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:  # a name too long to create was never created
+                pass
         fsync_dir(target.parent)
         return int(rows)
 

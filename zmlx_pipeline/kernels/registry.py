@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import types
 from importlib.metadata import entry_points
 
 from zmlx_pipeline.core.errors import UnknownKernel
@@ -15,19 +16,29 @@ __all__ = ["ENTRY_POINT_GROUP", "UnknownKernel", "builtin_kernels", "get_kernel"
 
 
 def _from_path(path: str) -> KernelSpec:
+    """The KernelSpec at `module:attr` (attr defaults to SPEC): the spec itself, or a function of that module that
+    makes it when called with no arguments; anything else (a builtin such as sys:exit, a class, a command) is
+    refused, never called."""
     module_name, _, attr = path.partition(":")
+    if not module_name.strip() or module_name.startswith("."):
+        raise UnknownKernel(f"kernel path {path!r} names no importable module: write it as package.module:ATTR")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UnknownKernel(f"cannot import {module_name!r} for kernel {path!r}: {exc}") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever importing the user's module raised
+        raise UnknownKernel(f"cannot import {module_name!r} for kernel {path!r}: "
+                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")) from None
     try:
         obj = getattr(module, attr or "SPEC")
     except AttributeError:
-        raise UnknownKernel(f"module {module_name!r} has no attribute {attr!r}") from None
-    if callable(obj) and not isinstance(obj, KernelSpec):
-        obj = obj()
+        raise UnknownKernel(f"module {module_name!r} has no attribute {attr or 'SPEC'!r}") from None
+    if isinstance(obj, types.FunctionType) and getattr(obj, "__module__", None) == module.__name__:
+        try:
+            obj = obj()
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - a factory that fails is a kernel that cannot load
+            raise UnknownKernel(f"{path!r} raised {type(exc).__name__} when called to make its KernelSpec") from None
     if not isinstance(obj, KernelSpec):
-        raise UnknownKernel(f"{path!r} is a {type(obj).__name__}, not a KernelSpec")
+        raise UnknownKernel(f"{path!r} is a {type(obj).__name__}, not a KernelSpec (or a function of {module_name!r} "
+                            "that returns one)")
     return obj
 
 

@@ -246,6 +246,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def check_models_dir(folder: Path) -> None:
+    """Make the folder model files go into, and prove it takes a file, before any fit: ModelFileError (one line)
+    when it cannot (a file on its path, no permission, a read-only or special file system)."""
+    blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ModelFileError(f"cannot save models in {folder}: {blocker} is a file, not a directory; "
+                             "choose another --models-dir")
+    probe = folder / f".write-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ModelFileError(f"cannot save models in {folder}: {exc.strerror or exc}; choose another --models-dir") \
+            from None
+
+
 def sweep_orphans(folder: Path, registered: set[str]) -> list[Path]:
     """Remove what a killed train left in `folder`: its temp files and its saved, never-registered models.
 

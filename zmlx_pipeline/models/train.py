@@ -54,6 +54,7 @@ from zmlx_pipeline.models.features import CASE, KernelFeatures
 from zmlx_pipeline.models.heldout import data_fingerprint, record_cases
 from zmlx_pipeline.models.persist import (
     SUFFIX,
+    check_models_dir,
     clear_pending,
     load_model_file,
     mark_pending,
@@ -241,6 +242,7 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
         raise StoreError(f"cannot register models: store {store.path} is open read-only; open it writable")
     jobs = check_jobs(jobs)
     folder = Path(models_dir) if models_dir is not None else default_models_dir(store)
+    check_models_dir(folder)  # before minutes of fitting, not after
     sweep_orphans(folder, {model_path(store, row).name for row in store.models()})  # what a killed train left
     versions = package_versions()
     rows = []

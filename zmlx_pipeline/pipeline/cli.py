@@ -15,6 +15,7 @@ from zmlx_pipeline.data.records import DTYPES
 from zmlx_pipeline.pipeline import cli_models, cli_publish, cli_report
 from zmlx_pipeline.pipeline.cli_common import (
     CommandGroup,
+    FiniteRange,
     db_option,
     emit,
     open_store,
@@ -29,6 +30,9 @@ def _budget(budget: str | None) -> float | None:
     """--budget as seconds (None: no budget); a usage error names the accepted forms."""
     from zmlx_pipeline.pipeline.collect import parse_duration
 
+    if budget is not None and not budget.strip():
+        raise click.BadParameter("empty; give a duration such as 90s, 10m or 1h, or leave the option out",
+                                 param_hint="--budget")
     try:
         return parse_duration(budget) if budget else None
     except ValueError as exc:
@@ -108,7 +112,7 @@ _timer_option = click.option(
 @click.option("--samples", default=5, show_default=True, type=click.IntRange(1, 1000),
               help="Timed samples per config with the chain timer (each the difference of a chain and its double); the gpu timer times 20 launches.")
 @click.option("--warmup", default=3, show_default=True, type=click.IntRange(1, 100), help="Warm-up launches per config.")
-@click.option("--warmup-ms", default=0.0, show_default=True, type=click.FloatRange(0, 1000),
+@click.option("--warmup-ms", default=0.0, show_default=True, type=FiniteRange(0, 1000),
               help="Also keep warming up until this many milliseconds have passed (clocks of an idle GPU).")
 @click.option("--max-shapes", default=None, type=click.IntRange(1), help="Only the first N shapes of each preset.")
 @click.option("--max-configs", default=None, type=click.IntRange(1),
@@ -209,7 +213,7 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
 @cli.command()
 @db_option
 @click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
-@click.option("--fraction", default=0.05, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+@click.option("--fraction", default=0.05, show_default=True, type=FiniteRange(0, 1, min_open=True),
               help="Share of this device's ok measurements to time again (chosen by key hash).")
 @click.option("--budget", default=None, help="Stop starting new measurements after this long (90s, 10m, 1h).")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
@@ -333,11 +337,12 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, model_name,
     if blocker is not None:
         raise click.ClickException(f"cannot publish to {bundle_dir}: {blocker} is a file, not a directory; "
                                    "choose another --bundle-dir")
+    collect_first = _collect_first(collect_budget) if collect_budget is not None else None  # before the store is made
     store = open_store(db)
-    collect = None
-    if collect_budget:
-        collect = _collect_first(store, collect_budget)
-    result = main_job(store, data_dir, bundle_dir, kernels=split_names(kernel_names) or None, collect=collect,
+    kernels = split_names(kernel_names) or None
+    _check_run_kernels(store, data_dir, kernels)  # a typo is refused before the ingest changes the store
+    collect = collect_first(store) if collect_first is not None else None
+    result = main_job(store, data_dir, bundle_dir, kernels=kernels, collect=collect,
                       progress=progress_line, model=model_name)  # stderr, with --json too: stdout holds only the result
     if as_json:
         emit(result, True)
@@ -361,12 +366,15 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, model_name,
     click.echo("\ntimings: " + ", ".join(f"{k} {v} s" for k, v in result["timings_s"].items()))
 
 
-def _collect_first(store, budget: str):
-    """The collect step of `run --collect`: this machine, every kernel and dtype, full grid, within the budget."""
+def _collect_first(budget: str):
+    """The collect step of `run --collect` for a store: this machine, every kernel and dtype, full grid, within the
+    budget; the budget and the GPU are checked here, before any store is opened or made."""
     from zmlx_pipeline.data.detect import detect_device
     from zmlx_pipeline.kernels.registry import builtin_kernels
     from zmlx_pipeline.pipeline import collect as stage
 
+    if not budget.strip():
+        raise click.BadParameter("empty; give a duration such as 30m, or leave the option out", param_hint="--collect")
     try:
         budget_s = stage.parse_duration(budget)
     except ValueError as exc:
@@ -376,8 +384,31 @@ def _collect_first(store, budget: str):
         raise click.ClickException(f"--collect needs a Metal or CUDA GPU (MLX runs on the {device.backend} here); "
                                    "run without --collect to learn from the committed data only")
     specs = builtin_kernels()
-    return lambda: stage.collect(store, device, specs, preset="full", budget_s=budget_s, jobs=os.cpu_count() or 1,
-                                 kernel_refs={s.name: s.name for s in specs}).as_dict()
+    return lambda store: lambda: stage.collect(store, device, specs, preset="full", budget_s=budget_s,
+                                               jobs=os.cpu_count() or 1,
+                                               kernel_refs={s.name: s.name for s in specs}).as_dict()
+
+
+def _check_run_kernels(store, data_dir: Path, kernels: list[str] | None) -> None:
+    """`run -k` names kernels the store or the shards of --data hold (read from the shards' kernel column only)."""
+    if not kernels:
+        return
+    from zmlx_pipeline.data.shards import shard_paths
+
+    known = {r["kernel"] for r in store.summary()}
+    missing = [k for k in kernels if k not in known]
+    if missing:
+        import polars as pl
+
+        try:
+            for path in shard_paths(data_dir):
+                known.update(pl.read_parquet(path, columns=["kernel"])["kernel"].unique().to_list())
+        except Exception:  # noqa: BLE001 - a shard that cannot be read is the ingest's to refuse, with its reason
+            return
+    missing = [k for k in kernels if k not in known]
+    if missing:
+        raise click.ClickException(f"no kernel {', '.join(map(repr, missing))} in {data_dir} or {store.path}; "
+                                   f"they hold {', '.join(sorted(k for k in known if k)) or 'none'}")
 
 
 @cli.command()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -75,9 +76,24 @@ def store_to_fill(db: Path | None) -> Iterator:
         raise
 
 
+class FiniteRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and inf (a range check alone lets nan through)."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 def split_names(values: tuple[str, ...]) -> list[str]:
-    """Accepts repeated options and comma-separated lists alike."""
-    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+    """Accepts repeated options and comma-separated lists alike; an option given with no name in it (`-k ""`)
+    is a usage error, not "all": leaving the option out is how to ask for all."""
+    names = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    if values and not names:
+        raise click.UsageError(f"{', '.join(map(repr, values))} names nothing: give a name, or leave the option out "
+                               "for all")
+    return names
 
 
 def output_options(fn: Callable) -> Callable:

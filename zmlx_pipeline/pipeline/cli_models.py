@@ -128,7 +128,7 @@ def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -
                                    "choose another --models-dir")
     store = open_store(db, must_exist=True)
     rows = train_models(store, kernels=split_names(kernel_names) or None, devices=split_names(device_ids) or None,
-                        model=model_name or DEFAULT_MODEL,
+                        model=DEFAULT_MODEL if model_name is None else model_name,
                         models_dir=models_dir, jobs=jobs,
                         on_kernel=None if as_json else lambda k: click.echo(f"training {k} ...", err=True))
     if as_json:

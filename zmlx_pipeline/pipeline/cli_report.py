@@ -32,7 +32,7 @@ def report(db, out, split, kernel_names, model, heatmaps, refit, as_json) -> Non
 
     path = db or default_db_path()
     result = build_report(open_store(path, read_only=True), out, split=split, kernels=split_names(kernel_names) or None,
-                          model=model or DEFAULT_MODEL, heatmaps_per_kernel=heatmaps, db=str(path),
+                          model=DEFAULT_MODEL if model is None else model, heatmaps_per_kernel=heatmaps, db=str(path),
                           progress=progress_line, refit=refit)
     if as_json:
         emit(result, True)

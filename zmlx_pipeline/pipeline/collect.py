@@ -9,6 +9,8 @@ run stopped at any point (budget, Ctrl-C, kill -9) resumes where it stopped and 
 
 from __future__ import annotations
 
+import math
+
 import platform
 import time
 from dataclasses import dataclass, field
@@ -376,6 +378,7 @@ def parse_duration(text: str) -> float:
             value = float(t)
     except ValueError:
         raise ValueError(f"cannot read duration {text!r}: use e.g. 90s, 10m or 1.5h") from None
-    if value <= 0:
-        raise ValueError(f"duration {text!r} must be positive")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"duration {text!r} must be a positive, finite number of seconds, minutes or hours "
+                         "(e.g. 90s, 10m or 1.5h)")
     return value

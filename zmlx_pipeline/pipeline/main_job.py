@@ -93,7 +93,7 @@ def main_job(
     from zmlx_pipeline.publish import publish
 
     say = progress or (lambda _msg: None)
-    model = model or DEFAULT_MODEL
+    model = DEFAULT_MODEL if model is None else model
     out: dict[str, Any] = {"timings_s": {}, "model": model}
 
     def timed(name: str, fn: Callable[[], Any]) -> Any:

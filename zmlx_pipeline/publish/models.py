@@ -156,7 +156,17 @@ def load_models(store, model_ids: Sequence[str] | str | None = None, kernels: Se
         if not rows:
             raise ModelSourceError(f"no registered model {mid!r} in store {store.path}: see `zmlx-pipeline models`, "
                                    "or publish without --model to use the newest")
-        chosen[rows[0]["kernel_filter"]] = rows[0]
+        kernel = rows[0]["kernel_filter"]
+        if kernel in chosen and chosen[kernel]["model_id"] != mid:
+            raise ModelSourceError(f"models {chosen[kernel]['model_id']} and {mid} are both for kernel {kernel}: "
+                                   "name one model per kernel")
+        chosen[kernel] = rows[0]
+    if kernels is not None:
+        left_out = sorted(k for k in chosen if k not in kernels)
+        if left_out:
+            ids = ", ".join(chosen[k]["model_id"] for k in left_out)
+            raise ModelSourceError(f"model {ids} is for kernel {', '.join(left_out)}, which the kernels asked for "
+                                   f"({', '.join(kernels)}) leave out: add it to --kernel or drop the --model")
     wanted = list(kernels) if kernels is not None else (sorted(chosen) if named else None)
     try:
         feats = kernel_features_of(store, wanted)

@@ -100,10 +100,16 @@ def write_files(directory: Path, blobs: Mapping[str, bytes], manifest: dict) -> 
 
 def check_publish_dir(directory: str | os.PathLike) -> None:
     """Refuse a publish directory that cannot be written (a file on its path, no permission) before any work."""
+    if not str(directory).strip():
+        raise PublishError("cannot publish to '': name the directory to publish into with --to")
     root = Path(directory)
     blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise PublishError(f"cannot publish to {root}: {blocker} is a file, not a directory; choose another --to")
+    latest = root / LATEST
+    if latest.exists() and not latest.is_file():
+        raise PublishError(f"cannot publish to {root}: its {LATEST} is not a file (the pointer to the newest bundle); "
+                           "remove it or choose another --to")
     existing = next(p for p in (root, *root.parents) if p.exists())
     try:
         existing.joinpath(".zmlx-write-probe").mkdir()
