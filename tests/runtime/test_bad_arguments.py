@@ -7,12 +7,15 @@ import hashlib
 import json
 import math
 import shutil
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 
 from zmlx_pipeline import runtime as rt
 from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+from zmlx_pipeline.runtime.lookup import lookup
 
 S = {"rows": 4096, "cols": 4096}
 
@@ -28,6 +31,18 @@ def _profile():
 
 def _autotuned(**kwargs):
     return rt.autotune(kwargs.pop("kernel", "rmsnorm"), **kwargs)(lambda x, config=None: x)
+
+
+def _tune(**kwargs):
+    return rt.tune(kwargs.pop("kernel", "rmsnorm"), S, "float16", **{"device": "nvidia-h200", **kwargs})
+
+
+def _launch(fn=lambda config=None: 1, candidates=({"TG": 256},), **kwargs):
+    return rt.launch_ranked(fn, candidates, **{"kernel": "rmsnorm", "device": "nvidia-h200", **kwargs})
+
+
+def _on(device):
+    return lambda: rt.predicted_config("rmsnorm", S, "float16", device=device)
 
 
 CASES = [  # (what, call, the runtime's error class)
@@ -101,6 +116,54 @@ CASES = [  # (what, call, the runtime's error class)
     ("tune dim missing", lambda: rt.tune("rmsnorm", {"rows": 8}, "float16"), rt.BadArgument),
     ("tune dim nan", lambda: rt.tune("rmsnorm", {"rows": math.nan, "cols": 8}, "float16"), rt.BadArgument),
     ("tune dtype float64", lambda: rt.tune("rmsnorm", S, "float64"), rt.UnknownDtypeError),
+    ("device core limit 0", _on("nvidia-h200@0sm"), rt.BadArgument),
+    ("device core limit negative", _on("nvidia-h200@-5sm"), rt.BadArgument),
+    ("device core limit above the chip's", _on("nvidia-h200@999999sm"), rt.BadArgument),
+    ("device core limit not a number", _on("nvidia-h200@abc"), rt.BadArgument),
+    ("device core limit empty", _on("nvidia-h200@"), rt.BadArgument),
+    ("device two core limits", _on("nvidia-h200@32sm@66sm"), rt.BadArgument),
+    ("device core limit then garbage", _on("nvidia-h100-sxm@32sm@abc"), rt.BadArgument),
+    ("device with a NUL", _on("nvidia\x00h200"), rt.BadArgument),
+    ("lookup device core limit 0", lambda: lookup("rmsnorm", S, "float16", device="nvidia-h200@0sm"), rt.BadArgument),
+    ("bucket_of 0", lambda: rt.bucket_of([0]), rt.BadArgument),
+    ("bucket_of negative", lambda: rt.bucket_of([-1]), rt.BadArgument),
+    ("bucket_of None", lambda: rt.bucket_of(None), rt.BadArgumentType),
+    ("bucket_of str value", lambda: rt.bucket_of(["a"]), rt.BadArgumentType),
+    ("bucket_of inf", lambda: rt.bucket_of([math.inf]), rt.BadArgument),
+    ("bucket_of nan", lambda: rt.bucket_of([math.nan]), rt.BadArgument),
+    ("tune k str", lambda: _tune(k="3"), rt.BadArgumentType),
+    ("tune k 0", lambda: _tune(k=0), rt.BadArgument),
+    ("tune k negative", lambda: _tune(k=-5), rt.BadArgument),
+    ("tune iters 0", lambda: _tune(iters=0), rt.BadArgument),
+    ("tune iters str", lambda: _tune(iters="x"), rt.BadArgumentType),
+    ("tune warmup negative", lambda: _tune(warmup=-1), rt.BadArgument),
+    ("tune timer unknown", lambda: _tune(timer="wall"), rt.BadArgument),
+    ("tune threadgroups str item", lambda: _tune(threadgroups=["abc"]), rt.BadArgumentType),
+    ("tune threadgroups int", lambda: _tune(threadgroups=5), rt.BadArgumentType),
+    ("tune threadgroups None item", lambda: _tune(threadgroups=[None]), rt.BadArgumentType),
+    ("tune configs ints", lambda: _tune(configs=[1, 2]), rt.BadArgumentType),
+    ("tune configs int", lambda: _tune(configs=5), rt.BadArgumentType),
+    ("tune configs list value", lambda: _tune(configs=[{"TG": [1], "VEC": 4, "ROWS": 1}]), rt.BadArgumentType),
+    ("tune device int", lambda: _tune(device=123), rt.BadArgumentType),
+    ("tune device list", lambda: _tune(device=["x"]), rt.BadArgumentType),
+    ("tune cache_path int", lambda: _tune(cache_path=123), rt.BadArgumentType),
+    ("tune kernel colon", lambda: _tune(kernel=":"), rt.UnknownKernelError),
+    ("tune kernel sys:exit", lambda: _tune(kernel="sys:exit"), rt.UnknownKernelError),
+    ("tune kernel os:abort", lambda: _tune(kernel="os:abort"), rt.UnknownKernelError),
+    ("tune kernel a class", lambda: _tune(kernel="zmlx_pipeline.kernels.spec:KernelSpec"), rt.UnknownKernelError),
+    ("tune kernel module that fails", lambda: _tune(kernel="no_such_module_here:SPEC"), rt.UnknownKernelError),
+    ("launch_ranked candidates None", lambda: _launch(candidates=None), rt.BadArgumentType),
+    ("launch_ranked candidates ints", lambda: _launch(candidates=[1]), rt.BadArgumentType),
+    ("launch_ranked fn int", lambda: _launch(fn=5), rt.BadArgumentType),
+    ("launch_ranked refusals int", lambda: _launch(refusals=5), rt.BadArgumentType),
+    ("launch_ranked device int", lambda: _launch(device=5), rt.BadArgumentType),
+    ("autotune refusals int", lambda: rt.autotune("rmsnorm", refusals=5), rt.BadArgumentType),
+    ("autotune device int", lambda: rt.autotune("rmsnorm", device=5), rt.BadArgumentType),
+    ("autotune config_arg int", lambda: rt.autotune("rmsnorm", config_arg=5), rt.BadArgumentType),
+    ("autotune shape int", lambda: rt.autotune("rmsnorm", shape=5), rt.BadArgumentType),
+    ("autotune threadgroups str", lambda: rt.autotune("rmsnorm", threadgroups="ab"), rt.BadArgumentType),
+    ("autotune decorating an int", lambda: rt.autotune("rmsnorm")(5), rt.BadArgumentType),
+    ("autotune shape function returns int", lambda: _autotuned(shape=lambda *a, **k: 5)(1), rt.BadArgumentType),
 ]
 
 
@@ -113,6 +176,59 @@ def test_a_bad_argument_raises_the_runtimes_error_in_one_line(tmp_path, call, er
     message = str(info.value)
     assert message and "\n" not in message and len(message) < 400
     assert digest(tmp_path) == before
+
+
+def test_a_core_limit_the_bundle_holds_still_answers():
+    p = rt.predicted_config("rmsnorm", S, "float16", device="nvidia-h200@32sm")
+    assert p.device == "nvidia-h200@32sm" and p.config and p.evidence in ("measured", "predicted")
+    assert lookup("rmsnorm", S, "float16", device="nvidia-h100-sxm@32sm")["device"] == "nvidia-h100-sxm@32sm"
+
+
+@pytest.mark.parametrize("value", [True, Decimal(1), Fraction(1)])
+def test_a_remembered_answer_is_never_given_for_a_value_that_is_not_a_dimension(value):
+    good = rt.predicted_config("rmsnorm", {"rows": 1, "cols": 4096}, "float16", device="nvidia-h200")
+    for _ in range(2):
+        with pytest.raises(rt.BadArgumentType):
+            rt.predicted_config("rmsnorm", {"rows": value, "cols": 4096}, "float16", device="nvidia-h200")
+        with pytest.raises(rt.BadArgumentType):
+            rt.predicted_config("rmsnorm", [value, 4096], "float16", device="nvidia-h200")
+    assert rt.predicted_config("rmsnorm", {"rows": 1, "cols": 4096}, "float16", device="nvidia-h200") is good
+    assert rt.predicted_config("rmsnorm", {"rows": 1.0, "cols": 4096}, "float16", device="nvidia-h200") is good
+
+
+def test_the_device_the_environment_names_is_checked_as_a_given_one(monkeypatch):
+    from zmlx_pipeline.runtime.device import forget_current_device
+
+    monkeypatch.setenv("ZMLX_PIPELINE_DEVICE", "garbage-gpu")
+    forget_current_device()
+    with pytest.raises(rt.UnknownName, match="ZMLX_PIPELINE_DEVICE"):
+        lookup("rmsnorm", S, "float16")
+    with pytest.raises(rt.UnknownName):
+        lookup("rmsnorm", S, "float16", device="garbage-gpu")
+    monkeypatch.setenv("ZMLX_PIPELINE_DEVICE", "nvidia-h200@0sm")
+    forget_current_device()
+    with pytest.raises(rt.BadArgument, match="ZMLX_PIPELINE_DEVICE"):
+        rt.predicted_config("rmsnorm", S, "float16")
+    monkeypatch.setenv("ZMLX_PIPELINE_DEVICE", "nvidia-h200")
+    forget_current_device()
+    assert lookup("rmsnorm", S, "float16")["evidence"] == "measured"
+
+
+def test_a_kernel_path_to_a_spec_is_tuned_and_nothing_else_found_there_is_called():
+    def measure(spec, config, shape, dtype):
+        return "ok", float(config["TG"])
+
+    result = rt.tune("zmlx_pipeline.kernels.builtin.rmsnorm:SPEC", S, "float16", device="nvidia-h200",
+                     measure=measure, use_cache=False, k=2)
+    assert result.kernel == "rmsnorm" and result.source == "timed" and len(result.timed) == 2
+
+
+@pytest.mark.parametrize("body", ["raise SystemExit(0)", "import sys; sys.exit(3)", "raise RuntimeError('boom')"])
+def test_a_kernel_module_that_exits_or_fails_on_import_is_refused_with_the_runtimes_error(tmp_path, monkeypatch, body):
+    (tmp_path / "exits_on_import.py").write_text(body + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(rt.UnknownKernelError, match="cannot import 'exits_on_import'"):
+        _tune(kernel="exits_on_import:SPEC")
 
 
 def _bad_bundle(tmp_path: Path, how: str) -> Path:

@@ -184,3 +184,115 @@ def test_a_schema_1_bundle_still_loads_and_answers_as_honestly_as_it_can(toy_bun
     _rewrite_manifest(old, schema_version=0)
     with pytest.raises(BundleError, match="bundle schema 0 is older than this runtime reads"):
         load_bundle(old, strict=True)
+
+
+def _resign(bundle: Path, name: str, blob: bytes) -> None:
+    """Write one file of the bundle and its manifest entry, so its hashes match but its content is malformed."""
+    import hashlib
+
+    (bundle / name).write_bytes(blob)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["files"][name] = {"sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _edit(bundle: Path, name: str, change) -> None:
+    data = json.loads((bundle / name).read_text())
+    change(data)
+    _resign(bundle, name, json.dumps(data).encode())
+
+
+def _toy(data: dict) -> dict:
+    return data["kernels"]["toy_scale"]
+
+
+def _h200_table(bundle: Path) -> str:
+    return json.loads((bundle / "tables.json").read_text())["devices"]["nvidia-h200"]
+
+
+def _h200_entries(data: dict) -> list:
+    table = _toy(data)["float16"]
+    return list(table["measured"].values()) + list(table["buckets"].values())
+
+
+def _set_all(field, value):
+    return lambda data: [entry.__setitem__(field, value) for entry in _h200_entries(data)]
+
+
+def _manifest(bundle: Path, change) -> None:
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    change(manifest)
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+
+
+#: index files (and the manifest) whose hashes match but whose content the runtime cannot read: refused at load
+BAD_INDEX = {
+    "configs ints": lambda b: _edit(b, "kernels.json", lambda d: _toy(d).__setitem__("configs", [1] * 12)),
+    "measured range bad": lambda b: _edit(b, "kernels.json",
+                                          lambda d: _toy(d).__setitem__("measured_range", {"rows": "x"})),
+    "prune_k str": lambda b: _edit(b, "kernels.json", lambda d: _toy(d).__setitem__("prune_k", "abc")),
+    "prune_k negative": lambda b: _edit(b, "kernels.json", lambda d: _toy(d).__setitem__("prune_k", -3)),
+    "dim_weights str": lambda b: _edit(b, "kernels.json",
+                                       lambda d: _toy(d).__setitem__("dim_weights", {"rows": "heavy"})),
+    "order out of range": lambda b: _edit(b, "kernels.json", lambda d: _toy(d).__setitem__("order", [99999])),
+    "dims short": lambda b: _edit(b, "kernels.json", lambda d: _toy(d).__setitem__("dims", ["rows"])),
+    "kernels nested deep": lambda b: _resign(b, "kernels.json", b"[" * 100000 + b"]" * 100000),
+    "kernels NaN": lambda b: _resign(b, "kernels.json",
+                                     (b / "kernels.json").read_bytes().replace(b"{", b'{"nan": NaN, ', 1)),
+    "profiles list": lambda b: _edit(b, "profiles.json", lambda d: d.__setitem__("devices", [])),
+    "profile null": lambda b: _edit(b, "profiles.json", lambda d: d["devices"].__setitem__("nvidia-h200", None)),
+    "max threads str": lambda b: _edit(
+        b, "profiles.json", lambda d: d["devices"]["nvidia-h200"].__setitem__("max_threads_per_threadgroup", "abc")),
+    "schema_version true": lambda b: _manifest(b, lambda m: m.__setitem__("schema_version", True)),
+    "file bytes str": lambda b: _manifest(b, lambda m: m["files"]["kernels.json"].__setitem__("bytes", "many")),
+}
+
+#: a device's table whose hashes match but whose content the runtime cannot use: refused when first read
+BAD_TABLE = {
+    "best out of range": _set_all("best", 99999),
+    "best negative": _set_all("best", -1),
+    "ranked out of range": _set_all("ranked", [99999, -1]),
+    "evidence bogus": _set_all("evidence", "bogus"),
+    "time negative": _set_all("time_us", -5.0),
+    "time str": _set_all("time_us", "fast"),
+    "regret str": _set_all("expected_regret", "low"),
+    "key not numbers": lambda d: _toy(d)["float16"].__setitem__("measured", {"a,b": _h200_entries(d)[0]}),
+    "measured a list": lambda d: _toy(d)["float16"].__setitem__("measured", []),
+    "kernels a list": lambda d: d.__setitem__("kernels", ["x"]),
+}
+
+
+@pytest.mark.parametrize("damage", list(BAD_INDEX))
+def test_a_bundle_whose_index_files_are_malformed_is_refused_at_load(toy_bundle, tmp_path, damage):
+    from zmlx_pipeline.runtime import ALL_DEVICE_PROFILES, get_device_profile, get_threadgroup_candidates_for_shape
+
+    good = load_bundle(toy_bundle[1], strict=True)
+    before = _lookup()
+    bad = copy_bundle(toy_bundle[1], tmp_path / "bad")
+    BAD_INDEX[damage](bad)
+    with pytest.raises(BundleError) as info:
+        load_bundle(bad, strict=True)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+    with pytest.warns(BundleWarning) as caught:
+        kept = load_bundle(bad)
+    assert len(caught) == 1 and kept is good is active_bundle()
+    assert _lookup() is before
+    profile = get_device_profile("nvidia-h200")
+    assert isinstance(profile.max_threads_per_threadgroup, int) and len(ALL_DEVICE_PROFILES) == 16
+    assert get_threadgroup_candidates_for_shape(profile, 4096)
+
+
+@pytest.mark.parametrize("damage", list(BAD_TABLE))
+def test_a_malformed_device_table_is_refused_strictly_and_answered_by_default_otherwise(toy_bundle, tmp_path, damage):
+    bad = copy_bundle(toy_bundle[1], tmp_path / "bad")
+    _edit(bad, _h200_table(bad), BAD_TABLE[damage])
+    load_bundle(bad, strict=True)
+    with pytest.raises(BundleError, match="malformed table") as info:
+        predicted_config("toy_scale", SHAPE, "float16", device="nvidia-h200")
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+    load_bundle(bad)
+    with pytest.warns(BundleWarning, match="the table of nvidia-h200 is unusable") as caught:
+        p = predicted_config("toy_scale", SHAPE, "float16", device="nvidia-h200")
+        predicted_config("toy_scale", {"rows": 1, "cols": 1024}, "float16", device="nvidia-h200")
+    assert len(caught) == 1 and p.evidence == "default" and p.predicted_us is None
+    assert _lookup().evidence == "measured"  # another device's table is untouched

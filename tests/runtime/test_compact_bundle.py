@@ -102,6 +102,9 @@ def test_a_damaged_compact_bundle_is_refused_and_the_previous_one_keeps_serving(
             "sha256": hashlib.sha256(b"not gzip at all").hexdigest(), "bytes": 15}
         (compact / "manifest.json").write_text(json.dumps(manifest))
         load_bundle(compact, strict=True)
+        with pytest.raises(BundleError, match="not valid gzip"):  # strict: the bundle it was pointed at, or nothing
+            predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h100-sxm")
+        load_bundle(compact)
         with pytest.warns(BundleWarning, match="not valid gzip"):
             p = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h100-sxm")
         assert p.evidence == "default"

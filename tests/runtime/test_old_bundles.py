@@ -10,7 +10,7 @@ import pytest
 
 from bundle_fixtures import TOY_DEVICES, TOY_SHAPES, latest_dir
 from zmlx_pipeline.publish.writer import rewrite_bundle, write_blobs
-from zmlx_pipeline.runtime import active_bundle, load_bundle, predicted_config
+from zmlx_pipeline.runtime import BundleError, active_bundle, load_bundle, predicted_config
 from zmlx_pipeline.runtime.bundle import read_dir
 from zmlx_pipeline.runtime.lookup import ENTRY_FIELDS
 
@@ -81,6 +81,9 @@ def test_an_entry_that_is_neither_a_list_nor_an_object_falls_back_to_the_default
     blobs[name] = json.dumps(table).encode()
     write_blobs(tmp_path / "bad", blobs, {"created": src.manifest["created"]}, versioned=False, content_schema=2)
     load_bundle(tmp_path / "bad", strict=True)
+    with pytest.raises(BundleError, match="must be an object"):  # strict: the bundle it was pointed at, or nothing
+        predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h200")
+    load_bundle(tmp_path / "bad")
     with pytest.warns(BundleWarning, match="the table of nvidia-h200 is unusable"):
         p = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h200")
     assert p.evidence == "default"

@@ -1,7 +1,8 @@
 """Profile bundles: load one from a directory or an http(s) URL, verify every file's sha256, keep it active.
 
 A bundle is a directory (or the same files behind a URL): `manifest.json` names every other file
-with its sha256 and size. Nothing is used before every hash matches. In a compact bundle (schema 5, or
+with its sha256 and size. Nothing is used before every hash matches and the index files hold what
+the runtime reads (contents.py; a device's table is checked when it is first parsed). In a compact bundle (schema 5, or
 3 for schema 2's content; the form shipped in the package) every file but the manifest is stored
 gzip-compressed as `NAME.gz`;
 the hashes are of the stored bytes, and a file is decompressed and parsed only when first asked
@@ -68,7 +69,7 @@ class BundleWarning(UserWarning):
 class Bundle:
     """A verified bundle: its manifest, the parsed index files, and the verified bytes of its tables."""
 
-    __slots__ = ("source", "root", "manifest", "kernels", "profiles", "tables", "_raw", "_parsed")
+    __slots__ = ("source", "root", "manifest", "kernels", "profiles", "tables", "strict", "_raw", "_parsed")
 
     def __init__(self, source: str, root: Path, manifest: dict, files: dict[str, bytes]) -> None:
         self.source = source
@@ -76,9 +77,18 @@ class Bundle:
         self.manifest = manifest
         self._raw = files
         self._parsed: dict[str, Any] = {}
-        self.kernels: dict[str, dict] = self.json("kernels.json")["kernels"]
-        self.profiles: dict[str, dict] = self.json("profiles.json")["devices"]
-        self.tables: dict[str, str] = self.json("tables.json")["devices"]
+        self.kernels: dict[str, dict] = self._section("kernels.json", "kernels")
+        self.profiles: dict[str, dict] = self._section("profiles.json", "devices")
+        self.tables: dict[str, str] = self._section("tables.json", "devices")
+        #: loaded with strict=True: a device table that fails its checks raises BundleError, not a warning
+        self.strict = False
+
+    def _section(self, name: str, key: str) -> dict:
+        value = self.json(name)
+        section = value.get(key) if isinstance(value, dict) else None
+        if not isinstance(section, dict):
+            raise BundleError(f"{self.source}: malformed index files: {name} holds no {key!r} object")
+        return section
 
     @property
     def schema_version(self) -> int:
@@ -134,9 +144,11 @@ class Bundle:
         import json
 
         try:
-            value = json.loads(raw)
+            value = json.loads(raw, parse_constant=_no_constant)
         except ValueError as exc:
             raise BundleError(f"bundle {self.source}: {name} is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise BundleError(f"bundle {self.source}: {name} is nested too deeply to be a bundle file") from None
         self._parsed[name] = value
         return value
 
@@ -146,6 +158,10 @@ class Bundle:
 
 # ------------------------------------------------------------------------------------------
 # verification
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def is_compact(schema_version: int) -> bool:
@@ -173,7 +189,7 @@ def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
         schema = manifest.get("schema") if isinstance(manifest, dict) else None
         raise BundleError(f"{source}: not a zmlx-pipeline bundle manifest (schema {schema!r})")
     version = manifest.get("schema_version")
-    if not isinstance(version, int):
+    if type(version) is not int:
         raise BundleError(f"{source}: manifest has no integer schema_version")
     if version > MAX_SCHEMA_VERSION:
         raise BundleError(f"{source}: bundle schema {version} is newer than this runtime reads "
@@ -189,6 +205,9 @@ def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
             raise BundleError(f"{source}: manifest names an unsafe path {name!r}")
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise BundleError(f"{source}: manifest entry for {name!r} has no sha256")
+        if entry.get("bytes") is not None and type(entry["bytes"]) is not int:
+            raise BundleError(f"{source}: manifest entry for {name!r} gives its size as {entry['bytes']!r:.40}, "
+                              "not a whole number of bytes")
     missing = [f for f in REQUIRED_FILES if _stored_name(f, files, version) is None]
     if missing:
         raise BundleError(f"{source}: manifest lacks {', '.join(missing)}")
@@ -224,25 +243,23 @@ def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str],
         blob = read(name)
         _verify(name, blob, entry, source)
         data[name] = blob
-    try:
-        bundle = Bundle(source, root, manifest, data)
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise BundleError(f"{source}: malformed index files (missing {exc})") from None
+    bundle = Bundle(source, root, manifest, data)
     _check_contents(bundle)
     return bundle
 
 
 def _check_contents(bundle: Bundle) -> None:
-    """Structure checks beyond the hashes: every table file a device points at is in the manifest."""
-    try:
-        for device, name in bundle.tables.items():
-            if bundle.stored_name(name) is None:
-                raise BundleError(f"{bundle.source}: device {device!r} points at {name!r}, which the manifest does not list")
-        for kernel, meta in bundle.kernels.items():
-            if not isinstance(meta.get("dims"), list) or not isinstance(meta.get("configs"), list):
-                raise BundleError(f"{bundle.source}: kernel {kernel!r} lacks dims or configs")
-    except (AttributeError, TypeError) as exc:
-        raise BundleError(f"{bundle.source}: malformed index files ({exc})") from None
+    """Checks beyond the hashes: every table file a device points at is in the manifest, and the index files hold
+    what the runtime reads (contents.py; a device's table is checked when it is first parsed)."""
+    from zmlx_pipeline.runtime.contents import index_problem
+
+    for device, name in bundle.tables.items():
+        if not isinstance(name, str) or bundle.stored_name(name) is None:
+            raise BundleError(f"{bundle.source}: device {device!r} points at {name!r:.60}, "
+                              "which the manifest does not list")
+    problem = index_problem(bundle.kernels, bundle.profiles)
+    if problem:
+        raise BundleError(f"{bundle.source}: malformed index files: {problem}")
 
 
 # ------------------------------------------------------------------------------------------
@@ -453,12 +470,14 @@ def load_bundle(path_or_url: str | os.PathLike, *, strict: bool = False) -> Bund
     On failure (bad hash, truncated file, wrong schema, unreachable URL with no cached copy) the
     bundle is refused with one warning line and the previous one stays in use (returned); a URL
     that fails falls back to its last verified cached copy, with a warning. `strict` raises
-    BundleError instead (an unreachable URL still falls back to its cached copy). A location that is
-    not a str or path raises BadArgumentType either way.
+    BundleError instead (an unreachable URL still falls back to its cached copy), also for a device's
+    table that fails its checks when a lookup first reads it. A location that is not a str or path
+    raises BadArgumentType either way.
     """
     _path_text(path_or_url)
     try:
         bundle = read_bundle(path_or_url, cached_if_invalid=not strict)
+        bundle.strict = bool(strict)
     except BundleError as exc:
         if strict:
             raise

@@ -39,6 +39,7 @@ from zmlx_pipeline.runtime.bundle import (
     active_bundle,
     on_change,
 )
+from zmlx_pipeline.runtime.contents import table_problem
 from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
@@ -243,17 +244,23 @@ def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table]
         return None
     out: dict[tuple[str, str], _Table] = {}
     # an older bundle's entries are lists: named once here, so every later read is by name
-    entry = named_entry if bundle.schema_version in POSITIONAL_SCHEMAS else _same
+    positional = bundle.schema_version in POSITIONAL_SCHEMAS
+    entry = named_entry if positional else _same
     try:
         data = bundle.json(name)
+        problem = table_problem(data, bundle.kernels, ENTRY_FIELDS if positional else None)
+        if problem:
+            raise BundleError(f"{bundle.source}: malformed table {name} of {device}: {problem}")
         for kernel, by_dtype in data["kernels"].items():
             for dtype, t in by_dtype.items():
                 out[(kernel, dtype)] = _Table(
-                    {_parse_key(k): entry(v) for k, v in t.get("measured", {}).items()},
-                    {_parse_key(k): entry(v) for k, v in t.get("buckets", {}).items()},
-                    {_parse_key(k): entry(v) for k, v in t.get("between", {}).items()},
+                    {_parse_key(k): entry(v) for k, v in (t.get("measured") or {}).items()},
+                    {_parse_key(k): entry(v) for k, v in (t.get("buckets") or {}).items()},
+                    {_parse_key(k): entry(v) for k, v in (t.get("between") or {}).items()},
                 )
-    except (BundleError, KeyError, TypeError, ValueError, AttributeError) as exc:
+    except BundleError as exc:
+        if bundle.strict:
+            raise
         import warnings
 
         warnings.warn(f"zmlx-pipeline: bundle {bundle.bundle_id}: the table of {device} is unusable ({exc}); "
@@ -269,8 +276,12 @@ def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table]
 
 
 def bucket_of(values: Iterable[int]) -> tuple[int, ...]:
-    """Each dimension rounded to the nearest power of two, as its log2 (1 -> 0, 4096 -> 12, 1408 -> 10)."""
-    return tuple(int(round(math.log2(v))) for v in values)
+    """Each dimension rounded to the nearest power of two, as its log2 (1 -> 0, 4096 -> 12, 1408 -> 10);
+    BadLookup / BadArgumentType for a value that is not a positive whole number."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise BadArgumentType(f"bucket_of takes the shape's values in dim order (e.g. [4096, 4096]), "
+                              f"not {type(values).__name__} ({values!r:.60})")
+    return tuple(int(round(math.log2(_dim_value(f"d{i}", v)))) for i, v in enumerate(values))
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -552,6 +563,26 @@ def _check_names(kernel: Any, device: Any) -> None:
                         "got an empty string")
 
 
+def check_device_id(bundle: Bundle | None, device: str, what: str = "device") -> None:
+    """BadLookup for a device id that names no device: a control character, or a core limit other than
+    `<chip>@<cores>sm` with 1 <= cores <= the chip's own (a device the bundle holds is taken as it is)."""
+    if bundle is not None and (device in bundle.tables or device in bundle.profiles):
+        return
+    if not device.isprintable():
+        raise BadLookup(f"{what} {device!r} holds a control character: give a device id such as 'nvidia-h200'")
+    if "@" not in device:
+        return
+    base, _, limit = device.partition("@")
+    digits = limit[:-2] if limit.endswith("sm") else ""
+    if not base or not (digits.isascii() and digits.isdigit()) or digits.startswith("0"):
+        raise BadLookup(f"{what} {device!r}: a core limit is written <device>@<cores>sm with cores >= 1 "
+                        f"(e.g. nvidia-h200@66sm)")
+    prof = bundle.profiles.get(base) if bundle is not None else None
+    full = (prof or catalog_row(base) or {}).get("gpu_cores")
+    if isinstance(full, int) and int(digits) > full:
+        raise BadLookup(f"{what} {device!r}: {base} has {full} cores, so a core limit is at most @{full}sm")
+
+
 def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Prediction:
     _check_names(kernel, device)
     bundle = active_bundle()
@@ -562,8 +593,11 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
     shape_map = _shape_dict(k, shape)
     if device is None:
         device_id, why_not = current_device_id()
+        if device_id is not None:
+            check_device_id(bundle, device_id, "$ZMLX_PIPELINE_DEVICE")
     else:
         device_id, why_not = device, ""
+        check_device_id(bundle, device_id)
     if bundle is None or k is None:
         return _default(None, kernel, None, device_id, dtype_name, shape_map, "no bundle loaded")
     if device_id is None:
@@ -639,7 +673,9 @@ def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtyp
     `.evidence` (measured / predicted / extrapolated / default / none), `.expected_regret`,
     `.predicted_us`, `.candidates`, `.outside_range` and a `.note` saying how far it travelled.
     Raises UnknownKernelError / UnknownDtypeError (LookupError) for a kernel or dtype the bundle
-    does not know, BadLookup (ValueError) or BadArgumentType (TypeError) for a malformed argument.
+    does not know, BadLookup (ValueError) or BadArgumentType (TypeError) for a malformed argument
+    (a device id with a control character or a malformed core limit too), and BundleError when the
+    device's table of a bundle loaded with strict=True fails its checks.
     """
     # Remembered answers: one small dict per (kernel, dtype, device, dim names), keyed by the dims' values.
     try:
@@ -650,13 +686,16 @@ def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtyp
             values = tuple(shape)
             names = None
         inner = _get((kernel, dtype, device, names))
-        if inner is not None:
-            hit = inner.get(values)
-            if hit is not None:
-                return hit
+        hit = inner.get(values) if inner is not None else None
     except TypeError:  # not iterable, or unhashable: _resolve says what is wrong with it
         return _resolve(kernel, shape, dtype, device)
-    return _remember(kernel, shape, dtype, device, names, values)
+    if hit is None:
+        return _remember(kernel, shape, dtype, device, names, values)
+    for v in values:
+        if type(v) is not int:  # True, Decimal(1) or 1.0 find the answer of 1: only a valid value may use it
+            _check_values(names, values)
+            break
+    return hit
 
 
 def predicted_or_default(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "float32",
@@ -668,6 +707,12 @@ def predicted_or_default(kernel: str, shape: Mapping[str, int] | Sequence[int], 
     except UnknownKernelError as exc:
         device_id = device if device is not None else current_device_id()[0]
         return _default(active_bundle(), kernel, None, device_id, _dtype_name(dtype), _shape_dict(None, shape), str(exc))
+
+
+def _check_values(names: tuple | None, values: tuple) -> None:
+    """The runtime's error for a remembered shape's value that is not a valid dimension (a bool, a Decimal)."""
+    for i, v in enumerate(values):
+        _dim_value(str(names[i]) if names else f"d{i}", v)
 
 
 def _remember(kernel: str, shape: Any, dtype: Any, device: str | None, names, values) -> Prediction:
@@ -706,6 +751,8 @@ def lookup(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "
     load_strictly(bundle)
     if device is not None:
         check_device(device)
+    elif current_device_id()[0] is not None:  # named by $ZMLX_PIPELINE_DEVICE (a detected GPU is a catalog id)
+        check_device(current_device_id()[0], "$ZMLX_PIPELINE_DEVICE")
     pred = predicted_config(kernel, shape, dtype, device)
     out = pred.as_dict()
     out["candidates"] = pred.top(k)
@@ -731,10 +778,12 @@ def load_strictly(bundle: str | None) -> None:
             raise BundleError(f"{exc} ($ZMLX_PIPELINE_BUNDLE): point it at a published bundle or unset it") from None
 
 
-def check_device(device: Any) -> None:
-    """UnknownName for a device id that neither the active bundle nor the catalog knows (a typo gets no default)."""
+def check_device(device: Any, what: str = "device") -> None:
+    """UnknownName for a device id that neither the active bundle nor the catalog knows (a typo gets no default),
+    BadLookup for a malformed one (check_device_id)."""
     from zmlx_pipeline.runtime.profiles import profile_records
 
-    expect_str(device, "device")
+    expect_str(device, what)
+    check_device_id(active_bundle(), device, what)
     if device not in profile_records() and catalog_row(device) is None:
-        raise UnknownName(f"unknown device {device!r}: not in the bundle or the catalog; see zmlx-pipeline devices")
+        raise UnknownName(f"unknown {what} {device!r}: not in the bundle or the catalog; see zmlx-pipeline devices")

@@ -31,7 +31,9 @@ next candidate list in the same process, so they live beside each other.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
+import os
 import sys
 import time
 import warnings
@@ -47,6 +49,8 @@ from zmlx_pipeline.runtime.lookup import check_k, predicted_or_default
 
 #: the pruned autotuner never times more than this share of a case's legal configs
 MAX_FRACTION = 0.2
+#: the harness's timers (kernels/timing.py's TIMERS, which the runtime does not import)
+TIMERS = ("auto", "gpu", "chain")
 
 
 class AutotuneError(RuntimeAPIError, RuntimeError):
@@ -154,14 +158,114 @@ def harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: str =
 # tuning one case
 
 
+def _is_spec(obj: Any) -> bool:
+    """A KernelSpec (or an object that works as one): a named instance with legal_configs, not a class."""
+    return not isinstance(obj, type) and callable(getattr(obj, "legal_configs", None)) \
+        and isinstance(getattr(obj, "name", None), str)
+
+
 def _spec(kernel: Any):
-    if hasattr(kernel, "legal_configs"):
+    if _is_spec(kernel):
         return kernel
     expect_str(kernel, "kernel (a registered name, module:attr or KernelSpec)")
+    if ":" in kernel:
+        return _spec_at(kernel)
     try:
-        return kernel_provider().get_kernel(kernel)
+        spec = kernel_provider().get_kernel(kernel)
     except UnknownKernel as exc:
         raise UnknownTunedKernel(str(exc)) from None
+    if not _is_spec(spec):
+        raise UnknownTunedKernel(f"kernel {kernel!r} resolves to a {type(spec).__name__}, not a KernelSpec")
+    return spec
+
+
+def _spec_at(path: str):
+    """The KernelSpec a `module:attr` path names (attr defaults to SPEC), taken only if it is one: nothing found
+    there is called, so a path such as sys:exit is refused, never run."""
+    module_name, _, attr = path.partition(":")
+    if not module_name.strip() or module_name.startswith("."):
+        raise UnknownTunedKernel(f"kernel path {path!r} names no module: write it as package.module:ATTR")
+    try:
+        module = importlib.import_module(module_name)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - whatever importing it raised, SystemExit included
+        raise UnknownTunedKernel(f"cannot import {module_name!r} for kernel {path!r} ({type(exc).__name__}); "
+                                 "give an importable package.module:ATTR") from None
+    try:
+        obj = getattr(module, attr or "SPEC", None)
+    except Exception:  # noqa: BLE001 - a module __getattr__ that fails names no spec
+        obj = None
+    if not _is_spec(obj):
+        raise UnknownTunedKernel(f"kernel path {path!r} names a {type(obj).__name__}, not a KernelSpec: "
+                                 "name the spec object itself")
+    return obj
+
+
+def _count(name: str, value: Any, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadArgumentType(f"{name} must be a whole number >= {least}, not {type(value).__name__} ({value!r:.60})")
+    if value < least:
+        raise BadArgument(f"{name} must be >= {least} (got {value})")
+
+
+def _optional(name: str, value: Any, kinds: tuple[type, ...] | None, what: str) -> None:
+    """BadArgumentType unless `value` is None or of `kinds` (callable when `kinds` is None)."""
+    if value is not None and not (callable(value) if kinds is None else isinstance(value, kinds)):
+        raise BadArgumentType(f"{name} must be {what} or None, not {type(value).__name__} ({value!r:.60})")
+
+
+def _check_options(*, warmup: Any = 3, iters: Any = 10, k: Any = None, configs: Any = None, threadgroups: Any = None,
+                   device: Any = None, cache_path: Any = None, measure: Any = None, precompile: Any = None,
+                   timer: Any = "chain", shape: Any = None, dtype: Any = None, config_arg: Any = None) -> None:
+    """The runtime's errors for a tuning option that cannot be used (what tune and autotune take alike)."""
+    _count("warmup", warmup, 0)
+    _count("iters", iters, 1)
+    if k is not None:
+        check_k(k)
+    for name, value in (("measure", measure), ("precompile", precompile), ("shape", shape), ("dtype", dtype)):
+        _optional(name, value, None, "a function")
+    _optional("device", device, (str,), "a device id")
+    _optional("config_arg", config_arg, (str,), "a keyword name")
+    _optional("cache_path", cache_path, (str, os.PathLike), "a file path")
+    if device is not None:
+        from zmlx_pipeline.runtime.bundle import active_bundle
+        from zmlx_pipeline.runtime.lookup import check_device_id
+
+        check_device_id(active_bundle(load_default=False), device)
+    if timer not in TIMERS:
+        raise BadArgument(f"timer must be one of {', '.join(TIMERS)}, not {timer!r:.60}")
+    if configs is not None:
+        for config in _items("configs", configs, "configs (dicts of parameters)"):
+            config_id(_config("configs", config))
+    if threadgroups is not None:
+        for t in _items("threadgroups", threadgroups, "threadgroup sizes (or (x, y, z) tuples)"):
+            _count("a threadgroup size", t[0] if isinstance(t, (tuple, list)) and t else t, 1)
+
+
+def _items(name: str, value: Any, what: str) -> list:
+    """A list or tuple's items; BadArgumentType for anything else (a number, a string, a dict)."""
+    if not isinstance(value, (list, tuple)):
+        raise BadArgumentType(f"{name} must be a list of {what}, not {type(value).__name__} ({value!r:.60})")
+    return list(value)
+
+
+def _config(name: str, config: Any) -> Mapping[str, Any]:
+    """A config: a mapping of parameter names to numbers or strings (BadArgumentType otherwise)."""
+    if not isinstance(config, Mapping) or not all(
+            isinstance(key, str) and (value is None or isinstance(value, (str, int, float)))
+            for key, value in config.items()):
+        raise BadArgumentType(f"each of {name} must be a dict of parameter names to numbers, not {config!r:.80}")
+    return config
+
+
+def _refusals(refusals: Any) -> tuple[type, ...]:
+    """`refusals` as a tuple of exception classes (one class alone is taken too); BadArgumentType otherwise."""
+    items = (refusals,) if isinstance(refusals, type) else refusals
+    if not isinstance(items, (list, tuple)) or not all(isinstance(c, type) and issubclass(c, Exception) for c in items):
+        raise BadArgumentType(f"refusals must be a tuple of exception classes such as (RuntimeError, ValueError), "
+                              f"not {refusals!r:.60}")
+    return tuple(items)
 
 
 def _checked_shape(spec, shape: Any) -> dict[str, int]:
@@ -219,6 +323,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
          precompile: Callable | None = None) -> TuneResult:
     """The best config for one case: from the cache, else by timing the pruned candidates (or all, or `configs`).
 
+    `kernel` is a registered name, a KernelSpec, or a `module:attr` path to a KernelSpec object (nothing
+    found there is called). Every option is checked first: the runtime's errors for one it cannot use.
     `threadgroups` keeps only legal configs with one of these threadgroup sizes (ZMLX's candidate list).
     Configs refused at launch on this device before are left out; with `use_cache`, a candidate the
     pipeline refuses for its thread limit while timed is remembered as refused too.
@@ -227,6 +333,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     (default: the measurer's own `precompile`, which the harness measurer has on CUDA: NVRTC in
     parallel threads through the on-disk compiled-kernel cache, shared with collect).
     """
+    _check_options(warmup=warmup, iters=iters, k=k, configs=configs, threadgroups=threadgroups, device=device,
+                   cache_path=cache_path, measure=measure, precompile=precompile, timer=timer)
     spec = _spec(kernel)
     dtype = _checked_dtype(dtype)
     shape = _checked_shape(spec, shape)
@@ -381,8 +489,11 @@ def _launch_ranked(fn: Callable, candidates: Any, args: tuple, kwargs: dict, *, 
     seen: set[str] = set()
     pending: list[tuple[dict, str]] = []
     last: BaseException | None = None
+    if isinstance(candidates, (str, bytes, Mapping)) or not hasattr(candidates, "__iter__"):
+        raise BadArgumentType(f"candidates must be configs (dicts), best first, not {type(candidates).__name__} "
+                              f"({candidates!r:.60})")
     for config in candidates:
-        config = dict(config)
+        config = dict(_config("candidates", config))
         ident = config_id(config)
         if ident in refused or ident in seen:
             continue
@@ -423,9 +534,15 @@ def launch_ranked(fn: Callable, candidates: Any, *args: Any, kernel: str, device
     Configs refused before are skipped without a launch. `as_arg` turns a config into what `fn` takes
     (say, a threadgroup tuple). Raises LaunchRefused, from the last error, when none runs.
     """
+    if not callable(fn):
+        raise BadArgumentType(f"fn must be the function that launches the kernel, not {type(fn).__name__} ({fn!r:.60})")
+    _optional("as_arg", as_arg, None, "a function")
+    expect_str(kernel, "kernel")
+    _check_options(device=device, cache_path=cache_path, config_arg=config_arg)
+    refusals = _refusals(refusals)
     chip, mlx_version, _ = _device_and_mlx(device)
     out, _ = _launch_ranked(fn, candidates, args, kwargs, kernel=kernel, dkey=cache_file.device_key(chip, mlx_version),
-                            config_arg=config_arg, as_arg=as_arg, cache_path=cache_path, refusals=tuple(refusals))
+                            config_arg=config_arg, as_arg=as_arg, cache_path=cache_path, refusals=refusals)
     return out
 
 
@@ -472,14 +589,13 @@ class AutotunedKernel:
                  config_arg: str | None = None, measure: Measure | None = None, cache_path: str | None = None,
                  device: str | None = None, threadgroups: Sequence[Any] | None = None,
                  refusals: Sequence[type] = (RuntimeError, ValueError)) -> None:
-        for name, value, least in (("warmup", warmup, 0), ("iters", iters, 1)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise BadArgumentType(f"{name} must be a whole number >= {least}, not {type(value).__name__} ({value!r:.60})")
-            if value < least:
-                raise BadArgument(f"{name} must be >= {least} (got {value})")
-        if k is not None:
-            check_k(k)
-        if kernel is not None and not isinstance(kernel, str) and not hasattr(kernel, "legal_configs"):
+        if not callable(fn):
+            raise BadArgumentType(f"@autotune decorates a kernel wrapper function, not {type(fn).__name__} "
+                                  f"({fn!r:.60})")
+        _check_options(warmup=warmup, iters=iters, k=k, configs=configs, threadgroups=threadgroups, device=device,
+                       cache_path=cache_path, measure=measure, shape=shape, dtype=dtype, config_arg=config_arg)
+        refusals = _refusals(refusals)
+        if kernel is not None and not isinstance(kernel, str) and not _is_spec(kernel):
             raise BadArgumentType(f"kernel must be a registered name, a module:attr path or a KernelSpec, "
                                   f"not {type(kernel).__name__} ({kernel!r:.60})")
         functools.update_wrapper(self, fn)
@@ -512,7 +628,11 @@ class AutotunedKernel:
     def _case(self, args: tuple, kwargs: dict) -> tuple[dict, str]:
         spec = self._spec
         if self.shape_fn is not None:
-            shape = dict(self.shape_fn(*args, **kwargs))
+            shape = self.shape_fn(*args, **kwargs)
+            if not isinstance(shape, Mapping):
+                raise BadArgumentType(f"{self.fn.__name__}: its shape= function returned a {type(shape).__name__} "
+                                      f"({shape!r:.60}), not a mapping of dims such as {{'rows': 4096, 'cols': 4096}}")
+            shape = dict(shape)
         else:
             arr = _first_array(args, kwargs)
             dims = spec.shape_grid.dims if spec is not None else ("rows", "cols")
@@ -604,8 +724,11 @@ def autotune(kernel: Any = None, *, warmup: int = 3, iters: int = 10, device_awa
     configs with these threadgroup sizes. A launch raising one of `refusals` falls back to the next
     ranked config and is never launched again on this device (see `launch_ranked`).
     """
-    if callable(kernel) and not isinstance(kernel, str) and not hasattr(kernel, "legal_configs"):
+    if callable(kernel) and not isinstance(kernel, str) and not _is_spec(kernel):
         return AutotunedKernel(kernel)  # bare @autotune
+    _check_options(warmup=warmup, iters=iters, k=k, configs=configs, threadgroups=threadgroups, device=device,
+                   cache_path=cache_path, measure=measure, shape=shape, dtype=dtype, config_arg=config_arg)
+    _refusals(refusals)
 
     def decorator(fn: Callable) -> AutotunedKernel:
         return AutotunedKernel(fn, kernel, warmup=warmup, iters=iters, device_aware=device_aware, k=k, shape=shape,

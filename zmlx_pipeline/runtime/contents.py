@@ -1,0 +1,214 @@
+"""What a bundle's JSON files must hold (bundle_fields.json, field by field), checked once as each file is read.
+
+A bundle whose hashes match may still hold what the runtime cannot use (a config that is a number, an
+index past the kernel's configs, a time that is a string): the index files are checked when the bundle
+is loaded, a device's table when it is first parsed, and the first problem found is returned as one
+line for the caller's BundleError. Standard library only.
+
+Each kind is checked a column at a time (every entry's `best` at once, with C-level set, min and max), so a
+device table of thousands of entries costs about what parsing it does, not several times that; only a column
+that fails is walked item by item, to name the first bad value.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from itertools import chain, repeat
+from operator import is_not
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+FIELDS_FILE = Path(__file__).with_name("bundle_fields.json")
+INF = float("inf")
+
+#: (values of one kind, the kernel's number of configs) -> whether every value is usable
+Column = Callable[[list, int], bool]
+_given = functools.partial(is_not, None)
+
+
+def _types(col: list) -> set:
+    return set(map(type, col))
+
+
+def _whole(col: list, least: int, below: float = INF) -> bool:
+    return not col or _types(col) <= {int} and min(col) >= least and max(col) < below
+
+
+#: atomic kind -> (column check, what a value must be)
+ATOMS: dict[str, tuple[Column, str]] = {
+    "name": (lambda col, n: _types(col) <= {str}, "a string"),
+    "count": (lambda col, n: _whole(col, 1), "a whole number >= 1"),
+    "size": (lambda col, n: _whole(col, 0), "a whole number >= 0"),
+    # the parser refuses NaN, so min and max order every number
+    "number": (lambda col, n: not col or _types(col) <= {int, float} and min(col) >= 0 and max(col) < INF,
+               "a finite number >= 0"),
+    "index": (lambda col, n: _whole(col, 0, n), "an index into the kernel's configs"),
+    "scalar": (lambda col, n: _types(col) <= {str, int, float, bool}, "a string, number or boolean"),
+    "object": (lambda col, n: _types(col) <= {dict}, "an object"),
+    "range": (lambda col, n: _types(col) <= {list} and set(map(len, col)) <= {2}
+              and _types(list(chain.from_iterable(col))) <= {int} and all(lo <= hi for lo, hi in col),
+              "a [low, high] pair of whole numbers"),
+}
+
+
+@functools.lru_cache(maxsize=1)
+def specs() -> dict[str, Any]:
+    """bundle_fields.json: the objects' fields and kinds, and the allowed values of the `choices` kinds."""
+    return json.loads(FIELDS_FILE.read_text(encoding="utf-8"))
+
+
+def _show(value: Any) -> str:
+    return f"{type(value).__name__} {value!r:.50}"
+
+
+def _whole_keys(col: list) -> bool:
+    keys = list(chain.from_iterable(col))
+    return all(map(str.isdigit, keys)) and all(map(str.isascii, keys))
+
+
+@functools.lru_cache(maxsize=None)
+def column(kind: str) -> Column:
+    """The check of a column of values of one kind (bundle_fields.json's syntax)."""
+    if kind.startswith("@"):
+        return _object_column(kind[1:])
+    if kind.startswith("["):
+        item = column(kind[1:-1])
+        return lambda col, n: _types(col) <= {list} and item(list(chain.from_iterable(col)), n)
+    if kind.startswith("{"):
+        keyed = kind.startswith("{#")
+        item = column(kind[2:-1] if keyed else kind[1:-1])
+        return lambda col, n: (_types(col) <= {dict} and (not keyed or _whole_keys(col))
+                               and item(list(chain.from_iterable(map(dict.values, col))), n))
+    choices = specs()["choices"].get(kind)
+    if choices is not None:
+        allowed = frozenset(choices)
+        return lambda col, n: _types(col) <= {str} and set(col) <= allowed
+    return ATOMS[kind][0]
+
+
+def _object_column(name: str) -> Column:
+    spec = specs()[name]
+    required, present = tuple(spec.get("required", ())), tuple(spec.get("present", ()))
+    fields = [(field, column(kind)) for field, kind in spec["fields"].items()]
+
+    def check(col: list, n: int) -> bool:
+        if not _types(col) <= {dict}:
+            return False
+        for field in required:
+            if None in map(dict.get, col, repeat(field)):
+                return False
+        for field in present:
+            if not all(map(dict.__contains__, col, repeat(field))):
+                return False
+        for field, field_check in fields:
+            values = list(filter(_given, map(dict.get, col, repeat(field))))
+            if values and not field_check(values, n):
+                return False
+        return True
+
+    return check
+
+
+def explain(kind: str, value: Any, n: int) -> tuple[str, str]:
+    """(where inside `value`, what is wrong) for a value whose kind's check failed."""
+    if kind.startswith("@"):
+        if type(value) is not dict:
+            return "", f"must be an object, not {_show(value)}"
+        spec = specs()[kind[1:]]
+        for field in (*spec.get("required", ()), *spec.get("present", ())):
+            if field not in value or field in spec.get("required", ()) and value[field] is None:
+                return "", f"lacks {field!r}"
+        for field, field_kind in spec["fields"].items():
+            v = value.get(field)
+            if v is not None and not column(field_kind)([v], n):
+                where, what = explain(field_kind, v, n)
+                return f".{field}{where}", what
+    elif kind.startswith(("[", "{")):
+        mapping, keyed = kind.startswith("{"), kind.startswith("{#")
+        item = kind[2:-1] if keyed else kind[1:-1]
+        if type(value) is not (dict if mapping else list):
+            return "", f"must be {'an object' if mapping else 'a list'}, not {_show(value)}"
+        for key, v in (value.items() if mapping else enumerate(value)):
+            if keyed and not _whole_keys([[key]]):
+                return f"[{key}]", "is not named by a whole number"
+            if not column(item)([v], n):
+                where, what = explain(item, v, n)
+                return f"[{key}]{where}", what
+    else:
+        choices = specs()["choices"].get(kind)
+        return "", (f"must be one of {', '.join(choices)}" if choices else f"must be {ATOMS[kind][1]}") + \
+            f", not {_show(value)}"
+    return "", "cannot be used"
+
+
+def _first(kind: str, named: Mapping[str, Any], n: int, where: str) -> str | None:
+    """The first problem among `named` values of one kind, as `where[name].field what`; None if they are usable."""
+    if column(kind)(list(named.values()), n):
+        return None
+    for name, value in named.items():
+        if not column(kind)([value], n):
+            inside, what = explain(kind, value, n)
+            return f"{where}[{name}]{inside} {what}"
+    return None
+
+
+def index_problem(kernels: Mapping[str, Any], profiles: Mapping[str, Any]) -> str | None:
+    """The first field of kernels.json or profiles.json the runtime cannot use, as `file: where what`; None if none."""
+    for name, meta in kernels.items():
+        configs = meta.get("configs") if type(meta) is dict else None
+        problem = _first("@kernel", {name: meta}, len(configs) if type(configs) is list else 0, "kernels.json: kernels")
+        if problem:
+            return problem
+        dims = set(meta["dims"])
+        if not dims or not set(meta.get("measured_range") or ()) <= dims \
+                or any(set(shape) != dims for shape in (meta.get("buckets") or {}).values()):
+            return (f"kernels.json: kernels[{name}]: its measured_range and bucket shapes must use its dims "
+                    f"({', '.join(sorted(dims))})")
+    return _first("@profile", profiles, 0, "profiles.json: devices")
+
+
+def table_problem(data: Any, kernels: Mapping[str, Any], positional: Sequence[str] | None = None) -> str | None:
+    """The first thing a device table holds that the runtime cannot use (a key that is not the kernel's dims, an
+    entry out of bundle_fields.json's `entry`); None if none. `positional`: an older schema's entry fields, in order."""
+    by_kernel = data.get("kernels") if type(data) is dict else None
+    if type(by_kernel) is not dict:
+        return f"holds no 'kernels' object ({_show(data)})"
+    for kernel, by_dtype in by_kernel.items():
+        meta = kernels.get(kernel)
+        if meta is None:
+            return f"kernels.{kernel} is not a kernel of kernels.json"
+        if type(by_dtype) is not dict:
+            return f"kernels.{kernel} must be an object of dtypes, not {_show(by_dtype)}"
+        n, dims = len(meta["configs"]), len(meta["dims"])
+        for dtype, table in by_dtype.items():
+            where = f"kernels.{kernel}.{dtype}"
+            if type(table) is not dict:
+                return f"{where} must be an object, not {_show(table)}"
+            for part in ("measured", "buckets", "between"):
+                entries = table.get(part)
+                if entries is None:
+                    continue
+                if type(entries) is not dict:
+                    return f"{where}.{part} must be an object, not {_show(entries)}"
+                problem = _keys_problem(entries, dims, 1 if part == "measured" else 0)
+                if problem:
+                    return f"{where}.{part} {problem}"
+                if positional is not None:
+                    entries = {k: dict(zip(positional, v)) if type(v) is list else v for k, v in entries.items()}
+                problem = _first("@entry", entries, n, f"{where}.{part}")
+                if problem:
+                    return problem
+    return None
+
+
+def _keys_problem(entries: Mapping[str, Any], dims: int, least: int) -> str | None:
+    """Why a table's keys are not `dims` comma-separated whole numbers >= least (None when they are)."""
+    split = [key.split(",") for key in entries]
+    values = list(chain.from_iterable(split))
+    if set(map(len, split)) <= {dims} and all(map(str.isdigit, values)) and all(map(str.isascii, values)) \
+            and min(map(int, values), default=least) >= least:
+        return None
+    bad = next(key for key, parts in zip(entries, split)
+               if len(parts) != dims or not all(p.isascii() and p.isdigit() and int(p) >= least for p in parts))
+    return f"key {bad!r:.40} is not {dims} comma-separated whole numbers >= {least}"
