@@ -506,22 +506,24 @@ def test_problem_size_from_the_file_the_search_space_or_the_option(seeded, tmp_p
                         ("80000000", {"x": 80000000})):
         as_text = write(tmp_path / "vec6" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=text))
         assert parse_file(as_text).shape == shape
-    strings = write(tmp_path / "vec5" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=["n", 8]))
+    # a size Kernel Tuner computes from the tuned parameters ("block_size_x * 4") is no size of the case
+    strings = write(tmp_path / "vec5" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)},
+                                                             problem_size=["block_size_x * 4", 8]))
     assert parse_file(strings, problem_size=[1024, 8]).shape == {"x": 1024, "y": 8}
 
 
 def test_a_file_without_a_usable_problem_size_is_one_case_of_unknown_size(store, tmp_path):
-    # no problem size, "callable" (a function of the parameters) or names instead of numbers: the timings are
+    # no problem size, "callable" (a function of the parameters) or parameter names instead of numbers: the timings are
     # still one case, of a size nobody wrote down; its shape is empty and the file says why
     two = {"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0)}
     files = {name: write(tmp_path / name / "A4000.json", kt_cache(two, kernel_name=name, problem_size=size))
-             for name, size in (("none", None), ("callable", "callable"), ("names", ["n", 8]))}
+             for name, size in (("none", None), ("callable", "callable"), ("names", ["block_size_x", 8]))}
     rows = import_files(store, list(files.values()))
     assert [(r["kernel"], r["rows"], r["added"]) for r in rows] == [("none", 2, 2), ("callable", 2, 2), ("names", 2, 2)]
     assert {m["kernel"]: m["shape"] for m in store.measurements()} == {"none": {}, "callable": {}, "names": {}}
     settings = [r["settings"] for r in store.runs()]
     assert [s["problem_size_from"] for s in settings] == ["none"] * 3
-    assert [s.get("problem_size_in_file") for s in settings] == [None, "callable", ["n", 8]]
+    assert [s.get("problem_size_in_file") for s in settings] == [None, "callable", ["block_size_x", 8]]
     # the same file again (or grown by a resumed run) goes in as before; another file of unknown size would
     # share its keys, so it is refused until --problem-size tells the two apart
     assert import_files(store, [files["none"]])[0]["added"] == 0
@@ -1195,3 +1197,145 @@ def test_a_cache_of_kernel_tuners_parallel_runner_names_its_gpu_once_per_worker(
     assert refused(store, mixed) == (
         f"cannot import {mixed}: it was tuned on several GPUs at once (NVIDIA A100-PCIE-40GB, NVIDIA RTX A4000), whose "
         "timings it does not tell apart; import a cache of one GPU model; nothing of it was stored")
+
+
+def test_a_path_that_is_no_regular_file_is_refused_before_it_is_read(seeded, tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "k" / "A4000.json"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+
+    def unblock() -> None:  # should the import wait on the FIFO after all, end the wait so the test fails, not hangs
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass
+
+    timer = threading.Timer(10, unblock)
+    timer.start()
+    try:
+        assert "a FIFO (named pipe), not a regular file to read" in refused(seeded, fifo)
+        before = snapshot(seeded)
+        with pytest.raises(ImportFileError, match=r"--device-map .*A4000.json: a FIFO \(named pipe\), not a regular"):
+            import_files(seeded, [write(tmp_path / "k2" / "a.json", kt_cache({"16,1": entry()}))], device_map=fifo)
+        assert snapshot(seeded) == before
+    finally:
+        timer.cancel()
+    assert "a character device, not a regular file to read" in refused(seeded, Path("/dev/zero"))
+
+
+def test_a_file_past_the_size_limit_is_refused_unread_and_so_is_one_that_unpacks_past_it(seeded, tmp_path,
+                                                                                        monkeypatch):
+    from zmlx_pipeline.data.importers import kernel_tuner
+
+    doc = kt_cache({"16,1": entry()})
+    size = len(json.dumps(doc).encode())
+    monkeypatch.setattr(kernel_tuner, "MAX_FILE_BYTES", size - 1)
+    plain = write(tmp_path / "k" / "a.json", doc)
+    assert f"larger than {size - 1} bytes, the most a file read here may hold" in refused(seeded, plain)
+    packed = write(tmp_path / "k" / "b.json.gz", doc, gz=True)
+    assert packed.stat().st_size < size - 1
+    assert f"its gzip stream unpacks to more than {size - 1} bytes" in refused(seeded, packed)
+    monkeypatch.setattr(kernel_tuner, "MAX_FILE_BYTES", size)
+    assert import_files(seeded, [packed])[0]["added"] == 1
+
+
+def test_json_nested_past_what_the_reader_can_take_is_malformed_not_a_crash(seeded, tmp_path):
+    deep = tmp_path / "k" / "deep.json"
+    deep.parent.mkdir()
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    assert "not valid JSON: nested deeper than a tuning file can be" in refused(seeded, deep)
+    deep.write_text('{"cache": {"16,1": ' + "[" * 200_000)  # the reader of a cache left open goes as deep
+    assert "not valid JSON: nested deeper than a tuning file can be" in refused(seeded, deep)
+    with pytest.raises(ImportFileError, match="deep.json: not valid JSON \\(nested too deep\\)"):
+        import_files(seeded, [write(tmp_path / "k2" / "a.json", kt_cache({"16,1": entry()}))], device_map=deep)
+
+
+BAD_PROBLEM_SIZES = {
+    "zero": ([0], "problem size [0]: x=0 is not a positive integer"),
+    "zero beside a size": ([0, 4096], "problem size [0, 4096]: x=0 is not a positive integer"),
+    "negative": ([-5], "problem size [-5]: x=-5 is not a positive integer"),
+    "a bool": ([True], "problem size [True]: x=True is not a positive integer"),
+    "a fraction": ([1.5], "problem size [1.5]: x=1.5 is not a positive integer"),
+    "empty": ([], "problem size [] is empty"),
+    "past an array dimension": ([2**70], f"problem size [{2**70}]: x={2**70} is larger than an array dimension can "
+                                         "be (2147483647)"),
+    "an unnamed dim": ({"": 5}, "problem size {'': 5}: dimension name '' is not a name"),
+    "a name of no parameter": ("big", "problem size 'big' is neither sizes nor an expression of the tuned "
+                                      "parameters (block_size_x, block_size_y)"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PROBLEM_SIZES))
+def test_a_problem_size_that_is_no_size_is_refused_saying_why(seeded, tmp_path, case):
+    size, reason = BAD_PROBLEM_SIZES[case]
+    path = write(tmp_path / "vec" / "A4000.json", kt_cache({"16,1": entry()}, problem_size=size))
+    assert refused(seeded, path) == f"cannot import {path}: {reason} (in its file); nothing of it was stored"
+    unsized = write(tmp_path / "vec2" / "A4000.json", kt_cache({"16,1": entry()}, problem_size=None))
+    before = snapshot(seeded)
+    with pytest.raises(ImportFileError, match=r"^--problem-size: "):
+        import_files(seeded, [unsized], problem_size=size)
+    assert snapshot(seeded) == before
+
+
+@pytest.mark.parametrize("text", ["0", "0,4096", '{"": 5}', "[true]", "[-5]", "1180591620717411303424",
+                                  "[" * 100_000])
+def test_a_problem_size_option_that_is_no_size_is_a_usage_error(store, tmp_path, text):
+    from zmlx_pipeline.data.importers import parse_problem_size
+
+    with pytest.raises(ValueError):
+        parse_problem_size(text)
+    path = write(tmp_path / "vec" / "A4000.json", kt_cache({"16,1": entry()}, problem_size=None))
+    result = CliRunner().invoke(cli, ["import", str(path), "--problem-size", text])
+    assert result.exit_code == 2 and "Invalid value for '--problem-size'" in result.output, result.output
+    assert store.measurements() == []
+
+
+def test_a_kernel_name_that_is_no_name_is_refused_and_a_missing_one_is_the_folders(seeded, tmp_path, monkeypatch):
+    number = write(tmp_path / "vec" / "A4000.json", kt_cache({"16,1": entry()}, kernel_name=5))
+    assert refused(seeded, number) == f"cannot import {number}: its kernel_name is 5, not a name; nothing of it was stored"
+    hidden = write(tmp_path / "vec" / "A4000_b.json", kt_cache({"16,1": entry()}, kernel_name="vector\u202eadd"))
+    assert "kernel name 'vector\\u202eadd' holds a control character" in refused(seeded, hidden)
+    t4_number = write(tmp_path / "vec" / "A4000_T4.json", t4([t4_result(16, "correct", [1.0])], {"kernel_name": 7}))
+    assert "its metadata's kernel_name is 7, not a name" in refused(seeded, t4_number, problem_size=[64])
+    # no kernel name (empty, or a T4 file, which has none): the folder's, also for a file named from inside it
+    empty = write(tmp_path / "vec_add" / "A4000.json", kt_cache({"16,1": entry()}, kernel_name=""))
+    t4_file = write(tmp_path / "vec_t4" / "A4000_T4.json", t4([t4_result(16, "correct", [1.0])]))
+    monkeypatch.chdir(tmp_path / "vec_t4")
+    rows = import_files(seeded, [empty, Path(t4_file.name)])
+    assert [r["kernel"] for r in rows] == ["vec_add", "vec_t4"]
+    assert {m["kernel"] for m in seeded.measurements()} == {"toy_kernel", "vec_add", "vec_t4"}
+
+
+def test_a_file_named_after_a_built_in_kernel_must_be_that_kernel(seeded, tmp_path):
+    clash = write(tmp_path / "k" / "A4000.json", kt_cache({"16,1": entry()}, kernel_name="rmsnorm", problem_size=[4096]))
+    assert refused(seeded, clash) == (
+        f"cannot import {clash}: kernel 'rmsnorm' is built in, with shape dims rows, cols, not x; an imported kernel "
+        "may take a built-in kernel's name only with its shape dims and parameters: give it a name of its own (its "
+        "kernel_name, or import_files' kernel=); nothing of it was stored")
+    dims_only = write(tmp_path / "k" / "A4000_b.json", kt_cache({"16,1": entry()}, kernel_name="rmsnorm",
+                                                                problem_size={"rows": 8, "cols": 4096}))
+    assert "with parameters ROWS, TG, VEC, not block_size_x, block_size_y" in refused(seeded, dims_only)
+    assert import_files(seeded, [clash], kernel="rms_tuned")[0]["added"] == 1  # named its own: imported
+    same = {"8,1,4": {"TG": 8, "ROWS": 1, "VEC": 4, "time": 1.0}}
+    fits = write(tmp_path / "k" / "A4000_c.json", kt_cache(same, keys=("TG", "ROWS", "VEC"), tune_params={},
+                                                           kernel_name="rmsnorm", problem_size={"rows": 8, "cols": 4096}))
+    (row,) = import_files(seeded, [fits])
+    assert (row["kernel"], row["added"]) == ("rmsnorm", 1)
+
+
+def test_the_cli_refuses_a_bad_file_in_one_line_and_stores_nothing(tmp_path):
+    db = tmp_path / "s.duckdb"
+    good = write(tmp_path / "k" / "A4000.json", kt_cache({"16,1": entry()}))
+    assert CliRunner().invoke(cli, ["import", "--db", str(db), str(good)]).exit_code == 0
+    for doc in (kt_cache({"32,1": entry(32)}, kernel_name="rmsnorm"), kt_cache({"32,1": entry(32)}, problem_size=[0])):
+        bad = write(tmp_path / "k2" / "A4000.json", doc)
+        result = CliRunner().invoke(cli, ["import", "--db", str(db), str(bad)])
+        assert result.exit_code == 1 and result.output.startswith(f"Error: cannot import {bad}: "), result.output
+        assert result.output.count("\n") == 1 and "Traceback" not in result.output
+    from zmlx_pipeline.data.store import Store
+
+    with Store(db, read_only=True) as store:
+        assert len(store.measurements()) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
@@ -11,6 +12,7 @@ import pytest
 from zmlx_pipeline.data.shards import (
     SHARD_COLUMNS,
     BadShard,
+    check_shard,
     export_shard,
     ingest_shard,
     ingest_shards,
@@ -18,6 +20,7 @@ from zmlx_pipeline.data.shards import (
     shard_filename,
     shard_paths,
 )
+from zmlx_pipeline.core.keys import mapping_key
 from zmlx_pipeline.data.store import Store, StoreError
 
 MAC, GPU = "apple-m3-max-40", "nvidia-h100-sxm"
@@ -32,8 +35,8 @@ def fill(store: Store, make_measurement, device: str, configs=(64, 128, 256), sh
                           pipeline_version="0.1.0", settings={"repeats": 10})
     store.record([
         make_measurement(run_id=run, device_id=device, shape={"rows": r, "cols": 1024},
-                         config={"threadgroup": tg}, status="ok" if tg < 256 else "launch_error",
-                         median_us=float(tg) / r if tg < 256 else None)
+                         config={"TG": tg}, status="ok" if tg < 256 else "launch_error",
+                         **({"median_us": tg / r, "p10_us": 0.9 * tg / r, "p90_us": 1.1 * tg / r} if tg < 256 else {}))
         for r in shapes for tg in configs
     ])
     store.finish_run(run, "finished")
@@ -96,13 +99,14 @@ def test_export_works_from_a_read_only_store(store, make_measurement, tmp_path):
 
 
 def test_overlapping_shards_keep_one_row_per_key_the_newest(make_measurement, tmp_path):
-    shared = [make_measurement(config={"threadgroup": tg}) for tg in (64, 128)]
+    shared = [make_measurement(config={"TG": tg}) for tg in (64, 128)]
     with Store(tmp_path / "a.duckdb") as a:
-        a.record(shared + [make_measurement(config={"threadgroup": 32})])
+        a.record(shared + [make_measurement(config={"TG": 32})])
         a.export_shard(tmp_path / "shards" / "a.parquet")
     with Store(tmp_path / "b.duckdb") as b:
-        b.record([make_measurement(run_id="run-b", config=m.config, median_us=1.0) for m in shared]
-                 + [make_measurement(run_id="run-b", config={"threadgroup": 512})])
+        b.record([make_measurement(run_id="run-b", config=m.config, median_us=1.0, p10_us=0.9, p90_us=1.1)
+                  for m in shared]
+                 + [make_measurement(run_id="run-b", config={"TG": 512})])
         b.export_shard(tmp_path / "shards" / "b.parquet")
     with Store(tmp_path / "central.duckdb") as central:
         totals = ingest_shards(central, [tmp_path / "shards"])
@@ -111,8 +115,8 @@ def test_overlapping_shards_keep_one_row_per_key_the_newest(make_measurement, tm
         assert totals["per_file"][str(tmp_path / "shards" / "b.parquet")] == {"rows": 3, "added": 1, "skipped": 0,
                                                                                "replaced": 2}
         rows = central.measurements()
-        assert sorted(r["config"]["threadgroup"] for r in rows) == [32, 64, 128, 512]
-        assert {r["run_id"] for r in rows if r["config"]["threadgroup"] in (64, 128)} == {"run-b"}
+        assert sorted(r["config"]["TG"] for r in rows) == [32, 64, 128, 512]
+        assert {r["run_id"] for r in rows if r["config"]["TG"] in (64, 128)} == {"run-b"}
         assert ingest_shards(central, [tmp_path / "shards"])["skipped"] == 6  # idempotent
         assert {r["run_id"] for r in central.runs()} == {"run-1", "run-b"}
         assert {r["status"] for r in central.runs()} == {"imported"}  # their runs were not in a/b's stores
@@ -251,9 +255,10 @@ def test_a_key_measured_again_keeps_its_newest_timing_in_either_order(make_measu
     def shard(name: str, median: float, when: datetime, repeat: float) -> object:
         with Store(tmp_path / f"{name}.duckdb") as s:
             run = fill(s, make_measurement, GPU, configs=(64,), shapes=(1,))
-            s._conn.execute("UPDATE measurements SET median_us = ?, measured_at = ?", [median, when])
+            s._conn.execute("UPDATE measurements SET median_us = ?, p10_us = ?, p90_us = ?, measured_at = ?",
+                            [median, median, median, when])
             s.record_repeat([make_measurement(run_id=run + "-rep", device_id=GPU, shape={"rows": 1, "cols": 1024},
-                                              config={"threadgroup": 64}, median_us=repeat)])
+                                              config={"TG": 64}, median_us=repeat)])
             path = tmp_path / f"{name}.parquet"
             export_shard(s, path)
         return path
@@ -296,8 +301,34 @@ BAD_ROWS = {
     "shape not json": ("'rows=4' AS shape", "TRUE", "shape is not a JSON object"),
     "negative samples": ("-1 AS samples", "TRUE", "samples must be 0 or more"),
     "key of another config": ("'sha256:0000000000000000' AS config_key", "TRUE", "is not the key of config"),
-    "config missing a parameter": ("'{}' AS config, 'sha256:44136fa355b3678a' AS config_key", "_n = 2",
-                                   "config names parameters"),
+    "config missing a parameter": (f"""'{{"VEC":1}}' AS config, '{mapping_key({"VEC": 1})}' AS config_key""",
+                                   "_n = 2", "config names parameters"),
+    # what the store's own checks let through
+    "shape size as text": ("""'{"cols":1024,"rows":"big"}' AS shape""", "_n = 2", "rows='big' is not a positive integer"),
+    "zero shape size": ("""'{"cols":0,"rows":1}' AS shape""", "TRUE", "cols=0 is not a positive integer"),
+    "negative shape size": ("""'{"cols":1024,"rows":-4}' AS shape""", "TRUE", "rows=-4 is not a positive integer"),
+    "fractional shape size": ("""'{"cols":1024,"rows":1.5}' AS shape""", "TRUE", "rows=1.5 is not a positive integer"),
+    "shape size past an array dimension": ("""'{"cols":1024,"rows":4294967296}' AS shape""", "TRUE",
+                                           "rows=4294967296 is larger than an array dimension can be"),
+    "dims of another kernel": ("""'{"depth":7}' AS shape""", "_n = 3",
+                               "kernel 'softmax' is built in, with shape dims rows, cols, not depth"),
+    "config value as text": ("""'{"TG":"x"}' AS config""", "TRUE", "whose parameters are integers, not TG='x'"),
+    "config value null": ("""'{"TG":null}' AS config""", "TRUE", "whose parameters are integers, not TG=None"),
+    "parameter of another kernel": ("""'{"threadgroup":64}' AS config""", "TRUE",
+                                    "kernel 'softmax' is built in, with parameters CACHE, ROWS, TG, VEC, not threadgroup"),
+    "unknown dtype": ("'float64' AS dtype", "TRUE", "dtype 'float64' is not one the store holds"),
+    "empty dtype": ("'' AS dtype", "TRUE", "dtype '' is not one the store holds"),
+    "empty device id": ("'' AS device_id", "TRUE", "device_id is empty"),
+    "empty kernel": ("'' AS kernel", "TRUE", "kernel is empty"),
+    "config its kernel excludes": ("""'{"TG":999999}' AS config""", "status = 'ok'",
+                                   "breaks its constraint 'TG <= max_threads'"),
+    "p10 above p90": ("1000.0 AS p10_us, 1.0 AS p90_us", "status = 'ok'", "p10_us <= median_us <= p90_us does not hold"),
+    "no samples": ("0 AS samples", "status = 'ok'", "an ok row is timed by 1 sample or more, not 0"),
+    "repeat of nan": ("""'[{"run_id":"r","median_us":NaN,"measured_at":"2026-01-01 00:00:00"}]' AS repeats""", "TRUE",
+                      "a repeat needs a finite positive median_us, not nan"),
+    "repeat of -1": ("""'[{"run_id":"r","median_us":-1,"measured_at":"2026-01-01 00:00:00"}]' AS repeats""", "TRUE",
+                     "a repeat needs a finite positive median_us, not -1"),
+    "repeats not json": ("'not json' AS repeats", "_n = 4", "repeats is not a JSON list"),
 }
 
 
@@ -356,3 +387,57 @@ def test_an_empty_directory_is_an_error_not_a_silent_success(store, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(BadShard, match="no .parquet shard in this directory"):
         ingest_shards(store, [tmp_path / "empty"])
+
+
+def test_a_failed_row_may_hold_a_config_its_kernel_excludes_and_a_device_may_be_new(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    shard = tmp_path / "mac.parquet"
+    export_shard(store, shard)
+    failed = tmp_path / "failed.parquet"  # TG 999999 is why the launch failed
+    _rewrite(shard, failed, f"""'{{"TG":999999}}' AS config, '{mapping_key({"TG": 999999})}' AS config_key""",
+             "status = 'launch_error'")
+    new = tmp_path / "new.parquet"  # a GPU the catalog does not have yet: the shard carries what it reported
+    _rewrite(shard, new, "'nvidia-rtx-9090' AS device_id, FALSE AS device_in_catalog")
+    with Store(tmp_path / "central.duckdb") as central:
+        assert ingest_shards(central, [failed, new])["added"] == 12
+        assert {d["device_id"] for d in central.devices()} == {MAC, "nvidia-rtx-9090"}
+
+
+def test_every_committed_shard_passes_the_row_checks():
+    shards = sorted((Path(__file__).resolve().parents[2] / "data").glob("*.parquet"))
+    assert shards
+    verdicts: dict = {}
+    for shard in shards:
+        check_shard(shard, verdicts)
+
+
+def test_the_cli_refuses_a_bad_shard_in_one_line_and_ingests_nothing(store, make_measurement, tmp_path):
+    from click.testing import CliRunner
+
+    from zmlx_pipeline.pipeline.cli import cli
+
+    fill(store, make_measurement, MAC)
+    shard = tmp_path / "shards" / "good.parquet"
+    export_shard(store, shard)
+    _rewrite(shard, tmp_path / "shards" / "bad.parquet", """'{"cols":1024,"rows":"big"}' AS shape""", "_n = 5")
+    db = tmp_path / "central.duckdb"
+    with Store(db) as central:
+        fill(central, make_measurement, GPU)
+        before = contents(central)
+    result = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(tmp_path / "shards")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.count("\n") == 1 and result.output.startswith(f"Error: {tmp_path / 'shards' / 'bad.parquet'}, row ")
+    assert "rows='big' is not a positive integer" in result.output
+    with Store(db, read_only=True) as central:
+        assert contents(central) == before
+
+
+def test_a_path_that_is_no_regular_file_is_refused_unread(store, tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "pipe.parquet")
+    with pytest.raises(BadShard, match=r"pipe.parquet: a FIFO \(named pipe\), not a shard file or a directory of them"):
+        ingest_shards(store, [tmp_path / "pipe.parquet"])
+    with pytest.raises(BadShard, match="/dev/zero: a character device, not a shard file"):
+        ingest_shards(store, ["/dev/zero"])
+    assert contents(store) == ([], [], [])

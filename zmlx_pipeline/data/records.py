@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
 
 STATUSES = ("ok", "wrong_result", "launch_error", "compile_error", "timeout")
 DTYPES = tuple(DTYPE_BYTES)
+#: the largest shape dimension a row may hold: the largest array dimension MLX takes (its shapes are 32-bit
+#: signed integers), as the runtime's lookup bounds a shape (runtime/lookup.py MAX_DIM)
+MAX_DIM = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -50,3 +53,55 @@ class Measurement:
     @property
     def config_json(self) -> str:
         return canonical_json(self.config)
+
+
+# What every stored row must hold, whichever way it comes in (collect, import, ingest): each check gives the
+# reason a value is refused, or None. Import and ingest refuse a file naming its row and this reason.
+
+
+def name_problem(what: str, name: Any) -> str | None:
+    """Why `name` (a kernel, device or run id) cannot name a row: not text, empty, or holding control characters."""
+    if not isinstance(name, str):
+        return f"{what} {name!r} is not text"
+    if not name.strip():
+        return f"{what} is empty"
+    if not name.isprintable():
+        return f"{what} {name!r} holds a control character"
+    return None
+
+
+def dim_problem(name: Any, value: Any) -> str | None:
+    """Why one shape dimension is unusable: a name that is not text, or a size that is not a whole number in
+    1..MAX_DIM (a bool is not a size, nor is 4096.0 in a stored shape: its key would differ from 4096's)."""
+    if not isinstance(name, str) or not name.strip():
+        return f"dimension name {name!r} is not a name"
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{name}={value!r} is not a positive integer"
+    if value < 1:
+        return f"{name}={value!r} is not a positive integer"
+    if value > MAX_DIM:
+        return f"{name}={value!r} is larger than an array dimension can be ({MAX_DIM})"
+    return None
+
+
+def shape_problem(shape: Any) -> str | None:
+    """Why a shape is unusable: not a mapping of dimension names to sizes (an empty one is a case of unknown size)."""
+    if not isinstance(shape, Mapping):
+        return f"shape {shape!r} is not an object of dimension sizes"
+    for name, value in shape.items():
+        problem = dim_problem(name, value)
+        if problem is not None:
+            return f"shape {canonical_json(shape)}: {problem}"
+    return None
+
+
+def config_problem(config: Any) -> str | None:
+    """Why a config is unusable: not a non-empty mapping of parameter names to values. Any JSON value may be one
+    (an imported kernel's parameter may be text, a list, an object or null, kept as written); a built-in
+    kernel's are integers (data/importers/builtin_kernels.py)."""
+    if not isinstance(config, Mapping) or not config:
+        return f"config {config!r} is not an object of parameter values"
+    for name in config:
+        if not isinstance(name, str) or not name.strip():
+            return f"config {canonical_json(config)}: parameter name {name!r} is not a name"
+    return None

@@ -1,21 +1,38 @@
 """Parquet shards: one self-contained file per collector, merged into the central store by ingest.
 
-The SQL lives in store.py; these are the entry points the CLI calls.
+The SQL lives in store.py; these are the entry points the CLI calls. Before a shard goes in, every row is
+checked here for what the store's own checks cannot see (names, dtypes, shape and config values, a built-in
+kernel's dims, parameters and constraints, the spread of its timings and its repeats): a shard with one bad
+row is refused, naming the file, the row and why, and nothing of any shard is ingested.
 """
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from zmlx_pipeline.core.constraints import limit_values
+from zmlx_pipeline.core.dtypes import DTYPE_BYTES
+from zmlx_pipeline.core.keys import canonical_json
+from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
+from zmlx_pipeline.data.importers.kernel_tuner import not_regular
+from zmlx_pipeline.data.records import DTYPES, config_problem, name_problem, shape_problem
 from zmlx_pipeline.data.store import (
     SHARD_COLUMNS,
     SHARD_REQUIRED,
     BadShard,
     Store,
+    _bad_row,
     query_shards,
 )
 
@@ -23,6 +40,8 @@ __all__ = [
     "SHARD_COLUMNS",
     "SHARD_REQUIRED",
     "BadShard",
+    "check_shard",
+    "check_shards",
     "export_shard",
     "ingest_shard",
     "ingest_shards",
@@ -47,6 +66,7 @@ def export_shard(store: Store, path: str | os.PathLike, device: str | None = Non
 def ingest_shard(store: Store, path: str | os.PathLike) -> dict:
     """Merge one shard into the store in one transaction; returns {'rows', 'added', 'skipped'} (and
     'replaced': keys re-measured since the store's timing, whose newest timing wins)."""
+    check_shard(path)
     return store.ingest_shard(path)
 
 
@@ -60,10 +80,207 @@ def shard_paths(source: str | os.PathLike) -> list[Path]:
         return found
     if source.is_file():
         return [source]
+    try:
+        kind = not_regular(source.stat().st_mode)
+    except OSError:
+        kind = None
+    if kind is not None:
+        raise BadShard(f"{source}: {kind}, not a shard file or a directory of them")
     raise BadShard(f"{source}: no such shard file or directory")
 
 
 def ingest_shards(store: Store, sources: Iterable[str | os.PathLike]) -> dict:
     """Ingest every shard the sources name, all or nothing (one transaction); returns totals and per-file counts."""
     shards = [shard for source in sources for shard in shard_paths(source)]
+    check_shards(shards)
     return store.ingest_shards(shards)
+
+
+def check_shards(shards: Iterable[str | os.PathLike]) -> None:
+    """check_shard each shard; shards of one fleet share most of their keys, so each is judged once. What the
+    checks held is let go before the store reads the shards."""
+    verdicts: dict = {}
+    for shard in shards:
+        check_shard(shard, verdicts)
+    pa.default_memory_pool().release_unused()
+
+
+# --------------------------------------------------------------------------------------------
+# Row checks
+
+
+# The device columns a shard gives the limits its kernels' constraints read, by the device row's names.
+_LIMIT_COLUMNS = {"max_threads_per_threadgroup": "device_max_threads_per_threadgroup",
+                  "simd_width": "device_simd_width", "threadgroup_memory_bytes": "device_threadgroup_memory_bytes",
+                  "architecture": "device_architecture"}
+_NOT_JSON = object()
+
+
+@lru_cache(maxsize=1 << 16)
+def _json(text: Any) -> Any:
+    """A JSON column's value parsed (the same text once; never changed by its readers); _NOT_JSON when it does
+    not parse."""
+    if not isinstance(text, str):
+        return _NOT_JSON
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _dtype(dtype: Any) -> str | None:
+    if dtype not in DTYPES:
+        return f"dtype {dtype!r} is not one the store holds ({', '.join(DTYPES)})"
+    return None
+
+
+def _shape(text: Any) -> str | None:
+    shape = _json(text)
+    if not isinstance(shape, dict):
+        return f"shape is not a JSON object: {text!r:.200}"
+    return shape_problem(shape)
+
+
+def _config(text: Any) -> str | None:
+    config = _json(text)
+    if not isinstance(config, dict):
+        return f"config is not a JSON object: {text!r:.200}"
+    return config_problem(config)
+
+
+def _unsampled(table: pa.Table) -> pa.Array:
+    """Rows of status ok timed by no sample: their median is no timing (a null or negative count is the store's
+    to refuse)."""
+    return pc.and_(pc.equal(table["status"], "ok"), pc.equal(table["samples"], 0))
+
+
+def _out_of_spread(table: pa.Table) -> pa.Array:
+    """Rows whose median_us is not between their p10_us and p90_us (a missing, non-finite or non-positive
+    timing is the store's to refuse, saying which)."""
+    median, p10, p90 = table["median_us"], table["p10_us"], table["p90_us"]
+    usable = [pc.and_(pc.is_finite(t), pc.greater(t, 0)) for t in (median, p10, p90)]
+    return pc.and_(pc.and_(pc.and_(*usable[:2]), usable[2]), pc.or_(pc.less(median, p10), pc.greater(median, p90)))
+
+
+def _repeats(text: Any) -> str | None:
+    """Why a row's repeats (a JSON list of {run_id, median_us, measured_at}, as export writes them) are unusable."""
+    if text is None:
+        return None
+    repeats = _json(text)
+    if not isinstance(repeats, list):
+        return f"repeats is not a JSON list: {text!r:.200}"
+    for rep in repeats:
+        named = isinstance(rep, dict) and name_problem("run_id", rep.get("run_id")) is None
+        if not named or not isinstance(rep.get("measured_at"), str):
+            return f"a repeat is not an object of run_id, median_us and measured_at: {rep!r:.200}"
+        if not _finite(rep.get("median_us")) or rep["median_us"] <= 0:
+            return f"a repeat needs a finite positive median_us, not {rep.get('median_us')!r}"
+    return None
+
+
+def _builtin(kernel: Any, shape: Any, config: Any) -> str | None:
+    builtin = BUILTIN_KERNELS.get(kernel)
+    if builtin is None:
+        return None
+    return builtin.mismatch(_json(shape), _json(config), every_param=False)
+
+
+@lru_cache(maxsize=256)
+def _limits(dtype: str, *device: Any) -> dict[str, int]:
+    """The limit names a constraint reads, for one dtype on a device of these shard columns (_LIMIT_COLUMNS)."""
+    return {**limit_values(dict(zip(_LIMIT_COLUMNS, device))), "dtype_bytes": DTYPE_BYTES[dtype]}
+
+
+def _legal(kernel: Any, status: Any, dtype: Any, shape: Any, config: Any, *device: Any) -> str | None:
+    """Why an ok row of a built-in kernel could not have run: a config its constraints exclude on that shape,
+    dtype and device (a failed row may hold one: that is why it failed)."""
+    builtin = BUILTIN_KERNELS.get(kernel)
+    if builtin is None or status != "ok":
+        return None
+    shape, config = _json(shape), _json(config)
+    broken = builtin.broken({**shape, **config, **_limits(dtype, *device)})
+    if broken is None:
+        return None
+    return (f"an ok row of {kernel} whose config {canonical_json(config)} breaks its constraint {broken!r} "
+            f"on shape {canonical_json(shape)}")
+
+
+# (columns, check): each check takes a row's values of its columns and gives the reason it is refused, or None;
+# in this order, so that a later check sees only values the earlier ones passed.
+_CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
+    (("run_id",), lambda v: name_problem("run_id", v)),
+    (("device_id",), lambda v: name_problem("device_id", v)),
+    (("kernel",), lambda v: name_problem("kernel", v)),
+    (("kernel_version",), lambda v: name_problem("kernel_version", v)),
+    (("dtype",), _dtype),
+    (("shape",), _shape),
+    (("config",), _config),
+    (("repeats",), _repeats),
+    (("kernel", "shape", "config"), _builtin),
+    (("kernel", "status", "dtype", "shape", "config", *_LIMIT_COLUMNS.values()), _legal),
+)
+# (columns, rows, reason): checks of every row at once, after those above; `rows` marks the bad rows of the table,
+# `reason` takes a bad row's values of the columns.
+_ROW_CHECKS: tuple[tuple[tuple[str, ...], Callable[[pa.Table], pa.Array], Callable[..., str]], ...] = (
+    (("samples",), _unsampled, lambda samples: f"an ok row is timed by 1 sample or more, not {samples!r}"),
+    (("p10_us", "median_us", "p90_us"), _out_of_spread,
+     lambda p10, median, p90: f"p10_us <= median_us <= p90_us does not hold ({p10!r}, {median!r}, {p90!r})"),
+)
+
+
+# every column a check reads
+_READ = tuple(dict.fromkeys([*(c for columns, _ in _CHECKS for c in columns), "status",
+                             *(c for columns, _, _ in _ROW_CHECKS for c in columns)]))
+
+
+def _read(path: Path) -> pa.Table | None:
+    """The columns the checks read (an absent optional one as nulls); None for a file that is not readable Parquet
+    or lacks shard columns: the store refuses it, saying so."""
+    try:
+        present = set(pq.read_schema(path).names)
+        if not set(SHARD_REQUIRED) <= present:
+            return None
+        table = pq.read_table(path, columns=[c for c in _READ if c in present])
+    except (pa.ArrowException, OSError):
+        return None
+    for column in _READ:
+        if column not in present:
+            table = table.append_column(column, pa.nulls(table.num_rows, pa.string()))
+    return table
+
+
+def check_shard(path: str | os.PathLike, verdicts: dict | None = None) -> None:
+    """Refuse a shard holding a row the store must not take: BadShard names the file, the row and why.
+
+    Each check of _CHECKS runs once per distinct combination of the values of the columns it reads (in this
+    shard, and in the others checked with the same `verdicts`); those of _ROW_CHECKS on every row at once.
+    """
+    path = Path(path)
+    table = _read(path)
+    if table is None:
+        return
+    verdicts = {} if verdicts is None else verdicts
+    try:
+        for columns, check in _CHECKS:
+            distinct = table.select(list(columns)).group_by(list(columns), use_threads=False).aggregate([])
+            keys = zip(*(distinct[c].to_pylist() for c in columns))
+            known = verdicts.setdefault(columns, {})
+            bad = {key: reason for key in keys
+                   if (reason := known[key] if key in known else known.setdefault(key, check(*key))) is not None}
+            if bad:
+                rows = list(zip(*(table[c].to_pylist() for c in columns)))
+                found = [i for i, key in enumerate(rows) if key in bad]
+                raise BadShard(_bad_row(path, found[0], bad[rows[found[0]]], len(found)))
+        for columns, marks, reason in _ROW_CHECKS:
+            found = pc.indices_nonzero(pc.fill_null(marks(table), False))
+            if len(found):
+                first = found[0].as_py()
+                raise BadShard(_bad_row(path, first, reason(*(table[c][first].as_py() for c in columns)), len(found)))
+    except pa.ArrowException as err:
+        why = " ".join(str(err).split())[:200]
+        raise BadShard(f"{path} has columns of other types than a shard's ({why}): re-export it with "
+                       "zmlx-pipeline export; nothing was ingested, the store is unchanged") from None

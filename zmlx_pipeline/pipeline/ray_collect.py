@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from zmlx_pipeline import __version__
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.data.shards import shard_paths
+from zmlx_pipeline.data.shards import ingest_shards, shard_paths
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.measure import GpuMeasurer, Task, TimingSettings
 from zmlx_pipeline.kernels.spec import KernelSpec, Limits
@@ -204,5 +204,5 @@ def _ingest_all(store: Store, shard_dir: str) -> dict[str, Any]:
         paths = shard_paths(shard_dir)
     except Exception:  # noqa: BLE001 - an empty folder holds nothing to ingest
         return {"files": [], "added": 0}
-    out = store.ingest_shards(paths)
+    out = ingest_shards(store, paths)  # the rows checked as any ingest checks them
     return {"files": [str(p) for p in paths], "added": int(out.get("added", 0))}

@@ -31,10 +31,12 @@ from __future__ import annotations
 import fnmatch
 import gzip
 import hashlib
+import io
 import json
 import math
 import os
 import re
+import stat
 import tomllib
 import zlib
 from dataclasses import dataclass, field, replace
@@ -51,9 +53,11 @@ from zmlx_pipeline.data.catalog import (
     name_tokens,
     resolve_device,
 )
+from zmlx_pipeline.core.constraints import expression_names
 from zmlx_pipeline.core.keys import canonical_json, digest
+from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
 from zmlx_pipeline.data.importers.dtypes import split_dtype
-from zmlx_pipeline.data.records import Measurement
+from zmlx_pipeline.data.records import Measurement, config_problem, dim_problem, name_problem, shape_problem
 from zmlx_pipeline.data.store import Store, StoreError
 
 DTYPE = "float32"  # both hub kernels (and Kernel Tuner's usual float inputs) are single precision
@@ -62,6 +66,13 @@ FORMAT_T4 = "t4"
 FORMAT_KTT = "ktt"
 FORMAT_RESULTS = "kernel_tuner_results"
 _GZIP_MAGIC = b"\x1f\x8b"
+# The most bytes a file read for an import may hold, gunzipped: a benchmark hub T4 file of 11,130 configs is 19 MB,
+# so this holds a space a hundred times larger; a bigger file is refused, never read to its end.
+MAX_FILE_BYTES = 2 * 1024**3
+# What a path names when it is not a regular file: each refused by name (a FIFO would block the read forever,
+# a device such as /dev/zero would never end).
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 _DIM_NAMES = ("x", "y", "z")
 # The ErrorConfig names Kernel Tuner writes (kernel_tuner/util.py): in "time", in the objective's field, or
 # (newer versions) in "__error__". InvalidConfig marks a config its restrictions exclude: never run, no row.
@@ -212,21 +223,65 @@ def _read_open_cache(text: str) -> _OpenCache | None:
     return _OpenCache({**data, "cache": cache}, "")
 
 
+class _Unreadable(Exception):
+    """Why a file cannot be read (its caller names the file in its own words)."""
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file of this st_mode is when it is not a regular file ("a FIFO (named pipe)"), else None."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _NOT_REGULAR if test(mode)), "not a regular file")
+
+
+def _read_regular(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of a regular file of at most `limit` (MAX_FILE_BYTES) bytes; _Unreadable for anything else.
+
+    The file is opened without blocking and checked before a byte is read, so a FIFO or a device is refused
+    at once, and a file that grows past the limit while it is read is refused too.
+    """
+    limit = MAX_FILE_BYTES if limit is None else limit
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        raise _Unreadable(err.strerror or str(err)) from err
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            kind = not_regular(os.fstat(fd).st_mode)
+            if kind is not None:
+                raise _Unreadable(f"{kind}, not a regular file to read")
+            raw = fh.read(limit + 1)
+        except OSError as err:
+            raise _Unreadable(err.strerror or str(err)) from err
+    if len(raw) > limit:
+        raise _Unreadable(f"larger than {limit} bytes, the most a file read here may hold")
+    return raw
+
+
+def _gunzip(raw: bytes, limit: int) -> bytes:
+    """A gzip stream's content (every member), refused once it is past `limit` bytes: a small file may unpack
+    to far more than memory holds."""
+    with gzip.GzipFile(fileobj=io.BytesIO(raw)) as stream:
+        out = stream.read(limit + 1)
+    if len(out) > limit:
+        raise _Unreadable(f"its gzip stream unpacks to more than {limit} bytes, the most a file read here may hold")
+    return out
+
+
 def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
     """The file's JSON (gunzipped when it is a gzip stream), the sha256 of its bytes, and how it was read when
     it is a cache file Kernel Tuner left open (None when the file parses as a whole)."""
     try:
-        raw = path.read_bytes()
-    except OSError as err:
-        raise _fail(path, err.strerror or str(err)) from err
-    sha = hashlib.sha256(raw).hexdigest()
-    if raw[:2] == _GZIP_MAGIC:
-        try:
-            raw = gzip.decompress(raw)
-        except EOFError as err:
-            raise _fail(path, f"truncated gzip stream ({err})") from err
-        except (OSError, zlib.error) as err:
-            raise _fail(path, f"corrupt gzip stream ({err})") from err
+        raw = _read_regular(path)
+        sha = hashlib.sha256(raw).hexdigest()
+        if raw[:2] == _GZIP_MAGIC:
+            raw = _gunzip(raw, MAX_FILE_BYTES)
+    except _Unreadable as err:
+        raise _fail(path, str(err)) from None
+    except EOFError as err:
+        raise _fail(path, f"truncated gzip stream ({err})") from err
+    except (OSError, zlib.error) as err:
+        raise _fail(path, f"corrupt gzip stream ({err})") from err
     try:
         text = raw.decode("utf-8-sig")  # a byte-order mark, as editors on Windows write, is not JSON
     except UnicodeDecodeError as err:
@@ -235,8 +290,13 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
         raise _fail(path, "the file is empty")
     try:
         return json.loads(text), sha, None
+    except RecursionError:
+        raise _fail(path, "not valid JSON: nested deeper than a tuning file can be") from None
     except json.JSONDecodeError as err:
-        opened = _read_open_cache(text)
+        try:
+            opened = _read_open_cache(text)
+        except RecursionError:
+            raise _fail(path, "not valid JSON: nested deeper than a tuning file can be") from None
         if opened is not None:
             return opened.data, sha, opened
         _refuse_other_tables(path, text)
@@ -302,22 +362,53 @@ def _timing(path: Path, where: str, times: Any, fallback: Any, scale: float) -> 
     raise _fail(path, f"{where}: no times")
 
 
-def shape_from_problem_size(problem_size: Any) -> dict[str, int]:
-    """A Kernel Tuner problem size as a shape: x, y, z for up to three dims, p0, p1, ... beyond."""
+def _size_items(problem_size: Any) -> list[tuple[Any, Any]]:
+    """A problem size's (dim name, value) pairs: its own names, else x, y, z for up to three dims, p0, p1, ...
+    beyond."""
     if isinstance(problem_size, Mapping):
-        items = list(problem_size.items())
-    else:
-        dims = list(problem_size) if isinstance(problem_size, (list, tuple)) else [problem_size]
-        names = _DIM_NAMES if len(dims) <= len(_DIM_NAMES) else [f"p{i}" for i in range(len(dims))]
-        items = list(zip(names, dims))
+        return list(problem_size.items())
+    dims = list(problem_size) if isinstance(problem_size, (list, tuple)) else [problem_size]
+    names = _DIM_NAMES if len(dims) <= len(_DIM_NAMES) else [f"p{i}" for i in range(len(dims))]
+    return list(zip(names, dims))
+
+
+def _whole(value: Any) -> Any:
+    """4096.0 (as JSON writers may write a size) as 4096; anything else as it is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def shape_from_problem_size(problem_size: Any) -> dict[str, int]:
+    """A Kernel Tuner problem size as a shape; ValueError (one line) unless every dim is named and a whole number
+    from 1 to MAX_DIM, as every stored shape must be."""
     shape = {}
-    for name, value in items:
-        if not _number(value) or not math.isfinite(value) or float(value) != int(value) or value < 0:
-            raise ValueError(f"problem size {problem_size!r} is not a list of integers")
-        shape[str(name)] = int(value)
+    for name, value in _size_items(problem_size):
+        problem = dim_problem(name, _whole(value))
+        if problem is not None:
+            raise ValueError(f"problem size {problem_size!r}: {problem}")
+        shape[name] = _whole(value)
     if not shape:
         raise ValueError(f"problem size {problem_size!r} is empty")
     return shape
+
+
+def _of_parameters(problem_size: Any, params: Iterable[str]) -> bool:
+    """Whether a problem size is one Kernel Tuner computes from the tuned parameters: text dims (alone, or beside
+    sizes) each an expression of tuned parameters only, as Kernel Tuner evaluates them (["block_size_x * 4", 8])."""
+    dims = [value for _, value in _size_items(problem_size)]
+    if not any(isinstance(d, str) for d in dims):
+        return False
+    for dim in dims:
+        if not isinstance(dim, str):
+            if dim_problem("dim", _whole(dim)) is not None:
+                return False
+            continue
+        try:
+            names = expression_names(dim)
+        except (SyntaxError, ValueError, RecursionError):
+            return False
+        if not names or not names <= set(params):
+            return False
+    return True
 
 
 def parse_problem_size(text: str) -> Any:
@@ -325,6 +416,8 @@ def parse_problem_size(text: str) -> Any:
     text = text.strip()
     try:
         value = json.loads(text)
+    except RecursionError:
+        raise ValueError(f"problem size {text[:40]!r}... is nested too deep to be a problem size") from None
     except json.JSONDecodeError:
         parts = [p for p in re.split(r"[,x\s()\[\]]+", text) if p]  # "4096x4096", "(4096, 4096)"
         try:
@@ -351,9 +444,11 @@ def _t1_description(path: Path) -> dict | None:
     if not candidate.is_file():
         return None
     try:
-        data = json.loads(candidate.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        data = json.loads(_read_regular(candidate).decode("utf-8"))
+    except (_Unreadable, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise _fail(path, f"its search-space description {candidate} is unreadable ({err})") from err
+    except RecursionError:
+        raise _fail(path, f"its search-space description {candidate} is unreadable (nested too deep)") from None
     return data if isinstance(data, dict) else None
 
 
@@ -429,19 +524,25 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
     def bad(reason: str) -> ImportFileError:
         return ImportFileError(f"--device-map {path}: {reason}")
 
+    kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise bad(getattr(err, "strerror", None) or str(err)) from err
+        text = _read_regular(path).decode("utf-8")
+    except _Unreadable as err:
+        raise bad(str(err)) from None
+    except UnicodeDecodeError as err:
+        raise bad(str(err)) from err
     try:
-        data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+        data = tomllib.loads(text) if kind == "TOML" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
-        kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
         raise bad(f"not valid {kind} ({' '.join(str(err).split())})") from err
+    except RecursionError:
+        raise bad(f"not valid {kind} (nested too deep)") from None
     if not isinstance(data, dict) or not data:
         raise bad('expected a non-empty object of "file glob or device name": "catalog id"')
     entries = []
     for key, value in data.items():
+        if not key.strip():
+            raise bad("an empty key matches no file and no device name")
         if not isinstance(value, str):
             raise bad(f"{key!r} maps to {value!r}, not a catalog id")
         try:
@@ -556,11 +657,37 @@ def _defaults_for_subspace(configs: list[dict], t1: dict | None) -> dict[str, An
 
 
 def _split_shape_params(configs: list[dict]) -> list[str]:
-    """Tunable parameters that are really problem size: `filter_*` with one value throughout."""
+    """Tunable parameters that are really problem size: `filter_*` with one value throughout, a size."""
     if not configs:
         return []
-    names = [k for k in configs[0] if k.startswith("filter_")]
+    names = [k for k in configs[0] if k.startswith("filter_") and dim_problem(k, configs[0][k]) is None]
     return [k for k in names if len({json.dumps(c.get(k)) for c in configs}) == 1]
+
+
+def name_field(path: Path, what: str, value: Any) -> str:
+    """A name a file gives (a kernel's): "" when it gives none (absent, null or blank); refused when it is not text."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _fail(path, f"{what} is {value!r}, not a name")
+    return value.strip()
+
+
+def _check_rows(path: Path, kernel: str, shape: dict, configs: list[dict]) -> None:
+    """Refuse a section whose rows the store must not hold (records.py's checks of a shape and a config), or rows
+    under a built-in kernel's name without its shape dims and parameters (every stage would read them as its)."""
+    problem = shape_problem(shape)
+    builtin = BUILTIN_KERNELS.get(kernel)
+    for config in configs:
+        problem = problem or config_problem(config) or (
+            builtin.mismatch(shape, config, every_param=True) if builtin is not None else None)
+        if problem is not None:
+            break
+    if problem is not None and builtin is not None and problem.startswith(f"kernel {kernel!r} is built in"):
+        problem += ("; an imported kernel may take a built-in kernel's name only with its shape dims and "
+                    "parameters: give it a name of its own (its kernel_name, or import_files' kernel=)")
+    if problem is not None:
+        raise _fail(path, problem)
 
 
 class _Entries(NamedTuple):
@@ -707,7 +834,8 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
         configs.append(config)
         outcomes.append(outcome)
         rewritten += outcome[0] == "ok" and _time_rewritten(entry)
-    return _Entries(configs, outcomes, str(data.get("kernel_name") or ""), _cache_device_name(path, data),
+    return _Entries(configs, outcomes, name_field(path, "its kernel_name", data.get("kernel_name")),
+                    _cache_device_name(path, data),
                     data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries", rewritten)
 
 
@@ -867,7 +995,9 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
         if missing:
             raise _fail(path, f"result {i} lacks parameters {', '.join(missing)} that other results set")
     spec = (t1 or {}).get("KernelSpecification") or {}
-    kernel = str(metadata.get("kernel_name") or metadata.get("kernel") or spec.get("KernelName") or "")
+    kernel = (name_field(path, "its metadata's kernel_name", metadata.get("kernel_name"))
+              or name_field(path, "its metadata's kernel", metadata.get("kernel"))
+              or name_field(path, "its search-space description's KernelName", spec.get("KernelName")))
     device = str(metadata.get("device_name") or metadata.get("device") or _device_in_metadata(data) or "")
     companion = _companion_metadata(path) if not device else None
     if companion is not None:
@@ -891,12 +1021,14 @@ def _ktt_text_value(value: Any) -> Any:
         return value
 
 
-def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> tuple[dict[str, int], str]:
+def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any,
+                  params: Iterable[str]) -> tuple[dict[str, int], str]:
     """The shape and where it came from: the file, else the T1 description beside it, else --problem-size,
-    else none: a file that names no usable problem size ("callable", none at all) is one case of unknown
-    size, its shape empty.
+    else none: a file that names no usable problem size ("callable", a size computed from the tuned
+    `params`, none at all) is one case of unknown size, its shape empty.
 
-    A --problem-size that disagrees with the file's own is refused rather than silently ignored.
+    A problem size that is none of these (a size of 0, -5, true or 2**70, a name no parameter has) is refused,
+    as is a --problem-size that disagrees with the file's own rather than silently ignored.
     """
     found: list[tuple[Any, str]] = []
     if from_file is not None and from_file not in _UNUSABLE_PROBLEM_SIZES:
@@ -907,14 +1039,23 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any) -> t
     shape, source = None, None
     for value, where in found:
         try:
-            if isinstance(value, str):
-                value = parse_problem_size(value)  # written as text: "4096x4096", "[25000, 2048, 1]"
-            shape, source = shape_from_problem_size(value), where
+            # written as text: "4096x4096", "[25000, 2048, 1]"
+            sized = parse_problem_size(value) if isinstance(value, str) else value
+            shape, source = shape_from_problem_size(sized), where
             break
-        except ValueError:
-            continue  # a size of names, not numbers (["n", 8]): as good as none
+        except ValueError as err:
+            if _of_parameters(value, params):
+                continue  # a size of the parameters (["block_size_x", 8]): as good as none
+            reason = str(err)
+            if any(isinstance(d, str) for _, d in _size_items(value)):
+                reason = (f"problem size {value!r} is neither sizes nor an expression of the tuned parameters "
+                          f"({', '.join(params) or 'none'})")
+            raise _fail(path, f"{reason} (in its {where})") from None
     if option is not None:
-        wanted = shape_from_problem_size(option)
+        try:
+            wanted = shape_from_problem_size(option)
+        except ValueError as err:
+            raise ImportFileError(f"--problem-size: {err}") from None
         if shape is not None and shape != wanted:
             raise _fail(path, f"--problem-size {option!r} disagrees with the problem size of its {source} "
                               f"({shape}); leave the option out for this file")
@@ -1001,10 +1142,15 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
                    kernel: str | None, problem_size: Any, device_map: DeviceMap | None) -> ParsedFile:
     """One section of a file (its entries of one device and problem size) as measurements, checked."""
     configs, outcomes, reported = entries.configs, entries.outcomes, entries.device_name
-    benchmark = ((t1 or {}).get("General") or {}).get("BenchmarkName")
-    name = kernel or benchmark or entries.kernel_name or path.parent.name
+    benchmark = name_field(path, "its search-space description's BenchmarkName",
+                           ((t1 or {}).get("General") or {}).get("BenchmarkName"))
+    name = kernel or benchmark or entries.kernel_name or path.absolute().parent.name
+    problem = name_problem("kernel name", name)
+    if problem is not None:
+        raise _fail(path, f"{problem}; give the file a kernel_name")
     spec, matched_name, device_from = _resolve_device(path, reported, device, device_map)
-    shape, shape_from = _problem_size(path, entries.problem_size, t1, problem_size)
+    shape, shape_from = _problem_size(path, entries.problem_size, t1, problem_size,
+                                      list(dict.fromkeys(k for c in configs for k in c)))
     filled = _defaults_for_subspace(configs, t1)
     if filled:
         configs = [{**c, **filled} for c in configs]
@@ -1019,6 +1165,7 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
     if shape_params:
         configs = [{k: v for k, v in c.items() if k not in shape_params} for c in configs]
     params = list(configs[0]) if configs else []
+    _check_rows(path, name, shape, configs)
     version = kernel_version(name, params)
     measurements, seen, duplicates = [], set(), 0
     for config, dtype, (status, timing, error) in zip(configs, split.dtypes, outcomes):

@@ -16,6 +16,7 @@ from zmlx_pipeline.data.importers.kernel_tuner import (
     _Entries,
     _fail,
     _timing,
+    name_field,
 )
 
 # KTT's ResultStatus names (Source/Output/JsonConverters.h); DeviceLimitsExceeded is a launch the device refused
@@ -56,8 +57,9 @@ def entries_ktt(path: Path, data: dict) -> _Entries:
         if status is None:
             raise _fail(path, f"{where}: unknown status {result.get('Status')!r} (KTT writes "
                               f"{', '.join(_KTT_STATUS)})")
-        if result.get("KernelName"):
-            kernels.add(str(result["KernelName"]))
+        name = name_field(path, f"{where}'s KernelName", result.get("KernelName"))
+        if name:
+            kernels.add(name)
         if status == "ok":
             outcomes.append(("ok", _timing(path, where, None, result.get("TotalDuration"), scale), None))
         else:

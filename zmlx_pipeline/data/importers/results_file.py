@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zmlx_pipeline.data.importers.kernel_tuner import _Entries, _fail, _timing
+from zmlx_pipeline.data.importers.kernel_tuner import _Entries, _fail, _timing, name_field
 
 _VERSIONS = ("1.0",)
 _TIME_OBJECTIVE = "time"
@@ -41,6 +41,7 @@ def sections(path: Path, data: dict) -> list[_Entries]:
         raise _fail(path, "a Kernel Tuner results file whose 'tunable_parameters' is not a list of names")
     if not isinstance(records, list):
         raise _fail(path, "a Kernel Tuner results file whose 'data' is not a list")
+    kernel = name_field(path, "its kernel_name", data.get("kernel_name"))
     grouped: dict[tuple[str, str], tuple[list, list]] = {}
     for i, record in enumerate(records):
         where = f"record {i}"
@@ -58,7 +59,7 @@ def sections(path: Path, data: dict) -> list[_Entries]:
         outcomes.append(("ok", _timing(path, where, None, record.get(objective), _MS_TO_US), None))
     if not grouped:
         return []
-    return [_Entries(configs, outcomes, str(data.get("kernel_name") or ""), device, size, 0, "results_file",
+    return [_Entries(configs, outcomes, kernel, device, size, 0, "results_file",
                      section={"device_name": device, "problem_size": size})
             for (device, size), (configs, outcomes) in grouped.items()]
 
