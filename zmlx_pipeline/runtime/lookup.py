@@ -258,9 +258,11 @@ def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table]
                     {_parse_key(k): entry(v) for k, v in (t.get("buckets") or {}).items()},
                     {_parse_key(k): entry(v) for k, v in (t.get("between") or {}).items()},
                 )
-    except BundleError as exc:
+    except (BundleError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        if not isinstance(exc, BundleError):  # what the checks above did not foresee is a bad table all the same
+            exc = BundleError(f"{bundle.source}: unusable table {name} of {device} ({type(exc).__name__}: {exc})")
         if bundle.strict:
-            raise
+            raise exc from None
         import warnings
 
         warnings.warn(f"zmlx-pipeline: bundle {bundle.bundle_id}: the table of {device} is unusable ({exc}); "
