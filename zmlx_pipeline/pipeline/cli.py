@@ -325,7 +325,7 @@ def _check_filters(store, **filters: str | None) -> None:
 @output_options
 def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, model_name, as_json) -> None:
     """The main job: ingest data/, train, evaluate on held-out shapes and devices, publish, look up."""
-    from zmlx_pipeline.pipeline.main_job import main_job
+    from zmlx_pipeline.pipeline.main_job import check_kernels, main_job
 
     if model_name is not None:  # refused before ingest, not after it
         from zmlx_pipeline.models.variants import check_model
@@ -340,7 +340,7 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, model_name,
     collect_first = _collect_first(collect_budget) if collect_budget is not None else None  # before the store is made
     store = open_store(db)
     kernels = split_names(kernel_names) or None
-    _check_run_kernels(store, data_dir, kernels)  # a typo is refused before the ingest changes the store
+    check_kernels(store, data_dir, kernels)  # a typo is refused before the ingest changes the store
     collect = collect_first(store) if collect_first is not None else None
     result = main_job(store, data_dir, bundle_dir, kernels=kernels, collect=collect,
                       progress=progress_line, model=model_name)  # stderr, with --json too: stdout holds only the result
@@ -387,28 +387,6 @@ def _collect_first(budget: str):
     return lambda store: lambda: stage.collect(store, device, specs, preset="full", budget_s=budget_s,
                                                jobs=os.cpu_count() or 1,
                                                kernel_refs={s.name: s.name for s in specs}).as_dict()
-
-
-def _check_run_kernels(store, data_dir: Path, kernels: list[str] | None) -> None:
-    """`run -k` names kernels the store or the shards of --data hold (read from the shards' kernel column only)."""
-    if not kernels:
-        return
-    from zmlx_pipeline.data.shards import shard_paths
-
-    known = {r["kernel"] for r in store.summary()}
-    missing = [k for k in kernels if k not in known]
-    if missing:
-        import polars as pl
-
-        try:
-            for path in shard_paths(data_dir):
-                known.update(pl.read_parquet(path, columns=["kernel"])["kernel"].unique().to_list())
-        except Exception:  # noqa: BLE001 - a shard that cannot be read is the ingest's to refuse, with its reason
-            return
-    missing = [k for k in kernels if k not in known]
-    if missing:
-        raise click.ClickException(f"no kernel {', '.join(map(repr, missing))} in {data_dir} or {store.path}; "
-                                   f"they hold {', '.join(sorted(k for k in known if k)) or 'none'}")
 
 
 @cli.command()

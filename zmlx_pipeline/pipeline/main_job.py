@@ -64,6 +64,28 @@ def score_table(result: dict, split: str) -> list[dict]:
     return list(rows.values())
 
 
+def check_kernels(store, data_dir: str | os.PathLike, kernels: Sequence[str] | None) -> None:
+    """MainJobError unless every kernel asked for is in the store or in the shards of `data_dir` (read from their
+    kernel column only): a typo is refused before the ingest changes the store."""
+    if not kernels:
+        return
+    from zmlx_pipeline.data.shards import shard_paths
+
+    known = {r["kernel"] for r in store.summary()}
+    if any(k not in known for k in kernels):
+        import polars as pl
+
+        try:
+            for path in shard_paths(data_dir):
+                known.update(pl.read_parquet(path, columns=["kernel"])["kernel"].unique().to_list())
+        except Exception:  # noqa: BLE001 - a shard that cannot be read is the ingest's to refuse, with its reason
+            return
+    missing = [k for k in kernels if k not in known]
+    if missing:
+        raise MainJobError(f"no kernel {', '.join(map(repr, missing))} in {data_dir} or {store.path}; "
+                           f"they hold {', '.join(sorted(k for k in known if k)) or 'none'}")
+
+
 def main_job(
     store,
     data_dir: str | os.PathLike,

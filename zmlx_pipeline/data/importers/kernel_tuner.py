@@ -223,7 +223,7 @@ def _read_open_cache(text: str) -> _OpenCache | None:
     return _OpenCache({**data, "cache": cache}, "")
 
 
-class _Unreadable(Exception):
+class _Unreadable(ZmlxPipelineError):
     """Why a file cannot be read (its caller names the file in its own words)."""
 
 
