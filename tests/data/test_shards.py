@@ -329,6 +329,15 @@ BAD_ROWS = {
     "repeat of -1": ("""'[{"run_id":"r","median_us":-1,"measured_at":"2026-01-01 00:00:00"}]' AS repeats""", "TRUE",
                      "a repeat needs a finite positive median_us, not -1"),
     "repeats not json": ("'not json' AS repeats", "_n = 4", "repeats is not a JSON list"),
+    # the device's figures and JSON, which every later step reads
+    "device reported not json": ("'not json{' AS device_reported", "TRUE", "device_reported must be a JSON object"),
+    "device reported nested too deep": (f"'{'[' * 100000}' AS device_reported", "TRUE",
+                                        "device_reported must be a JSON object"),
+    "device reported huge number": (f"'{'9' * 5000}' AS device_reported", "TRUE", "device_reported must be a JSON object"),
+    "run settings a list": ("'[1]' AS run_settings", "TRUE", "run_settings must be a JSON object"),
+    "negative core count": ("-3 AS device_gpu_cores", "TRUE", "device_gpu_cores must be a finite number above 0"),
+    "infinite clock": ("CAST('inf' AS DOUBLE) AS device_clock_mhz", "TRUE",
+                       "device_clock_mhz must be a finite number above 0"),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -174,12 +175,19 @@ def test_a_killed_trains_unregistered_model_and_temp_files_are_removed_by_the_ne
     orphan.write_bytes(b"x" * 1000)
     half = folder / f".k-20260101T000001Z.zmodel.tmp-{dead}-abcd1234"
     half.write_bytes(b"x")
-    (folder / f".pending-{dead}").write_text(f"{orphan.name}\n{registered.name}\n")
+    here = str(Path(store.path).resolve())
+    (folder / f".pending-{dead}").write_text(f"{here}\t{orphan.name}\n{here}\t{registered.name}\n")
     live = folder / f".k-20260101T000002Z.zmodel.tmp-{os.getpid()}-abcd1234"  # a running process's: kept
     live.write_bytes(b"x")
+    # another store's killed train noted a file in the same folder: only that store's next train may remove it
+    theirs = folder / "k-20260101T000003Z.zmodel"
+    theirs.write_bytes(b"y")
+    other_dead = _dead_pid()
+    (folder / f".pending-{other_dead}").write_text(f"{Path(store.path).parent / 'other.duckdb'}\t{theirs.name}\n")
     (second,) = train_models(store, model="prior")
     assert not orphan.exists() and not half.exists() and not (folder / f".pending-{dead}").exists()
     assert registered.is_file() and live.is_file()  # a registered model is never swept
+    assert theirs.is_file() and theirs.name in (folder / f".pending-{other_dead}").read_text()
     assert (folder / Path(second["path"]).name).is_file()
     assert not list(folder.glob(f".pending-{os.getpid()}"))  # this run registered what it noted
 
@@ -209,3 +217,18 @@ def test_train_submits_the_final_fits_then_the_longest_folds(store, make_measure
     assert folds == sorted(folds, reverse=True) and folds[0] > folds[-1]
     assert [split for _, _, split in order[2:]] == ["shapes", "shapes", "devices", "devices"]
     assert all(r["scores"]["prune_split"] == "shapes" and r["scores"]["prune_k"] for r in rows)
+
+
+def test_a_registry_row_pointed_at_another_models_file_is_refused(store, make_measurement):
+    """The file's hash is right (it is the other model's file, unchanged), but the file says which model it is."""
+    fill(store, make_measurement)
+    (first,) = train_models(store, model="prior")
+    (second,) = train_models(store, model="prior")
+    store._conn.execute("UPDATE models SET path = ?, params = ? WHERE model_id = ?",
+                        [second["path"], json.dumps({**first["params"], "file_sha256": second["params"]["file_sha256"]}),
+                         first["model_id"]])
+    with pytest.raises(ModelFileError, match=f"saved as model_id '{second['model_id']}'"):
+        load_model(store, model_id=first["model_id"])
+    with pytest.raises(ModelFileError, match="not the registry's"):
+        verify_models(store)
+    assert load_model(store, model_id=second["model_id"]).model_id == second["model_id"]

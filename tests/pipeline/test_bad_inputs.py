@@ -157,6 +157,13 @@ USAGE = [  # exit 2: click refuses the value before any work starts
     ("kernels", "-k", ","),
     ("evaluate", "--split", "shapes", "-k", ""),
     ("train", "--device", ""),
+    ("export", ""),
+    ("publish", "--to", ""),
+    ("report", "--out", ""),
+    ("run", "--bundle-dir", ""),
+    ("run", "--data", ""),
+    ("train", "--models-dir", ""),
+    ("summary", "--db", ""),
 ]
 
 
@@ -201,6 +208,7 @@ ERRORS = [  # exit 1: the command refuses the input in one line that says why
     (("train", "--kernel", "rmsnrom"), "rmsnrom"),
     (("train", "--model", "no-such-model"), "unknown model 'no-such-model'"),
     (("train", "--device", "nvidia-h2000"), "nvidia-h2000"),
+    (("train", "--device", "nvidia-h200", "--device", "nvidia-h2000"), "no measurements of device(s) nvidia-h2000"),
     (("train", "--models-dir", "plainfile/models"), "plainfile is a file"),
     (("models", "--kernel", "rmsnrom"), "no trained model for kernel 'rmsnrom'"),
     (("models", "--db", "no-such.duckdb"), "no store at no-such.duckdb"),
@@ -240,17 +248,23 @@ ERRORS = [  # exit 1: the command refuses the input in one line that says why
     (("collect", "-k", "sys:exit"), "not a KernelSpec"),
     (("repeat", "-k", "sys:exit"), "not a KernelSpec"),
     # export never writes over what is not a shard
-    (("export", "store.duckdb"), "that is the store itself"),
-    (("export", "notes.txt"), "not a Parquet shard"),
-    (("export", ""), "give it a file name"),
+    (("export", "--force", "store.duckdb"), "that is the store itself"),
+    (("export", "--force", "notes.txt"), "not a Parquet shard"),
+    (("export", "notes.txt"), "notes.txt exists: pass --force"),
+    (("export", str(Path("data") / SMALL_SHARD.name)), "exists: pass --force"),
     (("export", "a" * 300 + ".parquet"), "File name too long"),
     # a typo or a missing GPU is refused before the store changes or is made
     (("run", "--data", "data", "-k", "rmsnrom"), "no kernel 'rmsnrom'"),
+    (("run", "--data", "emptydata", "--db", "new.duckdb"), "no .parquet shard"),
+    # a name the file system refuses, wherever it is given
+    (("summary", "--db", "a" * 300 + ".duckdb"), "File name too long"),
+    (("train", "--models-dir", "a" * 300), "File name too long"),
+    (("report", "--out", "a" * 300), "File name too long"),
+    (("publish", "--to", "a" * 300), "File name too long"),
     (("run", "--data", "data", "--collect", "10m", "--db", "new.duckdb"), "needs a Metal or CUDA GPU"),
     (("train", "--models-dir", "/proc/self/models"), "cannot save models in /proc/self/models"),
     (("train", "--model", ""), "unknown model ''"),
     (("report", "--out", "r", "--model", ""), "unknown model ''"),
-    (("publish", "--to", ""), "name the directory"),
 ]
 
 
@@ -471,9 +485,24 @@ def test_more_bad_values_are_usage_errors(home, args):
     assert_one_line_error(run_cli(home, *args), code=2)
 
 
+def test_a_command_duckdb_stopped_on_ctrl_c_is_aborted_not_a_traceback(home, monkeypatch):
+    """DuckDB turns Ctrl-C or SIGTERM during a query into its own error; the command ends as click's "Aborted!"."""
+    import duckdb
+
+    from zmlx_pipeline.data.store import Store
+
+    def interrupted(self, *args, **kwargs):
+        raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
+
+    monkeypatch.setattr(Store, "summary", interrupted)
+    result = run_cli(home, "summary")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == "Aborted!"
+
+
 def test_export_never_writes_over_a_pipe(home):
     os.mkfifo(home / "pipe.parquet")
-    result = CliRunner().invoke(cli, ["export", "pipe.parquet"])
+    result = CliRunner().invoke(cli, ["export", "--force", "pipe.parquet"])
     assert_one_line_error(result)
     assert "not a regular file" in result.output and (home / "pipe.parquet").is_fifo()
 

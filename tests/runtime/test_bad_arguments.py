@@ -164,7 +164,17 @@ CASES = [  # (what, call, the runtime's error class)
     ("autotune threadgroups str", lambda: rt.autotune("rmsnorm", threadgroups="ab"), rt.BadArgumentType),
     ("autotune decorating an int", lambda: rt.autotune("rmsnorm")(5), rt.BadArgumentType),
     ("autotune shape function returns int", lambda: _autotuned(shape=lambda *a, **k: 5)(1), rt.BadArgumentType),
+    ("dim an array of one value", lambda: rt.predicted_config("rmsnorm", {"rows": _array([4096]), "cols": 4096},
+                                                              "float16"), rt.BadArgumentType),
+    ("dim an array of two values", lambda: rt.predicted_config("rmsnorm", {"rows": _array([4096, 2]), "cols": 4096},
+                                                               "float16"), rt.BadArgumentType),
 ]
+
+
+def _array(values):
+    import numpy as np
+
+    return np.array(values)
 
 
 @pytest.mark.parametrize("call, error", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
@@ -241,6 +251,10 @@ def _bad_bundle(tmp_path: Path, how: str) -> Path:
         p.write_bytes(bytes(data))
     elif how == "no-manifest":
         (b / "manifest.json").unlink()
+    elif how == "latest-not-utf8":  # a publish root whose pointer holds bytes that are no text
+        b = tmp_path / "root"
+        b.mkdir()
+        (b / "latest").write_bytes(b"\xff\xfe")
     elif how == "unknown-schema":
         m = json.loads((b / "manifest.json").read_text())
         m["schema_version"] = 99
@@ -248,7 +262,7 @@ def _bad_bundle(tmp_path: Path, how: str) -> Path:
     return b
 
 
-@pytest.mark.parametrize("how", ["tampered", "no-manifest", "unknown-schema"])
+@pytest.mark.parametrize("how", ["tampered", "no-manifest", "unknown-schema", "latest-not-utf8"])
 def test_a_bad_bundle_is_refused_strictly_and_leaves_the_one_in_use(tmp_path, how):
     bundle = _bad_bundle(tmp_path, how)
     in_use = rt.load_bundle(DEFAULT_BUNDLE_DIR, strict=True)
@@ -261,6 +275,12 @@ def test_a_bad_bundle_is_refused_strictly_and_leaves_the_one_in_use(tmp_path, ho
     assert len(caught) == 1 and kept.bundle_id == in_use.bundle_id
     assert rt.predicted_config("rmsnorm", S, "float16", device="nvidia-h200").evidence in ("measured", "predicted")
     assert digest(tmp_path) == before
+
+
+@pytest.mark.parametrize("url", ["http://a b/x", "http://x\ny/", "http://127.0.0.1:abc/x"])
+def test_a_malformed_bundle_url_is_the_runtimes_error(url):
+    with pytest.raises(rt.BundleError, match="cannot fetch"):
+        rt.load_bundle(url, strict=True)
 
 
 def test_garbage_in_the_bundle_variable_warns_once_and_the_shipped_bundle_answers(tmp_path, monkeypatch):

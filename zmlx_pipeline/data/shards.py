@@ -209,6 +209,35 @@ def _legal(kernel: Any, status: Any, dtype: Any, shape: Any, config: Any, *devic
             f"on shape {canonical_json(shape)}")
 
 
+#: a shard's device figures: each, when given, a finite number above 0 (a chip of -3 cores, or clocked at inf,
+#: would reach every later step that reads the device)
+_DEVICE_NUMBERS = tuple(f"device_{c}" for c in (
+    "gpu_cores", "memory_bandwidth_gbps", "max_threads_per_threadgroup", "simd_width", "threadgroup_memory_bytes",
+    "l2_bytes", "clock_mhz", "memory_gb", "default_threadgroup"))
+#: a shard's JSON objects about its device and run (null, or an object)
+_DEVICE_OBJECTS = ("device_reported", "run_settings")
+_MAX_DEVICE_NUMBER = 1e15  # above any real figure: bytes of L2 or threadgroup memory, MHz, GB/s
+
+
+def _device(*values: Any) -> str | None:
+    """Why a row's device figures or device and run JSON cannot be stored, or None."""
+    numbers, objects = values[:len(_DEVICE_NUMBERS)], values[len(_DEVICE_NUMBERS):]
+    for name, v in zip(_DEVICE_NUMBERS, numbers):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                              or not 0 < v <= _MAX_DEVICE_NUMBER):
+            return f"{name} must be a finite number above 0, not {v!r:.40}"
+    for name, v in zip(_DEVICE_OBJECTS, objects):
+        if v is None:
+            continue
+        try:
+            parsed = json.loads(v) if isinstance(v, str) else None
+        except (ValueError, RecursionError):  # not JSON, nested too deep, or a number past int's digit limit
+            parsed = None
+        if not isinstance(parsed, dict):
+            return f"{name} must be a JSON object, not {v!r:.40}"
+    return None
+
+
 # (columns, check): each check takes a row's values of its columns and gives the reason it is refused, or None;
 # in this order, so that a later check sees only values the earlier ones passed.
 _CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
@@ -222,6 +251,7 @@ _CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
     (("repeats",), _repeats),
     (("kernel", "shape", "config"), _builtin),
     (("kernel", "status", "dtype", "shape", "config", *_LIMIT_COLUMNS.values()), _legal),
+    ((*_DEVICE_NUMBERS, *_DEVICE_OBJECTS), _device),
 )
 # (columns, rows, reason): checks of every row at once, after those above; `rows` marks the bad rows of the table,
 # `reason` takes a bad row's values of the columns.

@@ -355,6 +355,12 @@ def kernel_features_of(store, kernels=None, devices=None) -> dict[str, KernelFea
     an empty store or a kernel it has no ok measurement of."""
     wanted = None if kernels is None else ([kernels] if isinstance(kernels, str) else list(kernels))
     devices = None if devices is None else ([devices] if isinstance(devices, str) else list(devices))
+    if devices:  # a device filter naming a device nothing was measured on is a typo, not a narrower selection
+        stored = {r["device"] for r in store.summary()}
+        unknown = [d for d in devices if d not in stored]
+        if unknown:
+            raise EvaluationError(f"no measurements of device(s) {', '.join(unknown)} in {store.path}; it has "
+                                  f"{', '.join(sorted(stored)) or 'none'}")
     specs = devices_frame(store)  # first: completes any pending result before the Arrow read
     measurements = measurements_frame(store, wanted, device=devices)
     known = set(measurements["kernel"].unique().to_list())

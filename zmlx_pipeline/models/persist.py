@@ -224,11 +224,16 @@ def save_model(ranker: Ranker, path: str | os.PathLike, meta: dict | None = None
 PENDING_PREFIX = ".pending-"  # a list of model files a running train saved and has not registered yet
 
 
-def mark_pending(folder: Path, path: Path) -> None:
-    """Note (before saving it) a model file this process is about to save, so that a killed run's file is found."""
+def mark_pending(folder: Path, path: Path, store_path: str | os.PathLike) -> None:
+    """Note (before saving it) a model file this process is about to save for the store at `store_path`, so that a
+    killed run's file is found, and removed only by a train of that same store (stores may share a folder)."""
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / f"{PENDING_PREFIX}{os.getpid()}", "a", encoding="utf-8") as fh:
-        fh.write(path.name + "\n")
+        fh.write(f"{_store_key(store_path)}\t{path.name}\n")
+
+
+def _store_key(store_path: str | os.PathLike) -> str:
+    return str(Path(store_path).expanduser().resolve())
 
 
 def clear_pending(folder: Path) -> None:
@@ -263,12 +268,16 @@ def check_models_dir(folder: Path) -> None:
             from None
 
 
-def sweep_orphans(folder: Path, registered: set[str]) -> list[Path]:
-    """Remove what a killed train left in `folder`: its temp files and its saved, never-registered models.
+def sweep_orphans(folder: Path, registered: set[str], store_path: str | os.PathLike) -> list[Path]:
+    """Remove what a killed train of the store at `store_path` left in `folder`: its temp files and its saved,
+    never-registered models.
 
-    Only files of processes that no longer run are touched, and never a file `registered` names
-    (file names of the registry's model paths). Returns the files removed.
+    Only files of processes that no longer run are touched, never a file `registered` names (file names of the
+    registry's model paths), and a model file only when the killed train noted it for this very store: another
+    store's are left for its own next train (a line that names no store is dropped, its file kept). Returns the
+    files removed.
     """
+    here = _store_key(store_path)
     removed: list[Path] = []
     if not folder.is_dir():
         return removed
@@ -281,11 +290,21 @@ def sweep_orphans(folder: Path, registered: set[str]) -> list[Path]:
         if pid_text is None or not pid_text.isdigit() or _alive(int(pid_text)):
             continue
         if entry.name.startswith(PENDING_PREFIX):
-            for name in entry.read_text(encoding="utf-8").split():
+            others = []
+            for line in entry.read_text(encoding="utf-8", errors="replace").splitlines():
+                owner, tab, name = line.rpartition("\t")
+                if not tab or not name.strip():
+                    continue
+                if owner != here:
+                    others.append(line)
+                    continue
                 target = folder / Path(name).name
                 if target.name not in registered and target.is_file():
                     target.unlink()
                     removed.append(target)
+            if others:  # what a killed train of another store noted: that store's next train sweeps it
+                entry.write_text("".join(f"{line}\n" for line in others), encoding="utf-8")
+                continue
         entry.unlink(missing_ok=True)
         removed.append(entry)
     return removed
@@ -381,11 +400,12 @@ def _sequence(value: Any) -> list:
     return value
 
 
-def load_model_file(path: str | os.PathLike, sha256: str | None = None) -> Ranker:
+def load_model_file(path: str | os.PathLike, sha256: str | None = None, expect: dict | None = None) -> Ranker:
     """The ranker saved in a model file; ModelFileError (one line) for a changed, foreign or unsafe file.
 
     With `sha256` (the registry's record) a file whose bytes changed since it was saved is refused
-    before anything in it is read.
+    before anything in it is read; with `expect` ({"model_id": ..., "kernel": ...}, the registry row's), a file
+    saved for another model or kernel is refused (a registry row pointed at another model's file).
     """
     source = Path(path)
     if not source.is_file():
@@ -404,6 +424,11 @@ def load_model_file(path: str | os.PathLike, sha256: str | None = None) -> Ranke
             if manifest.get("format_version") != FORMAT_VERSION:
                 raise ModelFileError(f"it has format version {manifest.get('format_version')!r}, this zmlx-pipeline "
                                      f"reads {FORMAT_VERSION}")
+            meta = manifest.get("meta") if isinstance(manifest.get("meta"), dict) else {}
+            for field, wanted in (expect or {}).items():
+                if wanted is not None and meta.get(field) != wanted:
+                    raise ModelFileError(f"it was saved as {field} {meta.get(field)!r}, not the registry's {wanted!r}; "
+                                         "retrain with `zmlx-pipeline train`")
             ranker = _Reader(archive).decode(manifest.get("root"))
     except zipfile.BadZipFile:
         raise ModelFileError(f"refusing to load model file {source}: it is not a zip archive") from None

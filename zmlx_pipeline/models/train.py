@@ -183,7 +183,7 @@ def _save(f: KernelFeatures, model: str, devices, folder: Path, ranker: Ranker, 
         "shapes": frame["shape_key"].n_unique(), "dtypes": sorted(frame["dtype"].unique().to_list()),
     }
     path = folder / f"{model_id}{SUFFIX}"
-    mark_pending(folder, path)
+    mark_pending(folder, path, store.path)
     params["file_sha256"] = save_model(ranker, path, meta={"model_id": model_id, "kernel": f.kernel,
                                                            "data_fingerprint": fingerprint, "model": model})
     return {"model_id": model_id, "kernel_filter": f.kernel, "created_at": now, "data_fingerprint": fingerprint,
@@ -243,7 +243,7 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
     jobs = check_jobs(jobs)
     folder = Path(models_dir) if models_dir is not None else default_models_dir(store)
     check_models_dir(folder)  # before minutes of fitting, not after
-    sweep_orphans(folder, {model_path(store, row).name for row in store.models()})  # what a killed train left
+    sweep_orphans(folder, {model_path(store, row).name for row in store.models()}, store.path)  # a killed train's
     versions = package_versions()
     rows = []
     saved: dict[str, dict] = {}  # the registry rows of saved model files, until they are registered
@@ -327,10 +327,16 @@ def registry_row(store, kernel: str | None = None, model_id: str | None = None) 
     return rows[0]
 
 
+def expected_meta(row: dict) -> dict:
+    """What a registry row's model file must say it is (its manifest's meta): that model of that kernel."""
+    return {"model_id": row["model_id"], "kernel": row.get("kernel_filter")}
+
+
 def load_model(store, kernel: str | None = None, model_id: str | None = None) -> TrainedModel:
     """The newest registered model of a kernel (or a model id), loaded safely (see persist.py)."""
     row = registry_row(store, kernel, model_id)
-    ranker = load_model_file(model_path(store, row), sha256=(row.get("params") or {}).get("file_sha256"))
+    ranker = load_model_file(model_path(store, row), sha256=(row.get("params") or {}).get("file_sha256"),
+                             expect=expected_meta(row))
     return TrainedModel(row, ranker)
 
 
@@ -338,7 +344,8 @@ def verify_models(store, kernel: str | None = None) -> list[dict]:
     """Load every registered model (of a kernel) as load_model would; the first bad file raises ModelFileError."""
     rows = list_models(store, kernel)
     for row in rows:
-        load_model_file(model_path(store, row), sha256=(row.get("params") or {}).get("file_sha256"))
+        load_model_file(model_path(store, row), sha256=(row.get("params") or {}).get("file_sha256"),
+                        expect=expected_meta(row))
     return rows
 
 

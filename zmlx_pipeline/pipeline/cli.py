@@ -16,6 +16,7 @@ from zmlx_pipeline.pipeline import cli_models, cli_publish, cli_report
 from zmlx_pipeline.pipeline.cli_common import (
     CommandGroup,
     FiniteRange,
+    GivenPath,
     db_option,
     emit,
     open_store,
@@ -124,7 +125,7 @@ _timer_option = click.option(
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Collect on a Ray cluster (pip install 'zmlx-pipeline[ray]'): one actor per GPU, each writing a "
                    "shard into --shards, ingested into this store; 'auto' joins the running cluster.")
-@click.option("--shards", "shard_dir", default=None, type=click.Path(file_okay=False),
+@click.option("--shards", "shard_dir", default=None, type=GivenPath(file_okay=False),
               help="With --ray: the folder, shared by the cluster, the actors write their shards to "
                    "(default: shards/ next to the store).")
 @_timer_option
@@ -261,9 +262,12 @@ def noise(db, device, as_json) -> None:
 @cli.command()
 @db_option
 @click.option("--device", default=None, help="Only this device id.")
-@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
-def export(db, device, out) -> None:
+@click.option("--force", is_flag=True, help="Replace OUT when it is already a shard.")
+@click.argument("out", type=GivenPath(dir_okay=False, path_type=Path))
+def export(db, device, force, out) -> None:
     """Write the store's measurements as one Parquet shard (zstd), for ingest elsewhere."""
+    if not force and (out.exists() or out.is_symlink()):
+        raise click.ClickException(f"{out} exists: pass --force to replace it, or choose another path")
     store = open_store(db, read_only=True)
     _check_filters(store, device=device)
     n = store.export_shard(out, device=device)
@@ -272,7 +276,7 @@ def export(db, device, out) -> None:
 
 @cli.command()
 @db_option
-@click.argument("sources", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("sources", nargs=-1, required=True, type=GivenPath(exists=True, path_type=Path))
 @output_options
 def ingest(db, sources, as_json) -> None:
     """Merge Parquet shards (files or directories of them) into the store; idempotent."""
@@ -313,9 +317,9 @@ def _check_filters(store, **filters: str | None) -> None:
 
 @cli.command("run")
 @db_option
-@click.option("--data", "data_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+@click.option("--data", "data_dir", type=GivenPath(exists=True, file_okay=False, path_type=Path),
               default=Path("data"), show_default=True, help="Directory of committed Parquet shards.")
-@click.option("--bundle-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bundles"),
+@click.option("--bundle-dir", type=GivenPath(file_okay=False, path_type=Path), default=Path("bundles"),
               show_default=True, help="Where the profile bundle is published.")
 @click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (default: all measured).")
 @click.option("--collect", "collect_budget", default=None, metavar="BUDGET",
@@ -325,18 +329,17 @@ def _check_filters(store, **filters: str | None) -> None:
 @output_options
 def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, model_name, as_json) -> None:
     """The main job: ingest data/, train, evaluate on held-out shapes and devices, publish, look up."""
+    from zmlx_pipeline.data.shards import shard_paths
     from zmlx_pipeline.pipeline.main_job import check_kernels, main_job
+    from zmlx_pipeline.publish.writer import check_publish_dir
 
     if model_name is not None:  # refused before ingest, not after it
         from zmlx_pipeline.models.variants import check_model
 
         check_model(model_name)
 
-    # refused before minutes of ingest and training, not when the bundle is written at the end
-    blocker = next((p for p in (bundle_dir, *bundle_dir.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        raise click.ClickException(f"cannot publish to {bundle_dir}: {blocker} is a file, not a directory; "
-                                   "choose another --bundle-dir")
+    check_publish_dir(bundle_dir)  # refused before minutes of ingest and training, not when the bundle is written
+    shard_paths(data_dir)  # no shard there is said before a store is made
     collect_first = _collect_first(collect_budget) if collect_budget is not None else None  # before the store is made
     store = open_store(db)
     kernels = split_names(kernel_names) or None
@@ -393,7 +396,7 @@ def _collect_first(budget: str):
 @db_option
 @click.option("--budget", default="30m", show_default=True,
               help="Stop starting new measurements after this long (90s, 10m, 1h); run again to add more.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+@click.option("--out", "out_dir", type=GivenPath(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Directory the shard is written to.")
 @output_options
 def contribute(db, budget, out_dir, as_json) -> None:
@@ -451,13 +454,13 @@ def _problem_size_option(ctx, param, value):
               help="Catalog id or name of the GPU every file was measured on (default: the name each file reports, "
                    "else its file name). `zmlx-pipeline devices` lists the ids.")
 @click.option("--device-map", "device_map", default=None,
-              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              type=GivenPath(exists=True, dir_okay=False, path_type=Path),
               help='JSON or TOML file mapping file-name globs or reported device names to catalog ids, '
                    'e.g. {"A100*": "nvidia-a100-sxm4-80gb", "Tesla V100": "nvidia-v100-pcie-16gb"}.')
 @click.option("--problem-size", "problem_size", default=None, callback=_problem_size_option,
               help="Problem size for files that give none (neither the file nor a search-space description "
                    "beside it): integers like 4096,4096 or JSON like [25000, 2048, 1].")
-@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.argument("files", nargs=-1, required=True, type=GivenPath(exists=True, path_type=Path))
 @output_options
 def import_cmd(db, device, device_map, problem_size, files, as_json) -> None:
     """Import Kernel Tuner cache, T4, Kernel Tuner results or KTT JSON files (gzipped or not, or directories of

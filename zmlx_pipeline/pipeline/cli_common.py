@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -28,20 +29,35 @@ def one_line(exc: BaseException) -> str:
 
 
 class CommandGroup(click.Group):
-    """The `zmlx-pipeline` group: every error the library raises on purpose (a ZmlxPipelineError) becomes a
-    one-line click error (exit 1), never a traceback; anything else is a bug and propagates."""
+    """The `zmlx-pipeline` group: every error the library raises on purpose (a ZmlxPipelineError) and every
+    error of the file system (a name too long, a full disk) becomes a one-line click error (exit 1), and a stop
+    (Ctrl-C, SIGTERM) that DuckDB turned into its own error is click's "Aborted!"; never a traceback. Anything
+    else is a bug and propagates."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ZmlxPipelineError as exc:
             raise click.ClickException(one_line(exc)) from None
+        except OSError as exc:
+            where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
+            raise click.ClickException(f"{exc.strerror or one_line(exc)}{where}") from None
+        except Exception as exc:  # noqa: BLE001 - only DuckDB's interruption is turned into an abort here
+            if _interrupted(exc):  # the transaction it stopped was rolled back; committed steps stay
+                raise click.Abort() from None
+            raise
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether an error is DuckDB's report of a query stopped by Ctrl-C or SIGTERM."""
+    interrupt = getattr(sys.modules.get("duckdb"), "InterruptException", None)
+    return (interrupt is not None and isinstance(exc, interrupt)) or str(exc).strip() == "Query interrupted"
 
 
 def db_option(fn: Callable) -> Callable:
     """Adds `--db` (the DuckDB store); the command receives `db` (None: the default path)."""
     return click.option(
-        "--db", "db", type=click.Path(dir_okay=False, path_type=Path), default=None,
+        "--db", "db", type=GivenPath(dir_okay=False, path_type=Path), default=None,
         help="DuckDB store (default: $ZMLX_PIPELINE_DB or ~/.local/share/zmlx-pipeline/store.duckdb).",
     )(fn)
 
@@ -84,6 +100,16 @@ class FiniteRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
+
+
+class GivenPath(click.Path):
+    """click.Path that refuses an empty value, which would otherwise mean the current directory (a report or a
+    bundle written among the user's files, the shards of wherever the command runs)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            self.fail("is empty: name a path (write . for the current directory)", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 def split_names(values: tuple[str, ...]) -> list[str]:

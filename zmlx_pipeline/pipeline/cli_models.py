@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from zmlx_pipeline.pipeline.cli_common import db_option, emit, open_store, output_options, split_names
+from zmlx_pipeline.pipeline.cli_common import GivenPath, db_option, emit, open_store, output_options, split_names
 
 
 def _fmt(value) -> str | None:
@@ -111,7 +111,7 @@ def _band_line(noise: dict) -> str:
 @click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (default: every kernel).")
 @click.option("--device", "device_ids", multiple=True, help="Train only on these devices' measurements.")
 @click.option("--model", "model_name", default=None, help="Model variant (default: the default model).")
-@click.option("--models-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+@click.option("--models-dir", type=GivenPath(file_okay=False, path_type=Path), default=None,
               help="Where model files go (default: models/ next to the store).")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None,
               help="Worker processes for the fits and held-out folds (default: one per CPU; 1: none).")

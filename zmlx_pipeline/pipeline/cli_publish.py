@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from zmlx_pipeline.pipeline.cli_common import db_option, emit, open_store, output_options, progress_line, split_names
+from zmlx_pipeline.pipeline.cli_common import (
+    GivenPath,
+    db_option,
+    emit,
+    open_store,
+    output_options,
+    progress_line,
+    split_names,
+)
 
 
 def parse_shape(text: str) -> dict[str, int] | list[int]:
@@ -34,7 +42,7 @@ def parse_shape(text: str) -> dict[str, int] | list[int]:
 
 @click.command("publish")
 @db_option
-@click.option("--to", "to_dir", required=True, type=click.Path(file_okay=False),
+@click.option("--to", "to_dir", required=True, type=GivenPath(file_okay=False, path_type=Path),
               help="Directory to publish into: each bundle is a new version there, `latest` names the newest.")
 @click.option("--model", "model_ids", multiple=True,
               help="Registered model id(s) to publish instead of the newest of their kernels.")
@@ -47,9 +55,6 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
     from zmlx_pipeline.data.store import default_db_path
     from zmlx_pipeline.publish import publish
 
-    if not to_dir.strip():
-        raise click.ClickException("cannot publish to '': name the directory to publish into with --to")
-    to_dir = Path(to_dir)
     path = db or default_db_path()
     if not path.exists():
         raise click.ClickException(f"no store at {path}: run `zmlx-pipeline run`, import or collect first, or pass --db")

@@ -6,12 +6,20 @@ from pathlib import Path
 
 import click
 
-from zmlx_pipeline.pipeline.cli_common import db_option, emit, open_store, output_options, progress_line, split_names
+from zmlx_pipeline.pipeline.cli_common import (
+    GivenPath,
+    db_option,
+    emit,
+    open_store,
+    output_options,
+    progress_line,
+    split_names,
+)
 
 
 @click.command()
 @db_option
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False, path_type=Path),
+@click.option("--out", "out", required=True, type=GivenPath(file_okay=False, path_type=Path),
               help="Directory for index.html, the PNG figures and scores.json (created if missing).")
 @click.option("--split", type=click.Choice(["shapes", "devices"]), default="shapes", show_default=True,
               help="Held-out shapes on seen devices, or leave one device out.")

@@ -57,7 +57,7 @@ class KernelModel:
     note: str = ""
     time_model_due: bool = False      # not fitted yet: fitted where the tables are built (publish's workers)
     # (model file, its sha256) the ranker is read from where the tables are built (ranker None until then)
-    ranker_file: tuple[str, str | None] | None = None
+    ranker_file: tuple[str, str | None, dict] | None = None  # (path, sha256, what the file must say it is)
 
 
 @dataclass
@@ -267,9 +267,9 @@ def with_ranker(km: KernelModel) -> KernelModel:
 
     if km.ranker is not None or km.ranker_file is None:
         return km
-    path, sha256 = km.ranker_file
+    path, sha256, expect = km.ranker_file
     try:
-        ranker = load_model_file(path, sha256=sha256)
+        ranker = load_model_file(path, sha256=sha256, expect=expect)
     except (OSError, ValueError) as exc:
         raise ModelSourceError(f"cannot load model {km.model_id}: {exc}") from None
     return replace(km, ranker=ranker, ranker_file=None)
@@ -279,7 +279,7 @@ def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: 
                   evaluate: bool, time_models: bool, rankers: bool = True) -> KernelModel:
     """One kernel's model: the registered one (`row`, else the kernel's newest) when it is for the store's
     kernel version, else one fitted here; `rankers` False leaves a registered ranker in its file."""
-    from zmlx_pipeline.models.train import NoTrainedModel, load_model, model_path
+    from zmlx_pipeline.models.train import NoTrainedModel, expected_meta, load_model, model_path
 
     if row is None:
         rows = store.models(kernel=name)
@@ -306,7 +306,7 @@ def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: 
         if not path.is_file():
             raise ModelSourceError(f"cannot load model {row['model_id']}: no model file {path} (train again, or "
                                    "publish from the store the model was trained with)")
-        ranker_file = (str(path), (row.get("params") or {}).get("file_sha256"))
+        ranker_file = (str(path), (row.get("params") or {}).get("file_sha256"), expected_meta(row))
     scores = row.get("scores") or {}
     return KernelModel(
         kernel=name, features=f, ranker=ranker, ranker_file=ranker_file,

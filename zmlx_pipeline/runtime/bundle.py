@@ -274,7 +274,10 @@ def resolve_dir(path: Path) -> Path:
         return path
     pointer = path / LATEST
     if pointer.is_file():
-        name = pointer.read_text(encoding="utf-8").strip()
+        try:
+            name = pointer.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError as exc:
+            raise BundleError(f"{pointer}: cannot read the latest pointer ({exc.strerror or exc})") from None
         if not _safe_name(name) or "/" in name:
             raise BundleError(f"{pointer}: the latest pointer holds an unsafe name {name!r}")
         target = path / name
@@ -325,6 +328,7 @@ def _url_dir(url: str) -> Path:
 
 
 def _fetch(url: str) -> bytes:
+    import http.client
     import urllib.error
     import urllib.request
 
@@ -333,7 +337,7 @@ def _fetch(url: str) -> bytes:
             return resp.read()
     except urllib.error.HTTPError as exc:
         raise FetchError(f"{url}: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:  # InvalidURL is the last
         reason = getattr(exc, "reason", exc)
         raise FetchError(f"{url}: cannot fetch ({reason})") from None
 

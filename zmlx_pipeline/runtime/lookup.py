@@ -321,9 +321,13 @@ def _dim_value(name: str, v: Any) -> int:
                               f"not {type(v).__name__}")
     try:
         iv = int(v)
+        exact = bool(iv == v)
     except (OverflowError, ValueError):  # inf, nan
         raise BadLookup(f"shape dimension {name}={v!r} must be a positive integer") from None
-    if iv != v or iv < 1:
+    except TypeError:  # an array of several values, which has __index__ but no one value
+        raise BadArgumentType(f"shape dimension {name}={v!r:.60} must be a positive integer, "
+                              f"not {type(v).__name__}") from None
+    if not exact or iv < 1:
         raise BadLookup(f"shape dimension {name}={v!r} must be a positive integer")
     if iv > MAX_DIM:
         raise BadLookup(f"shape dimension {name}={v!r} is larger than an array dimension can be ({MAX_DIM})")

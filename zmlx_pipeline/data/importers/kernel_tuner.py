@@ -155,7 +155,24 @@ def _fail(path: Path, reason: str) -> ImportFileError:
 
 
 _CACHE_OPENING = re.compile(r'"cache"\s*:\s*\{')
-_DECODER = json.JSONDecoder()
+#: digits of an integer json reads as one; a longer one (past Python's own limit on int conversion) reads as an
+#: infinite number, which every check then refuses as no time and no size, naming it
+_MAX_INT_DIGITS = 4000
+
+
+def _int_or_inf(text: str) -> int | float:
+    """A JSON integer: int, or +-inf past _MAX_INT_DIGITS digits (a file no tuner wrote, refused by the checks)."""
+    if len(text) - text.startswith("-") <= _MAX_INT_DIGITS:
+        return int(text)
+    return float("-inf") if text.startswith("-") else float("inf")
+
+
+def _json_loads(text: str) -> Any:
+    """json.loads, reading an integer of thousands of digits as an infinite number rather than raising ValueError."""
+    return json.loads(text, parse_int=_int_or_inf)
+
+
+_DECODER = json.JSONDecoder(parse_int=_int_or_inf)
 
 
 class _OpenCache(NamedTuple):
@@ -192,7 +209,7 @@ def _read_open_cache(text: str) -> _OpenCache | None:
     if opening is None:
         return None
     try:
-        data = json.loads(text[: opening.start()] + '"cache": {}}')
+        data = _json_loads(text[: opening.start()] + '"cache": {}}')
     except json.JSONDecodeError:
         return None
     if not isinstance(data, dict):
@@ -289,7 +306,7 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
     if not text.strip():
         raise _fail(path, "the file is empty")
     try:
-        return json.loads(text), sha, None
+        return _json_loads(text), sha, None
     except RecursionError:
         raise _fail(path, "not valid JSON: nested deeper than a tuning file can be") from None
     except json.JSONDecodeError as err:
@@ -415,7 +432,7 @@ def parse_problem_size(text: str) -> Any:
     """A --problem-size: JSON (a list, one integer, or an object of named dims) or integers split by "," or "x"."""
     text = text.strip()
     try:
-        value = json.loads(text)
+        value = _json_loads(text)
     except RecursionError:
         raise ValueError(f"problem size {text[:40]!r}... is nested too deep to be a problem size") from None
     except json.JSONDecodeError:
@@ -444,7 +461,7 @@ def _t1_description(path: Path) -> dict | None:
     if not candidate.is_file():
         return None
     try:
-        data = json.loads(_read_regular(candidate).decode("utf-8"))
+        data = _json_loads(_read_regular(candidate).decode("utf-8"))
     except (_Unreadable, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise _fail(path, f"its search-space description {candidate} is unreadable ({err})") from err
     except RecursionError:
@@ -532,7 +549,7 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
     except UnicodeDecodeError as err:
         raise bad(str(err)) from err
     try:
-        data = tomllib.loads(text) if kind == "TOML" else json.loads(text)
+        data = tomllib.loads(text) if kind == "TOML" else _json_loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
         raise bad(f"not valid {kind} ({' '.join(str(err).split())})") from err
     except RecursionError:
