@@ -249,7 +249,9 @@ def noise(db, device, as_json) -> None:
     """How far repeated timings of one config differ, by kernel time (from `repeat`)."""
     from zmlx_pipeline.pipeline.collect import noise_summary
 
-    rows = noise_summary(open_store(db, read_only=True), device=device)
+    store = open_store(db, read_only=True)
+    _check_filters(store, device=device)
+    rows = noise_summary(store, device=device)
     if not rows and not as_json:
         raise click.ClickException("no repeated timings in the store: run `zmlx-pipeline repeat` on the GPU first")
     if as_json:
