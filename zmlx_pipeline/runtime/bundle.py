@@ -274,10 +274,7 @@ def resolve_dir(path: Path) -> Path:
         return path
     pointer = path / LATEST
     if pointer.is_file():
-        try:
-            name = pointer.read_text(encoding="utf-8", errors="replace").strip()
-        except OSError as exc:
-            raise BundleError(f"{pointer}: cannot read the latest pointer ({exc.strerror or exc})") from None
+        name = pointer.read_text(encoding="utf-8", errors="replace").strip()  # bytes that are no text: no safe name
         if not _safe_name(name) or "/" in name:
             raise BundleError(f"{pointer}: the latest pointer holds an unsafe name {name!r}")
         target = path / name
