@@ -32,7 +32,7 @@ from zmlx_pipeline.data.store import (
     SHARD_REQUIRED,
     BadShard,
     Store,
-    _bad_row,
+    bad_row,
     query_shards,
 )
 
@@ -304,12 +304,12 @@ def check_shard(path: str | os.PathLike, verdicts: dict | None = None) -> None:
             if bad:
                 rows = list(zip(*(table[c].to_pylist() for c in columns)))
                 found = [i for i, key in enumerate(rows) if key in bad]
-                raise BadShard(_bad_row(path, found[0], bad[rows[found[0]]], len(found)))
+                raise BadShard(bad_row(path, found[0], bad[rows[found[0]]], len(found)))
         for columns, marks, reason in _ROW_CHECKS:
             found = pc.indices_nonzero(pc.fill_null(marks(table), False))
             if len(found):
                 first = found[0].as_py()
-                raise BadShard(_bad_row(path, first, reason(*(table[c][first].as_py() for c in columns)), len(found)))
+                raise BadShard(bad_row(path, first, reason(*(table[c][first].as_py() for c in columns)), len(found)))
     except pa.ArrowException as err:
         why = " ".join(str(err).split())[:200]
         raise BadShard(f"{path} has columns of other types than a shard's ({why}): re-export it with "

@@ -1090,7 +1090,7 @@ def _check_shard_rows(con: duckdb.DuckDBPyConnection, shard: Path) -> None:
         ).fetchone()
         if found:
             row = dict(zip(fields, found))
-            raise BadShard(_bad_row(shard, row["file_row_number"], reason.format(**row), found[-1]))
+            raise BadShard(bad_row(shard, row["file_row_number"], reason.format(**row), found[-1]))
     # Keys must be the canonical hash of what they name, or two timings of one config would pass as two.
     for column, key_column in (("config", "config_key"), ("shape", "shape_key")):
         pairs = con.execute(
@@ -1098,7 +1098,7 @@ def _check_shard_rows(con: duckdb.DuckDBPyConnection, shard: Path) -> None:
         ).fetchall()
         for text, key, first_row, count in pairs:
             if mapping_key(json.loads(text)) != key:
-                raise BadShard(_bad_row(shard, first_row, f"{key_column} {key!r} is not the key of {column} {text}", count))
+                raise BadShard(bad_row(shard, first_row, f"{key_column} {key!r} is not the key of {column} {text}", count))
     # Every config of one kernel version names the same parameters (as does the store's).
     sets = con.execute(
         "SELECT kernel, kernel_version, list_sort(json_keys(config::JSON)) AS params, min(file_row_number), count(*) "
@@ -1112,13 +1112,13 @@ def _check_shard_rows(con: duckdb.DuckDBPyConnection, shard: Path) -> None:
         ).fetchone()
         expected = (stored[0], None) if stored else first.setdefault((kernel, version), (params, first_row))
         if list(params) != list(expected[0]):
-            raise BadShard(_bad_row(
+            raise BadShard(bad_row(
                 shard, first_row,
                 f"{kernel} ({version}) config names parameters {list(params)}, but its other configs name "
                 f"{list(expected[0])}", count))
 
 
-def _bad_row(shard: Path, row: int, reason: str, count: int) -> str:
+def bad_row(shard: Path, row: int, reason: str, count: int) -> str:
     """One line: which file and row, why, how many rows share the problem, and that nothing went in."""
     more = f" ({count - 1} more rows like it)" if count > 1 else ""
     return f"{shard}, row {int(row) + 1}: {reason}{more}; nothing was ingested, the store is unchanged"

@@ -121,12 +121,7 @@ def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -
     from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.train import train_models
 
-    blocker = next((p for p in (models_dir, *models_dir.parents) if p.exists() and not p.is_dir()), None) \
-        if models_dir is not None else None
-    if blocker is not None:
-        raise click.ClickException(f"cannot put models in {models_dir}: {blocker} is a file, not a directory; "
-                                   "choose another --models-dir")
-    store = open_store(db, must_exist=True)
+    store = open_store(db, must_exist=True)  # train_models checks --models-dir before any fit (check_models_dir)
     rows = train_models(store, kernels=split_names(kernel_names) or None, devices=split_names(device_ids) or None,
                         model=DEFAULT_MODEL if model_name is None else model_name,
                         models_dir=models_dir, jobs=jobs,
