@@ -17,8 +17,10 @@ from zmlx_pipeline.models.rankers.base import (
     clear_fit_cache,
     distinct_rows,
     make_pipeline,
+    fit_cached,
     predict_distinct,
     remembered_predictions,
+    without_constant_columns,
 )
 from zmlx_pipeline.models.transfer import DeviceTransferRanker, transfer_features
 from zmlx_pipeline.models.features import store_features
@@ -116,6 +118,40 @@ def test_distinct_rows_shared_by_several_pipelines_predict_as_each_alone(kernel)
         assert np.array_equal(predict_distinct(pipeline, X), pipeline.predict(X))
     small = f.frame.select(own.features)
     assert distinct_rows(small)[1] is None  # under 10,000 rows: predicted as they are
+
+
+def _read_columns(pipeline) -> list[str]:
+    return [c for _, _, cols in pipeline.steps[0][1].transformers for c in cols]
+
+
+def test_a_boosting_fit_skips_columns_of_one_value_and_predicts_exactly_the_same(kernel):
+    f = kernel
+    X = f.frame.select(f.features)
+    constant = [c for c in f.features if X[c].n_unique() == 1]
+    varying = [c for c in f.features if X[c].n_unique() > 1]
+    assert constant and varying  # the fixture's devices share some figures, and configs vary
+    y = f.frame["log_rel"].to_numpy()
+    clear_fit_cache()
+    lean = fit_cached(make_pipeline(f, transfer._device_gbr()), X, y)
+    full = make_pipeline(f, transfer._device_gbr()).fit(X, y)
+    assert _read_columns(lean) == varying
+    assert len(_read_columns(full)) == len(f.features)
+    # other rows (another device's figures, unseen values) still predict alike, float for float
+    other = X.with_columns(pl.col(c).shuffle(seed=3) for c in f.features)
+    assert np.array_equal(lean.predict(other), full.predict(other))
+    assert np.array_equal(lean.predict(X), full.predict(X))
+
+
+def test_columns_are_kept_where_dropping_them_could_change_the_model(kernel):
+    f = kernel
+    X = f.frame.select(f.features)
+    every = list(f.features)
+    drawn = transfer._device_gbr().set_params(max_features=0.5)  # draws among the columns it has
+    assert _read_columns(without_constant_columns(make_pipeline(f, drawn), X)) == every
+    from sklearn.ensemble import RandomForestRegressor
+    assert _read_columns(without_constant_columns(make_pipeline(f, RandomForestRegressor()), X)) == every
+    one_row = X.head(1)  # every column constant: the pipeline stays as it was, and fits
+    assert _read_columns(without_constant_columns(make_pipeline(f, transfer._device_gbr()), one_row)) == every
 
 
 class _Counting:

@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 from sklearn.base import clone
 from sklearn.compose import ColumnTransformer
+from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import OneHotEncoder
 
@@ -255,7 +256,7 @@ def fit_cached(pipeline: Pipeline, X: pl.DataFrame, y: np.ndarray, weight: np.nd
         return hit
 
     def fit() -> Pipeline:
-        fitted = clone(pipeline)
+        fitted = without_constant_columns(clone(pipeline), X)
         if weight is None:
             fitted.fit(X, y)
         else:
@@ -267,6 +268,34 @@ def fit_cached(pipeline: Pipeline, X: pl.DataFrame, y: np.ndarray, weight: np.nd
     while len(_FIT_CACHE) > FIT_CACHE_SIZE:
         _FIT_CACHE.popitem(last=False)
     return fitted
+
+
+def without_constant_columns(pipeline: Pipeline, X: pl.DataFrame) -> Pipeline:
+    """`pipeline` (unfitted, as make_pipeline builds it) reading only the columns that vary in X.
+
+    A boosting model never splits on a column of one value, so its trees and every prediction are the same
+    without it, and each tree's histograms cost less (a per-device model's rows share one device's figures).
+    Column order is kept, so ties between splits break as before. Any other model, or a boosting model
+    whose parameters index its columns or draw among them, is returned unchanged."""
+    steps = pipeline.steps
+    if (len(steps) != 2 or not isinstance(steps[0][1], ColumnTransformer)
+            or not isinstance(steps[1][1], HistGradientBoostingRegressor)):
+        return pipeline
+    model = steps[1][1].get_params(deep=False)
+    if (model.get("max_features", 1.0) != 1.0 or model.get("interaction_cst") is not None
+            or model.get("monotonic_cst") is not None or model.get("categorical_features") not in ("from_dtype", None)):
+        return pipeline
+    columns = steps[0][1].transformers
+    named = [c for _, _, cols in columns if isinstance(cols, list) for c in cols]
+    if not named or len(named) != len(set(named)) or any(c not in X.columns for c in named):
+        return pipeline
+    distinct = X.select(pl.col(c).n_unique() for c in named).row(0, named=True)
+    varying = [(name, how, [c for c in cols if distinct[c] > 1]) for name, how, cols in columns]
+    varying = [t for t in varying if t[2]]
+    if not varying or varying == columns:
+        return pipeline
+    steps[0][1].set_params(transformers=varying)
+    return pipeline
 
 
 def clear_fit_cache() -> None:
