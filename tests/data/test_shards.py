@@ -375,6 +375,35 @@ def test_a_bad_ok_row_never_replaces_a_good_timing(make_measurement, tmp_path):
         assert contents(central) == good
 
 
+def test_a_timing_of_the_same_key_and_time_with_another_result_is_refused_not_dropped(make_measurement, tmp_path):
+    """Of two timings at one time neither is newer: one of them would be lost as 'already present'."""
+    with Store(tmp_path / "a.duckdb") as a:
+        fill(a, make_measurement, MAC)
+        a.export_shard(tmp_path / "good.parquet")
+    _rewrite(tmp_path / "good.parquet", tmp_path / "other.parquet",
+             "median_us * 1.01 AS median_us, p10_us * 1.01 AS p10_us, p90_us * 1.01 AS p90_us", "status = 'ok'")
+    con = duckdb.connect()  # the shard twice, once with other results: conflicting rows within one file
+    con.execute(f"COPY (SELECT * FROM read_parquet(['{tmp_path / 'good.parquet'}', '{tmp_path / 'other.parquet'}'])) "
+                f"TO '{tmp_path / 'both.parquet'}' (FORMAT parquet)")
+    con.execute(f"COPY (SELECT * FROM read_parquet(['{tmp_path / 'good.parquet'}', '{tmp_path / 'good.parquet'}'])) "
+                f"TO '{tmp_path / 'twice.parquet'}' (FORMAT parquet)")
+    con.close()
+    with Store(tmp_path / "central.duckdb") as central:
+        ingest_shard(central, tmp_path / "good.parquet")
+        good = contents(central)
+        with pytest.raises(BadShard, match=r"other\.parquet, row \d+: .* timed this config and shape at .* already, "
+                                           r"with another result .*neither replaces the other"):
+            ingest_shard(central, tmp_path / "other.parquet")
+        assert contents(central) == good
+        assert ingest_shard(central, tmp_path / "good.parquet")["skipped"] == len(good[0])  # an exact repeat passes
+    with Store(tmp_path / "fresh.duckdb") as fresh:
+        with pytest.raises(BadShard, match=r"both\.parquet, row \d+: same device, config, shape and time as row 1 "):
+            ingest_shard(fresh, tmp_path / "both.parquet")
+        assert contents(fresh) == ([], [], [])
+        rows = ingest_shard(fresh, tmp_path / "twice.parquet")  # the same rows twice in one file: one of each
+        assert rows["added"] == rows["skipped"] == len(good[0])
+
+
 def test_a_directory_ingest_is_all_or_nothing(make_measurement, tmp_path):
     shards = tmp_path / "shards"
     with Store(tmp_path / "a.duckdb") as a:

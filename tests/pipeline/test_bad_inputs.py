@@ -461,7 +461,6 @@ def odd_files(home):
 MORE = [
     (("ingest", "other.parquet"), "missing shard columns"),
     (("ingest", "emptydata"), "no .parquet shard"),
-    (("models", "--verify"), "not a zip archive"),
     (("publish", "--to", "bundles", "--model", "rmsnorm-garbage"), "not a zip archive"),
     (("lookup", "rmsnorm", "--shape", "rows=8,cols=4096", "--bundle", "http://127.0.0.1:9/bundles"), "cannot fetch"),
     (("publish", "--to", "bundles", "--model", "rmsnorm-garbage", "--kernel", "softmax"),
@@ -477,6 +476,18 @@ def test_a_file_that_is_not_what_it_claims_is_one_error_line(odd_files, args, sa
     result = run_cli(odd_files, *args)
     assert_one_line_error(result, progress=args[0] in PROGRESS)
     assert says in result.output.splitlines()[-1]
+
+
+def test_verify_checks_every_model_file_lists_each_verdict_and_fails_in_one_line(odd_files):
+    """Like `sha256sum -c`: the table of every file's verdict is the result (stdout), the summary the error."""
+    before = digest(odd_files)
+    result = run_cli(odd_files, "models", "--verify")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    lines = result.output.splitlines()
+    assert [line for line in lines if line.startswith("Error:")] == [lines[-1]]
+    assert lines[-1].startswith("Error: 2 of 2 model files refused; rmsnorm-garbage") and "not a zip archive" in lines[-1]
+    assert sum("not a zip archive" in line for line in result.stdout.splitlines()) == 2  # both checked
+    assert digest(odd_files) == before
 
 
 @pytest.mark.parametrize("args", [("export", "emptydata"), ("import", "list.json", "--problem-size", "4096,-1"),

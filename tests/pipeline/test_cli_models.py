@@ -118,10 +118,17 @@ def test_a_tampered_model_file_fails_verification_in_one_line(filled):
     assert invoke("train", "--model", "gbr_shared").exit_code == 0
     (model_file,) = (Path(filled).parent / "models").glob("*.zmodel")
     model_file.write_bytes(b"PK" + model_file.read_bytes()[2:-4] + b"evil")
+    assert invoke("train", "--model", "prior").exit_code == 0  # a good file, registered after the bad one
     result = invoke("models", "--verify")
     assert result.exit_code == 1
-    assert result.output.startswith("Error: model file ") and "changed since it was registered" in result.output
-    assert result.output.count("\n") == 1
+    *table, error = result.output.strip().splitlines()
+    assert error.startswith("Error: 1 of 2 model files refused; rms-") and "changed since it was registered" in error
+    verdicts = {line.split()[2]: line for line in table if line.startswith("rms ")}  # by model name
+    assert verdicts["prior"].rstrip().endswith(" ok") and "changed since it was registered" in verdicts["gbr_shared"]
+    listed = invoke("models", "--verify", "--json")
+    assert listed.exit_code == 1
+    rows = json.loads(listed.output[:listed.output.rindex("]") + 1])
+    assert [r["verified"] == "ok" for r in rows] == [True, False]  # newest first: every file was checked
 
 
 @pytest.mark.parametrize("args, message", [
@@ -254,3 +261,37 @@ def test_evaluate_says_when_a_kernel_has_nothing_to_hold_out(filled, tmp_path):
         in result.output.splitlines()
     both = invoke("evaluate", "--db", filled, "--split", "devices")
     assert both.exit_code == 0 and "no held-out cases" not in both.output
+
+
+@pytest.fixture
+def read_only_mount(monkeypatch):
+    """DuckDB opening any store for writing as on a read-only mount (what root's tests cannot get from chmod)."""
+    import duckdb
+
+    from zmlx_pipeline.data import store as store_module
+
+    real = duckdb.connect
+
+    def connect(path=":memory:", read_only=False, **kwargs):
+        if not read_only and path != ":memory:":
+            raise duckdb.IOException(f'IO Error: Cannot open file "{path}": Read-only file system')
+        return real(path, read_only=read_only, **kwargs)
+
+    monkeypatch.setattr(store_module.duckdb, "connect", connect)
+
+
+def test_a_store_this_user_cannot_write_is_evaluated_and_published_but_not_filled(filled, read_only_mount, tmp_path):
+    before = Path(filled).read_bytes()
+    published = invoke("publish", "--db", filled, "--to", tmp_path / "bundles", "--device", DEVICES[0], "--json")
+    assert published.exit_code == 0, published.output
+    assert (tmp_path / "bundles" / "latest").read_text().strip() == json.loads(published.stdout)["bundle_id"]
+    result = invoke("evaluate", "--db", filled, "--split", "shapes", "--model", "prior", "--json")
+    assert result.exit_code == 0, result.output
+    assert "model" in {r["method"] for r in json.loads(result.output)["results"]}
+    for args in (("train", "--db", filled), ("ingest", "--db", filled, REPO / "data" / "nvidia-h100-sxm-32sm.parquet")):
+        refused = invoke(*args)
+        assert refused.exit_code == 1
+        assert refused.output.splitlines()[-1] == (f"Error: store {filled} cannot be written (Read-only file system): "
+                                                   "commands that only read it still work; copy it somewhere "
+                                                   "writable or pass another --db")
+    assert Path(filled).read_bytes() == before

@@ -38,6 +38,10 @@ class StoreLocked(StoreError):
     """Another process holds the store's single-writer lock."""
 
 
+class StoreNotWritable(StoreError):
+    """The store's file or file system refuses writes (permissions, a read-only mount, an immutable file)."""
+
+
 class CorruptStore(StoreError):
     """The file is not a DuckDB database."""
 
@@ -358,7 +362,11 @@ def _dicts(cursor: duckdb.DuckDBPyConnection, parse_json: bool = True) -> list[d
     return out
 
 
-def _open_error(path: Path, err: duckdb.Error) -> StoreError:
+# what the OS says, through DuckDB, when a file cannot be opened for writing
+_NOT_WRITABLE = ("Read-only file system", "Permission denied", "Operation not permitted")
+
+
+def _open_error(path: Path, err: duckdb.Error, read_only: bool = False) -> StoreError:
     """Translate a DuckDB error raised while opening a file into one of our errors."""
     text = _first_line(err)
     if "Could not set lock" in text:
@@ -367,6 +375,10 @@ def _open_error(path: Path, err: duckdb.Error) -> StoreError:
         return StoreLocked(
             f"store {path} is locked by another process{holder}: wait for it to finish or use another --db"
         )
+    if not read_only and any(why in text for why in _NOT_WRITABLE):
+        why = next(w for w in _NOT_WRITABLE if w in text)
+        return StoreNotWritable(f"store {path} cannot be written ({why}): commands that only read it still work; "
+                                "copy it somewhere writable or pass another --db")
     if "not a valid DuckDB database" in text:
         return CorruptStore(f"{path} is not a DuckDB database: move it aside or use another --db")
     if "different configuration" in text:
@@ -445,7 +457,7 @@ def _connect(path: Path, read_only: bool, create: bool = True) -> duckdb.DuckDBP
         return duckdb.connect(str(path), read_only=read_only)
     except duckdb.Error as err:
         if not (read_only and "different configuration" in str(err)):
-            raise _open_error(path, err) from err
+            raise _open_error(path, err, read_only) from err
     # This process already holds the store writable: share that instance; Store still refuses writes.
     try:
         return duckdb.connect(str(path))
@@ -1116,6 +1128,43 @@ def _check_shard_rows(con: duckdb.DuckDBPyConnection, shard: Path) -> None:
                 shard, first_row,
                 f"{kernel} ({version}) config names parameters {list(params)}, but its other configs name "
                 f"{list(expected[0])}", count))
+    _check_same_time_conflicts(con, shard)
+
+
+# What a timing found: two rows of one key and one measured_at must agree on these, since neither is newer.
+_RESULT_COLUMNS = ("status", "median_us", "p10_us", "p90_us", "samples")
+
+
+def _check_same_time_conflicts(con: duckdb.DuckDBPyConnection, shard: Path) -> None:
+    """Refuse a row timed at the same moment as a stored or an earlier row of its key with another result:
+    the newest timing of a key wins, and of two at one time neither is newer, so one would be dropped
+    without a word. Rows that repeat a stored one exactly are the idempotent re-ingest, and pass."""
+    differs = " OR ".join(f"a.{c} IS DISTINCT FROM b.{c}" for c in _RESULT_COLUMNS)
+    where = f"{_same_key('a', 'b')} AND a.measured_at = b.measured_at AND ({differs})"
+    stored = con.execute(
+        f"SELECT a.file_row_number, a.device_id, a.measured_at, a.status, a.median_us, b.status, b.median_us, "
+        f"count(*) OVER () FROM _zmlx_shard a JOIN measurements b ON {where} ORDER BY 1 LIMIT 1"
+    ).fetchone()
+    if stored:
+        row, device, at, status, median, was_status, was_median, count = stored
+        raise BadShard(bad_row(
+            shard, row, f"{device} timed this config and shape at {at} already, with another result "
+            f"({status} {_us(median)}; stored: {was_status} {_us(was_median)}), and of two timings at one time "
+            "neither replaces the other", count))
+    within = con.execute(
+        f"SELECT a.file_row_number, min(b.file_row_number), a.status, a.median_us, count(*) OVER () "
+        f"FROM _zmlx_shard a JOIN _zmlx_shard b ON {where} AND b.file_row_number < a.file_row_number "
+        "GROUP BY ALL ORDER BY 1 LIMIT 1"
+    ).fetchone()
+    if within:
+        row, first, status, median, count = within
+        raise BadShard(bad_row(
+            shard, row, f"same device, config, shape and time as row {int(first) + 1} with another result "
+            f"({status} {_us(median)}), and of two timings at one time neither replaces the other", count))
+
+
+def _us(median: float | None) -> str:
+    return "no time" if median is None else f"{median:.6g} us"
 
 
 def bad_row(shard: Path, row: int, reason: str, count: int) -> str:

@@ -54,6 +54,7 @@ from zmlx_pipeline.models.features import CASE, KernelFeatures
 from zmlx_pipeline.models.heldout import data_fingerprint, record_cases
 from zmlx_pipeline.models.persist import (
     SUFFIX,
+    ModelFileError,
     check_models_dir,
     clear_pending,
     load_model_file,
@@ -341,12 +342,31 @@ def load_model(store, kernel: str | None = None, model_id: str | None = None) ->
 
 
 def verify_models(store, kernel: str | None = None) -> list[dict]:
-    """Load every registered model (of a kernel) as load_model would; the first bad file raises ModelFileError."""
+    """Load every registered model (of a kernel) as load_model would, every one even after a bad one: each row
+    gains "verified", "ok" or why its file is refused. BadModelFiles (a ModelFileError) if any is refused."""
     rows = list_models(store, kernel)
+    bad = []
     for row in rows:
-        load_model_file(model_path(store, row), sha256=(row.get("params") or {}).get("file_sha256"),
-                        expect=expected_meta(row))
+        try:
+            load_model_file(model_path(store, row), sha256=(row.get("params") or {}).get("file_sha256"),
+                            expect=expected_meta(row))
+            row["verified"] = "ok"
+        except (ModelFileError, OSError) as err:  # OSError: a file this user cannot read
+            row["verified"] = str(err) if isinstance(err, ModelFileError) else f"cannot read {err.filename}: {err.strerror}"
+            bad.append(row)
+    if bad:
+        raise BadModelFiles(rows, bad)
     return rows
+
+
+class BadModelFiles(ModelFileError):
+    """Some registered model files failed verify_models; `rows` are all the rows checked, each with "verified"."""
+
+    def __init__(self, rows: list[dict], bad: list[dict]) -> None:
+        self.rows = rows
+        others = f" ({len(bad) - 1} more refused, see the table)" if len(bad) > 1 else ""
+        super().__init__(f"{len(bad)} of {len(rows)} model files refused; {bad[0]['model_id']}: "
+                         f"{bad[0]['verified']}{others}")
 
 
 def prune_k(store, kernel: str) -> int | None:

@@ -73,6 +73,17 @@ def open_store(db: Path | None, read_only: bool = False, must_exist: bool = Fals
     return store
 
 
+def open_store_to_record(db: Path | None):
+    """open_store(db, must_exist=True) for a command that records what it made when it can (evaluate's folds,
+    publish's bundle): a store another process holds, or one this process cannot write, is read instead."""
+    from zmlx_pipeline.data.store import StoreLocked, StoreNotWritable
+
+    try:
+        return open_store(db, must_exist=True)
+    except (StoreLocked, StoreNotWritable):
+        return open_store(db, read_only=True)
+
+
 @contextmanager
 def store_to_fill(db: Path | None) -> Iterator:
     """open_store(db) for a command that adds measurements; a store the command itself created is removed

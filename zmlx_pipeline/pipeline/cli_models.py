@@ -7,7 +7,15 @@ from pathlib import Path
 
 import click
 
-from zmlx_pipeline.pipeline.cli_common import GivenPath, db_option, emit, open_store, output_options, split_names
+from zmlx_pipeline.pipeline.cli_common import (
+    GivenPath,
+    db_option,
+    emit,
+    open_store,
+    open_store_to_record,
+    output_options,
+    split_names,
+)
 
 
 def _fmt(value) -> str | None:
@@ -37,13 +45,10 @@ def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, refit, as
     from zmlx_pipeline.models.variants import DEFAULT_MODEL
     from zmlx_pipeline.models.evaluate import evaluate as run_evaluation
 
-    from zmlx_pipeline.data.store import StoreLocked
-
     models = split_names(model_names) or [DEFAULT_MODEL]
-    try:  # writable: folds fitted for the registered model are recorded with it (read the next time)
-        store = open_store(db, must_exist=True)
-    except StoreLocked:  # another process writes it: evaluate all the same, record nothing
-        store = open_store(db, read_only=True)
+    # writable: folds fitted for the registered model are recorded with it (read the next time); a store another
+    # process writes, or one this user cannot write, is evaluated all the same and nothing recorded
+    store = open_store_to_record(db)
     ks = tuple(sorted(set(ks))) or (1, 3, 5)
     result = run_evaluation(store, split, kernels=split_names(kernel_names) or None, ks=ks, models=models,
                             label_model=len(models) == 1, jobs=jobs, protocol=protocol, refit=refit)
@@ -156,14 +161,21 @@ def _registry_line(row: dict) -> dict:
 @output_options
 def models_cmd(db, kernel_name, verify, as_json) -> None:
     """The model registry: every trained model, newest first, with its data fingerprint and scores."""
-    from zmlx_pipeline.models.train import list_models, verify_models
+    from zmlx_pipeline.models.train import BadModelFiles, list_models, verify_models
 
     store = open_store(db, read_only=True)
-    rows = (verify_models if verify else list_models)(store, kernel=kernel_name)
+    refused = None
+    try:
+        rows = (verify_models if verify else list_models)(store, kernel=kernel_name)
+    except BadModelFiles as err:  # every file was checked: show them all, then fail
+        rows, refused = err.rows, err
     if as_json:
         emit(rows, True)
-        return
-    emit([_registry_line(r) for r in rows], False, _REGISTRY_COLUMNS)
+    else:
+        columns = _REGISTRY_COLUMNS + (["verified"] if verify else [])
+        emit([{**_registry_line(r), **({"verified": r["verified"]} if verify else {})} for r in rows], False, columns)
+    if refused is not None:
+        raise click.ClickException(str(refused))
 
 
 def register(group: click.Group) -> None:

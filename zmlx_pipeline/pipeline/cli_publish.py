@@ -11,6 +11,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     db_option,
     emit,
     open_store,
+    open_store_to_record,
     output_options,
     progress_line,
     split_names,
@@ -58,7 +59,7 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
     path = db or default_db_path()
     if not path.exists():
         raise click.ClickException(f"no store at {path}: run `zmlx-pipeline run`, import or collect first, or pass --db")
-    result = publish(open_store(path), to_dir, split_names(model_ids) or None, kernels=split_names(kernel_names) or None,
+    result = publish(open_store_to_record(path), to_dir, split_names(model_ids) or None, kernels=split_names(kernel_names) or None,
                      devices=split_names(device_ids) or None, progress=progress_line)
     if as_json:
         emit(result, True)
