@@ -118,10 +118,26 @@ def test_unknown_device_and_missing_table_fall_back_to_the_catalog_default_and_s
     assert t.evidence == "default" and "no float32 table" in t.note
 
 
-def test_a_core_limited_device_answers_for_its_chip(toy):
-    p = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h100-sxm@66sm")
-    assert p.device == "nvidia-h100-sxm" and p.evidence == "measured"
-    assert "answering for nvidia-h100-sxm" in p.note
+def test_a_core_limit_no_table_holds_takes_its_chips_ranking_but_claims_neither_its_time_nor_its_regret(toy):
+    shape = {"rows": 64, "cols": 4096}
+    chip = predicted_config("toy_scale", shape, "float16", device="nvidia-h100-sxm")
+    assert chip.evidence == "measured" and chip.predicted_us is not None and chip.expected_regret is not None
+    p = predicted_config("toy_scale", shape, "float16", device="nvidia-h100-sxm@66sm")
+    assert p.device == "nvidia-h100-sxm" and p.config == chip.config and p.candidates == chip.candidates
+    assert p.evidence == "predicted" and p.predicted_us is None and p.expected_regret is None
+    assert "answering for nvidia-h100-sxm" in p.note and "no table was made for nvidia-h100-sxm@66sm's core count" in p.note
+    whole = predicted_config("toy_scale", shape, "float16", device="nvidia-h100-sxm@132sm")  # every SM: the chip
+    assert (whole.device, whole.evidence, whole.predicted_us) == ("nvidia-h100-sxm", "measured", chip.predicted_us)
+
+
+def test_a_core_limit_takes_the_table_nearest_its_core_count(real):
+    assert {"nvidia-h100-sxm", "nvidia-h100-sxm@32sm"} <= set(real.tables)
+    shape = {"rows": 64, "cols": 4096}
+    for device, source in (("nvidia-h100-sxm@20sm", "nvidia-h100-sxm@32sm"), ("nvidia-h100-sxm@48sm", "nvidia-h100-sxm@32sm"),
+                           ("nvidia-h100-sxm@100sm", "nvidia-h100-sxm")):
+        p = predicted_config("rmsnorm", shape, "float16", device=device)
+        assert p.device == source and p.config == predicted_config("rmsnorm", shape, "float16", device=source).config
+        assert p.evidence != "measured" and p.predicted_us is None and p.expected_regret is None
 
 
 def test_shapes_as_mappings_or_dim_order_agree_and_bad_shapes_are_refused(toy):

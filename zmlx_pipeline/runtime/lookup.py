@@ -589,6 +589,25 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
         raise BadLookup(f"{what} {device!r}: {base} has {full} cores, so a core limit is at most @{full}sm")
 
 
+def _nearest_limit(bundle: Bundle, base: str, device: str, row: Mapping[str, Any] | None) -> tuple[str, bool]:
+    """The table of `base` (the whole chip, or one of its core limits) nearest in core count to the core-limited
+    `device` (check_device_id has checked its form), and whether it has the same count (`@132sm` of a 132-core
+    chip is the chip)."""
+    def cores(table_id: str) -> int | None:
+        if table_id == base:
+            full = (row or {}).get("gpu_cores")
+            return full if isinstance(full, int) and full > 0 else None
+        limit = table_id.partition("@")[2]
+        return int(limit[:-2]) if limit.endswith("sm") and limit[:-2].isdigit() and int(limit[:-2]) > 0 else None
+
+    wanted = cores(device)
+    held = [(t, cores(t)) for t in bundle.tables if t == base or t.startswith(base + "@")]
+    if wanted is None:
+        return base, False
+    table, n = min(held, key=lambda tc: (abs(math.log(tc[1] / wanted)) if tc[1] else math.inf, tc[0]))
+    return table, n == wanted
+
+
 def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Prediction:
     _check_names(kernel, device)
     bundle = active_bundle()
@@ -610,12 +629,17 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
         return _default(bundle, kernel, k, None, dtype_name, shape_map, why_not)
     tables = _device_tables(bundle, device_id)
     note = ""
+    limited = ""  # a core limit no table holds: what the answer says of it
     if tables is None:
         row = catalog_row(device_id)
         base = row["id"] if row else None
         if base and base != device_id and bundle.tables.get(base):
-            note = f"device {device_id!r} is not in the bundle; answering for {base}. "
-            device_id, tables = base, _device_tables(bundle, base)
+            source, same = (base, True) if "@" not in device_id else _nearest_limit(bundle, base, device_id, row)
+            note = f"device {device_id!r} is not in the bundle; answering for {source}. "
+            if not same:
+                limited = (f"no table was made for {device_id}'s core count: {source}'s ranking, with no predicted "
+                           "time and no expected regret. ")
+            device_id, tables = source, _device_tables(bundle, source)
         else:
             known_where = "in the catalog but not" if row else "not in the catalog, nor"
             return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
@@ -650,7 +674,11 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
                 why += "no expected regret: no architecture family was left out to validate such a jump. "
         elif regret is None:
             why += "no expected regret: no measured device was left out to validate it. "
-        note += why + _time_note(bundle, device_id, source, basis, time_us, dropped)
+        note += why + _time_note(bundle, device_id, source, basis, time_us, dropped or bool(limited))
+    if limited:  # another chip's evidence: its ranking is the best guess, its time and regret are not this one's
+        evidence = "predicted" if evidence == "measured" else evidence
+        time_us, regret = None, None
+        note += limited
     outside = _outside(k, shape_map)
     if outside and time_us is not None and evidence != "measured":
         time_us = _moved_by_work(bundle, k, device_id, dtype_name, time_us, _rep_shape(k, table, r, values), shape_map)
