@@ -113,3 +113,19 @@ def test_a_compact_write_stores_gzip_files_under_their_names_dot_gz_reproducibly
     assert first["files"] == second["files"] != plain["files"]  # no timestamp in the gzip header
     loaded = bundle_mod.read_dir(path)
     assert loaded.tables == {"nvidia-h200": "devices/a.json"} and loaded.json("devices/a.json") == {"kernels": {}}
+
+
+def test_a_latest_pointer_that_cannot_be_replaced_leaves_no_orphan_version(tmp_path, monkeypatch):
+    from zmlx_pipeline.publish import writer
+
+    first, path = write_bundle(tmp_path / "pub", {"kernels.json": {"a": 1}}, {"schema": "x"})
+    before = sorted(p.name for p in (tmp_path / "pub").iterdir())
+
+    def immutable(to_dir, name):  # what chattr +i on `latest` does to os.replace
+        raise PermissionError(1, "Operation not permitted", str(to_dir / "latest"))
+
+    monkeypatch.setattr(writer, "swap_latest", immutable)
+    with pytest.raises(PublishError, match=r"^cannot publish to .*pub: Operation not permitted$"):
+        write_bundle(tmp_path / "pub", {"kernels.json": {"a": 2}}, {"schema": "x"})
+    assert sorted(p.name for p in (tmp_path / "pub").iterdir()) == before  # no new version, no temp directory
+    assert (tmp_path / "pub" / "latest").read_text().strip() == path.name

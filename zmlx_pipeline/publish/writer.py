@@ -204,8 +204,12 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
                 n += 1
             final = root / f"{name}.{n}"
         os.rename(tmp, final)
-        fsync_dir(root)
-        swap_latest(root, final.name)
+        try:
+            fsync_dir(root)
+            swap_latest(root, final.name)
+        except OSError:  # `latest` still names the previous version: the new one would be an orphan
+            shutil.rmtree(final, ignore_errors=True)
+            raise
         return manifest, final
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
