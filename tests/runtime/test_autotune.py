@@ -194,3 +194,89 @@ def test_an_explicit_precompile_runs_first_and_its_failure_times_anyway(real, tm
     result = tune("rmsnorm", SHAPE, "float16", device=H200, k=3, measure=measure, precompile=precompile,
                   cache_path=str(tmp_path / "c.json"))
     assert events == [len(measure.calls)] and result.source == "timed"
+
+
+def _bad_cache_path(tmp_path, how):
+    import os
+
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    return {"a directory": str(tmp_path / "adir"), "a file as its parent": str(tmp_path / "afile" / "c.json"),
+            "a symlink loop": str(tmp_path / "loop"), "empty": "", "under /proc": "/proc/no-such-dir/c.json",
+            "a name too long": str(tmp_path / ("x" * 300)), "a NUL byte": str(tmp_path / "a\0b"),
+            "a fifo": os.mkfifo(tmp_path / "fifo") or str(tmp_path / "fifo")}[how]
+
+
+@pytest.mark.parametrize("how", ["a directory", "a file as its parent", "a symlink loop", "empty", "under /proc",
+                                 "a name too long", "a NUL byte", "a fifo"])
+def test_a_cache_path_no_file_can_be_written_at_is_refused_before_anything_is_timed(tmp_path, how):
+    from zmlx_pipeline.runtime import BadArgument
+
+    path = _bad_cache_path(tmp_path, how)
+    measure = FakeMeasure()
+    with pytest.raises(BadArgument) as info:
+        tune("rmsnorm", SHAPE, "float16", device=H200, measure=measure, cache_path=path)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 400
+    assert measure.calls == []
+    if how != "under /proc":  # a folder that cannot be made shows only when a tune makes it
+        with pytest.raises(BadArgument):
+            autotune("rmsnorm", device=H200, measure=measure, cache_path=path)
+
+
+@pytest.mark.parametrize("junk", [math.nan, math.inf, -1.0, 0.0, 0])
+def test_a_measured_time_that_is_no_time_is_never_chosen_or_cached(real, tmp_path, junk):
+    path = tmp_path / "autotune_v3.json"
+    good, seen = FakeMeasure(), []
+
+    def junk_first(spec, config, shape, dtype):
+        seen.append(config)
+        return ("ok", junk) if len(seen) == 1 else good(spec, config, shape, dtype)
+
+    result = tune("rmsnorm", SHAPE, "float16", device=H200, k=3, measure=junk_first, cache_path=str(path))
+    first = result.timed[0]
+    assert first["status"] == "bad_time" and first["median_us"] is None
+    assert result.source == "timed" and result.config != first["config"] and math.isfinite(result.median_us)
+    entries = [e for s in json.loads(path.read_text())["devices"].values() for e in s["entries"].values()]
+    assert entries and all(math.isfinite(e["median_us"]) and e["median_us"] > 0 for e in entries)
+
+    only_junk = tmp_path / "junk.json"
+    result = tune("rmsnorm", SHAPE, "float16", device=H200, k=3, measure=lambda *a: ("ok", junk),
+                  cache_path=str(only_junk))
+    assert result.source == "predicted" and result.median_us is None and "not cached" in result.note
+    assert not only_junk.exists()
+
+
+@pytest.mark.parametrize("returned", [None, ("ok",), ("ok", "fast"), ("ok", True), 12.5, "ok", (None, 12.5)])
+def test_a_malformed_measure_result_is_the_autotuners_error_naming_it(real, tmp_path, returned):
+    from zmlx_pipeline.runtime import AutotuneError
+
+    path = tmp_path / "autotune_v3.json"
+    with pytest.raises(AutotuneError, match=r"measure returned .* it must return \(status, median_us") as info:
+        tune("rmsnorm", SHAPE, "float16", device=H200, measure=lambda *a: returned, cache_path=str(path))
+    assert "\n" not in str(info.value) and repr(returned)[:20] in str(info.value)
+    assert not path.exists()
+
+
+def test_a_given_config_is_tuned_as_the_kernels_own_ints(real, tmp_path):
+    legal = _legal()[0]
+    given = {k: float(v) for k, v in legal.items()}
+    result = tune("rmsnorm", SHAPE, "float16", device=H200, configs=[given], measure=FakeMeasure(),
+                  cache_path=str(tmp_path / "c.json"))
+    assert result.config == legal and all(type(v) is int for v in result.config.values())
+    assert all(type(v) is int for t in result.timed for v in t["config"].values())
+
+
+def test_a_shape_function_giving_zero_dimensional_arrays_tunes_once_per_shape(real, tmp_path):
+    np = pytest.importorskip("numpy")
+    measure = FakeMeasure()
+
+    @autotune("rmsnorm", warmup=1, iters=2, device=H200, measure=measure, cache_path=str(tmp_path / "c.json"),
+              shape=lambda x, config=None: {"rows": np.array(x[0]), "cols": np.array(x[1])},
+              dtype=lambda x, config=None: "float16")
+    def rmsnorm(x, config=None):
+        return config
+
+    got = rmsnorm((3000, 2048))
+    n = len(measure.calls)
+    assert got and n and rmsnorm((3000, 2048)) == got and len(measure.calls) == n

@@ -5,6 +5,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from zmlx_pipeline.runtime import cache
 
 V2 = {
@@ -97,3 +99,68 @@ def test_keys_are_canonical_and_never_object_ids():
     assert key["grid"] == [0, 0, 0]  # the config decides the grid; ZMLX's loader needs a grid to read the key
     value = cache.entry_value({"TG": 256, "VEC": 4}, "float16", (256, 1, 1))
     assert value["tg"] == [256, 1, 1] and ["TG", 256] in value["template"]
+
+
+ENTRY = {"k": {"tg": [256, 1, 1], "template": [], "config": {"TG": 256}}}
+
+
+def test_a_cache_path_that_is_a_symlink_is_written_through_to_its_target(tmp_path):
+    real = tmp_path / "dotfiles" / "autotune_v3.json"
+    real.parent.mkdir()
+    real.write_text(json.dumps({"schema_version": "3.0", "devices": {"other_1": {"entries": {"x": {"tg": [1]}}}}}))
+    link = tmp_path / "autotune_v3.json"
+    link.symlink_to(real)
+    cache.save_entries("d_1", ENTRY, None, link)
+    cache.save_refusal("d_1", "rmsnorm", {"TG": 1024}, "too many threads", link)
+    assert link.is_symlink() and link.resolve() == real
+    on_disk = json.loads(real.read_text())
+    assert set(on_disk["devices"]) == {"other_1", "d_1"} and on_disk["zmlx_pipeline"]["refused"]["d_1"]
+
+
+def test_a_rewritten_cache_file_keeps_its_mode_and_a_new_one_gets_the_umasks(tmp_path):
+    import os
+    import stat
+
+    kept = tmp_path / "kept.json"
+    kept.write_text("{}")
+    kept.chmod(0o644)
+    cache.save_entries("d_1", ENTRY, None, kept)
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o644
+    old = os.umask(0o027)
+    try:
+        cache.save_entries("d_1", ENTRY, None, tmp_path / "new" / "autotune_v3.json")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new" / "autotune_v3.json").stat().st_mode) == 0o640
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "null", "7", '"a string"'])
+def test_a_cache_file_whose_json_is_not_an_object_is_moved_aside_not_lost(tmp_path, text):
+    path = tmp_path / "autotune_v3.json"
+    path.write_text(text)
+    with pytest.warns(UserWarning, match="not an object.*moved aside"):
+        cache.save_entries("d_1", ENTRY, None, path)
+    assert list(json.loads(path.read_text())["devices"]) == ["d_1"]
+    assert [p.read_text() for p in tmp_path.glob("autotune_v3.json.corrupt-*")] == [text]
+
+
+@pytest.mark.parametrize("kind", ["directory", "symlink to a directory", "fifo"])
+def test_a_cache_path_that_is_no_regular_file_is_refused_and_left_as_it_is(tmp_path, kind):
+    import os
+
+    from zmlx_pipeline.runtime import BadArgument
+
+    path = tmp_path / "autotune_v3.json"
+    if kind == "directory":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        (tmp_path / "adir").mkdir()
+        path.symlink_to(tmp_path / "adir")
+    before = os.lstat(path)
+    with pytest.raises(BadArgument) as info:
+        cache.save_entries("d_1", ENTRY, None, path)
+    assert "\n" not in str(info.value) and "autotune_v3.json" in str(info.value)
+    after = os.lstat(path)
+    assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)

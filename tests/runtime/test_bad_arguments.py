@@ -164,6 +164,17 @@ CASES = [  # (what, call, the runtime's error class)
     ("autotune threadgroups str", lambda: rt.autotune("rmsnorm", threadgroups="ab"), rt.BadArgumentType),
     ("autotune decorating an int", lambda: rt.autotune("rmsnorm")(5), rt.BadArgumentType),
     ("autotune shape function returns int", lambda: _autotuned(shape=lambda *a, **k: 5)(1), rt.BadArgumentType),
+    ("shape a set", lambda: rt.predicted_config("rmsnorm", {4096, 4095}, "float16", "nvidia-h200"), rt.BadArgumentType),
+    ("shape a frozenset", lambda: rt.candidates("rmsnorm", frozenset({8, 4096}), "float16"), rt.BadArgumentType),
+    ("shape a 0-d array", lambda: rt.predicted_config("rmsnorm", _array(4096), "float16"), rt.BadArgumentType),
+    ("bucket_of a set", lambda: rt.bucket_of({4096, 8}), rt.BadArgumentType),
+    ("tune use_cache str", lambda: _tune(use_cache="no"), rt.BadArgumentType),
+    ("tune use_cache None", lambda: _tune(use_cache=None), rt.BadArgumentType),
+    ("tune device_aware None", lambda: _tune(device_aware=None), rt.BadArgumentType),
+    ("tune device_aware int", lambda: _tune(device_aware=1), rt.BadArgumentType),
+    ("autotune device_aware None", lambda: rt.autotune("rmsnorm", device_aware=None), rt.BadArgumentType),
+    ("tune kernel only looks like a spec", lambda: _tune(kernel=_LooksLikeASpec()), rt.BadArgumentType),
+    ("autotune kernel only looks like a spec", lambda: _autotuned(kernel=_LooksLikeASpec())(1), rt.BadArgumentType),
     ("dim an array of one value", lambda: rt.predicted_config("rmsnorm", {"rows": _array([4096]), "cols": 4096},
                                                               "float16"), rt.BadArgumentType),
     ("dim an array of two values", lambda: rt.predicted_config("rmsnorm", {"rows": _array([4096, 2]), "cols": 4096},
@@ -175,6 +186,15 @@ def _array(values):
     import numpy as np
 
     return np.array(values)
+
+
+class _LooksLikeASpec:
+    """A name and legal configs, but none of what the tuner reads besides."""
+
+    name = "rmsnorm"
+
+    def legal_configs(self, shape, dtype, limits):
+        return [{"TG": 256, "VEC": 4, "ROWS": 1}]
 
 
 @pytest.mark.parametrize("call, error", [c[1:] for c in CASES], ids=[c[0] for c in CASES])

@@ -296,3 +296,81 @@ def test_a_malformed_device_table_is_refused_strictly_and_answered_by_default_ot
         predicted_config("toy_scale", {"rows": 1, "cols": 1024}, "float16", device="nvidia-h200")
     assert len(caught) == 1 and p.evidence == "default" and p.predicted_us is None
     assert _lookup().evidence == "measured"  # another device's table is untouched
+
+
+def _default_copy_with(tmp_path: Path, listed: str, kind: str) -> Path:
+    """A copy of the shipped bundle where one listed file is replaced by something that is not a regular file."""
+    import shutil
+
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+    bad = tmp_path / "bad"
+    shutil.copytree(DEFAULT_BUNDLE_DIR, bad)
+    if listed == "device table":
+        listed = default_bundle().stored_name(default_bundle().tables["nvidia-h200"])
+    target = bad / listed
+    target.unlink()
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "device":
+        target.symlink_to("/dev/null")
+    else:
+        target.mkdir()
+    return bad
+
+
+def _within(seconds: float, call):
+    """What `call()` returns or raises, run in a thread: fails instead of hanging when it blocks."""
+    import threading
+
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the load blocked"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+@pytest.mark.parametrize("kind, says", [("fifo", "a FIFO"), ("device", "a device"), ("directory", "a directory")])
+@pytest.mark.parametrize("listed", ["kernels.json.gz", "device table"])
+def test_a_listed_file_that_is_not_a_regular_file_is_refused_at_once(tmp_path, monkeypatch, listed, kind, says):
+    bad = _default_copy_with(tmp_path, listed, kind)
+    with pytest.raises(BundleError, match=f"{says}, not a regular file") as info:
+        _within(30, lambda: load_bundle(bad, strict=True))
+    assert "\n" not in str(info.value)
+    with pytest.warns(BundleWarning) as caught:
+        kept = _within(30, lambda: load_bundle(bad))
+    assert len(caught) == 1 and kept.source == "default bundle"
+    from zmlx_pipeline.runtime.bundle import reset
+
+    reset()
+    monkeypatch.setenv("ZMLX_PIPELINE_BUNDLE", str(bad))
+    with pytest.warns(BundleWarning, match="ZMLX_PIPELINE_BUNDLE") as caught:
+        p = _within(30, lambda: predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", "nvidia-h200"))
+    assert len(caught) == 1 and p.evidence == "measured"
+
+
+def test_a_listed_file_larger_than_the_manifest_says_is_refused_unread(tmp_path, monkeypatch):
+    import shutil
+
+    from zmlx_pipeline.runtime import bundle as bundle_module
+
+    bad = tmp_path / "bad"
+    shutil.copytree(bundle_module.DEFAULT_BUNDLE_DIR, bad)
+    (bad / "kernels.json.gz").write_bytes(b"\0" * (10 * 1024**2))
+    sizes = json.loads((bad / "manifest.json").read_text())["files"]
+    real = bundle_module.read_regular
+    asked = []
+    monkeypatch.setattr(bundle_module, "read_regular", lambda path, limit: asked.append(limit) or real(path, limit))
+    with pytest.raises(BundleError, match=f"kernels.json.gz is larger than the {sizes['kernels.json.gz']['bytes']} "):
+        load_bundle(bad, strict=True)
+    assert asked and max(asked[1:]) <= max(e["bytes"] for e in sizes.values())

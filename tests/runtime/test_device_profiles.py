@@ -56,3 +56,37 @@ def test_every_catalog_chip_has_a_profile_with_evidence(device):
     p = get_device_profile(device)
     assert p.device_id == device and p.evidence in ("measured", "predicted", "extrapolated", "default")
     assert p.default_threadgroup in (32, 64, 128, 256, 512, 1024)
+
+
+MALFORMED = ["nvidia-h200@0sm", "nvidia-h200@999sm", "nvidia-h200@abc", "nvidia-h200@-5sm", "nvidia-h200@",
+             "nvidia\x01h200"]
+
+
+@pytest.mark.parametrize("device", MALFORMED)
+def test_a_device_id_lookups_refuse_is_refused_by_the_profile_lookups_too(monkeypatch, device):
+    from zmlx_pipeline.runtime import BadArgument
+    from zmlx_pipeline.runtime.device import forget_current_device
+    from zmlx_pipeline.runtime.profiles import profile_table
+
+    monkeypatch.setenv("ZMLX_PIPELINE_DEVICE", device)
+    forget_current_device()
+    get_current_device_profile.cache_clear()
+    with pytest.raises(BadArgument, match="ZMLX_PIPELINE_DEVICE") as info:
+        get_current_device_profile()
+    assert "\n" not in str(info.value)
+    with pytest.raises(BadArgument):
+        profile_table([device])
+    with pytest.raises(BadArgument):
+        get_device_profile(device)
+    assert profile_table(["nvidia-h200@32sm"])[0]["device_id"] == "nvidia-h200@32sm"  # a held core limit answers
+
+
+@pytest.mark.parametrize("device", MALFORMED[:5])
+def test_the_profiles_command_refuses_a_malformed_core_limit_in_one_line(device):
+    from click.testing import CliRunner
+
+    from zmlx_pipeline.pipeline.cli import cli
+
+    result = CliRunner().invoke(cli, ["profiles", "--device", device])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 1 and len(lines) == 1 and "core limit" in lines[0]

@@ -371,3 +371,32 @@ def test_the_cli_entry_point_checks_its_arguments_before_loading_anything(toy):
     with pytest.raises(BadArgumentType, match="shape must be a mapping"):
         lookup("toy_scale", None, "float16", device="nvidia-h200")
     assert active_bundle() is toy
+
+
+def test_a_zero_dimensional_integer_array_is_taken_as_its_int():
+    np = pytest.importorskip("numpy")
+    want = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h200")
+    for _ in range(2):  # the second call finds what the first remembered, or answers again: the same either way
+        p = predicted_config("rmsnorm", {"rows": np.array(4096), "cols": 4096}, "float16", device="nvidia-h200")
+        assert p.config == want.config and p.shape == {"rows": 4096, "cols": 4096}
+        assert type(p.shape["rows"]) is int
+        assert predicted_config("rmsnorm", [np.array(4096), np.int64(4096)], "float16", "nvidia-h200").config == want.config
+    assert candidates("rmsnorm", {"rows": np.array(4096), "cols": 4096}, "float16", device="nvidia-h200") == \
+        want.candidates
+    with pytest.raises(BadLookup):
+        predicted_config("rmsnorm", {"rows": np.array(4096.5), "cols": 4096}, "float16", device="nvidia-h200")
+
+
+@pytest.mark.parametrize("remembered", [False, True])
+def test_a_shape_given_as_an_iterator_is_read_once_and_answered(remembered):
+    from zmlx_pipeline.runtime.lookup import lookup
+
+    want = predicted_config("rmsnorm", [4096, 2048], "float16", device="nvidia-h200") if remembered else None
+    for shape in ((v for v in (4096, 2048)), map(int, ("4096", "2048")), iter([4096, 2048])):
+        p = predicted_config("rmsnorm", shape, "float16", device="nvidia-h200")
+        assert p.shape == {"rows": 4096, "cols": 2048} and p.config
+        assert want is None or p is want
+    assert candidates("rmsnorm", iter([4096, 2048]), "float16", device="nvidia-h200") == p.candidates
+    assert lookup("rmsnorm", iter([4096, 2048]), "float16", device="nvidia-h200")["shape"] == p.shape
+    with pytest.raises(BadLookup, match="got 3 values"):
+        predicted_config("rmsnorm", iter([1, 2, 3]), "float16", device="nvidia-h200")

@@ -22,6 +22,7 @@ manifest and its hashes; nothing of a bundle is used before all of them are chec
 from __future__ import annotations
 
 import os
+import stat
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -52,6 +53,11 @@ LATEST = "latest"
 REQUIRED_FILES = ("kernels.json", "profiles.json", "tables.json")
 DEFAULT_BUNDLE_DIR = Path(__file__).with_name("default_bundle")
 FETCH_TIMEOUT_S = 20.0
+#: the most bytes read of a listed file whose size the manifest does not give (schema 1 may not), of a fetched
+#: manifest and of a fetched `latest` pointer: past it the file is refused, never read to its end
+MAX_FILE_BYTES = 1024**3
+MAX_MANIFEST_BYTES = 64 * 1024**2
+MAX_POINTER_BYTES = 4096
 
 
 class BundleError(RuntimeAPIError):
@@ -229,8 +235,9 @@ def _verify(name: str, data: bytes, entry: dict, source: str) -> None:
         raise BundleError(f"{source}: sha256 of {name} does not match the manifest (altered or corrupt)")
 
 
-def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str], bytes]) -> Bundle:
-    """Parse and check the manifest, read and verify every file, and parse the index files."""
+def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str, int], bytes]) -> Bundle:
+    """Parse and check the manifest, read and verify every file (`read(name, limit)` reads at most `limit` + 1
+    bytes: the size the manifest gives it), and parse the index files."""
     import json
 
     try:
@@ -240,7 +247,12 @@ def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str],
     files = _check_manifest(manifest, source)
     data: dict[str, bytes] = {}
     for name, entry in files.items():
-        blob = read(name)
+        size = entry.get("bytes")
+        limit = size if isinstance(size, int) and size >= 0 else MAX_FILE_BYTES
+        blob = read(name, limit)
+        if len(blob) > limit:
+            raise BundleError(f"{source}: {name} is larger than the {limit} bytes the manifest gives it "
+                              "(altered or corrupt)")
         _verify(name, blob, entry, source)
         data[name] = blob
     bundle = Bundle(source, root, manifest, data)
@@ -294,17 +306,37 @@ def read_dir(path: str | os.PathLike, source: str | None = None) -> Bundle:
     except OSError as exc:  # a directory or pointer this process may not read
         raise BundleError(f"{p}: cannot read the bundle ({exc.strerror or exc})") from None
 
-    def read(name: str) -> bytes:
+    def read(name: str, limit: int) -> bytes:
         try:
-            return (root / name).read_bytes()
+            return read_regular(root / name, limit)
         except OSError as exc:
             raise BundleError(f"{source or root}: cannot read {name} ({exc.strerror or exc})") from None
 
     try:
-        manifest_bytes = (root / MANIFEST).read_bytes()
+        manifest_bytes = (root / MANIFEST).read_bytes()  # resolve_dir found it a regular file
     except OSError as exc:
         raise BundleError(f"{root}: cannot read manifest.json ({exc.strerror or exc})") from None
     return _build(source or str(root), root, manifest_bytes, read)
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of a regular file (one byte past the limit tells that it is larger).
+
+    The file is opened without blocking and checked before a byte is read, so a FIFO or a device (a link to
+    /dev/zero) is refused at once with an OSError saying what it is, never waited on or read without end."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket or other special file")
+        raise OSError(f"it is {what}, not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read(limit + 1)
 
 
 # ------------------------------------------------------------------------------------------
@@ -324,14 +356,15 @@ def _url_dir(url: str) -> Path:
     return cache_root() / sha256_hex(url.rstrip("/").encode())[:16]
 
 
-def _fetch(url: str) -> bytes:
+def _fetch(url: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The body at `url`, at most `limit` + 1 bytes of it."""
     import http.client
     import urllib.error
     import urllib.request
 
     try:
         with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as resp:  # noqa: S310 - http(s) only, checked by caller
-            return resp.read()
+            return resp.read(limit + 1)
     except urllib.error.HTTPError as exc:
         raise FetchError(f"{url}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:  # InvalidURL is the last
@@ -345,15 +378,15 @@ def _remote_base(url: str) -> tuple[str, bytes]:
     if base.endswith("/" + MANIFEST):
         base = base[: -len(MANIFEST) - 1]
     try:
-        return base, _fetch(base + "/" + MANIFEST)
+        return base, _fetch(base + "/" + MANIFEST, MAX_MANIFEST_BYTES)
     except BundleError as first:
         try:
-            name = _fetch(base + "/" + LATEST).decode("utf-8", "replace").strip()
+            name = _fetch(base + "/" + LATEST, MAX_POINTER_BYTES).decode("utf-8", "replace").strip()
         except BundleError:
             raise first from None
         if not _safe_name(name) or "/" in name:
             raise BundleError(f"{base}/{LATEST} holds an unsafe name {name!r}") from None
-        return base + "/" + name, _fetch(base + "/" + name + "/" + MANIFEST)
+        return base + "/" + name, _fetch(base + "/" + name + "/" + MANIFEST, MAX_MANIFEST_BYTES)
 
 
 def fetch_url(url: str) -> Bundle:
@@ -361,8 +394,8 @@ def fetch_url(url: str) -> Bundle:
     base, manifest_bytes = _remote_base(url)
     fetched: dict[str, bytes] = {}
 
-    def read(name: str) -> bytes:
-        fetched[name] = _fetch(base + "/" + name)
+    def read(name: str, limit: int) -> bytes:
+        fetched[name] = _fetch(base + "/" + name, limit)
         return fetched[name]
 
     bundle = _build(url, _url_dir(url), manifest_bytes, read)

@@ -19,20 +19,24 @@ configs a chip refused to launch are kept there too, so no later process launche
 A v2 file (`autotune_v2.json`: device sections of entries at the top level) or a v1 one is read
 and migrated with every entry and every device kept. Writes hold a lock file, re-read the file
 and merge into it, then replace it atomically, so two processes writing at once both keep their
-entries and a reader never sees half a file. $ZMLX_CACHE_DIR moves the directory (as in ZMLX).
+entries and a reader never sees half a file. A cache path that is a symlink is written through to
+its target (the link stays), and a rewritten file keeps its permissions (a new one gets the umask's).
+$ZMLX_CACHE_DIR moves the directory (as in ZMLX).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from zmlx_pipeline.core.files import write_json_atomic
+from zmlx_pipeline.core.files import write_text_atomic
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType
 
 SCHEMA_VERSION = "3.0"
 V3_NAME = "autotune_v3.json"
@@ -50,6 +54,61 @@ def cache_dir() -> Path:
 
 def cache_path() -> Path:
     return cache_dir() / V3_NAME
+
+
+def checked_path(path: str | os.PathLike | None = None) -> Path:
+    """The regular file a cache path names (there or still to be written), its symlinks followed; BadArgument
+    saying why it cannot be one (empty, a NUL byte, a directory, a FIFO or device, a symlink loop, a file where
+    a directory should be, a name too long). Nothing is created."""
+    if path is None:
+        path = cache_path()
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise BadArgumentType(f"cache_path must be a file path as text, not {type(text).__name__} ({text!r:.60})")
+    hint = "give the path of a file such as autotune_v3.json in a directory you can write"
+    if not text.strip():
+        raise BadArgument(f"cache_path is an empty string: {hint}")
+    if "\0" in text:
+        raise BadArgument(f"cache_path {text!r:.80} holds a NUL byte: {hint}")
+    target = Path(os.path.realpath(text))
+    try:
+        mode = os.stat(target).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        mode = None
+    except OSError as exc:  # a symlink loop, a name too long, no permission
+        raise BadArgument(f"autotune cache {text!r:.80} cannot be used ({exc.strerror or exc}): {hint}") from None
+    if mode is not None:
+        if stat.S_ISDIR(mode):
+            raise BadArgument(f"autotune cache {text!r:.80} is a directory: give a file path such as "
+                              f"{os.path.join(text, V3_NAME)!r:.80}")
+        if not stat.S_ISREG(mode):
+            raise BadArgument(f"autotune cache {text!r:.80} is a FIFO, device or socket, not a regular file: {hint}")
+        return target
+    for parent in target.parents:  # not there yet: the nearest folder that is must be a directory
+        try:
+            parent_mode = os.stat(parent).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            raise BadArgument(f"autotune cache {text!r:.80} cannot be used ({exc.strerror or exc}): {hint}") from None
+        if not stat.S_ISDIR(parent_mode):
+            raise BadArgument(f"autotune cache {text!r:.80} cannot be written: {str(parent)!r:.80} is a file, "
+                              f"not a directory; {hint}")
+        break
+    return target
+
+
+def writable_path(path: str | os.PathLike | None = None) -> Path:
+    """checked_path, with its directory created and its lock file opened as a write does first, so a path no write
+    can use is refused before any work that would be saved there; BadArgument naming why."""
+    target = checked_path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(str(target) + ".lock", os.O_RDWR | os.O_CREAT, 0o644))
+    except OSError as exc:
+        raise BadArgument(f"autotune cache {os.fspath(path if path is not None else target)!r:.80} cannot be written "
+                          f"({exc.strerror or exc}): give the path of a file in a directory you can write") from None
+    return target
 
 
 def device_key(chip: str, mlx_version: str | None) -> str:
@@ -235,19 +294,51 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def _current_for_write(p: Path) -> dict:
-    """What is on disk now (as v3); an unreadable v3 file is moved aside, never silently dropped."""
+    """What is on disk now (as v3); an unreadable v3 file, or one whose JSON is not an object, is moved aside,
+    never silently dropped."""
     if p.is_file():
         try:
-            return _normalise(_read_json(p), p.name)
+            data = _read_json(p)
+            if not isinstance(data, dict):
+                raise ValueError(f"it holds a JSON {_json_kind(data)}, not an object")
+            return _normalise(data, p.name)
         except (OSError, ValueError) as exc:
             aside = p.with_name(f"{p.name}.corrupt-{int(time.time())}")
             try:
                 os.replace(p, aside)
             except OSError:
                 pass
-            warnings.warn(f"zmlx-pipeline: {p} was unreadable ({exc}); moved aside to {aside.name}", stacklevel=3)
+            warnings.warn(f"zmlx-pipeline: {p} could not be used as the autotune cache ({exc}); "
+                          f"moved aside to {aside.name}", stacklevel=3)
             return _empty()
     return read_cache(p)
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it where /proc tells it."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere the only way to read it is to set it, at once set back
+    os.umask(mask)
+    return mask
+
+
+def _write(p: Path, data: dict) -> None:
+    """Replace the cache file atomically, keeping its permissions (a new file gets those the umask leaves)."""
+    try:
+        mode = stat.S_IMODE(os.stat(p).st_mode)
+    except FileNotFoundError:
+        mode = 0o666 & ~_umask()
+    write_text_atomic(p, json.dumps(data, indent=1, sort_keys=True) + "\n", mode=mode)
 
 
 def _own_part(data: dict, part: str) -> dict:
@@ -263,7 +354,7 @@ def save_entries(dkey: str, entries: Mapping[str, Any], metadata: Mapping[str, A
                  path: str | os.PathLike | None = None, also: tuple[str, ...] = ()) -> Path:
     """Merge entries into one device section (and the `also` sections) under the lock; other devices and
     entries are kept, and entries kept for this device that ZMLX's save dropped or trimmed are put back."""
-    p = Path(path) if path is not None else cache_path()
+    p = checked_path(path)
     with _locked(p):
         data = _current_for_write(p)
         kept = _own_part(data, "entries")
@@ -280,14 +371,14 @@ def save_entries(dkey: str, entries: Mapping[str, Any], metadata: Mapping[str, A
             section["metadata"] = {**(section.get("metadata") or {}), **(metadata or {})}
             section["saved_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
             data["devices"][name] = section
-        write_json_atomic(p, data)
+        _write(p, data)
     return p
 
 
 def save_refusal(dkey: str, kernel: str, config: Mapping[str, Any], error: str,
                  path: str | os.PathLike | None = None) -> Path:
     """Record under the lock that this device refused to launch `kernel` with `config` (once per config)."""
-    p = Path(path) if path is not None else cache_path()
+    p = checked_path(path)
     with _locked(p):
         data = _current_for_write(p)
         refused = _own_part(data, "refused")
@@ -298,15 +389,15 @@ def save_refusal(dkey: str, kernel: str, config: Mapping[str, Any], error: str,
             records.append({"kernel": kernel, "config": stored, "error": str(error)[:400],
                             "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
         refused[dkey] = records
-        write_json_atomic(p, data)
+        _write(p, data)
     return p
 
 
 def migrate(path: str | os.PathLike | None = None) -> int:
     """Write the v3 file from a v2/v1 one when there is no v3 file yet; returns the entries it holds."""
-    p = Path(path) if path is not None else cache_path()
+    p = checked_path(path)
     with _locked(p):
         data = _current_for_write(p)
         if not p.is_file() and data["devices"]:
-            write_json_atomic(p, data)
+            _write(p, data)
     return sum(len(s.get("entries") or {}) for s in data["devices"].values() if isinstance(s, dict))

@@ -27,6 +27,7 @@ private table types, and the hot path after the first call is one dict lookup in
 from __future__ import annotations
 
 import math
+from collections.abc import Set
 from typing import Any, Iterable, Mapping, Sequence
 
 from zmlx_pipeline.core.constraints import ConstraintSet, limit_values
@@ -280,7 +281,7 @@ def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table]
 def bucket_of(values: Iterable[int]) -> tuple[int, ...]:
     """Each dimension rounded to the nearest power of two, as its log2 (1 -> 0, 4096 -> 12, 1408 -> 10);
     BadLookup / BadArgumentType for a value that is not a positive whole number."""
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+    if isinstance(values, (str, bytes, Mapping, Set)) or not isinstance(values, Iterable):
         raise BadArgumentType(f"bucket_of takes the shape's values in dim order (e.g. [4096, 4096]), "
                               f"not {type(values).__name__} ({values!r:.60})")
     return tuple(int(round(math.log2(_dim_value(f"d{i}", v)))) for i, v in enumerate(values))
@@ -334,12 +335,26 @@ def _dim_value(name: str, v: Any) -> int:
     return iv
 
 
+def in_order(shape: Any) -> Any:
+    """A shape as given when it is a mapping, list or tuple; any other iterable's values read once into a tuple (an
+    iterator can be read only once). BadArgumentType for one that has no order (a set) or is no shape at all."""
+    if isinstance(shape, (Mapping, tuple, list)):
+        return shape
+    if isinstance(shape, (str, bytes, Set)) or not isinstance(shape, Iterable):
+        unordered = " (a set has no order: give a list or a dict)" if isinstance(shape, Set) else ""
+        raise BadArgumentType(f"shape must be a mapping of dims (e.g. {{'rows': 4096, 'cols': 4096}}) or their "
+                              f"values in order, not {type(shape).__name__} ({shape!r:.60}){unordered}")
+    try:
+        return tuple(shape)
+    except TypeError:  # iterable in name only (a 0-d array)
+        raise BadArgumentType(f"shape must be a mapping of dims (e.g. {{'rows': 4096, 'cols': 4096}}) or their "
+                              f"values in order, not {type(shape).__name__} ({shape!r:.60})") from None
+
+
 def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
+    shape = in_order(shape)
     if isinstance(shape, Mapping):
         out = {str(k): v for k, v in shape.items()}
-    elif isinstance(shape, (str, bytes)) or not isinstance(shape, Iterable):
-        raise BadArgumentType(f"shape must be a mapping of dims (e.g. {{'rows': 4096, 'cols': 4096}}) or their "
-                              f"values in order, not {type(shape).__name__} ({shape!r:.60})")
     else:
         values = list(shape)
         if kernel is None:
@@ -717,6 +732,8 @@ def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtyp
             values = tuple(shape.values())  # type: ignore[union-attr]
             names = tuple(shape)
         except AttributeError:
+            if type(shape) is not tuple and type(shape) is not list:
+                shape = in_order(shape)
             values = tuple(shape)
             names = None
         inner = _get((kernel, dtype, device, names))
@@ -736,6 +753,7 @@ def predicted_or_default(kernel: str, shape: Mapping[str, int] | Sequence[int], 
                          device: str | None = None) -> Prediction:
     """predicted_config, except that a kernel the bundle does not rank answers with the catalog default
     (evidence `default`): the autotuner times kernels of their own that no bundle knows."""
+    shape = in_order(shape)
     try:
         return predicted_config(kernel, shape, dtype, device)
     except UnknownKernelError as exc:
@@ -755,7 +773,10 @@ def _remember(kernel: str, shape: Any, dtype: Any, device: str | None, names, va
     if _REMEMBERED >= _MEMO_LIMIT:
         _MEMO.clear()
         _REMEMBERED = 0
-    _MEMO.setdefault((kernel, dtype, device, names), {})[values] = hit
+    try:
+        _MEMO.setdefault((kernel, dtype, device, names), {})[values] = hit
+    except TypeError:  # a value that is no dict key (a 0-d array): answered, each time anew
+        return hit
     _REMEMBERED += 1
     return hit
 

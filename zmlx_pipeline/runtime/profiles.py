@@ -104,8 +104,17 @@ def profile_records() -> dict[str, dict]:
     return dict(bundle.profiles) if bundle is not None else {}
 
 
+def _check_id(device_id: str, what: str = "device") -> None:
+    """BadLookup for a device id lookups refuse too (a control character, a malformed core limit)."""
+    from zmlx_pipeline.runtime.lookup import check_device_id
+
+    check_device_id(active_bundle(), device_id, what)
+
+
 def profile_for_device(device_id: str) -> DeviceTuningProfile:
-    """The profile of a catalog id (or reported name); catalog specs with default threadgroups if not in the bundle."""
+    """The profile of a catalog id (or reported name); catalog specs with default threadgroups if not in the bundle.
+    BadLookup for an id lookups refuse (a malformed core limit such as `nvidia-h200@0sm`)."""
+    _check_id(device_id)
     records = profile_records()
     rec = records.get(device_id)
     if rec is None:
@@ -124,6 +133,8 @@ def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
     """
     expect_str(family, "family")
     expect_str(variant, "variant", optional=True)
+    if not variant:  # then `family` may be a device id: refused as lookups refuse it
+        _check_id(family, "family")
     records = profile_records()
     if family in records and not variant:
         return _from_record(records[family])
@@ -142,8 +153,11 @@ def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
 @functools.lru_cache(maxsize=1)
 def get_current_device_profile() -> DeviceTuningProfile:
     """The profile of this process's GPU (detected once; `get_current_device_profile.cache_clear()` forgets
-    it, as in ZMLX); a generic default profile when it cannot be told."""
+    it, as in ZMLX); a generic default profile when it cannot be told. BadLookup when $ZMLX_PIPELINE_DEVICE names
+    an id lookups refuse."""
     device_id, _ = current_device_id()
+    if device_id:
+        _check_id(device_id, "$ZMLX_PIPELINE_DEVICE")
     return profile_for_device(device_id) if device_id else _generic()
 
 
@@ -213,7 +227,7 @@ def profile_table(devices: list[str] | None = None, bundle: str | None = None) -
     """Profile records of the bundle (`bundle`, verified strictly, else the active one), all or some devices.
 
     An id that is not in the bundle is answered from the catalog with default threadgroups
-    (evidence "default"); an id in neither raises UnknownDevice.
+    (evidence "default"); an id in neither raises UnknownDevice, a malformed one (`nvidia-h200@0sm`) BadLookup.
     """
     from zmlx_pipeline.runtime.lookup import load_strictly
 
@@ -223,6 +237,7 @@ def profile_table(devices: list[str] | None = None, bundle: str | None = None) -
         return [records[d] for d in sorted(records)]
     out = []
     for device_id in devices:
+        _check_id(device_id)
         if device_id in records:
             out.append(records[device_id])
             continue

@@ -33,6 +33,8 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import math
+import numbers
 import os
 import sys
 import time
@@ -158,15 +160,44 @@ def harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: str =
 # tuning one case
 
 
-def _is_spec(obj: Any) -> bool:
-    """A KernelSpec (or an object that works as one): a named instance with legal_configs, not a class."""
+#: what the tuner reads of a kernel spec besides its `name` and `legal_configs`
+SPEC_PARTS = ("shape_grid", "params", "version", "threadgroup_param", "launch")
+
+
+def _looks_like_spec(obj: Any) -> bool:
+    """A named instance with legal_configs, not a class: meant as a KernelSpec."""
     return not isinstance(obj, type) and callable(getattr(obj, "legal_configs", None)) \
         and isinstance(getattr(obj, "name", None), str)
+
+
+def _missing_parts(obj: Any) -> list[str]:
+    """The parts of a kernel spec the tuner reads that `obj` lacks (shape_grid.dims counts as one)."""
+    missing = [part for part in SPEC_PARTS if not hasattr(obj, part)]
+    if "shape_grid" not in missing and not hasattr(obj.shape_grid, "dims"):
+        missing.append("shape_grid.dims")
+    if "launch" not in missing and not callable(obj.launch):
+        missing.append("a callable launch")
+    return missing
+
+
+def _is_spec(obj: Any) -> bool:
+    """A KernelSpec (or an object that works as one): a named instance with everything the tuner reads."""
+    try:
+        return _looks_like_spec(obj) and not _missing_parts(obj)
+    except Exception:  # noqa: BLE001 - a property that raises: not a spec
+        return False
 
 
 def _spec(kernel: Any):
     if _is_spec(kernel):
         return kernel
+    if _looks_like_spec(kernel):
+        try:
+            missing = ", ".join(_missing_parts(kernel)) or "a part that raised when read"
+        except Exception:  # noqa: BLE001 - a property that raises
+            missing = "a part that raised when read"
+        raise BadArgumentType(f"kernel {kernel.name!r:.60} ({type(kernel).__name__}) is not a KernelSpec: it lacks "
+                              f"{missing}; pass a KernelSpec, a registered name or a module:attr path")
     expect_str(kernel, "kernel (a registered name, module:attr or KernelSpec)")
     if ":" in kernel:
         return _spec_at(kernel)
@@ -217,10 +248,14 @@ def _optional(name: str, value: Any, kinds: tuple[type, ...] | None, what: str) 
 
 def _check_options(*, warmup: Any = 3, iters: Any = 10, k: Any = None, configs: Any = None, threadgroups: Any = None,
                    device: Any = None, cache_path: Any = None, measure: Any = None, precompile: Any = None,
-                   timer: Any = "chain", shape: Any = None, dtype: Any = None, config_arg: Any = None) -> None:
+                   timer: Any = "chain", shape: Any = None, dtype: Any = None, config_arg: Any = None,
+                   use_cache: Any = True, device_aware: Any = True) -> None:
     """The runtime's errors for a tuning option that cannot be used (what tune and autotune take alike)."""
     _count("warmup", warmup, 0)
     _count("iters", iters, 1)
+    for name, value in (("use_cache", use_cache), ("device_aware", device_aware)):
+        if not isinstance(value, bool):
+            raise BadArgumentType(f"{name} must be True or False, not {type(value).__name__} ({value!r:.60})")
     if k is not None:
         check_k(k)
     for name, value in (("measure", measure), ("precompile", precompile), ("shape", shape), ("dtype", dtype)):
@@ -228,6 +263,8 @@ def _check_options(*, warmup: Any = 3, iters: Any = 10, k: Any = None, configs: 
     _optional("device", device, (str,), "a device id")
     _optional("config_arg", config_arg, (str,), "a keyword name")
     _optional("cache_path", cache_path, (str, os.PathLike), "a file path")
+    if cache_path is not None:
+        cache_file.checked_path(cache_path)
     if device is not None:
         from zmlx_pipeline.runtime.bundle import active_bundle
         from zmlx_pipeline.runtime.lookup import check_device_id
@@ -334,10 +371,13 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     parallel threads through the on-disk compiled-kernel cache, shared with collect).
     """
     _check_options(warmup=warmup, iters=iters, k=k, configs=configs, threadgroups=threadgroups, device=device,
-                   cache_path=cache_path, measure=measure, precompile=precompile, timer=timer)
+                   cache_path=cache_path, measure=measure, precompile=precompile, timer=timer, use_cache=use_cache,
+                   device_aware=device_aware)
     spec = _spec(kernel)
     dtype = _checked_dtype(dtype)
     shape = _checked_shape(spec, shape)
+    if use_cache and cache_path is not None:
+        cache_file.writable_path(cache_path)  # refused now, not after every candidate was timed
     chip, mlx_version, meta = _device_and_mlx(device)
     row = meta.pop("limits_row")
     dkey, *also = cache_file.device_keys(chip, mlx_version)
@@ -359,8 +399,9 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
             return TuneResult(spec.name, shape, dtype, config, "cache", hit.get("median_us"), legal=len(legal), key=key)
     note = ""
     if configs is not None:
-        legal_keys = {tuple(sorted(c.items())) for c in legal}
-        cands = [dict(c) for c in configs if tuple(sorted(c.items())) in legal_keys]
+        # each given config as the legal config it equals, so 128.0 is launched and kept as the kernel's 128
+        legal_keys = {tuple(sorted(c.items())): c for c in legal}
+        cands = [dict(legal_keys[t]) for t in (tuple(sorted(c.items())) for c in configs) if t in legal_keys]
         if not cands:
             raise AutotuneError(f"{spec.name}: none of the {len(configs)} given configs is legal for {shape} {dtype}")
     elif device_aware:
@@ -386,7 +427,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
             pass
     timed = []
     for cfg in cands:
-        status, median, *error = measure(spec, cfg, shape, dtype)
+        status, median, *error = _measured(measure(spec, cfg, shape, dtype), cfg)
         timed.append({"config": cfg, "status": status, "median_us": median})
         if use_cache and status == "launch_error" and error and pipeline_thread_limit(str(error[0])):
             # the chip's pipeline refuses this config at any shape: never launch or time it again here
@@ -395,8 +436,10 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     ok = [t for t in timed if t["status"] == "ok" and t["median_us"] is not None]
     if not ok:
         pred = predicted_or_default(spec.name, shape, dtype, device=chip)
+        why = ("no candidate passed the reference check with a time above 0 us" if any(
+            t["status"] == "bad_time" for t in timed) else "no candidate passed the reference check")
         return TuneResult(spec.name, shape, dtype, pred.config, "predicted", None, timed, len(legal), wall, key,
-                          "no candidate passed the reference check; using the predicted config (not cached)")
+                          f"{why}; using the predicted config (not cached)")
     best = min(ok, key=lambda t: t["median_us"])
     if use_cache:
         launch = spec.launch(best["config"], shape)
@@ -406,6 +449,23 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         cache_file.save_entries(dkey, {key: value}, meta, cache_path, tuple(also))
     return TuneResult(spec.name, shape, dtype, dict(best["config"]), "timed", best["median_us"], timed, len(legal),
                       wall, key, note)
+
+
+def _measured(result: Any, config: Mapping[str, Any]) -> tuple:
+    """A measurer's (status, median us, error...) with a median that is no time (NaN, inf, <= 0) as a failed
+    candidate ("bad_time", None): never cached or chosen. AutotuneError for a result of another form."""
+    if not isinstance(result, (tuple, list)) or len(result) < 2 or not isinstance(result[0], str) \
+            or not (result[1] is None or isinstance(result[1], numbers.Real) and not isinstance(result[1], bool)):
+        raise AutotuneError(f"measure returned {result!r:.80} for config {dict(config)}: it must return "
+                            "(status, median_us or None[, error]), such as ('ok', 12.5)")
+    status, median, *error = result
+    if median is not None:
+        median = float(median)
+        if not math.isfinite(median) or median <= 0:
+            if status == "ok":
+                return "bad_time", None, f"measure gave a median of {median!r} us, which is no time"
+            median = None
+    return status, median, *error
 
 
 # ------------------------------------------------------------------------------------------
@@ -444,7 +504,7 @@ def remember_refusal(kernel: str, dkey: str, config: Mapping[str, Any], error: s
     _REFUSED[(_path_key(cache_path), dkey)].add(f"{kernel} {config_id(config)}")
     try:
         cache_file.save_refusal(dkey, kernel, config, error, cache_path)
-    except OSError as exc:
+    except (OSError, BadArgument) as exc:
         return f"not saved to the cache file: {exc}"
     return ""
 
@@ -593,7 +653,8 @@ class AutotunedKernel:
             raise BadArgumentType(f"@autotune decorates a kernel wrapper function, not {type(fn).__name__} "
                                   f"({fn!r:.60})")
         _check_options(warmup=warmup, iters=iters, k=k, configs=configs, threadgroups=threadgroups, device=device,
-                       cache_path=cache_path, measure=measure, shape=shape, dtype=dtype, config_arg=config_arg)
+                       cache_path=cache_path, measure=measure, shape=shape, dtype=dtype, config_arg=config_arg,
+                       device_aware=device_aware)
         refusals = _refusals(refusals)
         if kernel is not None and not isinstance(kernel, str) and not _is_spec(kernel):
             raise BadArgumentType(f"kernel must be a registered name, a module:attr path or a KernelSpec, "
@@ -632,7 +693,7 @@ class AutotunedKernel:
             if not isinstance(shape, Mapping):
                 raise BadArgumentType(f"{self.fn.__name__}: its shape= function returned a {type(shape).__name__} "
                                       f"({shape!r:.60}), not a mapping of dims such as {{'rows': 4096, 'cols': 4096}}")
-            shape = dict(shape)
+            shape = _checked_shape(spec, shape)  # the dims as ints (a 0-d array too), so they key the memo
         else:
             arr = _first_array(args, kwargs)
             dims = spec.shape_grid.dims if spec is not None else ("rows", "cols")
@@ -727,7 +788,8 @@ def autotune(kernel: Any = None, *, warmup: int = 3, iters: int = 10, device_awa
     if callable(kernel) and not isinstance(kernel, str) and not _is_spec(kernel):
         return AutotunedKernel(kernel)  # bare @autotune
     _check_options(warmup=warmup, iters=iters, k=k, configs=configs, threadgroups=threadgroups, device=device,
-                   cache_path=cache_path, measure=measure, shape=shape, dtype=dtype, config_arg=config_arg)
+                   cache_path=cache_path, measure=measure, shape=shape, dtype=dtype, config_arg=config_arg,
+                   device_aware=device_aware)
     _refusals(refusals)
 
     def decorator(fn: Callable) -> AutotunedKernel:
