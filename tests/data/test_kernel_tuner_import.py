@@ -716,7 +716,7 @@ def test_a_refused_file_among_good_ones_stores_none_of_them(seeded, tmp_path):
     assert snapshot(seeded) == before
 
 
-def test_a_store_failure_midway_names_the_files_that_went_in(store, tmp_path, monkeypatch):
+def test_a_store_failure_midway_stores_none_of_the_files(store, tmp_path, monkeypatch):
     from zmlx_pipeline.data.store import StoreError
 
     first = write(tmp_path / "k" / "A4000.json", kt_cache({"16,1": entry()}))
@@ -733,10 +733,11 @@ def test_a_store_failure_midway_names_the_files_that_went_in(store, tmp_path, mo
     monkeypatch.setattr(store, "record", record_then_fail)
     with pytest.raises(ImportFileError) as info:
         import_files(store, [first, second])
-    assert str(info.value) == (f"cannot store {second}: disk full; went in: {first}; did not go in: {second} "
-                               "(import them again: what is stored already is skipped)")
+    assert str(info.value) == (f"cannot store {second}: disk full; nothing of any file was stored, the store is "
+                               "as it was")
+    assert (store.measurements(), store.runs(), store.devices()) == ([], [], [])
     monkeypatch.setattr(store, "record", real_record)
-    assert [r["added"] for r in import_files(store, [first, second])] == [0, 1]
+    assert [r["added"] for r in import_files(store, [first, second])] == [1, 1]
 
 
 def test_a_directory_tree_laid_out_as_the_benchmark_hub_imports_in_one_call(store, tmp_path):
@@ -1309,13 +1310,19 @@ def test_a_kernel_name_that_is_no_name_is_refused_and_a_missing_one_is_the_folde
     assert "kernel name 'vector\\u202eadd' holds a control character" in refused(seeded, hidden)
     t4_number = write(tmp_path / "vec" / "A4000_T4.json", t4([t4_result(16, "correct", [1.0])], {"kernel_name": 7}))
     assert "its metadata's kernel_name is 7, not a name" in refused(seeded, t4_number, problem_size=[64])
-    # no kernel name (empty, or a T4 file, which has none): the folder's, also for a file named from inside it
-    empty = write(tmp_path / "vec_add" / "A4000.json", kt_cache({"16,1": entry()}, kernel_name=""))
+    # a kernel_name given empty names nothing, and is refused as a name, not replaced by the folder's
+    for blank in ("", "  "):
+        empty = write(tmp_path / "vec_add" / "A4000.json", kt_cache({"16,1": entry()}, kernel_name=blank))
+        assert refused(seeded, empty) == (f"cannot import {empty}: its kernel_name is empty; give the file a "
+                                          "kernel_name; nothing of it was stored")
+    assert import_files(seeded, [empty], kernel="named")[0]["kernel"] == "named"  # unless the kernel is named
+    # no kernel name (absent, or a T4 file, which has none): the folder's, also for a file named from inside it
+    absent = write(tmp_path / "vec_add" / "A4000.json", kt_cache({"16,1": entry()}, kernel_name=None))
     t4_file = write(tmp_path / "vec_t4" / "A4000_T4.json", t4([t4_result(16, "correct", [1.0])]))
     monkeypatch.chdir(tmp_path / "vec_t4")
-    rows = import_files(seeded, [empty, Path(t4_file.name)])
+    rows = import_files(seeded, [absent, Path(t4_file.name)])
     assert [r["kernel"] for r in rows] == ["vec_add", "vec_t4"]
-    assert {m["kernel"] for m in seeded.measurements()} == {"toy_kernel", "vec_add", "vec_t4"}
+    assert {m["kernel"] for m in seeded.measurements()} == {"toy_kernel", "named", "vec_add", "vec_t4"}
 
 
 def test_a_file_named_after_a_built_in_kernel_must_be_that_kernel(seeded, tmp_path):
@@ -1348,3 +1355,57 @@ def test_the_cli_refuses_a_bad_file_in_one_line_and_stores_nothing(tmp_path):
 
     with Store(db, read_only=True) as store:
         assert len(store.measurements()) == 1
+
+
+# ------------------------------------------------------------------------------------------
+# one sort of value per parameter; nothing but a cut-off after the document
+
+
+def test_parameter_values_written_as_text_are_read_as_their_key_reads_them(store, tmp_path):
+    # Kernel Tuner tells configs apart by str(value): "16" is the 16 of tune_params, stored as one config with it
+    doc = kt_cache({"16,1": entry("16", 1, 1.0), "32,1": entry(32, "1", 2.0), "32,2": entry(32, 2, 3.0)})
+    path = write(tmp_path / "k" / "A4000.json", doc)
+    assert [m.config for m in parse_file(path).measurements] == [
+        {"block_size_x": 16, "block_size_y": 1}, {"block_size_x": 32, "block_size_y": 1},
+        {"block_size_x": 32, "block_size_y": 2}]
+    named = kt_cache({"float,1": entry("float", 1, 1.0), "half,1": entry("half", 1, 2.0)},
+                     keys=("vector", "block_size_y"), tune_params={"vector": ["float", "half"], "block_size_y": [1]})
+    named["cache"] = {k: {"vector": v.pop("block_size_x"), **v} for k, v in named["cache"].items()}
+    path = write(tmp_path / "k" / "A4000_b.json", named)
+    assert [m.config["vector"] for m in parse_file(path).measurements] == ["float", "half"]
+
+
+def test_a_parameter_holding_values_of_two_sorts_is_refused_naming_it_and_the_entry(seeded, tmp_path):
+    doc = kt_cache({"16,1": entry(16, 1, 1.0), "wide,1": entry("wide", 1, 2.0)}, tune_params={"block_size_y": [1]})
+    path = write(tmp_path / "k" / "A4000.json", doc)
+    assert refused(seeded, path) == (
+        f"cannot import {path}: cache entry 'wide,1': block_size_x is 'wide' (text), but cache entry '16,1' gives it "
+        "16 (a number); a parameter's values must all be of one sort; nothing of it was stored")
+
+
+def test_a_parameter_of_another_sort_than_another_files_or_the_stores_is_refused(store, tmp_path):
+    numbers = write(tmp_path / "k" / "A4000.json", kt_cache({"16,1": entry(16, 1, 1.0)}))
+    text = write(tmp_path / "k" / "A6000.json", kt_cache({"wide,1": entry("wide", 1, 2.0)}, device_name="RTX A6000",
+                                                        tune_params={"block_size_y": [1]}))
+    with pytest.raises(ImportFileError, match="A6000.json: block_size_x is 'wide' \\(text\\), but A4000.json gives "
+                                              "it 16"):
+        import_files(store, [numbers, text])
+    assert snapshot(store) == ([], [], [])
+    import_files(store, [numbers])
+    with pytest.raises(ImportFileError, match="but the store \\(kernel vector_add\\) gives it 16 \\(a number\\)"):
+        import_files(store, [text])
+
+
+@pytest.mark.parametrize("after", ["}}", " garbage", "\n{DOC}"])  # a brace too many, garbage, a second document
+def test_text_after_a_complete_cache_is_refused_naming_the_offset(seeded, tmp_path, after):
+    text = json.dumps(kt_cache({"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0)}))
+    path = tmp_path / "k" / "A4000.json"
+    path.parent.mkdir()
+    path.write_text(text + after.replace("{DOC}", text))
+    offset = len(text) + len(after) - len(after.lstrip())  # where the first thing after the document starts
+    message = refused(seeded, path)
+    assert f"not valid JSON: more text after the end of its JSON document (a second document, or garbage) at offset " \
+           f"{offset} " in message
+    # a cache Kernel Tuner left open or cut off is still read: every complete entry
+    path.write_text(text[: text.index('"32,1"')] + '"32,1": {"block_size_x": 32, "bl')
+    assert len(parse_file(path).measurements) == 1

@@ -164,6 +164,76 @@ def test_foreign_duckdb_file_is_refused(tmp_path):
     assert table_names(path) == {"not_ours"}
 
 
+def _filled_store(path: Path, make_measurement) -> Path:
+    """A closed store of many blocks (a table of filler beside a few measurements)."""
+    with Store(path) as s:
+        s.record([make_measurement(shape={"rows": r, "cols": 4096}) for r in range(1, 50)])
+    con = duckdb.connect(str(path))
+    con.execute("CREATE TABLE filler AS SELECT range AS i, md5(range::VARCHAR) AS s FROM range(400000)")
+    con.close()
+    return path
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.97, -100])
+def test_a_store_cut_short_is_refused_on_open_and_left_as_it_was(tmp_path, make_measurement, keep):
+    whole = _filled_store(tmp_path / "whole.duckdb", make_measurement).read_bytes()
+    path = tmp_path / "cut.duckdb"
+    path.write_bytes(whole[:int(len(whole) * keep)] if keep > 0 else whole[:keep])
+    before = path.read_bytes()
+    for flags in ({}, {"read_only": True}, {"create": False}):
+        with pytest.raises(CorruptStore) as err:
+            Store(path, **flags)
+        message = str(err.value)
+        assert message.startswith(f"store {path} is damaged (") and "\n" not in message
+        assert message.endswith("restore it from a copy or pass another --db")
+    assert path.read_bytes() == before
+
+
+def test_a_store_whose_free_blocks_duckdb_cut_off_still_opens(tmp_path, make_measurement):
+    """DuckDB shortens its file by the free blocks at its end while its header still counts them: not damage."""
+    path = _filled_store(tmp_path / "s.duckdb", make_measurement)
+    con = duckdb.connect(str(path))
+    con.execute("DELETE FROM filler")
+    con.close()
+    con = duckdb.connect(str(path), read_only=True)
+    block_size, blocks = con.execute("SELECT block_size, total_blocks FROM pragma_database_size()").fetchone()
+    con.close()
+    assert path.stat().st_size < 3 * 4096 + blocks * block_size  # what the open check must tell from a cut
+    with Store(path, read_only=True) as s:
+        assert len(s.measurements()) == 49
+
+
+def test_only_an_unreadable_store_file_is_damage(tmp_path):
+    path = tmp_path / "s.duckdb"
+    path.write_bytes(b"")
+    cut = duckdb.IOException(f'IO Error: Could not read enough bytes from file "{path}": attempted to read 8 bytes')
+    assert isinstance(store_mod.damaged(path, cut), CorruptStore)
+    checksum = duckdb.Error("Corrupt database file: computed checksum 1 does not match stored checksum 2 in block")
+    assert "is damaged (Corrupt database file" in str(store_mod.damaged(path, checksum))
+    other_file = duckdb.IOException('IO Error: Could not read enough bytes from file "/elsewhere/shard.parquet"')
+    full_disk = duckdb.IOException(f'IO Error: Could not write file "{path}": No space left on device')
+    for err in (other_file, full_disk, duckdb.InterruptException("INTERRUPT Error: Interrupted!"), OSError("x")):
+        assert store_mod.damaged(path, err) is None
+
+
+def test_a_store_path_that_cannot_be_a_store_file_says_what_it_is(tmp_path):
+    (tmp_path / "dir").mkdir()
+    with pytest.raises(StoreError, match=r"store path .*dir is a directory, not a store file: pass a file in it "
+                                         r"\(e\.g\. .*dir/store\.duckdb\)"):
+        Store(tmp_path / "dir")
+    (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
+    (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
+    for flags in ({}, {"read_only": True}):
+        with pytest.raises(StoreError, match="loop_a is a symlink loop: point the link at a store file"):
+            Store(tmp_path / "loop_a", **flags)
+    (tmp_path / "dangling").symlink_to(tmp_path / "not_yet.duckdb")
+    with pytest.raises(StoreError, match=r"no store at .*dangling \(a symlink to .*not_yet\.duckdb, which does not "
+                                         r"exist\)"):
+        Store(tmp_path / "dangling", read_only=True)
+    Store(tmp_path / "dangling").close()  # opened writable, the link's target becomes the store
+    assert (tmp_path / "not_yet.duckdb").is_file()
+
+
 @pytest.mark.parametrize("flags", [{"read_only": True}, {"create": False}])
 def test_open_of_missing_store_without_create_creates_nothing(tmp_path, flags):
     path = tmp_path / "nowhere" / "s.duckdb"
@@ -250,6 +320,35 @@ def test_upsert_device_ignores_unknown_keys_and_keeps_unset_columns(store):
     assert "not_a_column" not in device
     with pytest.raises(StoreError, match="device_id"):
         store.upsert_device({"name": "nameless"})
+
+
+def test_upsert_device_keeping_known_facts_erases_nothing_with_a_none(store):
+    store.upsert_device({"device_id": DEVICE, "name": "Apple M3 Max", "reported_name": "Apple M3 Max (40 cores)"})
+    store.upsert_device({"device_id": DEVICE, "name": "M3 Max", "reported_name": None}, keep_known=True)
+    (device,) = store.devices()
+    assert (device["name"], device["reported_name"]) == ("M3 Max", "Apple M3 Max (40 cores)")
+    store.upsert_device({"device_id": DEVICE, "reported_name": None})
+    assert store.devices()[0]["reported_name"] is None
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, StoreError])
+def test_atomic_writes_all_or_nothing(store, make_measurement, stop):
+    store.record([make_measurement()])
+    before = (store.devices(), store.runs(), store.measurements())
+    with pytest.raises(stop):
+        with store.atomic():
+            store.upsert_device({"device_id": DEVICE, "name": "Apple M3 Max"})
+            run_id = store.start_run(DEVICE, host=None, backend="metal", mlx_version=None, pipeline_version=None,
+                                     settings={})
+            store.record([make_measurement(run_id=run_id, dtype="float32")])
+            store.finish_run(run_id, "imported")
+            raise stop("stopped")
+    assert (store.devices(), store.runs(), store.measurements()) == before
+    with store.atomic():
+        with store.atomic():  # nested: one transaction, committed by the outer block
+            store.record([make_measurement(dtype="float32")])
+        store.upsert_device({"device_id": DEVICE})
+    assert len(store.measurements()) == 2 and len(store.devices()) == 1
 
 
 def test_runs_start_and_finish(store):

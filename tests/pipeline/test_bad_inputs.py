@@ -590,3 +590,90 @@ def test_a_refused_file_leaves_no_new_store_behind(tmp_path, command):
 
     good = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(SMALL_SHARD)])
     assert good.exit_code == 0 and db.exists()
+
+
+# -- a damaged store: cut short, or a block that reads back wrong ------------------------------------------
+
+DAMAGE_COMMANDS = [("summary",), ("noise",), ("noise", "--device", "nvidia-h200"), ("models",),
+                   ("evaluate", "--split", "shapes", "--kernel", "rmsnorm"), ("train", "-k", "rmsnorm", "-j", "1"),
+                   ("publish", "--to", "bundles", "-k", "rmsnorm"), ("report", "--out", "rep", "-k", "rmsnorm"),
+                   ("import", "vector_add.json"), ("export", "out.parquet"), ("ingest", str(SMALL_SHARD))]
+
+
+@pytest.mark.parametrize("args", DAMAGE_COMMANDS, ids=[" ".join(a[:2]) for a in DAMAGE_COMMANDS])
+def test_a_store_cut_short_is_one_line_for_every_command(home, args):
+    from zmlx_pipeline.data.store import default_db_path
+
+    path = default_db_path()
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    cache = _kt_cache({"64,1": {"block_size_x": 64, "tile": 1, "time": 0.01}})
+    (home / "vector_add.json").write_text(json.dumps(cache))
+    result = run_cli(home, *args)
+    assert_one_line_error(result, progress=args[0] in PROGRESS)
+    assert f"Error: store {path} is damaged (" in result.output
+    assert result.output.rstrip().endswith("restore it from a copy or pass another --db")
+    assert not (home / "out.parquet").exists() and not (home / "bundles").exists()
+
+
+def test_damage_met_mid_command_is_the_stores_one_line(home, monkeypatch):
+    """A block that fails to read back, however deep in a command, raw or wrapped in a library error."""
+    import duckdb
+
+    from zmlx_pipeline.data.store import Store, StoreError, default_db_path
+
+    path = default_db_path()
+
+    def cut(self, *args, **kwargs):
+        raise duckdb.IOException(f'IO Error: Could not read enough bytes from file "{path}": attempted to read 9 bytes')
+
+    def checksum(self, *args, **kwargs):
+        try:
+            raise duckdb.Error("Corrupt database file: computed checksum 1 does not match stored checksum 2 in block")
+        except duckdb.Error as err:
+            raise StoreError(f"cannot export a shard to out.parquet: {err}") from err
+
+    for method, fails, args, says in (("summary", cut, ("summary",), "(IO Error: Could not read enough bytes"),
+                                      ("export_shard", checksum, ("export", "out.parquet"),
+                                       "(Corrupt database file: computed checksum 1")):
+        real = getattr(Store, method)
+        monkeypatch.setattr(Store, method, fails)
+        result = run_cli(home, *args)
+        monkeypatch.setattr(Store, method, real)
+        assert_one_line_error(result)
+        assert result.output.startswith(f"Error: store {path} is damaged {says}")
+
+    def other_file(self, *args, **kwargs):
+        raise duckdb.IOException('IO Error: Could not read enough bytes from file "/elsewhere/x.parquet"')
+
+    monkeypatch.setattr(Store, "summary", other_file)  # not the store: not called damage
+    result = CliRunner().invoke(cli, ["summary"])
+    assert isinstance(result.exception, duckdb.IOException)
+
+
+# -- paths that cannot be what they are given as --------------------------------------------------------------
+
+def test_a_store_path_that_is_a_directory_or_a_symlink_loop_says_so(home):
+    (home / "loop_a").symlink_to(home / "loop_b")
+    (home / "loop_b").symlink_to(home / "loop_a")
+    for db, says in (("emptydata", "is a directory, not a store file: pass a file in it"),
+                     ("loop_a", "is a symlink loop: point the link at a store file")):
+        for args in (("summary",), ("ingest", str(SMALL_SHARD))):
+            result = run_cli(home, *args, env={"ZMLX_PIPELINE_DB": str(home / db)})
+            assert_one_line_error(result)
+            assert f"store path {home / db} {says}" in result.output
+
+
+@pytest.mark.parametrize("target, says", [
+    ("bun", "bun: it is a published bundle (it holds manifest.json), not a directory to publish into; pass its "
+            "parent"),
+    ("bun/devices", "it is inside the published bundle bun; pass the directory that holds that bundle"),
+    ("loop_a", "loop_a is a symlink loop; fix or remove the link, or choose another --to"),
+    ("loop_a/pub", "loop_a is a symlink loop"),
+])
+def test_publish_into_a_bundle_or_through_a_broken_link_is_refused_before_any_work(home, target, says):
+    _bundle_copy(home, "bun")
+    (home / "loop_a").symlink_to(home / "loop_b")
+    (home / "loop_b").symlink_to(home / "loop_a")
+    result = run_cli(home, "publish", "--to", target)
+    assert_one_line_error(result, progress=True)
+    assert says in result.output.splitlines()[-1]

@@ -205,3 +205,31 @@ def test_files_of_other_kernels_named_after_their_gpu_import_with_no_device_opti
     assert result.output == (f"Error: cannot import {fermi}: device 'GTX_580' is not in the catalog; pass --device "
                              "<catalog id> or --device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it "
                              "was stored\n")
+
+
+def test_a_later_file_that_names_no_gpu_keeps_the_stored_reported_name(db, tmp_path):
+    named = write(tmp_path / "vec" / "a.json", key_only_cache("NVIDIA RTX A4000"))
+    assert invoke("import", "--db", db, named).exit_code == 0
+    unnamed = key_only_cache(None, problem_size=(1024, 1024))
+    del unnamed["device_name"]
+    unnamed = write(tmp_path / "vec" / "A4000.json", unnamed)  # the GPU from the file name
+    assert invoke("import", "--db", db, unnamed).exit_code == 0
+    (device,) = [d for d in contents(db)[2] if d["device_id"] == "nvidia-rtx-a4000"]
+    assert device["reported_name"] == "NVIDIA RTX A4000"
+
+
+def test_an_import_stopped_midway_leaves_the_store_as_it_was(db, tmp_path, monkeypatch):
+    first = write(tmp_path / "vec" / "a.json", key_only_cache("NVIDIA RTX A4000"))
+    second = write(tmp_path / "vec" / "b.json", key_only_cache("NVIDIA RTX A6000", problem_size=(8, 8)))
+    before = contents(db)
+    real_finish = Store.finish_run
+
+    def stop_on_the_second(self, run_id, status):
+        if len(self.runs()) > len(before[1]) + 1:
+            raise KeyboardInterrupt
+        return real_finish(self, run_id, status)
+
+    monkeypatch.setattr(Store, "finish_run", stop_on_the_second)
+    result = invoke("import", "--db", db, first, second)
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == "Aborted!"
+    assert contents(db) == before

@@ -210,3 +210,19 @@ def test_profiles(toy_bundle):
     assert any("nvidia-h100-pcie" in line and line.endswith("predicted") for line in lines)
     bad = run("profiles", "--device", "not-a-gpu", "--bundle", str(toy_bundle[1]))
     assert bad.exit_code == 1 and "no device 'not-a-gpu'" in bad.output
+
+
+def test_lookup_and_profiles_read_a_file_url_as_the_path_it_names(toy_bundle):
+    from urllib.parse import quote
+
+    url = "file://" + quote(str(toy_bundle[1]))
+    by_path = json.loads(run("lookup", "toy_scale", "--shape", "rows=4,cols=4", "--device", "nvidia-h200",
+                             "--bundle", str(toy_bundle[1]), "--json").output)
+    by_url = run("lookup", "toy_scale", "--shape", "rows=4,cols=4", "--device", "nvidia-h200", "--bundle", url,
+                 "--json")
+    assert by_url.exit_code == 0, by_url.output
+    assert json.loads(by_url.output) == by_path
+    assert run("profiles", "--device", "nvidia-h200", "--bundle", "file://localhost" + quote(str(toy_bundle[1]))
+               ).exit_code == 0
+    remote = run("profiles", "--bundle", "file://otherhost/bundles")
+    assert remote.exit_code == 2 and "names a file on host 'otherhost'; give a local path" in remote.output

@@ -129,3 +129,32 @@ def test_a_latest_pointer_that_cannot_be_replaced_leaves_no_orphan_version(tmp_p
         write_bundle(tmp_path / "pub", {"kernels.json": {"a": 2}}, {"schema": "x"})
     assert sorted(p.name for p in (tmp_path / "pub").iterdir()) == before  # no new version, no temp directory
     assert (tmp_path / "pub" / "latest").read_text().strip() == path.name
+
+
+def test_a_bundle_or_a_directory_inside_one_is_refused_as_a_publish_directory(tmp_path):
+    manifest, version = write_bundle(tmp_path / "pub", {"kernels.json": {"a": 1}}, {})
+    with pytest.raises(PublishError, match=f"cannot publish to {version}: it is a published bundle \\(it holds "
+                                           f"manifest.json\\), not a directory to publish into; pass its parent "
+                                           f"\\({tmp_path / 'pub'}\\)"):
+        check_publish_dir(version)
+    with pytest.raises(PublishError, match=f"it is inside the published bundle {version}; pass the directory that "
+                                           f"holds that bundle \\({tmp_path / 'pub'}\\)"):
+        check_publish_dir(version / "sub" / "deeper")
+    check_publish_dir(tmp_path / "pub")  # the publish directory itself takes new versions
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "manifest.json").write_text('{"name": "a web app"}')  # another tool's manifest, above
+    check_publish_dir(tmp_path / "site" / "bundles")
+    with pytest.raises(PublishError, match="it holds a manifest.json that is no bundle's, which a reader of the "
+                                           "directory would take for its bundle's"):
+        check_publish_dir(tmp_path / "site")  # there, the new bundles' latest would never be read
+
+
+def test_a_publish_path_through_a_broken_link_says_which_link(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(PublishError, match=f"{tmp_path / 'a'} is a symlink loop; fix or remove the link"):
+        check_publish_dir(tmp_path / "a" / "bundles")
+    with pytest.raises(PublishError, match=f"{tmp_path / 'gone'} is a symlink to {tmp_path / 'nowhere'}, which does "
+                                           "not exist"):
+        check_publish_dir(tmp_path / "gone")

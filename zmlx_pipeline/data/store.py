@@ -6,6 +6,7 @@ every migration, are here.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -379,6 +380,9 @@ def _open_error(path: Path, err: duckdb.Error, read_only: bool = False) -> Store
         why = next(w for w in _NOT_WRITABLE if w in text)
         return StoreNotWritable(f"store {path} cannot be written ({why}): commands that only read it still work; "
                                 "copy it somewhere writable or pass another --db")
+    damage = damaged(path, err)
+    if damage is not None:
+        return damage
     if "not a valid DuckDB database" in text:
         return CorruptStore(f"{path} is not a DuckDB database: move it aside or use another --db")
     if "different configuration" in text:
@@ -445,11 +449,74 @@ def _check_duckdb_header(path: Path) -> None:
         raise CorruptStore(f"{path} is not a DuckDB database: move it aside or use another --db")
 
 
+def damaged(path: Path, err: BaseException) -> CorruptStore | None:
+    """The one-line CorruptStore for a DuckDB error that says the store's own file cannot be read back (cut short,
+    a block failing its checksum), else None; so a damaged store reads the same wherever a command meets it."""
+    if not isinstance(err, duckdb.Error):
+        return None
+    text = _first_line(err)
+    if "Corrupt database file" not in text:
+        named = re.findall(r'file "([^"]*)"', text)
+        if not isinstance(err, duckdb.IOException) or "Could not read" not in text:
+            return None
+        if named and not any(_same_file(Path(n), path) for n in named):
+            return None  # another file (a shard being read or written) failed, not the store
+    return CorruptStore(f"store {path} is damaged ({text}): restore it from a copy or pass another --db")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether two paths name one file (by inode when both exist, else by absolute path)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+#: where DuckDB's blocks start in its file: after the file header and the two database headers, 4 KiB each
+_DUCKDB_BLOCKS_START = 3 * 4096
+
+
+def _check_whole(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """CorruptStore when the file cannot hold the blocks its header lists (a copy cut short), read at once from
+    DuckDB's own block counts, so a command fails before its work, not midway or (summary) never. DuckDB writes
+    whole blocks and cuts only free ones off the end of its file: a file ending inside a block, or missing more
+    blocks than are free, lost data."""
+    try:
+        block_size, blocks, free = con.execute(
+            "SELECT block_size, total_blocks, free_blocks FROM pragma_database_size() "
+            "WHERE database_name = current_database()").fetchone()
+        size = path.stat().st_size
+    except (duckdb.Error, OSError, TypeError):  # no such row or no file: the schema check that follows says why
+        return
+    held, partial = divmod(max(size - _DUCKDB_BLOCKS_START, 0), int(block_size))
+    if partial or int(blocks) - held > int(free):
+        raise CorruptStore(f"store {path} is damaged (cut short: its file holds {size} bytes, too few for the "
+                           f"{int(blocks) - int(free)} blocks of {block_size} bytes it uses): restore it from a copy "
+                           "or pass another --db")
+
+
+def _check_store_path(path: Path) -> None:
+    """Refuse, saying what to pass instead, a store path that cannot be a store file: a directory or a symlink loop
+    (which would otherwise read as DuckDB's raw I/O error, or as 'no store there')."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StoreError(f"store path {path} is a symlink loop: point the link at a store file, or pass another "
+                             "--db") from None
+        return  # a missing file (or a link to one): made, or refused as 'no store', by the caller
+    if path.is_dir():
+        raise StoreError(f"store path {path} is a directory, not a store file: pass a file in it "
+                         f"(e.g. {path / 'store.duckdb'}) with --db or $ZMLX_PIPELINE_DB")
+
+
 def _connect(path: Path, read_only: bool, create: bool = True) -> duckdb.DuckDBPyConnection:
     """Open a DuckDB connection, mapping lock, corruption and missing-file errors. A missing file is
     created only when opening writable with `create`."""
+    _check_store_path(path)
     if (read_only or not create) and not path.exists():
-        raise StoreError(f"no store at {path}: run a collect, import or ingest first, or pass another --db")
+        link = f" (a symlink to {os.readlink(path)}, which does not exist)" if path.is_symlink() else ""
+        raise StoreError(f"no store at {path}{link}: run a collect, import or ingest first, or pass another --db")
     if not read_only:
         make_parent(path, "store")
     _check_duckdb_header(path)
@@ -483,8 +550,16 @@ class Store:
         self.path = Path(path).expanduser() if path is not None else default_db_path()
         self.read_only = read_only
         self._con: duckdb.DuckDBPyConnection | None = _connect(self.path, read_only, create)
+        self._atomic = 0  # depth of atomic() blocks: inside one, each write joins its transaction
         try:
+            _check_whole(self._con, self.path)
             self._open_schema()
+        except duckdb.Error as err:
+            self.close()
+            damage = damaged(self.path, err)
+            if damage is None:
+                raise
+            raise damage from err
         except BaseException:
             self.close()
             raise
@@ -520,9 +595,31 @@ class Store:
             raise StoreError(f"cannot {action}: store {self.path} is open read-only; open it writable")
 
     @contextmanager
+    def atomic(self) -> Iterator["Store"]:
+        """Every write in the block is one transaction: all of it is committed at the end, or, on any exception
+        (Ctrl-C included), none of it, so a stopped or refused write of several steps (an import) leaves the store
+        as it was."""
+        self._require_writable("write")
+        try:
+            with self._transaction():
+                self._atomic += 1
+                try:
+                    yield self
+                finally:
+                    self._atomic -= 1
+        except duckdb.InterruptException:
+            raise  # a stop, not a failure: the command ends as aborted
+        except duckdb.Error as err:
+            raise StoreError(f"nothing was written to {self.path}: {_first_line(err)}") from err
+
+    @contextmanager
     def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """BEGIN ... COMMIT, rolled back on any exception (KeyboardInterrupt included)."""
+        """BEGIN ... COMMIT, rolled back on any exception (KeyboardInterrupt included); inside atomic(), the
+        statements join its transaction, which commits or rolls back."""
         con = self._conn
+        if self._atomic:
+            yield con
+            return
         con.execute("BEGIN TRANSACTION")
         try:
             yield con
@@ -619,16 +716,18 @@ class Store:
 
     # -- devices -----------------------------------------------------------------------------
 
-    def upsert_device(self, row: dict) -> None:
-        """Insert or update one device; only the given known columns change, unknown keys are ignored."""
+    def upsert_device(self, row: dict, keep_known: bool = False) -> None:
+        """Insert or update one device; only the given known columns change, unknown keys are ignored.
+        `keep_known`: a None in `row` keeps what the store knows (a file that names no GPU erases no name)."""
         self._require_writable("upsert a device")
         if not row.get("device_id"):
             raise StoreError("a device row needs a non-empty device_id")
         cols = [c for c in DEVICE_COLUMNS if c in row]
         values = [_to_json(row[c]) if c in _JSON_COLUMNS else row[c] for c in cols]
         updates = [c for c in cols if c != "device_id"]
+        value = "coalesce(excluded.{c}, devices.{c})" if keep_known else "excluded.{c}"
         conflict = (
-            "DO UPDATE SET " + ", ".join(f"{c} = excluded.{c}" for c in updates)
+            "DO UPDATE SET " + ", ".join(f"{c} = " + value.format(c=c) for c in updates)
             if updates else "DO NOTHING"
         )
         sql = (
@@ -701,6 +800,13 @@ class Store:
             [device_id, kernel, kernel_version],
         ).fetchall()
         return {tuple(r) for r in rows}
+
+    def stored_config(self, kernel: str, kernel_version: str) -> dict | None:
+        """One stored config of a kernel version (as a dict), or None when it has none: what an import compares its
+        parameters' values with."""
+        row = self._conn.execute("SELECT config FROM measurements WHERE kernel = ? AND kernel_version = ? LIMIT 1",
+                                 [kernel, kernel_version]).fetchone()
+        return None if row is None else _from_json(row[0])
 
     def record(self, measurements: Iterable[Measurement]) -> int:
         """Insert a batch in one transaction, skipping keys already stored; returns rows added."""

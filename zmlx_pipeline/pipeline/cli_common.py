@@ -30,7 +30,8 @@ def one_line(exc: BaseException) -> str:
 
 class CommandGroup(click.Group):
     """The `zmlx-pipeline` group: every error the library raises on purpose (a ZmlxPipelineError) and every
-    error of the file system (a name too long, a full disk) becomes a one-line click error (exit 1), and a stop
+    error of the file system (a name too long, a full disk) becomes a one-line click error (exit 1), a store
+    found damaged mid-command (DuckDB cannot read its file back) is the store's one CorruptStore line, and a stop
     (Ctrl-C, SIGTERM) that DuckDB turned into its own error is click's "Aborted!"; never a traceback. Anything
     else is a bug and propagates."""
 
@@ -38,14 +39,37 @@ class CommandGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ZmlxPipelineError as exc:
-            raise click.ClickException(one_line(exc)) from None
+            raise click.ClickException(one_line(_store_damage(ctx, exc.__cause__) or exc)) from None
         except OSError as exc:
             where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
             raise click.ClickException(f"{exc.strerror or one_line(exc)}{where}") from None
-        except Exception as exc:  # noqa: BLE001 - only DuckDB's interruption is turned into an abort here
+        except Exception as exc:  # noqa: BLE001 - only DuckDB's interruption and damage are handled here
             if _interrupted(exc):  # the transaction it stopped was rolled back; committed steps stay
                 raise click.Abort() from None
+            damage = _store_damage(ctx, exc)
+            if damage is not None:
+                raise click.ClickException(one_line(damage)) from None
             raise
+
+
+#: ctx.meta key of the store path the command opened (open_store), for errors met after it was opened
+_STORE_PATH = "zmlx_pipeline.store_path"
+
+
+def _store_damage(ctx: click.Context, exc: BaseException | None) -> Exception | None:
+    """The store's CorruptStore when `exc` (or what it wraps) is DuckDB failing to read the command's store back,
+    else None: one place, however deep in the library the damaged block was met."""
+    path = ctx.meta.get(_STORE_PATH)
+    if path is None:
+        return None
+    from zmlx_pipeline.data.store import damaged
+
+    while exc is not None:
+        damage = damaged(path, exc)
+        if damage is not None:
+            return damage
+        exc = exc.__cause__
+    return None
 
 
 def _interrupted(exc: BaseException) -> bool:
@@ -68,8 +92,10 @@ def open_store(db: Path | None, read_only: bool = False, must_exist: bool = Fals
     from zmlx_pipeline.data.store import Store, default_db_path
 
     path = db or default_db_path()
+    ctx = click.get_current_context()
+    ctx.meta[_STORE_PATH] = Path(path)
     store = Store(path, read_only=read_only, create=not must_exist)
-    click.get_current_context().call_on_close(store.close)
+    ctx.call_on_close(store.close)
     return store
 
 

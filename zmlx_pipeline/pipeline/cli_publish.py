@@ -18,6 +18,21 @@ from zmlx_pipeline.pipeline.cli_common import (
 )
 
 
+def bundle_location(ctx, param, value: str | None) -> str | None:
+    """--bundle as the runtime reads it (a directory or an http(s) URL): a file:// URL is the local path it names,
+    rather than a path with "file:" in front that exists nowhere."""
+    if value is None or not value.lower().startswith("file:"):
+        return value
+    from urllib.parse import urlsplit
+    from urllib.request import url2pathname
+
+    url = urlsplit(value)
+    if url.netloc not in ("", "localhost"):
+        raise click.BadParameter(f"{value!r} names a file on host {url.netloc!r}; give a local path, a file:/// URL "
+                                 "or an http(s) URL", param_hint="--bundle")
+    return url2pathname(url.path)
+
+
 def parse_shape(text: str) -> dict[str, int] | list[int]:
     """`rows=4096,cols=4096` as a dict, or `4096,4096` (the kernel's dims in order) as a list."""
     items = [p.strip() for p in text.replace("x", ",").split(",") if p.strip()] if "=" not in text \
@@ -53,13 +68,9 @@ def parse_shape(text: str) -> dict[str, int] | list[int]:
 @output_options
 def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> None:
     """Publish a profile bundle (device profiles, per-shape configs, manifest with hashes) from the newest models."""
-    from zmlx_pipeline.data.store import default_db_path
     from zmlx_pipeline.publish import publish
 
-    path = db or default_db_path()
-    if not path.exists():
-        raise click.ClickException(f"no store at {path}: run `zmlx-pipeline run`, import or collect first, or pass --db")
-    result = publish(open_store_to_record(path), to_dir, split_names(model_ids) or None, kernels=split_names(kernel_names) or None,
+    result = publish(open_store_to_record(db), to_dir, split_names(model_ids) or None, kernels=split_names(kernel_names) or None,
                      devices=split_names(device_ids) or None, progress=progress_line)
     if as_json:
         emit(result, True)
@@ -73,8 +84,9 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
 @click.option("--shape", "shape_text", required=True, help="DIM=N,... (e.g. rows=4096,cols=4096), or the dims' values in order.")
 @click.option("--dtype", default="float16", show_default=True, help="float16, bfloat16 or float32.")
 @click.option("--device", default=None, help="Catalog device id (default: this machine's GPU).")
-@click.option("--bundle", "bundle_path", default=None,
-              help="Bundle directory, publish directory (its latest) or http(s) URL (default: $ZMLX_PIPELINE_BUNDLE, "
+@click.option("--bundle", "bundle_path", default=None, callback=bundle_location,
+              help="Bundle directory, publish directory (its latest), file:// or http(s) URL "
+                   "(default: $ZMLX_PIPELINE_BUNDLE, "
                    "else the bundle shipped with the package).")
 @click.option("-k", "k", type=click.IntRange(1), default=None, help="Candidates to list (default: the kernel's pruning k).")
 @output_options
@@ -100,7 +112,8 @@ def lookup_cmd(kernel, shape_text, dtype, device, bundle_path, k, as_json) -> No
 
 @click.command("profiles")
 @click.option("--device", "device_ids", multiple=True, help="Only these device ids (default: every device in the bundle).")
-@click.option("--bundle", "bundle_path", default=None, help="Bundle directory, publish directory or http(s) URL.")
+@click.option("--bundle", "bundle_path", default=None, callback=bundle_location,
+              help="Bundle directory, publish directory, file:// or http(s) URL.")
 @output_options
 def profiles_cmd(device_ids, bundle_path, as_json) -> None:
     """The device profile table: learned default threadgroup per kernel class, ZMLX-style candidates, evidence."""

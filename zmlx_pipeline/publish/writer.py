@@ -16,6 +16,7 @@ ships compact. An older bundle keeps its content and so its schema's pair (2 pla
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import json
@@ -98,11 +99,48 @@ def write_files(directory: Path, blobs: Mapping[str, bytes], manifest: dict) -> 
     fsync_dir(directory)
 
 
+def _bundle_manifest(directory: Path) -> bool:
+    """Whether a directory holds a published bundle's manifest (what a reader takes it for, ahead of any `latest`)."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("schema") == BUNDLE_SCHEMA
+
+
+def _check_links(root: Path) -> None:
+    """Refuse a publish path through a symlink that leads nowhere (a loop, or a link to nothing): creating the
+    directory would fail with a bare "File exists"."""
+    for p in (root, *root.parents):
+        if not p.is_symlink():
+            continue
+        try:
+            p.stat()
+        except OSError as exc:
+            what = ("a symlink loop" if exc.errno == errno.ELOOP
+                    else f"a symlink to {os.readlink(p)}, which does not exist")
+            raise PublishError(f"cannot publish to {root}: {p} is {what}; fix or remove the link, or choose another "
+                               "--to") from None
+
+
 def check_publish_dir(directory: str | os.PathLike) -> None:
-    """Refuse a publish directory that cannot be written (a file on its path, no permission) before any work."""
+    """Refuse a publish directory that cannot be written (a file or a broken link on its path, no permission) or
+    that is a published bundle or lies inside one (its new versions would never be read), before any work."""
     if not str(directory).strip():
         raise PublishError("cannot publish to '': name the directory to publish into with --to")
     root = Path(directory)
+    _check_links(root)
+    if _bundle_manifest(root):  # a reader of root takes its manifest, never `latest`
+        raise PublishError(f"cannot publish to {root}: it is a published bundle (it holds {MANIFEST}), not a "
+                           f"directory to publish into; pass its parent ({root.parent}), the directory whose "
+                           f"{LATEST} names the newest bundle, or a new directory")
+    if (root / MANIFEST).exists():
+        raise PublishError(f"cannot publish to {root}: it holds a {MANIFEST} that is no bundle's, which a reader of "
+                           f"the directory would take for its bundle's and never follow {LATEST}; choose another --to")
+    inside = next((p for p in root.parents if _bundle_manifest(p)), None)
+    if inside is not None:
+        raise PublishError(f"cannot publish to {root}: it is inside the published bundle {inside}; pass the "
+                           f"directory that holds that bundle ({inside.parent}) or a new directory")
     blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise PublishError(f"cannot publish to {root}: {blocker} is a file, not a directory; choose another --to")

@@ -4,7 +4,7 @@ Each file becomes one run (status "imported", settings naming the file and its s
 one kernel on one catalog device. Every entry becomes a measurement: timed configs as `ok`
 with median/p10/p90 from their repetitions, failed ones with the status of their failure.
 Every file is parsed and checked completely before anything is written, so a malformed one
-stores nothing; each goes in with one `Store.record` transaction; re-importing adds nothing.
+stores nothing; all go in in one transaction (a stopped import stores nothing); re-importing adds nothing.
 
 The format is told by content: a gzip stream is decompressed first, then a JSON object with
 `cache` is a Kernel Tuner cache file, one with `results` a T4 file, one with `Metadata` and
@@ -40,6 +40,7 @@ import stat
 import tomllib
 import zlib
 from dataclasses import dataclass, field, replace
+from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
@@ -219,8 +220,12 @@ def _read_open_cache(text: str) -> _OpenCache | None:
     while True:
         while pos < end and (text[pos].isspace() or text[pos] == ","):
             pos += 1
-        if pos >= end or text[pos] == "}":
-            break  # the end of the file or of the cache object: closed or not, every entry is in
+        if pos >= end:
+            break  # the end of the file: every complete entry is in
+        if text[pos] == "}":  # the cache object closed: only the document's own closing brace may follow
+            if text[pos + 1:].strip() not in ("", "}"):
+                return None  # a second document or garbage after a complete one: not a cut-off
+            break
         start = pos
         try:
             key, pos = _DECODER.raw_decode(text, pos)
@@ -319,7 +324,10 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
         _refuse_other_tables(path, text)
         at_end = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
         hint = " (truncated?)" if at_end else ""
-        raise _fail(path, f"not valid JSON{hint}: {err.msg} (line {err.lineno}, column {err.colno})") from err
+        what = ("more text after the end of its JSON document (a second document, or garbage)"
+                if err.msg == "Extra data" else err.msg)
+        raise _fail(path, f"not valid JSON{hint}: {what} at offset {err.pos} (line {err.lineno}, "
+                          f"column {err.colno})") from err
 
 
 def _refuse_other_tables(path: Path, text: str) -> None:
@@ -681,6 +689,12 @@ def _split_shape_params(configs: list[dict]) -> list[str]:
     return [k for k in names if len({json.dumps(c.get(k)) for c in configs}) == 1]
 
 
+def blank_name(what: str, value: Any) -> str:
+    """`what` when a file gives a name as blank text (there, but empty), else "": a name given empty is refused
+    where it would name the kernel, not replaced by the folder's name as an absent one is."""
+    return what if isinstance(value, str) and not value.strip() else ""
+
+
 def name_field(path: Path, what: str, value: Any) -> str:
     """A name a file gives (a kernel's): "" when it gives none (absent, null or blank); refused when it is not text."""
     if value is None:
@@ -720,6 +734,8 @@ class _Entries(NamedTuple):
     layout: str
     time_rewritten: int = 0
     section: dict | None = None
+    labels: tuple[str, ...] = ()  # what names each config in messages ("cache entry '16,1'"), when not its number
+    blank_name: str = ""  # the field that gives the kernel's name as blank text ("its kernel_name"), if one does
 
 
 def _param_names(path: Path, data: dict) -> tuple[list[str], str]:
@@ -754,6 +770,44 @@ def _key_value(text: str, allowed: Any) -> Any:
     return {"True": True, "False": False}.get(text, text)
 
 
+def _entry_value(value: Any, allowed: Any) -> Any:
+    """An entry's parameter value, text read as its key's text is (Kernel Tuner tells configs apart by str(value),
+    so "16" and 16 are one config): the tune_params value it names, else the literal; other values as they are."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return _key_value(value.strip(), allowed)
+    except ValueError:
+        return _key_value(value.strip(), None)
+
+
+def _kind(value: Any) -> str:
+    """What sort of value a parameter holds, for the rule that one parameter's values are of one sort."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    return f"a {type(value).__name__}"
+
+
+def _check_param_kinds(path: Path, configs: Iterable[dict], labels: Iterable[str],
+                      seen: dict[str, tuple[str, Any, str]] | None = None) -> None:
+    """Refuse a parameter holding values of two sorts (16 in one config, "x" or true in another): their keys would
+    tell one config apart as two, and no model can read the column. Null ("no limit") goes with any sort. `seen`
+    carries the first value of each parameter over several files (and the store) of one kernel version."""
+    seen = {} if seen is None else seen
+    for config, label in zip(configs, labels):
+        for name, value in config.items():
+            if value is None:
+                continue
+            first = seen.setdefault(name, (_kind(value), value, label))
+            if first[0] != _kind(value):
+                raise _fail(path, f"{label}: {name} is {value!r} ({_kind(value)}), but {first[2]} gives it "
+                                  f"{first[1]!r} ({first[0]}); a parameter's values must all be of one sort")
+
+
 def _cache_config(path: Path, key: str, entry: dict, names: list[str], source: str,
                   tune: dict) -> tuple[dict, str]:
     """An entry's config and the layout it was read from ("entries": its own fields, "keys": its key)."""
@@ -767,7 +821,7 @@ def _cache_config(path: Path, key: str, entry: dict, names: list[str], source: s
                 if str(config[name]) != part.strip():
                     raise _fail(path, f"{where}: its key gives {name}={part.strip()} but the entry holds "
                                       f"{name}={config[name]!r}")
-        return config, "entries"
+        return {k: _entry_value(v, tune.get(k)) for k, v in config.items()}, "entries"
     if present:
         missing = [k for k in names if k not in entry]
         raise _fail(path, f"{where} lacks parameters {', '.join(missing)}")
@@ -837,7 +891,7 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
     names, source = _param_names(path, data)
     tune = data.get("tune_params") if isinstance(data.get("tune_params"), dict) else {}
     objective = data.get("objective") if isinstance(data.get("objective"), str) else "time"
-    configs, outcomes, skipped, layouts, rewritten = [], [], 0, set(), 0
+    configs, outcomes, skipped, layouts, rewritten, labels = [], [], 0, set(), 0, []
     for key, entry in cache.items():
         where = f"cache entry {key!r}"
         if not isinstance(entry, dict):
@@ -850,10 +904,12 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
         layouts.add(layout)
         configs.append(config)
         outcomes.append(outcome)
+        labels.append(where)
         rewritten += outcome[0] == "ok" and _time_rewritten(entry)
     return _Entries(configs, outcomes, name_field(path, "its kernel_name", data.get("kernel_name")),
                     _cache_device_name(path, data),
-                    data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries", rewritten)
+                    data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries", rewritten,
+                    labels=tuple(labels), blank_name=blank_name("its kernel_name", data.get("kernel_name")))
 
 
 def _cache_device_name(path: Path, data: dict) -> str:
@@ -1161,6 +1217,8 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
     configs, outcomes, reported = entries.configs, entries.outcomes, entries.device_name
     benchmark = name_field(path, "its search-space description's BenchmarkName",
                            ((t1 or {}).get("General") or {}).get("BenchmarkName"))
+    if not (kernel or benchmark) and entries.blank_name:
+        raise _fail(path, f"{entries.blank_name} is empty; give the file a kernel_name")
     name = kernel or benchmark or entries.kernel_name or path.absolute().parent.name
     problem = name_problem("kernel name", name)
     if problem is not None:
@@ -1182,6 +1240,7 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
     if shape_params:
         configs = [{k: v for k, v in c.items() if k not in shape_params} for c in configs]
     params = list(configs[0]) if configs else []
+    _check_param_kinds(path, configs, entries.labels or [f"its config {i + 1}" for i in range(len(configs))])
     _check_rows(path, name, shape, configs)
     version = kernel_version(name, params)
     measurements, seen, duplicates = [], set(), 0
@@ -1241,7 +1300,8 @@ def expand_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
 
 
 def write_parsed(store: Store, parsed: ParsedFile) -> dict:
-    """Store one parsed file as a run of its own; a file whose every key is stored adds nothing."""
+    """Store one parsed file as a run of its own, in one transaction (a stopped write leaves no trace); a file whose
+    every key is stored adds nothing. A device fact the file does not give (its reported name) keeps the stored one."""
     from zmlx_pipeline import __version__
 
     spec = parsed.device
@@ -1251,19 +1311,16 @@ def write_parsed(store: Store, parsed: ParsedFile) -> dict:
     stored = store.measured_keys(spec.id, parsed.kernel, parsed.kernel_version)
     if all((m.dtype, m.shape_key, m.config_key) in stored for m in parsed.measurements):
         return row
-    store.upsert_device({**spec.as_row(), "device_id": spec.id, "in_catalog": True, "flagged_unknown": False,
-                         "reported_name": parsed.reported_device or None})
-    run_id = store.start_run(
-        spec.id, host=None, backend=spec.backend, mlx_version=None, pipeline_version=__version__,
-        settings={"file": parsed.path.name, "sha256": parsed.sha256, "format": parsed.format,
-                  "kernel": parsed.kernel, "shape": parsed.shape, **parsed.source},
-    )
-    try:
+    with store.atomic():
+        store.upsert_device({**spec.as_row(), "device_id": spec.id, "in_catalog": True, "flagged_unknown": False,
+                             "reported_name": parsed.reported_device or None}, keep_known=True)
+        run_id = store.start_run(
+            spec.id, host=None, backend=spec.backend, mlx_version=None, pipeline_version=__version__,
+            settings={"file": parsed.path.name, "sha256": parsed.sha256, "format": parsed.format,
+                      "kernel": parsed.kernel, "shape": parsed.shape, **parsed.source},
+        )
         added = store.record([replace(m, run_id=run_id) for m in parsed.measurements])
-    except BaseException:
-        store.finish_run(run_id, "failed")
-        raise
-    store.finish_run(run_id, "imported")
+        store.finish_run(run_id, "imported")
     return {**row, "added": added, "run_id": run_id}
 
 
@@ -1288,17 +1345,31 @@ def _check_unknown_sizes_apart(store: Store, parsed: list[ParsedFile]) -> None:
                                    "too) is imported without one; pass --problem-size to tell their sizes apart")
 
 
+def _check_kinds_apart(store: Store, parsed: list[ParsedFile]) -> None:
+    """Refuse a file whose parameter holds values of another sort than another file's, or the store's, of the same
+    kernel version: one parameter stays of one sort however many files it came from."""
+    seen: dict[tuple[str, str], dict] = {}
+    for item in parsed:
+        key = (item.kernel, item.kernel_version)
+        if key not in seen:
+            seen[key] = {}
+            stored = store.stored_config(item.kernel, item.kernel_version)
+            if stored is not None:
+                _check_param_kinds(item.path, [stored], [f"the store (kernel {item.kernel})"], seen[key])
+        _check_param_kinds(item.path, [m.config for m in item.measurements], repeat(item.path.name), seen[key])
+
+
 def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str | None = None,
                  kernel: str | None = None, problem_size: Any = None,
                  device_map: str | os.PathLike | DeviceMap | None = None) -> list[dict]:
     """Import Kernel Tuner cache / T4 files; every file is parsed and checked before any is written.
 
     `device` (a catalog id or name) applies to every file; `device_map` (a file, see load_device_map)
-    gives each its own; not both. A refused file stores nothing of any file. Should the store fail
-    while writing, the error names the files that went in and those that did not (importing them
-    again adds only what is missing). Returns one row per file: file, device, kernel, rows, added,
-    failed, skipped, run_id; a T4 metadata file, or one that holds no measurement (the header a run
-    stopped before its first config left), beside others is a row of nothing (device and kernel None).
+    gives each its own; not both. A refused file stores nothing of any file, and every file is written in
+    one transaction: should the store fail while writing, or the import be stopped, nothing is stored.
+    Returns one row per file: file, device, kernel, rows, added, failed, skipped, run_id; a T4 metadata
+    file, or one that holds no measurement (the header a run stopped before its first config left), beside
+    others is a row of nothing (device and kernel None).
     """
     if device is not None and device_map is not None:
         raise ImportFileError("give --device (one device for every file) or --device-map, not both")
@@ -1328,16 +1399,15 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
                               "the machine of a T4 results file or a benchmark's search space; import the results "
                               "or cache files")
     _check_unknown_sizes_apart(store, parsed)
+    _check_kinds_apart(store, parsed)
     rows: list[dict] = []
-    for item in parsed:
-        try:
-            rows.append(write_parsed(store, item))
-        except StoreError as err:
-            went_in = ", ".join(r["file"] for r in rows) or "none"
-            not_in = ", ".join(str(p.path) for p in parsed[len(rows):])
-            raise ImportFileError(
-                f"cannot store {item.path}: {' '.join(str(err).split())}; went in: {went_in}; did not go in: "
-                f"{not_in} (import them again: what is stored already is skipped)"
-            ) from err
+    try:
+        with store.atomic():  # every file or none: a failure or a stop midway leaves the store as it was
+            for item in parsed:
+                rows.append(write_parsed(store, item))
+    except StoreError as err:
+        failed = str(parsed[len(rows)].path) if len(rows) < len(parsed) else ", ".join(str(p.path) for p in parsed)
+        raise ImportFileError(f"cannot store {failed}: {' '.join(str(err).split())}; nothing of any file was "
+                              "stored, the store is as it was") from err
     return rows + [{"file": str(p), "device": None, "kernel": None, "rows": 0, "added": 0, "failed": 0,
                     "skipped": 0, "run_id": None} for p in companions]

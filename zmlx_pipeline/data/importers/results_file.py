@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from zmlx_pipeline.data.importers.kernel_tuner import _Entries, _fail, _timing, name_field
+from zmlx_pipeline.data.importers.kernel_tuner import _Entries, _fail, _timing, blank_name, name_field
 
 _VERSIONS = ("1.0",)
 _TIME_OBJECTIVE = "time"
@@ -59,8 +59,9 @@ def sections(path: Path, data: dict) -> list[_Entries]:
         outcomes.append(("ok", _timing(path, where, None, record.get(objective), _MS_TO_US), None))
     if not grouped:
         return []
+    blank = blank_name("its kernel_name", data.get("kernel_name"))
     return [_Entries(configs, outcomes, kernel, device, size, 0, "results_file",
-                     section={"device_name": device, "problem_size": size})
+                     section={"device_name": device, "problem_size": size}, blank_name=blank)
             for (device, size), (configs, outcomes) in grouped.items()]
 
 
