@@ -374,3 +374,24 @@ def test_a_listed_file_larger_than_the_manifest_says_is_refused_unread(tmp_path,
     with pytest.raises(BundleError, match=f"kernels.json.gz is larger than the {sizes['kernels.json.gz']['bytes']} "):
         load_bundle(bad, strict=True)
     assert asked and max(asked[1:]) <= max(e["bytes"] for e in sizes.values())
+
+
+def test_a_file_url_is_read_as_its_path_and_a_location_no_bundle_can_be_at_is_refused(toy_bundle, monkeypatch):
+    from urllib.parse import quote
+
+    from zmlx_pipeline.runtime import BadArgument
+
+    url = "file://" + quote(str(toy_bundle[1]))
+    assert load_bundle(url, strict=True).bundle_id == read_dir(toy_bundle[1]).bundle_id
+    for bad, says in (("ftp://example.org/bundles", "ftp:// is not read"), ("file://otherhost/b", "on host 'otherhost'"),
+                      (str(toy_bundle[1]) + "\0", "holds a NUL byte")):
+        with pytest.raises(BadArgument, match=says):
+            load_bundle(bad)
+    # the same location in $ZMLX_PIPELINE_BUNDLE is a refused bundle: one warning, the default answers
+    import zmlx_pipeline.runtime.bundle as bundle_module
+
+    monkeypatch.setattr(bundle_module, "_ACTIVE", None)
+    monkeypatch.setenv("ZMLX_PIPELINE_BUNDLE", "ftp://example.org/bundles")
+    with pytest.warns(BundleWarning, match=r"ftp:// is not read.*\(\$ZMLX_PIPELINE_BUNDLE\); using the default bundle"):
+        active_bundle()
+    assert active_bundle().bundle_id == default_bundle().bundle_id

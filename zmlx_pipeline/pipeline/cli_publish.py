@@ -19,18 +19,17 @@ from zmlx_pipeline.pipeline.cli_common import (
 
 
 def bundle_location(ctx, param, value: str | None) -> str | None:
-    """--bundle as the runtime reads it (a directory or an http(s) URL): a file:// URL is the local path it names,
-    rather than a path with "file:" in front that exists nowhere."""
-    if value is None or not value.lower().startswith("file:"):
+    """--bundle as the runtime reads it (runtime.bundle.bundle_location: a file:// URL is the local path it names),
+    a location it cannot read being a usage error."""
+    if value is None:
         return value
-    from urllib.parse import urlsplit
-    from urllib.request import url2pathname
+    from zmlx_pipeline.runtime.bundle import bundle_location as location
+    from zmlx_pipeline.runtime.errors import BadArgument
 
-    url = urlsplit(value)
-    if url.netloc not in ("", "localhost"):
-        raise click.BadParameter(f"{value!r} names a file on host {url.netloc!r}; give a local path, a file:/// URL "
-                                 "or an http(s) URL", param_hint="--bundle")
-    return url2pathname(url.path)
+    try:
+        return location(value)
+    except BadArgument as exc:
+        raise click.BadParameter(str(exc), param_hint="--bundle") from None
 
 
 def parse_shape(text: str) -> dict[str, int] | list[int]:

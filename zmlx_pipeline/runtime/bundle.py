@@ -495,7 +495,28 @@ def _path_text(path_or_url: Any) -> str:
     text = os.fspath(path_or_url)
     if not text.strip():
         raise BadArgument("a bundle is a directory path or an http(s) URL, not an empty string")
-    return text
+    return bundle_location(text)
+
+
+def bundle_location(text: str) -> str:
+    """A bundle location as read: a directory path or an http(s) URL as given, a file:// URL as the local path it
+    names; BadArgument for a path no file can have (a NUL byte), a file URL of another host or another scheme."""
+    if "\0" in text:
+        raise BadArgument(f"bundle location {text!r:.80} holds a NUL byte: give a directory path or an http(s) URL")
+    scheme, sep, _ = text.partition("://")
+    if not sep or not scheme.isalpha() or is_url(text):
+        return text
+    if scheme.lower() != "file":
+        raise BadArgument(f"bundle location {text!r:.80}: {scheme}:// is not read; give a directory path, a file:// "
+                          "or an http(s) URL")
+    from urllib.parse import urlsplit
+    from urllib.request import url2pathname
+
+    url = urlsplit(text)
+    if url.netloc not in ("", "localhost"):
+        raise BadArgument(f"bundle location {text!r:.80} names a file on host {url.netloc!r}; give a local path, a "
+                          "file:/// URL or an http(s) URL")
+    return url2pathname(url.path)
 
 
 def load_bundle(path_or_url: str | os.PathLike, *, strict: bool = False) -> Bundle | None:
@@ -536,7 +557,7 @@ def active_bundle(load_default: bool = True) -> Bundle | None:
         if env:
             try:
                 chosen = read_bundle(env)
-            except BundleError as exc:
+            except (BundleError, BadArgument) as exc:  # BadArgument: a location no bundle can be at (ftp://)
                 warnings.warn(f"zmlx-pipeline: bundle refused: {exc} ($ZMLX_PIPELINE_BUNDLE); using the default bundle",
                               BundleWarning, stacklevel=2)
         if chosen is None:
