@@ -42,3 +42,16 @@ def test_the_mode_is_applied_to_the_new_file(tmp_path):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
     write_text_atomic(path, "v2\n")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # mkstemp's private default
+
+
+def test_current_umask_reads_the_mask_and_leaves_it_as_it_was():
+    import os
+
+    from zmlx_pipeline.core.files import current_umask
+
+    old = os.umask(0o027)
+    try:
+        assert current_umask() == 0o027
+        assert current_umask() == 0o027  # reading it changed nothing
+    finally:
+        os.umask(old)

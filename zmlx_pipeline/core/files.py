@@ -45,6 +45,21 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """`data` as indented, sorted-key JSON (one trailing newline), written atomically."""
-    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+def write_json_atomic(path: Path, data: Any, mode: int | None = None) -> None:
+    """`data` as indented, sorted-key JSON (one trailing newline), written atomically (`mode`: as write_text_atomic)."""
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n", mode=mode)
+
+
+def current_umask() -> int:
+    """This process's umask: read from /proc where it tells it (nothing changes, so threads are safe), else by
+    setting it and at once putting it back (the only other way to read it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 from zmlx_pipeline import __version__
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.files import fsync_dir, write_text_atomic
+from zmlx_pipeline.core.files import current_umask, fsync_dir, write_text_atomic
 from zmlx_pipeline.runtime.bundle import (
     BUNDLE_SCHEMA,
     BUNDLE_SCHEMA_VERSION,
@@ -157,13 +157,6 @@ def check_publish_dir(directory: str | os.PathLike) -> None:
     except OSError as exc:
         raise PublishError(f"cannot publish to {root}: {existing} is not writable ({exc.strerror or exc}); "
                            "choose another --to") from None
-
-
-def current_umask() -> int:
-    """The process's umask (read by setting it and putting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def swap_latest(to_dir: Path, name: str) -> None:

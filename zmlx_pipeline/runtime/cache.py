@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from zmlx_pipeline.core.files import write_text_atomic
+from zmlx_pipeline.core.files import current_umask, write_json_atomic
 from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType
 
 SCHEMA_VERSION = "3.0"
@@ -318,27 +318,13 @@ def _json_kind(value: Any) -> str:
     return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
 
 
-def _umask() -> int:
-    """This process's umask, read without changing it where /proc tells it."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)  # elsewhere the only way to read it is to set it, at once set back
-    os.umask(mask)
-    return mask
-
-
 def _write(p: Path, data: dict) -> None:
     """Replace the cache file atomically, keeping its permissions (a new file gets those the umask leaves)."""
     try:
         mode = stat.S_IMODE(os.stat(p).st_mode)
     except FileNotFoundError:
-        mode = 0o666 & ~_umask()
-    write_text_atomic(p, json.dumps(data, indent=1, sort_keys=True) + "\n", mode=mode)
+        mode = 0o666 & ~current_umask()
+    write_json_atomic(p, data, mode=mode)
 
 
 def _own_part(data: dict, part: str) -> dict:
