@@ -5,6 +5,7 @@ Timing needs a GPU; here the measurer is a test double (a formula), passed the w
 
 import json
 import math
+from fractions import Fraction
 
 import pytest
 
@@ -224,7 +225,8 @@ def test_a_cache_path_no_file_can_be_written_at_is_refused_before_anything_is_ti
             autotune("rmsnorm", device=H200, measure=measure, cache_path=path)
 
 
-@pytest.mark.parametrize("junk", [math.nan, math.inf, -1.0, 0.0, 0])
+@pytest.mark.parametrize("junk", [math.nan, math.inf, -1.0, 0.0, 0, pytest.param(10**400, id="int past any float"),
+                                  pytest.param(Fraction(10**400, 3), id="fraction past any float")])
 def test_a_measured_time_that_is_no_time_is_never_chosen_or_cached(real, tmp_path, junk):
     path = tmp_path / "autotune_v3.json"
     good, seen = FakeMeasure(), []
@@ -280,3 +282,24 @@ def test_a_shape_function_giving_zero_dimensional_arrays_tunes_once_per_shape(re
     got = rmsnorm((3000, 2048))
     n = len(measure.calls)
     assert got and n and rmsnorm((3000, 2048)) == got and len(measure.calls) == n
+
+
+class _NoShape:
+    """An array-like whose shape and dtype are None."""
+
+    shape = None
+    dtype = None
+
+
+def test_an_argument_whose_shape_is_none_is_the_autotuners_error(real, tmp_path):
+    from zmlx_pipeline.runtime import AutotuneError
+
+    measure = FakeMeasure()
+
+    @autotune("rmsnorm", device=H200, measure=measure, cache_path=str(tmp_path / "c.json"))
+    def rmsnorm(x, config=None):
+        return config
+
+    with pytest.raises(AutotuneError, match="cannot tell the rows/cols shape of this call") as info:
+        rmsnorm(_NoShape())
+    assert "\n" not in str(info.value) and measure.calls == []

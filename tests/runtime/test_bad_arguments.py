@@ -179,7 +179,24 @@ CASES = [  # (what, call, the runtime's error class)
                                                               "float16"), rt.BadArgumentType),
     ("dim an array of two values", lambda: rt.predicted_config("rmsnorm", {"rows": _array([4096, 2]), "cols": 4096},
                                                                "float16"), rt.BadArgumentType),
+    ("autotune an argument whose shape is None", lambda: _autotuned(device="nvidia-h200")(_Shaped(None)),
+     rt.AutotuneError),
+    ("autotune an argument whose shape holds None", lambda: _autotuned(device="nvidia-h200")(_Shaped((None, 8))),
+     rt.BadArgumentType),
+    ("autotune an argument whose shape is text", lambda: _autotuned(device="nvidia-h200")(_Shaped("ab")),
+     rt.BadArgumentType),
+    ("bare autotune an argument whose shape holds text", lambda: rt.autotune(lambda x, threadgroup=None: x)(
+        _Shaped((8, "x"))), rt.BadArgumentType),
 ]
+
+
+class _Shaped:
+    """An array-like of a given `.shape` (and no dtype)."""
+
+    dtype = None
+
+    def __init__(self, shape):
+        self.shape = shape
 
 
 def _array(values):
@@ -340,3 +357,47 @@ def test_no_answer_breaks_the_kernels_constraints(kernel, device):
                 continue
             for config in [p.config, *p.candidates]:
                 assert spec.violations(config, shape, dtype, limits) == [], (shape, dtype, config)
+
+
+#: a user no system has, so that `~user` names no home
+NO_SUCH_USER = "zmlx-pipeline-no-such-user"
+
+
+def test_a_path_in_the_home_of_an_unknown_user_is_a_bad_argument_and_nothing_is_written(tmp_path, monkeypatch):
+    from zmlx_pipeline.runtime import cache
+    from zmlx_pipeline.runtime.bundle import read_bundle
+
+    monkeypatch.chdir(tmp_path)
+    where = f"~{NO_SUCH_USER}/b"
+    for call in (lambda: rt.load_bundle(where), lambda: rt.load_bundle(where, strict=True),
+                 lambda: read_bundle(where), lambda: lookup("rmsnorm", S, "float16", "nvidia-h200", bundle=where),
+                 lambda: _tune(cache_path=f"~{NO_SUCH_USER}/c.json", measure=lambda *a: ("ok", 1.0)),
+                 lambda: rt.autotune("rmsnorm", cache_path=f"~{NO_SUCH_USER}/c.json"),
+                 lambda: cache.read_cache(f"~{NO_SUCH_USER}/c.json")):
+        with pytest.raises(rt.BadArgument, match=f"no home directory is known \\(no user '{NO_SUCH_USER}'") as info:
+            call()
+        assert "\n" not in str(info.value)
+    assert not (tmp_path / f"~{NO_SUCH_USER}").exists()  # never taken as a folder named ~user
+    rt.bundle.reset()
+    monkeypatch.setenv("ZMLX_PIPELINE_BUNDLE", where)
+    with pytest.warns(rt.BundleWarning, match=r"no home directory is known.*using the default bundle") as caught:
+        p = rt.predicted_config("rmsnorm", S, "float16", device="nvidia-h200")
+    assert len(caught) == 1 and p.evidence == "measured"
+
+
+def test_a_path_in_the_home_is_expanded_alike_for_bundles_and_for_the_autotune_cache(isolated_home):
+    shutil.copytree(DEFAULT_BUNDLE_DIR, isolated_home / "b")
+    assert rt.load_bundle("~/b", strict=True).root == isolated_home / "b"
+    measure = lambda spec, config, shape, dtype: ("ok", float(config["TG"]))  # noqa: E731
+    first = _tune(cache_path="~/tuned/autotune_v3.json", measure=measure, k=2)
+    assert first.source == "timed" and (isolated_home / "tuned" / "autotune_v3.json").is_file()
+    assert _tune(cache_path="~/tuned/autotune_v3.json", measure=measure, k=2).source == "cache"
+
+
+def test_an_unknown_kernel_type_answers_as_general_as_zmlx_does(zmlx):
+    ours, theirs = _profile(), zmlx.device_profile.get_device_profile("M3", "Max")
+    for kind in ("nope", ""):
+        assert rt.get_threadgroup_candidates_for_shape(ours, 4096, kind) == \
+            rt.get_threadgroup_candidates_for_shape(ours, 4096, "general")
+        assert zmlx.device_profile.get_threadgroup_candidates_for_shape(theirs, 4096, kind) == \
+            zmlx.device_profile.get_threadgroup_candidates_for_shape(theirs, 4096, "general")

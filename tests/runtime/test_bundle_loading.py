@@ -245,6 +245,32 @@ BAD_INDEX = {
         b, "profiles.json", lambda d: d["devices"]["nvidia-h200"].__setitem__("max_threads_per_threadgroup", "abc")),
     "schema_version true": lambda b: _manifest(b, lambda m: m.__setitem__("schema_version", True)),
     "file bytes str": lambda b: _manifest(b, lambda m: m["files"]["kernels.json"].__setitem__("bytes", "many")),
+    "file bytes huge": lambda b: _manifest(b, lambda m: m["files"]["kernels.json"].__setitem__("bytes", 10**30)),
+    "file bytes negative": lambda b: _manifest(b, lambda m: m["files"]["kernels.json"].__setitem__("bytes", -1)),
+    "manifest nested deep": lambda b: (b / "manifest.json").write_bytes(b"[" * 100000),
+    # a constraint the runtime cannot evaluate would be skipped, letting every config pass it
+    "constraint no expression": lambda b: _edit(b, "kernels.json", lambda d: _toy(d).__setitem__("constraints",
+                                                                                                ["TG < ("])),
+    "constraint not arithmetic": lambda b: _edit(b, "kernels.json", lambda d: _toy(d).__setitem__(
+        "constraints", ["TG.bit_length() < 9"])),
+    "constraint of an unknown name": lambda b: _edit(b, "kernels.json", lambda d: _toy(d).__setitem__(
+        "constraints", ["TG <= nope"])),
+    "config lacks a parameter": lambda b: _edit(b, "kernels.json", lambda d: _toy(d)["configs"][0].pop("VEC")),
+    "config of another parameter": lambda b: _edit(b, "kernels.json", lambda d: _toy(d)["configs"][0].__setitem__(
+        "ROWS", 1)),
+    "config value str": lambda b: _edit(b, "kernels.json", lambda d: _toy(d)["configs"][0].__setitem__("TG", "128")),
+    "config value bool": lambda b: _edit(b, "kernels.json", lambda d: _toy(d)["configs"][0].__setitem__("TG", True)),
+    "config value float": lambda b: _edit(b, "kernels.json", lambda d: _toy(d)["configs"][0].__setitem__("TG", 128.0)),
+    "config value huge": lambda b: _edit(b, "kernels.json", lambda d: _toy(d)["configs"][0].__setitem__("TG", 2**64)),
+    "threadgroup_param not a parameter": lambda b: _edit(b, "kernels.json", lambda d: _toy(d).__setitem__(
+        "threadgroup_param", "WG")),
+    "prune_k past the cap": lambda b: _edit(b, "kernels.json", lambda d: _toy(d).__setitem__("prune_k", 10**9)),
+    "bucket shape past the largest dim": lambda b: _edit(b, "kernels.json", lambda d: next(iter(
+        _toy(d)["buckets"].values())).__setitem__("rows", 2**31)),
+    "measured range past the largest dim": lambda b: _edit(b, "kernels.json", lambda d: _toy(d)[
+        "measured_range"].__setitem__("rows", [1, 2**40])),
+    "by_dim key of thousands of digits": lambda b: _edit(b, "profiles.json", lambda d: d["devices"][
+        "nvidia-h200"].__setitem__("general", {"by_dim": {"9" * 5000: [256]}})),
 }
 
 #: a device's table whose hashes match but whose content the runtime cannot use: refused when first read
@@ -259,6 +285,12 @@ BAD_TABLE = {
     "key not numbers": lambda d: _toy(d)["float16"].__setitem__("measured", {"a,b": _h200_entries(d)[0]}),
     "measured a list": lambda d: _toy(d)["float16"].__setitem__("measured", []),
     "kernels a list": lambda d: d.__setitem__("kernels", ["x"]),
+    # a bucket key is each dim's log2: past 31 it names a shape no array can have (2**20000 rows)
+    "bucket exponent past 31": lambda d: _toy(d)["float16"].__setitem__("buckets", {"20000,12": _h200_entries(d)[0]}),
+    "bucket key of thousands of digits": lambda d: _toy(d)["float16"].__setitem__(
+        "buckets", {"9" * 5000 + ",12": _h200_entries(d)[0]}),
+    "measured dim past the largest": lambda d: _toy(d)["float16"].__setitem__(
+        "measured", {"64,2147483648": _h200_entries(d)[0]}),
 }
 
 
@@ -296,6 +328,71 @@ def test_a_malformed_device_table_is_refused_strictly_and_answered_by_default_ot
         predicted_config("toy_scale", {"rows": 1, "cols": 1024}, "float16", device="nvidia-h200")
     assert len(caught) == 1 and p.evidence == "default" and p.predicted_us is None
     assert _lookup().evidence == "measured"  # another device's table is untouched
+
+
+@pytest.mark.parametrize("damage", ["file bytes huge", "manifest nested deep", "constraint of an unknown name"])
+def test_a_malformed_bundle_the_environment_names_is_one_warning_and_the_default_answers(toy_bundle, tmp_path,
+                                                                                       monkeypatch, damage):
+    bad = copy_bundle(toy_bundle[1], tmp_path / "bad")
+    BAD_INDEX[damage](bad)
+    monkeypatch.setenv("ZMLX_PIPELINE_BUNDLE", str(bad))
+    with pytest.warns(BundleWarning, match=r"\(\$ZMLX_PIPELINE_BUNDLE\); using the default bundle") as caught:
+        p = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h200")
+    assert len(caught) == 1 and p.evidence == "measured" and p.bundle_id == default_bundle().bundle_id
+
+
+def _rms(data: dict) -> dict:
+    return data["kernels"]["rmsnorm"]
+
+
+def _without_rows_param(data: dict) -> None:
+    meta = _rms(data)
+    meta["params"].remove("ROWS")
+    for config in meta["configs"]:
+        config.pop("ROWS")
+
+
+#: rmsnorm described otherwise than the built-in kernel is (its constraints dropped, its parameters changed): a
+#: lookup would answer configs the kernel cannot run, such as ROWS=1 TG=128 VEC=8 for 1 x 8
+NOT_THE_BUILT_IN = {
+    "no constraints": (lambda d: _rms(d).__setitem__("constraints", []), "lacks 6 constraint"),
+    "a constraint that always holds": (lambda d: _rms(d).__setitem__("constraints", ["1"]), "lacks 6 constraint"),
+    "one constraint dropped": (lambda d: _rms(d)["constraints"].remove("(TG // ROWS) * VEC <= cols"),
+                               r"lacks 1 constraint.*'\(TG // ROWS\) \* VEC <= cols'"),
+    "a parameter dropped": (_without_rows_param, "parameters TG, VEC are not the built-in kernel's"),
+    "dims swapped": (lambda d: _rms(d).__setitem__("dims", ["cols", "rows"]), "dims cols, rows are not the built-in"),
+    "another threadgroup parameter": (lambda d: _rms(d).__setitem__("threadgroup_param", "VEC"),
+                                      "threadgroup_param 'VEC' is not the built-in kernel's"),
+}
+
+
+@pytest.mark.parametrize("change", list(NOT_THE_BUILT_IN))
+def test_a_built_in_kernel_described_otherwise_than_the_shipped_one_is_refused_at_load(real_bundle, tmp_path,
+                                                                                       change):
+    from zmlx_pipeline.kernels.registry import get_kernel
+    from zmlx_pipeline.kernels.spec import Limits
+
+    edit, says = NOT_THE_BUILT_IN[change]
+    bad = copy_bundle(real_bundle[1], tmp_path / "bad")
+    _edit(bad, "kernels.json", edit)
+    with pytest.raises(BundleError, match=says) as info:
+        load_bundle(bad, strict=True)
+    assert "\n" not in str(info.value) and "kernels.json: kernels[rmsnorm]" in str(info.value)
+    with pytest.warns(BundleWarning, match=says) as caught:
+        kept = load_bundle(bad)
+    assert len(caught) == 1 and kept.source == "default bundle"
+    shape = {"rows": 1, "cols": 8}
+    p = predicted_config("rmsnorm", shape, "float16", device="nvidia-h200")
+    limits = Limits.from_device_row(kept.profiles["nvidia-h200"])
+    assert all(get_kernel("rmsnorm").violations(c, shape, "float16", limits) == [] for c in p.candidates)
+
+
+def test_a_built_in_kernel_may_hold_more_constraints_than_the_shipped_one(real_bundle, tmp_path):
+    stricter = copy_bundle(real_bundle[1], tmp_path / "stricter")
+    _edit(stricter, "kernels.json", lambda d: _rms(d)["constraints"].append("TG >= 512"))
+    load_bundle(stricter, strict=True)
+    p = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h200")
+    assert p.candidates and all(c["TG"] >= 512 for c in p.candidates)
 
 
 def _default_copy_with(tmp_path: Path, listed: str, kind: str) -> Path:

@@ -63,3 +63,15 @@ def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def expand_home(text: str) -> str:
+    """A path's leading `~` or `~user` expanded as a shell does; ValueError saying whose home is unknown (such a
+    path is never taken literally: a writer would make a folder named `~user`, DuckDB would read $HOME + "user")."""
+    if not text.startswith("~"):
+        return text
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        user = text[1:].split(os.sep, 1)[0]
+        raise ValueError(f"no user {user!r} on this machine" if user else "no home directory ($HOME is not set)")
+    return expanded

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from zmlx_pipeline.core.files import write_text_atomic
-from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError, home_expanded
 
 BUNDLE_SCHEMA = "zmlx-pipeline-bundle"
 #: the schema of plain-JSON bundles (what `publish` writes); 2 added extrapolated evidence, its source device
@@ -130,15 +130,7 @@ class Bundle:
         stored = self.stored_name(name)
         if stored is None:
             raise BundleError(f"bundle {self.source}: no file {name!r} in its manifest")
-        raw = self._raw[stored]
-        if stored == name:
-            return raw
-        import zlib
-
-        try:
-            return zlib.decompress(raw, wbits=31)  # 31: a gzip header and trailer around the deflate stream
-        except zlib.error as exc:
-            raise BundleError(f"bundle {self.source}: {stored} is not valid gzip ({exc})") from None
+        return _decompressed(self._raw[stored], stored, name, f"bundle {self.source}")
 
     def json(self, name: str) -> Any:
         """A file of the bundle, decompressed and parsed (once, on first use) from its verified bytes."""
@@ -146,16 +138,7 @@ class Bundle:
             return self._parsed[name]
         except KeyError:
             pass
-        raw = self.data(name)
-        import json
-
-        try:
-            value = json.loads(raw, parse_constant=_no_constant)
-        except ValueError as exc:
-            raise BundleError(f"bundle {self.source}: {name} is not valid JSON ({exc})") from None
-        except RecursionError:
-            raise BundleError(f"bundle {self.source}: {name} is nested too deeply to be a bundle file") from None
-        self._parsed[name] = value
+        value = self._parsed[name] = parse_json(self.data(name), name, f"bundle {self.source}")
         return value
 
     def __repr__(self) -> str:
@@ -168,6 +151,31 @@ class Bundle:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json(raw: bytes, name: str, where: str) -> Any:
+    """A bundle file's bytes parsed; BundleError (naming `where` and `name`) for anything that is no JSON the runtime
+    reads: a syntax error, NaN or Infinity, a number of thousands of digits, nesting deep enough to exhaust the stack."""
+    import json
+
+    try:
+        return json.loads(raw, parse_constant=_no_constant)
+    except ValueError as exc:
+        raise BundleError(f"{where}: {name} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise BundleError(f"{where}: {name} is nested too deeply to be a bundle file") from None
+
+
+def _decompressed(raw: bytes, stored: str, name: str, where: str) -> bytes:
+    """The content of `name` from the bytes it is stored as (`stored`: itself, or gzip-compressed `name.gz`)."""
+    if stored == name:
+        return raw
+    import zlib
+
+    try:
+        return zlib.decompress(raw, wbits=31)  # 31: a gzip header and trailer around the deflate stream
+    except zlib.error as exc:
+        raise BundleError(f"{where}: {stored} is not valid gzip ({exc})") from None
 
 
 def is_compact(schema_version: int) -> bool:
@@ -211,9 +219,10 @@ def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
             raise BundleError(f"{source}: manifest names an unsafe path {name!r}")
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise BundleError(f"{source}: manifest entry for {name!r} has no sha256")
-        if entry.get("bytes") is not None and type(entry["bytes"]) is not int:
-            raise BundleError(f"{source}: manifest entry for {name!r} gives its size as {entry['bytes']!r:.40}, "
-                              "not a whole number of bytes")
+        size = entry.get("bytes")
+        if size is not None and (type(size) is not int or not 0 <= size <= MAX_FILE_BYTES):
+            raise BundleError(f"{source}: manifest entry for {name!r} gives its size as {size!r:.40}, "
+                              f"not a whole number of bytes from 0 to {MAX_FILE_BYTES}")
     missing = [f for f in REQUIRED_FILES if _stored_name(f, files, version) is None]
     if missing:
         raise BundleError(f"{source}: manifest lacks {', '.join(missing)}")
@@ -238,12 +247,7 @@ def _verify(name: str, data: bytes, entry: dict, source: str) -> None:
 def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str, int], bytes]) -> Bundle:
     """Parse and check the manifest, read and verify every file (`read(name, limit)` reads at most `limit` + 1
     bytes: the size the manifest gives it), and parse the index files."""
-    import json
-
-    try:
-        manifest = json.loads(manifest_bytes)
-    except ValueError as exc:
-        raise BundleError(f"{source}: manifest.json is not valid JSON ({exc})") from None
+    manifest = parse_json(manifest_bytes, MANIFEST, source)
     files = _check_manifest(manifest, source)
     data: dict[str, bytes] = {}
     for name, entry in files.items():
@@ -269,9 +273,39 @@ def _check_contents(bundle: Bundle) -> None:
         if not isinstance(name, str) or bundle.stored_name(name) is None:
             raise BundleError(f"{bundle.source}: device {device!r} points at {name!r:.60}, "
                               "which the manifest does not list")
-    problem = index_problem(bundle.kernels, bundle.profiles)
+    problem = index_problem(bundle.kernels, bundle.profiles, builtin_kernels())
     if problem:
         raise BundleError(f"{bundle.source}: malformed index files: {problem}")
+
+
+_BUILTIN: dict[Path, dict[str, dict]] = {}
+
+
+def builtin_kernels() -> dict[str, dict]:
+    """The built-in kernels as the shipped bundle records them (name -> its kernels.json entry, those published from
+    a registered spec): a kernel of the same name in any bundle must agree with its dims, parameters and constraints.
+    Read once from the shipped manifest and kernels.json alone (its hash checked); empty if they fail."""
+    root = DEFAULT_BUNDLE_DIR
+    if root not in _BUILTIN:
+        try:
+            kernels = _shipped_kernels(root)
+        except (BundleError, OSError):
+            kernels = {}  # the default bundle's own load says what is wrong with it
+        _BUILTIN[root] = {name: meta for name, meta in kernels.items()
+                          if type(meta) is dict and meta.get("spec") == "registered"}
+    return _BUILTIN[root]
+
+
+def _shipped_kernels(root: Path) -> dict:
+    source = "default bundle"
+    manifest = parse_json(read_regular(root / MANIFEST, MAX_MANIFEST_BYTES), MANIFEST, source)
+    files = _check_manifest(manifest, source)
+    stored = _stored_name("kernels.json", files, manifest["schema_version"])
+    blob = read_regular(root / stored, files[stored].get("bytes") or MAX_FILE_BYTES)
+    _verify(stored, blob, files[stored], source)
+    kernels = parse_json(_decompressed(blob, stored, "kernels.json", source), "kernels.json", source)
+    kernels = kernels.get("kernels") if type(kernels) is dict else None
+    return kernels if type(kernels) is dict else {}
 
 
 # ------------------------------------------------------------------------------------------
@@ -298,7 +332,7 @@ def resolve_dir(path: Path) -> Path:
 
 def read_dir(path: str | os.PathLike, source: str | None = None) -> Bundle:
     """A verified bundle from a local directory (or publish root); raises BundleError."""
-    p = Path(path).expanduser()
+    p = Path(home_expanded(os.fspath(path), "bundle location"))
     try:
         if not p.exists():
             raise BundleError(f"{p}: no such bundle directory")
@@ -347,9 +381,10 @@ def cache_root() -> Path:
     """Where fetched bundles are kept: $ZMLX_PIPELINE_CACHE, else $XDG_CACHE_HOME or ~/.cache, /zmlx-pipeline/bundles."""
     explicit = os.environ.get("ZMLX_PIPELINE_CACHE")
     if explicit:
-        return Path(explicit).expanduser() / "bundles"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / "zmlx-pipeline" / "bundles"
+        return Path(home_expanded(explicit, "$ZMLX_PIPELINE_CACHE")) / "bundles"
+    base = os.environ.get("XDG_CACHE_HOME")
+    base = home_expanded(base, "$XDG_CACHE_HOME") if base else str(Path.home() / ".cache")
+    return Path(base) / "zmlx-pipeline" / "bundles"
 
 
 def _url_dir(url: str) -> Path:
@@ -499,13 +534,14 @@ def _path_text(path_or_url: Any) -> str:
 
 
 def bundle_location(text: str) -> str:
-    """A bundle location as read: a directory path or an http(s) URL as given, a file:// URL as the local path it
-    names; BadArgument for a path no file can have (a NUL byte), a file URL of another host or another scheme."""
+    """A bundle location as read: an http(s) URL as given, a directory path with a leading `~` expanded, a file://
+    URL as the local path it names; BadArgument for a path no file can have (a NUL byte), a `~user` with no known
+    home, a file URL of another host or another scheme."""
     if "\0" in text:
         raise BadArgument(f"bundle location {text!r:.80} holds a NUL byte: give a directory path or an http(s) URL")
     scheme, sep, _ = text.partition("://")
     if not sep or not scheme.isalpha() or is_url(text):
-        return text
+        return text if is_url(text) else home_expanded(text, "bundle location")
     if scheme.lower() != "file":
         raise BadArgument(f"bundle location {text!r:.80}: {scheme}:// is not read; give a directory path, a file:// "
                           "or an http(s) URL")

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from zmlx_pipeline.core.files import current_umask, write_json_atomic
-from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, home_expanded
 
 SCHEMA_VERSION = "3.0"
 V3_NAME = "autotune_v3.json"
@@ -49,7 +49,7 @@ UNFIXED_GRID = (0, 0, 0)
 
 def cache_dir() -> Path:
     explicit = os.environ.get("ZMLX_CACHE_DIR")
-    return Path(explicit).expanduser() if explicit else Path.home() / ".cache" / "zmlx"
+    return Path(home_expanded(explicit, "$ZMLX_CACHE_DIR")) if explicit else Path.home() / ".cache" / "zmlx"
 
 
 def cache_path() -> Path:
@@ -57,9 +57,10 @@ def cache_path() -> Path:
 
 
 def checked_path(path: str | os.PathLike | None = None) -> Path:
-    """The regular file a cache path names (there or still to be written), its symlinks followed; BadArgument
-    saying why it cannot be one (empty, a NUL byte, a directory, a FIFO or device, a symlink loop, a file where
-    a directory should be, a name too long). Nothing is created."""
+    """The regular file a cache path names (there or still to be written; a leading `~` expanded, as reads do), its
+    symlinks followed; BadArgument saying why it cannot be one (empty, a NUL byte, a `~user` with no known home, a
+    directory, a FIFO or device, a symlink loop, a file where a directory should be, a name too long). Nothing is
+    created."""
     if path is None:
         path = cache_path()
     text = os.fspath(path)
@@ -70,7 +71,7 @@ def checked_path(path: str | os.PathLike | None = None) -> Path:
         raise BadArgument(f"cache_path is an empty string: {hint}")
     if "\0" in text:
         raise BadArgument(f"cache_path {text!r:.80} holds a NUL byte: {hint}")
-    target = Path(os.path.realpath(text))
+    target = Path(os.path.realpath(home_expanded(text, "cache_path")))
     try:
         mode = os.stat(target).st_mode
     except (FileNotFoundError, NotADirectoryError):
@@ -222,12 +223,15 @@ def _normalise(data: Any, origin: str) -> dict:
 
 def _read_json(path: Path) -> Any:
     with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+        try:
+            return json.load(fh)
+        except RecursionError:
+            raise ValueError("it is nested too deeply to be an autotune cache") from None
 
 
 def read_cache(path: str | os.PathLike | None = None) -> dict:
     """The cache as v3: the v3 file, else a v2/v1 file beside it migrated in memory, else empty."""
-    p = Path(path) if path is not None else cache_path()
+    p = Path(home_expanded(os.fspath(path), "cache_path")) if path is not None else cache_path()
     if p.is_file():
         try:
             return _normalise(_read_json(p), p.name)

@@ -3,7 +3,10 @@
 A bundle whose hashes match may still hold what the runtime cannot use (a config that is a number, an
 index past the kernel's configs, a time that is a string): the index files are checked when the bundle
 is loaded, a device's table when it is first parsed, and the first problem found is returned as one
-line for the caller's BundleError. Standard library only.
+line for the caller's BundleError. Every dim, bucket and count is bounded (a dim fits an array), every config
+sets exactly its kernel's parameters, every constraint is arithmetic the runtime evaluates, and a kernel named
+as a built-in one agrees with the built-in kernel (its dims, parameters and constraints), so no answer is a
+config the kernel cannot run. Standard library only.
 
 Each kind is checked a column at a time (every entry's `best` at once, with C-level set, min and max), so a
 device table of thousands of entries costs about what parsing it does, not several times that; only a column
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 from itertools import chain, repeat
 from operator import is_not
 from pathlib import Path
@@ -21,6 +25,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 FIELDS_FILE = Path(__file__).with_name("bundle_fields.json")
 INF = float("inf")
+#: the largest array dimension MLX takes (its shapes are 32-bit signed integers): every dim a bundle names
+MAX_DIM = 2**31 - 1
+#: the largest bucket key: a dim's log2, rounded (runtime/lookup.py bucket_of)
+MAX_EXPONENT = MAX_DIM.bit_length()
+#: the most candidates a kernel's prune_k may ask for (the largest built-in config space is a few thousand)
+MAX_PRUNE_K = 4096
+#: the largest magnitude of a config parameter's value (a launch takes them as 32-bit integers)
+MAX_PARAM = 2**31 - 1
 
 #: (values of one kind, the kernel's number of configs) -> whether every value is usable
 Column = Callable[[list, int], bool]
@@ -38,17 +50,20 @@ def _whole(col: list, least: int, below: float = INF) -> bool:
 #: atomic kind -> (column check, what a value must be)
 ATOMS: dict[str, tuple[Column, str]] = {
     "name": (lambda col, n: _types(col) <= {str}, "a string"),
-    "count": (lambda col, n: _whole(col, 1), "a whole number >= 1"),
+    "count": (lambda col, n: _whole(col, 1, MAX_DIM + 1), f"a whole number from 1 to {MAX_DIM}"),
+    "k": (lambda col, n: _whole(col, 1, MAX_PRUNE_K + 1), f"a whole number from 1 to {MAX_PRUNE_K}"),
+    "param": (lambda col, n: _whole(col, -MAX_PARAM, MAX_PARAM + 1),
+              f"a whole number from -{MAX_PARAM} to {MAX_PARAM}"),
     "size": (lambda col, n: _whole(col, 0), "a whole number >= 0"),
-    # the parser refuses NaN, so min and max order every number
-    "number": (lambda col, n: not col or _types(col) <= {int, float} and min(col) >= 0 and max(col) < INF,
+    # the parser refuses NaN, so min and max order every number; a whole number past the largest float is no time
+    "number": (lambda col, n: not col or _types(col) <= {int, float} and min(col) >= 0
+               and max(col) <= sys.float_info.max,
                "a finite number >= 0"),
     "index": (lambda col, n: _whole(col, 0, n), "an index into the kernel's configs"),
-    "scalar": (lambda col, n: _types(col) <= {str, int, float, bool}, "a string, number or boolean"),
     "object": (lambda col, n: _types(col) <= {dict}, "an object"),
     "range": (lambda col, n: _types(col) <= {list} and set(map(len, col)) <= {2}
-              and _types(list(chain.from_iterable(col))) <= {int} and all(lo <= hi for lo, hi in col),
-              "a [low, high] pair of whole numbers"),
+              and _whole(list(chain.from_iterable(col)), 1, MAX_DIM + 1) and all(lo <= hi for lo, hi in col),
+              f"a [low, high] pair of whole numbers from 1 to {MAX_DIM}"),
 }
 
 
@@ -64,7 +79,12 @@ def _show(value: Any) -> str:
 
 def _whole_keys(col: list) -> bool:
     keys = list(chain.from_iterable(col))
-    return all(map(str.isdigit, keys)) and all(map(str.isascii, keys))
+    return all(map(_whole_text, keys))
+
+
+def _whole_text(text: str, most: int = MAX_DIM) -> bool:
+    """`text` is a whole number from 0 to `most`, in ASCII digits (its length checked before it is read)."""
+    return text.isascii() and text.isdigit() and len(text) <= len(str(most)) and int(text) <= most
 
 
 @functools.lru_cache(maxsize=None)
@@ -131,7 +151,7 @@ def explain(kind: str, value: Any, n: int) -> tuple[str, str]:
             return "", f"must be {'an object' if mapping else 'a list'}, not {_show(value)}"
         for key, v in (value.items() if mapping else enumerate(value)):
             if keyed and not _whole_keys([[key]]):
-                return f"[{key}]", "is not named by a whole number"
+                return f"[{key:.20}]", f"is not named by a whole number from 0 to {MAX_DIM}"
             if not column(item)([v], n):
                 where, what = explain(item, v, n)
                 return f"[{key}]{where}", what
@@ -153,8 +173,10 @@ def _first(kind: str, named: Mapping[str, Any], n: int, where: str) -> str | Non
     return None
 
 
-def index_problem(kernels: Mapping[str, Any], profiles: Mapping[str, Any]) -> str | None:
-    """The first field of kernels.json or profiles.json the runtime cannot use, as `file: where what`; None if none."""
+def index_problem(kernels: Mapping[str, Any], profiles: Mapping[str, Any],
+                  builtin: Mapping[str, Any] | None = None) -> str | None:
+    """The first field of kernels.json or profiles.json the runtime cannot use, as `file: where what`; None if none.
+    `builtin`: kernels.json entries of the built-in kernels, which a kernel of the same name must agree with."""
     for name, meta in kernels.items():
         configs = meta.get("configs") if type(meta) is dict else None
         problem = _first("@kernel", {name: meta}, len(configs) if type(configs) is list else 0, "kernels.json: kernels")
@@ -165,7 +187,74 @@ def index_problem(kernels: Mapping[str, Any], profiles: Mapping[str, Any]) -> st
                 or any(set(shape) != dims for shape in (meta.get("buckets") or {}).values()):
             return (f"kernels.json: kernels[{name}]: its measured_range and bucket shapes must use its dims "
                     f"({', '.join(sorted(dims))})")
+        own = (builtin or {}).get(name)
+        problem = _kernel_problem(meta, own) or _builtin_problem(meta, own)
+        if problem:
+            return f"kernels.json: kernels[{name}]{problem}"[:300]
     return _first("@profile", profiles, 0, "profiles.json: devices")
+
+
+def _params(meta: Mapping[str, Any]) -> list[str]:
+    """A kernel's parameters: as kernels.json lists them, else (an older bundle) its first config's."""
+    params = meta.get("params")
+    if params is None and meta["configs"]:
+        params = sorted(meta["configs"][0])
+    return list(params or ())
+
+
+def _kernel_problem(meta: Mapping[str, Any], builtin: Mapping[str, Any] | None = None) -> str | None:
+    """Why a kernel's configs and constraints cannot be used together (`.field what`); None if they can: every
+    config sets exactly its parameters, and every constraint is whitelisted arithmetic over its parameters, dims
+    and the device limits (a constraint that cannot be evaluated would be skipped, letting any config pass). The
+    built-in kernel's own constraints are taken as they are: one the whitelist lacks an operator for is left to
+    the kernel's spec, as in the shipped bundle."""
+    from zmlx_pipeline.core.constraints import UnsafeConstraint, compile_constraint, expression_names, limit_values
+
+    params = _params(meta)
+    if len(set(params)) != len(params) or set(params) & set(meta["dims"]):
+        return f".params {params!r:.80} must name each parameter once, none a dim"
+    wanted = set(params)
+    for i, config in enumerate(meta["configs"]):
+        if set(config) != wanted:
+            return f".configs[{i}] sets {', '.join(sorted(config)) or 'nothing'}, not the parameters " \
+                   f"{', '.join(params)}"
+    tg = meta.get("threadgroup_param")
+    if tg is not None and tg not in wanted:
+        return f".threadgroup_param {tg!r:.40} is not one of its parameters ({', '.join(params)})"
+    names = wanted | set(meta["dims"]) | set(limit_values(None)) | {"dtype_bytes"}
+    own = set((builtin or {}).get("constraints") or ())
+    for i, text in enumerate(meta.get("constraints") or ()):
+        if text in own:
+            continue
+        try:
+            compile_constraint(text)
+            unknown = expression_names(text) - names
+        except (UnsafeConstraint, SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            return f".constraints[{i}] {text!r:.60} cannot be evaluated ({exc})"
+        if unknown:
+            return f".constraints[{i}] {text!r:.60} reads {', '.join(sorted(unknown))}: neither a parameter, a dim " \
+                   "nor a device limit"
+    return None
+
+
+def _builtin_problem(meta: Mapping[str, Any], builtin: Mapping[str, Any] | None) -> str | None:
+    """Why a kernel named as a built-in one does not describe it (`: what`); None if it does or none is built in.
+    Its dims, parameters and threadgroup parameter are the built-in's, and it holds every built-in constraint (it
+    may hold more: they only drop configs), so no config illegal for the built-in kernel is ever answered."""
+    if builtin is None or builtin is meta:
+        return None
+    if list(meta["dims"]) != list(builtin.get("dims") or ()):
+        return f": dims {', '.join(meta['dims'])} are not the built-in kernel's ({', '.join(builtin.get('dims') or ())})"
+    params, own = _params(builtin), _params(meta)
+    if set(own) != set(params):
+        return f": parameters {', '.join(own)} are not the built-in kernel's ({', '.join(params)})"
+    if meta.get("threadgroup_param") not in (None, builtin.get("threadgroup_param")):
+        return f": threadgroup_param {meta.get('threadgroup_param')!r:.40} is not the built-in kernel's " \
+               f"({builtin.get('threadgroup_param')!r})"
+    missing = [c for c in builtin.get("constraints") or () if c not in set(meta.get("constraints") or ())]
+    if missing:
+        return f": lacks {len(missing)} constraint(s) of the built-in kernel, such as {missing[0]!r:.60}"
+    return None
 
 
 def table_problem(data: Any, kernels: Mapping[str, Any], positional: Sequence[str] | None = None) -> str | None:
@@ -191,7 +280,7 @@ def table_problem(data: Any, kernels: Mapping[str, Any], positional: Sequence[st
                     continue
                 if type(entries) is not dict:
                     return f"{where}.{part} must be an object, not {_show(entries)}"
-                problem = _keys_problem(entries, dims, 1 if part == "measured" else 0)
+                problem = _keys_problem(entries, dims, *((1, MAX_DIM) if part == "measured" else (0, MAX_EXPONENT)))
                 if problem:
                     return f"{where}.{part} {problem}"
                 if positional is not None:
@@ -202,13 +291,15 @@ def table_problem(data: Any, kernels: Mapping[str, Any], positional: Sequence[st
     return None
 
 
-def _keys_problem(entries: Mapping[str, Any], dims: int, least: int) -> str | None:
-    """Why a table's keys are not `dims` comma-separated whole numbers >= least (None when they are)."""
+def _keys_problem(entries: Mapping[str, Any], dims: int, least: int, most: int) -> str | None:
+    """Why a table's keys are not `dims` comma-separated whole numbers from `least` to `most` (None when they are):
+    a measured shape's dims, or a bucket's log2 of each (a larger one would name a shape no array can have)."""
     split = [key.split(",") for key in entries]
     values = list(chain.from_iterable(split))
     if set(map(len, split)) <= {dims} and all(map(str.isdigit, values)) and all(map(str.isascii, values)) \
-            and min(map(int, values), default=least) >= least:
+            and max(map(len, values), default=0) <= len(str(most)) \
+            and least <= min(map(int, values), default=least) and max(map(int, values), default=most) <= most:
         return None
     bad = next(key for key, parts in zip(entries, split)
-               if len(parts) != dims or not all(p.isascii() and p.isdigit() and int(p) >= least for p in parts))
-    return f"key {bad!r:.40} is not {dims} comma-separated whole numbers >= {least}"
+               if len(parts) != dims or not all(_whole_text(p, most) and int(p) >= least for p in parts))
+    return f"key {bad!r:.40} is not {dims} comma-separated whole numbers from {least} to {most}"

@@ -49,3 +49,14 @@ def expect_str(value: Any, what: str, optional: bool = False) -> None:
     if not isinstance(value, str):
         raise BadArgumentType(f"{what} must be a string{' or None' if optional else ''}, "
                               f"not {type(value).__name__} ({value!r:.60})")
+
+
+def home_expanded(text: str, what: str) -> str:
+    """A path with a leading `~` or `~user` expanded, as every path the runtime reads or writes is; BadArgument when
+    no home directory is known for that user (the path is never taken literally, as a folder named `~user`)."""
+    from zmlx_pipeline.core.files import expand_home
+
+    try:
+        return expand_home(text)
+    except ValueError as exc:
+        raise BadArgument(f"{what} {text!r:.80}: no home directory is known ({exc}); give a path without ~") from None

@@ -40,7 +40,7 @@ from zmlx_pipeline.runtime.bundle import (
     active_bundle,
     on_change,
 )
-from zmlx_pipeline.runtime.contents import table_problem
+from zmlx_pipeline.runtime.contents import MAX_DIM, table_problem
 from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
@@ -300,10 +300,6 @@ def _dtype_name(dtype: Any) -> str:
     if name not in DTYPE_BYTES:
         raise UnknownDtypeError(f"unknown dtype {name!r}: known dtypes are {known(DTYPE_BYTES)}")
     return name
-
-
-#: the largest array dimension MLX takes (its shapes are 32-bit signed integers)
-MAX_DIM = 2**31 - 1
 
 
 def check_k(k: Any) -> int:

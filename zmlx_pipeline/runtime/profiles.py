@@ -183,8 +183,9 @@ def get_threadgroup_candidates_for_shape(profile: DeviceTuningProfile, dim_size:
 
     `kernel_type` is a learned kernel class (row_reduction, elementwise, row_topk, moe_combine,
     matmul) or one of ZMLX's types: "reduction" (row reductions), "general" (all classes pooled),
-    "simd" (pooled, multiples of the SIMD width only). The nearest learned row length answers;
-    without learned data, the profile's candidates (a default triple) are returned.
+    "simd" (pooled, multiples of the SIMD width only). Any other name answers as "general", as ZMLX's
+    function does for a type it does not know. The nearest learned row length answers; without learned
+    data, the profile's candidates (a default triple) are returned.
     """
     if not isinstance(profile, DeviceTuningProfile):
         raise BadArgumentType(f"profile must be a DeviceTuningProfile (get_device_profile), not {type(profile).__name__}")

@@ -35,6 +35,7 @@ import importlib
 import json
 import math
 import numbers
+import operator
 import os
 import sys
 import time
@@ -46,7 +47,14 @@ from zmlx_pipeline.core.constraints import Limits, pipeline_thread_limit, refusa
 from zmlx_pipeline.core.errors import UnknownKernel
 from zmlx_pipeline.core.providers import Measure, kernel_provider
 from zmlx_pipeline.runtime import cache as cache_file
-from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError, UnknownKernelError, expect_str
+from zmlx_pipeline.runtime.errors import (
+    BadArgument,
+    BadArgumentType,
+    RuntimeAPIError,
+    UnknownKernelError,
+    expect_str,
+    home_expanded,
+)
 from zmlx_pipeline.runtime.lookup import check_k, predicted_or_default
 
 #: the pruned autotuner never times more than this share of a case's legal configs
@@ -460,7 +468,10 @@ def _measured(result: Any, config: Mapping[str, Any]) -> tuple:
                             "(status, median_us or None[, error]), such as ('ok', 12.5)")
     status, median, *error = result
     if median is not None:
-        median = float(median)
+        try:
+            median = float(median)
+        except OverflowError:  # a whole number (or fraction) past the largest float: no time either
+            median = math.inf
         if not math.isfinite(median) or median <= 0:
             if status == "ok":
                 return "bad_time", None, f"measure gave a median of {median!r} us, which is no time"
@@ -484,7 +495,9 @@ def config_id(config: Mapping[str, Any]) -> str:
 
 
 def _path_key(cache_path: str | None) -> str:
-    return str(Path(cache_path).resolve()) if cache_path is not None else str(cache_file.cache_path())
+    if cache_path is None:
+        return str(cache_file.cache_path())
+    return str(Path(home_expanded(os.fspath(cache_path), "cache_path")).resolve())
 
 
 def refused_configs(kernel: str, dkey: str, cache_path: str | None = None) -> set[str]:
@@ -622,6 +635,26 @@ def _first_array(args: tuple, kwargs: dict):
     return None
 
 
+def _row_length(n: Any) -> int:
+    """An array argument's last dim as an int (0: an empty row); the lookups' errors for one that is no size."""
+    from zmlx_pipeline.runtime.lookup import _dim_value
+
+    try:
+        if operator.index(n) == 0:
+            return 0
+    except TypeError:
+        pass
+    return _dim_value("shape[-1]", n)
+
+
+def _array_dims(arr: Any) -> tuple:
+    """An array argument's shape as a tuple (empty for none, or for a `.shape` that is no sequence, such as None)."""
+    try:
+        return tuple(arr.shape) if arr is not None else ()
+    except TypeError:
+        return ()
+
+
 def ranked_configs(spec, shape: Mapping[str, int], dtype: str, device: str | None = None) -> list[dict]:
     """Every legal config of a case on this device, the bundle's ranking first: what a refused launch falls back through."""
     chip, _, meta = _device_and_mlx(device)
@@ -695,15 +728,17 @@ class AutotunedKernel:
                                       f"({shape!r:.60}), not a mapping of dims such as {{'rows': 4096, 'cols': 4096}}")
             shape = _checked_shape(spec, shape)  # the dims as ints (a 0-d array too), so they key the memo
         else:
-            arr = _first_array(args, kwargs)
+            from zmlx_pipeline.runtime.lookup import _dim_value
+
+            sizes = _array_dims(_first_array(args, kwargs))
             dims = spec.shape_grid.dims if spec is not None else ("rows", "cols")
-            if arr is None or len(dims) != 2 or len(arr.shape) < 1:
+            if not sizes or len(dims) != 2:
                 raise AutotuneError(f"{self.fn.__name__}: cannot tell the {'/'.join(dims)} shape of this call; "
                                     "pass shape=lambda *args, **kw: {...} to @autotune")
             rows = 1
-            for n in arr.shape[:-1]:
-                rows *= int(n)
-            shape = {dims[0]: rows, dims[1]: int(arr.shape[-1])}
+            for i, n in enumerate(sizes[:-1]):
+                rows *= _dim_value(f"shape[{i}]", n)
+            shape = {dims[0]: rows, dims[1]: _dim_value(f"shape[{len(sizes) - 1}]", sizes[-1])}
         if self.dtype_fn is not None:
             dtype = _dtype_name(self.dtype_fn(*args, **kwargs))
         else:
@@ -716,8 +751,8 @@ class AutotunedKernel:
         if kwargs.get(name) is not None:
             return self.fn(*args, **kwargs)
         if self.kernel is None:
-            arr = _first_array(args, kwargs)
-            dim = int(arr.shape[-1]) if arr is not None and len(arr.shape) else 0
+            sizes = _array_dims(_first_array(args, kwargs))
+            dim = _row_length(sizes[-1]) if sizes else 0
             memo_key: tuple = ("tg", dim)
         else:
             if self._spec is None:
