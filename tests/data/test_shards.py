@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -299,7 +302,19 @@ BAD_ROWS = {
     "config not json": ("'{TG: 64' AS config", "TRUE", "config is not a JSON object"),
     "config a list": ("'[64]' AS config", "TRUE", "config is not a JSON object"),
     "shape not json": ("'rows=4' AS shape", "TRUE", "shape is not a JSON object"),
-    "negative samples": ("-1 AS samples", "TRUE", "samples must be 0 or more"),
+    "negative samples": ("-1 AS samples", "TRUE", "samples must be a whole number from 0"),
+    "fractional samples": ("2.7::DOUBLE AS samples", "TRUE", "samples must be a whole number, not 2.7"),
+    "fractional core count": ("40.5::DOUBLE AS device_gpu_cores", "TRUE",
+                              "device_gpu_cores must be a whole number, not 40.5"),
+    "kernel with a trailing space": ("'softmax ' AS kernel", "TRUE", "kernel 'softmax ' starts or ends with white space"),
+    "kernel in another case": ("'SoftMax' AS kernel", "TRUE",
+                               "kernel 'SoftMax' differs from the built-in kernel 'softmax' only in case"),
+    "device id with a trailing space": (f"'{MAC} ' AS device_id", "TRUE",
+                                        f"device_id '{MAC} ' starts or ends with white space"),
+    "device id in upper case": (f"'{MAC.upper()}' AS device_id", "TRUE", f"device_id '{MAC.upper()}' is not a device id"),
+    "device id with a bad core limit": (f"'{MAC}@0sm' AS device_id", "TRUE", f"device_id '{MAC}@0sm' is not a device id"),
+    "repeat at no time": ("""'[{"run_id":"r","median_us":1.5,"measured_at":"yesterday"}]' AS repeats""", "TRUE",
+                          "a repeat's measured_at is not a timestamp: 'yesterday'"),
     "key of another config": ("'sha256:0000000000000000' AS config_key", "TRUE", "is not the key of config"),
     "config missing a parameter": (f"""'{{"VEC":1}}' AS config, '{mapping_key({"VEC": 1})}' AS config_key""",
                                    "_n = 2", "config names parameters"),
@@ -479,3 +494,119 @@ def test_a_path_that_is_no_regular_file_is_refused_unread(store, tmp_path):
     with pytest.raises(BadShard, match="/dev/zero: a character device, not a shard file"):
         ingest_shards(store, ["/dev/zero"])
     assert contents(store) == ([], [], [])
+
+
+@pytest.mark.parametrize("replace_sql, column, says", [
+    ("CAST(measured_at AS VARCHAR) AS measured_at", "measured_at", "is VARCHAR, but a shard's measured_at is a timestamp"),
+    ("CAST(median_us AS VARCHAR) AS median_us", "median_us", "is VARCHAR, but a shard's median_us is a number"),
+])
+def test_a_column_of_another_type_is_refused_naming_the_file_column_and_type(replace_sql, column, says, store,
+                                                                            make_measurement, tmp_path):
+    """A column of the wrong type gets the same clear line whichever column it is (not DuckDB's binder error)."""
+    fill(store, make_measurement, MAC)
+    shard = tmp_path / "mac.parquet"
+    export_shard(store, shard)
+    bad = tmp_path / "bad.parquet"
+    _rewrite(shard, bad, replace_sql)
+    with Store(tmp_path / "central.duckdb") as central:
+        for ingest in (ingest_shard, Store.ingest_shard):  # the entry point and the store's own check
+            with pytest.raises(BadShard) as info:
+                ingest(central, bad)
+            assert str(info.value).startswith(f"{bad}: column {column} {says}"), str(info.value)
+            assert "\n" not in str(info.value) and str(info.value).endswith("the store is unchanged")
+        assert contents(central) == ([], [], [])
+
+
+def test_a_shard_naming_a_column_twice_is_refused(store, make_measurement, tmp_path):
+    """DuckDB would read the second median_us as median_us_1 and ignore it."""
+    import pyarrow as pa
+
+    fill(store, make_measurement, MAC)
+    export_shard(store, tmp_path / "mac.parquet")
+    table = pq.read_table(tmp_path / "mac.parquet")
+    twice = table.append_column("median_us", pa.array([-1.0] * table.num_rows))
+    pq.write_table(twice, tmp_path / "twice.parquet")
+    with Store(tmp_path / "central.duckdb") as central:
+        for ingest in (ingest_shard, Store.ingest_shard):
+            with pytest.raises(BadShard, match=r"twice\.parquet has more than one column named median_us"):
+                ingest(central, tmp_path / "twice.parquet")
+        assert contents(central) == ([], [], [])
+
+
+def test_names_the_product_never_writes_are_refused_by_the_store_itself(make_measurement, tmp_path):
+    """The store's own ingest (without the entry point's row checks) refuses odd device ids, names with white space
+    at an end, and a kernel named like a stored one but for its case."""
+    with Store(tmp_path / "a.duckdb") as a:
+        fill(a, make_measurement, MAC)
+        a.record([make_measurement(device_id=MAC, kernel="my_norm", config={"TG": 64})])
+        a.export_shard(tmp_path / "good.parquet")
+    cases = {
+        "NVIDIA-H200 AS device_id": "device_id 'NVIDIA-H200' is not a device id",
+        "'nvidia-h200 ' AS device_id": "device_id 'nvidia-h200 ' is not a device id",
+        "' softmax' AS kernel": "kernel ' softmax' starts or ends with white space",
+        "'My_Norm' AS kernel": "kernel 'My_Norm' differs from kernel 'my_norm' only in case or white space",
+    }
+    with Store(tmp_path / "central.duckdb") as central:
+        central.ingest_shard(tmp_path / "good.parquet")
+        before = contents(central)
+        for replace_sql, says in cases.items():
+            replace_sql = replace_sql.replace("NVIDIA-H200 AS", "'NVIDIA-H200' AS")
+            _rewrite(tmp_path / "good.parquet", tmp_path / "bad.parquet", replace_sql, "kernel = 'my_norm'")
+            with pytest.raises(BadShard, match=r"bad\.parquet, row \d+: " + re.escape(says)):
+                central.ingest_shard(tmp_path / "bad.parquet")
+            assert contents(central) == before
+
+
+def _aware_shard(shard: Path, out: Path, when: datetime | None = None) -> None:
+    """`shard` with measured_at as a UTC-aware timestamp (the same instants, or all `when`)."""
+    import pyarrow as pa
+
+    table = pq.read_table(shard)
+    kind = pa.timestamp("us", tz="UTC")
+    column = table["measured_at"].cast(kind) if when is None else pa.array([when] * table.num_rows, type=kind)
+    pq.write_table(table.set_column(table.schema.get_field_index("measured_at"), pa.field("measured_at", kind), column),
+                   out)
+
+
+def _ingest_under(tz: str, db: Path, shard: Path, subprocess_env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zmlx_pipeline", "ingest", "--db", str(db), str(shard)],
+                          env={**subprocess_env, "TZ": tz}, capture_output=True, text=True, timeout=120)
+
+
+def test_aware_timestamps_are_stored_in_utc_whatever_the_local_time_zone(store, make_measurement, tmp_path,
+                                                                         subprocess_env):
+    """The same instants ingested under two time zones are one timing, stored as UTC."""
+    fill(store, make_measurement, MAC)
+    export_shard(store, tmp_path / "naive.parquet")
+    _aware_shard(tmp_path / "naive.parquet", tmp_path / "aware.parquet")
+    db = tmp_path / "central.duckdb"
+    first = _ingest_under("America/St_Johns", db, tmp_path / "aware.parquet", subprocess_env)
+    assert first.returncode == 0 and "6 added" in first.stdout, first.stdout + first.stderr
+    again = _ingest_under("UTC", db, tmp_path / "aware.parquet", subprocess_env)
+    assert again.returncode == 0 and "0 added" in again.stdout and "replaced" not in again.stdout, again.stdout
+    naive = _ingest_under("Asia/Kolkata", db, tmp_path / "naive.parquet", subprocess_env)
+    assert "0 added" in naive.stdout and "replaced" not in naive.stdout, naive.stdout
+    with Store(db, read_only=True) as central:
+        assert [m["measured_at"] for m in central.measurements()] == [m["measured_at"] for m in store.measurements()]
+    # and an export of it, under another time zone, ingests as the same timings
+    out = tmp_path / "again.parquet"
+    exported = subprocess.run([sys.executable, "-m", "zmlx_pipeline", "export", "--db", str(db), str(out)],
+                              env={**subprocess_env, "TZ": "Pacific/Kiritimati"}, capture_output=True, text=True)
+    assert exported.returncode == 0, exported.stderr
+    assert pq.read_table(out)["measured_at"].to_pylist() == pq.read_table(tmp_path / "naive.parquet")["measured_at"].to_pylist()
+
+
+@pytest.mark.parametrize("tz, ahead, refused", [("Pacific/Kiritimati", -5 * 60, False), ("Etc/GMT+12", 10 * 3600, True)])
+def test_the_future_check_compares_utc_with_utc(tz, ahead, refused, store, make_measurement, tmp_path, subprocess_env):
+    """Timed 5 minutes ago is no future anywhere; 10 hours ahead is, even where local time is 12 hours behind."""
+    from datetime import timedelta
+
+    fill(store, make_measurement, MAC)
+    export_shard(store, tmp_path / "naive.parquet")
+    _aware_shard(tmp_path / "naive.parquet", tmp_path / "aware.parquet",
+                 datetime.now(timezone.utc) + timedelta(seconds=ahead))
+    done = _ingest_under(tz, tmp_path / "central.duckdb", tmp_path / "aware.parquet", subprocess_env)
+    if refused:
+        assert done.returncode == 1 and "is in the future" in done.stderr and "Traceback" not in done.stderr
+    else:
+        assert done.returncode == 0 and "6 added" in done.stdout, done.stdout + done.stderr

@@ -627,3 +627,120 @@ def test_heldout_cases_refuse_a_frame_without_their_fields_and_keep_what_is_stor
     with pytest.raises(StoreError, match=r"lack column\(s\) pick_key"):
         store.add_heldout_cases("m1", "sha256:ab", "shapes", "nested", _heldout_frame().drop("pick_key"))
     assert store.heldout_cases("m1", "shapes", "nested").num_rows == 4
+
+
+# -- a store changed outside zmlx-pipeline -----------------------------------------------------
+
+
+@pytest.mark.parametrize("sql, says", [
+    ("ALTER TABLE measurements RENAME COLUMN median_us TO med", "table measurements has no column median_us (DOUBLE)"),
+    ("ALTER TABLE measurements ALTER median_us TYPE VARCHAR", "column measurements.median_us is VARCHAR, not DOUBLE"),
+    ("ALTER TABLE measurements DROP COLUMN p90_us", "table measurements has no column p90_us (DOUBLE)"),
+    ("ALTER TABLE models ADD COLUMN note VARCHAR", "table models has column note, which its schema has not"),
+    ("DROP TABLE repeats", "has no table repeats"),
+])
+def test_a_table_whose_columns_were_changed_is_refused_on_open_and_left_as_it_was(tmp_path, tampered_store, sql, says):
+    """Every later read of such a table would fail with DuckDB's binder error; the open says what changed."""
+    path = tmp_path / "s.duckdb"
+    before = tampered_store(path, sql)
+    for flags in ({}, {"read_only": True}):
+        with pytest.raises(CorruptStore) as err:
+            Store(path, **flags)
+        message = str(err.value)
+        assert message.startswith(f"store {path}") and says in message and "\n" not in message, message
+        assert message.endswith("restore it from a copy, or ingest its shards into a new --db")
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("sql, says", [
+    ("DELETE FROM _migrations", "it records no migration but holds table bundles, devices, heldout_cases"),
+    ("DELETE FROM _migrations WHERE version = 3", "it records migrations up to 2 but holds table heldout_cases"),
+    ("DELETE FROM _migrations WHERE version = 2", "it records migrations [1, 3], not 1 to 3"),
+    ("DROP TABLE _migrations", "it has no _migrations table"),
+])
+def test_a_damaged_migration_record_is_refused_not_migrated_again(tmp_path, tampered_store, sql, says):
+    """Migrating again would fail on tables that exist ('already exists'): the record is what is damaged."""
+    path = tmp_path / "s.duckdb"
+    before = tampered_store(path, sql)
+    for flags in ({}, {"read_only": True}):
+        with pytest.raises(CorruptStore) as err:
+            Store(path, **flags)
+        message = str(err.value)
+        assert message.startswith(f"store {path}'s migration record is damaged ({says}") and "\n" not in message, message
+        assert "restore it from a copy" in message
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("sql, says", [
+    ("UPDATE measurements SET median_us = 'nan'", "an ok row needs a finite positive median_us, not nan"),
+    ("UPDATE measurements SET median_us = -2", "an ok row needs a finite positive median_us, not -2.0"),
+    ("UPDATE measurements SET config = 'not json'", "config is not a JSON object: 'not json'"),
+    ("UPDATE measurements SET shape = '[1]'", "shape is not a JSON object: '[1]'"),
+])
+def test_stored_rows_ingest_would_refuse_are_refused_when_read(tmp_path, tampered_store, sql, says):
+    """Training, evaluation and noise would fail on them (or learn from them): one line naming the row instead."""
+    path = tmp_path / "s.duckdb"
+    tampered_store(path, sql + " WHERE shape_key = (SELECT min(shape_key) FROM measurements)")
+    with Store(path, read_only=True) as s:
+        for read in (s.measurements_arrow, s.measurements, s.repeat_pairs):
+            with pytest.raises(CorruptStore) as err:
+                read()
+            message = str(err.value)
+            assert message.startswith(f"store {path} holds a measurement no ingest would take ({DEVICE}, my_norm, "
+                                      "float16, shape ") and says in message and "\n" not in message, message
+        assert s.measurements_arrow(device="nvidia-h100").num_rows == 0  # rows of other filters still read
+
+
+def test_a_repeat_of_no_finite_time_is_refused_when_read(tmp_path, tampered_store):
+    path = tmp_path / "s.duckdb"
+    tampered_store(path, "UPDATE repeats SET median_us = 'inf'")
+    with Store(path, read_only=True) as s, pytest.raises(CorruptStore, match=r"holds a repeated timing no ingest "
+                                                                            r"would take \(.*median_us inf\)"):
+        s.repeat_pairs()
+
+
+@pytest.mark.parametrize("sql, says", [
+    ("UPDATE models SET scores = 'garbage'", "its scores column is not JSON ('garbage')"),
+    ("UPDATE models SET params = '[1, 2]'", "its params column is not a JSON object ('[1, 2]')"),
+    ("UPDATE models SET path = NULL", "it has no model file path"),
+])
+def test_a_registry_row_changed_outside_is_refused_when_read(tmp_path, tampered_store, sql, says):
+    path = tmp_path / "s.duckdb"
+    tampered_store(path, sql)
+    with Store(path, read_only=True) as s:
+        for read in (s.models, lambda: s.models(kernel="my_norm"), lambda: s.models(model_id="my_norm-1")):
+            with pytest.raises(CorruptStore) as err:
+                read()
+            assert str(err.value).startswith(f"store {path}: registered model my_norm-1: {says}: the registry was "
+                                             "changed outside zmlx-pipeline"), str(err.value)
+
+
+@pytest.mark.parametrize("sql, says", [
+    ("UPDATE measurements SET median_us = 'nan'", "an ok row needs a finite positive median_us, not nan"),
+    ("UPDATE measurements SET p10_us = 50", "p10_us <= median_us <= p90_us does not hold"),
+    ("UPDATE measurements SET device_id = 'Apple M3'", "device_id 'Apple M3' is not a device id"),
+])
+def test_export_refuses_rows_ingest_would_refuse_and_writes_nothing(tmp_path, tampered_store, sql, says):
+    """An exported shard always ingests again."""
+    path = tmp_path / "s.duckdb"
+    tampered_store(path, sql + " WHERE shape_key = (SELECT min(shape_key) FROM measurements)")
+    with Store(path, read_only=True) as s:
+        with pytest.raises(StoreError) as err:
+            s.export_shard(tmp_path / "out.parquet")
+    message = str(err.value)
+    assert says in message and "nothing was exported" in message and "\n" not in message, message
+    assert not (tmp_path / "out.parquet").exists()
+    assert not [p for p in tmp_path.iterdir() if p.suffix != ".duckdb" and p.is_file()]
+
+
+def test_the_store_works_in_utc_whatever_the_local_time_zone(tmp_path, subprocess_env):
+    """DuckDB converts aware timestamps in its TimeZone setting, which follows TZ unless the store sets it."""
+    script = textwrap.dedent(f"""
+        from zmlx_pipeline.data.store import Store
+        with Store({str(tmp_path / 's.duckdb')!r}) as s:
+            print(s._conn.execute("SELECT current_setting('TimeZone'), "
+                                  "TIMESTAMPTZ '2026-01-01 12:00:00+00'::TIMESTAMP").fetchone())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env={**subprocess_env, "TZ": "America/St_Johns"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "('UTC', datetime.datetime(2026, 1, 1, 12, 0))", done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -59,15 +60,38 @@ class Measurement:
 # reason a value is refused, or None. Import and ingest refuse a file naming its row and this reason.
 
 
+#: a device id as collect (data/detect.py), import and the catalog write one: lower-case letters and digits in
+#: words joined by single hyphens, and an optional core limit `@<cores>sm` (nvidia-h200@66sm)
+DEVICE_ID_PATTERN = r"[a-z0-9]+(-[a-z0-9]+)*(@[1-9][0-9]*sm)?"
+_DEVICE_ID = re.compile(DEVICE_ID_PATTERN)
+
+
 def name_problem(what: str, name: Any) -> str | None:
-    """Why `name` (a kernel, device or run id) cannot name a row: not text, empty, or holding control characters."""
+    """Why `name` (a kernel, device or run id) cannot name a row: not text, empty, holding control characters, or
+    starting or ending with white space (a name that would pass for another when printed)."""
     if not isinstance(name, str):
         return f"{what} {name!r} is not text"
     if not name.strip():
         return f"{what} is empty"
     if not name.isprintable():
         return f"{what} {name!r} holds a control character"
+    if name != name.strip():
+        return f"{what} {name!r} starts or ends with white space"
     return None
+
+
+def device_id_problem(device_id: Any) -> str | None:
+    """Why `device_id` is not one the product writes (name_problem's reasons, or not of DEVICE_ID_PATTERN's form)."""
+    problem = name_problem("device_id", device_id)
+    if problem is None and not _DEVICE_ID.fullmatch(device_id):
+        return (f"device_id {device_id!r} is not a device id (lower-case letters and digits joined by single "
+                "hyphens, and an optional core limit like @66sm, as the catalog writes them)")
+    return problem
+
+
+def fold_name(name: str) -> str:
+    """A name folded for comparison: two kernel names that differ only in case or white space name one kernel."""
+    return "".join(name.split()).lower()
 
 
 def dim_problem(name: Any, value: Any) -> str | None:

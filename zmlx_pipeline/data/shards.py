@@ -26,13 +26,14 @@ from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.keys import canonical_json
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
 from zmlx_pipeline.data.importers.kernel_tuner import not_regular
-from zmlx_pipeline.data.records import DTYPES, config_problem, name_problem, shape_problem
+from zmlx_pipeline.data.records import DTYPES, config_problem, device_id_problem, fold_name, name_problem, shape_problem
 from zmlx_pipeline.data.store import (
     SHARD_COLUMNS,
     SHARD_REQUIRED,
     BadShard,
     Store,
     bad_row,
+    check_shard_columns,
     query_shards,
 )
 
@@ -177,9 +178,36 @@ def _repeats(text: Any) -> str | None:
         named = isinstance(rep, dict) and name_problem("run_id", rep.get("run_id")) is None
         if not named or not isinstance(rep.get("measured_at"), str):
             return f"a repeat is not an object of run_id, median_us and measured_at: {rep!r:.200}"
+        if not _timestamp(rep["measured_at"]):
+            return f"a repeat's measured_at is not a timestamp: {rep['measured_at']!r:.60}"
         if not _finite(rep.get("median_us")) or rep["median_us"] <= 0:
             return f"a repeat needs a finite positive median_us, not {rep.get('median_us')!r}"
     return None
+
+
+@lru_cache(maxsize=1)
+def _builtin_folded() -> dict[str, str]:
+    return {fold_name(name): name for name in BUILTIN_KERNELS}
+
+
+def _kernel(kernel: Any) -> str | None:
+    """Why a kernel name cannot name a row: name_problem's reasons, or a name that differs from a built-in kernel's
+    only in case or white space (its rows would pass for another kernel's, unchecked against its constraints)."""
+    problem = name_problem("kernel", kernel)
+    if problem is not None:
+        return problem
+    builtin = _builtin_folded().get(fold_name(kernel))
+    if builtin is not None and builtin != kernel:
+        return f"kernel {kernel!r} differs from the built-in kernel {builtin!r} only in case or white space"
+    return None
+
+
+def _timestamp(text: str) -> bool:
+    try:
+        datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _builtin(kernel: Any, shape: Any, config: Any) -> str | None:
@@ -242,8 +270,8 @@ def _device(*values: Any) -> str | None:
 # in this order, so that a later check sees only values the earlier ones passed.
 _CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
     (("run_id",), lambda v: name_problem("run_id", v)),
-    (("device_id",), lambda v: name_problem("device_id", v)),
-    (("kernel",), lambda v: name_problem("kernel", v)),
+    (("device_id",), device_id_problem),
+    (("kernel",), _kernel),
     (("kernel_version",), lambda v: name_problem("kernel_version", v)),
     (("dtype",), _dtype),
     (("shape",), _shape),
@@ -290,6 +318,8 @@ def check_shard(path: str | os.PathLike, verdicts: dict | None = None) -> None:
     shard, and in the others checked with the same `verdicts`); those of _ROW_CHECKS on every row at once.
     """
     path = Path(path)
+    if path.is_file():  # a missing one is the store's to refuse, naming it
+        check_shard_columns(path)
     table = _read(path)
     if table is None:
         return

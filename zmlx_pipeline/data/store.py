@@ -12,6 +12,7 @@ import os
 import re
 import uuid
 from contextlib import contextmanager, suppress
+from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence, Union
@@ -21,7 +22,7 @@ import duckdb
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.core.files import fsync_dir
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
-from zmlx_pipeline.data.records import STATUSES, Measurement
+from zmlx_pipeline.data.records import DEVICE_ID_PATTERN, STATUSES, Measurement
 
 RUN_STATUSES = ("running", "finished", "interrupted", "failed", "imported")
 SHARD_FORMAT = "1"
@@ -224,7 +225,7 @@ _INGEST_REPEATS_SQL = (
     f"INSERT INTO repeats ({', '.join(REPEAT_COLUMNS)}) "
     "SELECT device_id, kernel, kernel_version, dtype, shape_key, config_key, rep.run_id, rep.median_us, "
     "rep.measured_at FROM (SELECT *, unnest(from_json(repeats, "
-    "'[{\"run_id\": \"VARCHAR\", \"median_us\": \"DOUBLE\", \"measured_at\": \"TIMESTAMP\"}]')) AS rep "
+    "'[{\"run_id\": \"VARCHAR\", \"median_us\": \"DOUBLE\", \"measured_at\": \"TIMESTAMPTZ\"}]')) AS rep "
     "FROM _zmlx_shard s WHERE repeats IS NOT NULL "
     # only the repeats of the timing the store keeps: an older shard's repeats belong to a timing
     # a newer one replaced, and paired with the new timing they would compare two different runs
@@ -430,6 +431,36 @@ def _check_shard_target(target: Path, store_path: Path) -> None:
 
 #: the tables every store of the current schema has (its migrations make them)
 SCHEMA_TABLES = ("devices", "runs", "measurements", "repeats", "models", "bundles", "heldout_cases")
+_COLUMNS_SQL = ("SELECT table_name, column_name, data_type FROM information_schema.columns "
+                "WHERE table_schema = 'main' AND table_catalog = current_database() "
+                "ORDER BY table_name, ordinal_position")
+
+
+def _table_columns(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[tuple[str, str], ...]]:
+    """Each table's (column, type) pairs in column order."""
+    tables: dict[str, list[tuple[str, str]]] = {}
+    for table, column, kind in con.execute(_COLUMNS_SQL).fetchall():
+        tables.setdefault(table, []).append((column, kind))
+    return {t: tuple(c) for t, c in tables.items()}
+
+
+@lru_cache(maxsize=4)
+def _schema_history(migrations: tuple) -> tuple[tuple[int, dict[str, tuple[tuple[str, str], ...]]], ...]:
+    """Per migration version, the tables (with their columns and types) a store at that version has: the
+    migrations replayed on an empty in-memory database, so the schema is stated once, in MIGRATIONS."""
+    con = duckdb.connect()
+    try:
+        con.execute(_BOOKKEEPING)
+        history = []
+        for version, _name, step in migrations:
+            try:
+                step(con) if callable(step) else con.execute(step)
+            except duckdb.Error:  # migrating the store says why it fails; the versions before it are known
+                break
+            history.append((version, _table_columns(con)))
+        return tuple(history)
+    finally:
+        con.close()
 DUCKDB_MAGIC = (8, b"DUCK")  # where a DuckDB file says what it is
 
 
@@ -521,15 +552,26 @@ def _connect(path: Path, read_only: bool, create: bool = True) -> duckdb.DuckDBP
         make_parent(path, "store")
     _check_duckdb_header(path)
     try:
-        return duckdb.connect(str(path), read_only=read_only)
+        return in_utc(duckdb.connect(str(path), read_only=read_only))
     except duckdb.Error as err:
         if not (read_only and "different configuration" in str(err)):
             raise _open_error(path, err, read_only) from err
     # This process already holds the store writable: share that instance; Store still refuses writes.
     try:
-        return duckdb.connect(str(path))
+        return in_utc(duckdb.connect(str(path)))
     except duckdb.Error as err:
         raise _open_error(path, err) from err
+
+
+def in_utc(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
+    """The connection working in UTC, whatever the process's TZ: the store keeps naive UTC timestamps, and DuckDB
+    (with ICU) otherwise converts a shard's time-zone-aware timestamps, and compares them with ours, in local time.
+    Without ICU there is no such setting and DuckDB already works in UTC."""
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+    except duckdb.Error:
+        pass
+    return con
 
 
 def _measurement_row(m: Measurement, measured_at: datetime) -> tuple:
@@ -643,14 +685,38 @@ class Store:
             ).fetchall()
         }
         if "_migrations" not in tables:
+            if tables & set(SCHEMA_TABLES):
+                raise self._damaged_record("has no _migrations table")
             if tables:
                 raise StoreError(
                     f"{self.path} is a DuckDB database but not a zmlx-pipeline store "
                     f"(tables: {', '.join(sorted(tables))}): use another --db"
                 )
             return 0
-        (version,) = self._conn.execute("SELECT coalesce(max(version), 0) FROM _migrations").fetchall()[0]
-        return int(version)
+        try:
+            versions = [int(r[0]) for r in self._conn.execute(
+                "SELECT version FROM _migrations ORDER BY version").fetchall()]
+        except (duckdb.Error, TypeError, ValueError) as err:
+            raise self._damaged_record(f"has an unreadable _migrations table ({_first_line(err)})") from None
+        version = versions[-1] if versions else 0
+        if versions != list(range(1, version + 1)):
+            raise self._damaged_record(f"records migrations {versions}, not 1 to {version}")
+        # a table a later migration makes, in a store that records no such migration: the record lost rows
+        history = dict(_schema_history(tuple(MIGRATIONS)))
+        if version > max(history, default=0):
+            return version  # a newer zmlx-pipeline's store: refused as such
+        made = set(history.get(version, {"_migrations": ()}))
+        later = tables & set().union(*history.values()) - made
+        if later:
+            listed = f"migrations up to {version}" if version else "no migration"
+            raise self._damaged_record(f"records {listed} but holds table {', '.join(sorted(set(later)))}")
+        return version
+
+    def _damaged_record(self, what: str) -> CorruptStore:
+        """CorruptStore for a store whose record of applied migrations no longer matches its tables."""
+        return CorruptStore(f"store {self.path}'s migration record is damaged (it {what}): it was changed outside "
+                            "zmlx-pipeline, and migrating it again would fail; restore it from a copy, or ingest its "
+                            "shards into a new --db")
 
     def _open_schema(self) -> None:
         """Check the stored schema version and migrate forward when writable."""
@@ -693,16 +759,31 @@ class Store:
         self._check_tables(current)
 
     def _check_tables(self, version: int) -> None:
-        """CorruptStore (one line) when a table of the current schema is gone from a store at that version: the
-        file was changed by other means."""
-        if version != SCHEMA_VERSION:
+        """CorruptStore (one line) when a table of the store's schema version is gone, or a column of one is gone,
+        renamed, added or of another type: the file was changed by other means, and every later read would fail
+        on it (one query of the catalog, so every open checks it)."""
+        expected = dict(_schema_history(tuple(MIGRATIONS))).get(version)
+        if expected is None:
             return
-        found = {row[0] for row in self._conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'").fetchall()}
-        missing = [t for t in SCHEMA_TABLES if t not in found]
+        found = _table_columns(self._conn)
+        fix = "it was changed outside zmlx-pipeline; restore it from a copy, or ingest its shards into a new --db"
+        missing = [t for t in expected if t not in found]
         if missing:
-            raise CorruptStore(f"store {self.path} has no table {', '.join(missing)}: it was changed outside "
-                               "zmlx-pipeline; restore it from a copy, or ingest its shards into a new --db")
+            raise CorruptStore(f"store {self.path} has no table {', '.join(missing)}: {fix}")
+        for table, columns in expected.items():
+            have = found[table]
+            if have == columns:
+                continue
+            types = dict(have)
+            for name, kind in columns:
+                if name not in types:
+                    raise CorruptStore(f"store {self.path}: table {table} has no column {name} ({kind}): {fix}")
+                if types[name] != kind:
+                    raise CorruptStore(f"store {self.path}: column {table}.{name} is {types[name]}, not {kind}: {fix}")
+            extra = [n for n, _ in have if n not in dict(columns)]
+            if extra:
+                raise CorruptStore(f"store {self.path}: table {table} has column {', '.join(extra)}, which its schema "
+                                   f"has not: {fix}")
 
     @property
     def schema_version(self) -> int:
@@ -886,6 +967,15 @@ class Store:
 
     def repeat_pairs(self, device: str | None = None) -> list[dict]:
         """Each repeated timing next to the first: device, kernel, dtype, shape_key, config_key, median_us, repeat_us."""
+        self._check_stored({"device": device})
+        bad = self._conn.execute(
+            "SELECT device_id, kernel, dtype, median_us, count(*) OVER () FROM repeats WHERE median_us IS NOT NULL AND "
+            "NOT isfinite(median_us) LIMIT 1").fetchone()
+        if bad is not None:
+            raise CorruptStore(
+                f"store {self.path} holds a repeated timing no ingest would take ({bad[0]}, {bad[1]}, {bad[2]}: "
+                f"median_us {bad[3]!r}){f' ({bad[4] - 1} more like it)' if bad[4] > 1 else ''}: it was changed "
+                "outside zmlx-pipeline; restore it from a copy, or delete those repeats")
         where, params = _where({"device": device}, prefix="m.")
         cur = self._conn.execute(
             "SELECT m.device_id, m.kernel, m.dtype, m.shape_key, m.config_key, m.median_us, r.median_us AS repeat_us "
@@ -896,8 +986,36 @@ class Store:
         )
         return _dicts(cur, parse_json=False)
 
+    def _check_stored(self, filters: dict[str, Any], what: str = "read") -> None:
+        """CorruptStore (one line, naming the row) when a stored measurement of these filters fails a check ingest
+        applies (a NaN, non-positive or missing time of an ok row, a config or shape that is not a JSON object, ...):
+        only a change outside zmlx-pipeline puts one there, and every reader would fail on it or learn from it. One
+        query over the rows."""
+        where, params = _where(filters)
+        checks = [c for _, c in _ROW_CHECKS if "?" not in c]  # not the clock: a stored time was checked when stored
+        reasons = [r for r, c in _ROW_CHECKS if "?" not in c]
+        case = " ".join(f"WHEN {c} THEN {i}" for i, c in enumerate(checks))
+        fields = ("status", "median_us", "p10_us", "p90_us", "samples", "measured_at", "config", "shape")
+        any_bad = f"{where} AND ({' OR '.join(f'({c})' for c in checks)})" if where else \
+            f" WHERE {' OR '.join(f'({c})' for c in checks)}"
+        found = self._conn.execute(
+            f"SELECT device_id, kernel, dtype, {', '.join(fields)}, CASE {case} END FROM measurements{any_bad} LIMIT 1",
+            params).fetchone()
+        if found is None:
+            return
+        (count,) = self._conn.execute(f"SELECT count(*) FROM measurements{any_bad}", params).fetchone()
+        device, kernel, dtype, *values, bad = found
+        row = dict(zip(fields, values))
+        more = f" ({count - 1} more rows like it)" if count > 1 else ""
+        raise CorruptStore(
+            f"store {self.path} holds a measurement no ingest would take ({device}, {kernel}, {dtype}, shape "
+            f"{row['shape']!s:.80}, config {row['config']!s:.80}: {reasons[bad].format(**row)}){more}, so nothing "
+            f"was {what}: it was changed outside zmlx-pipeline; restore it from a copy, or delete those rows and "
+            "ingest their shards again")
+
     def _measurements_sql(self, filters: dict[str, Any]) -> tuple[str, list[Any]]:
-        """The filtered, ordered measurements query."""
+        """The filtered, ordered measurements query, after _check_stored of its rows."""
+        self._check_stored(filters)
         where, params = _where(filters)
         sql = (
             f"SELECT {', '.join(MEASUREMENT_COLUMNS)} FROM measurements{where} "
@@ -955,8 +1073,26 @@ class Store:
         rows = _dicts(cur, parse_json=False)
         for row in rows:
             for col in _MODEL_JSON:
-                row[col] = _from_json(row[col])
+                row[col] = self._registry_json(row, col)
+            if not isinstance(row["path"], str) or not row["path"]:
+                raise self._bad_model(row, "it has no model file path")
         return rows
+
+    def _registry_json(self, row: dict, column: str) -> Any:
+        """A registry row's JSON column parsed: an object, or None; CorruptStore naming the model otherwise."""
+        text = row[column]
+        try:
+            value = _from_json(text)
+        except (ValueError, RecursionError):
+            raise self._bad_model(row, f"its {column} column is not JSON ({text!r:.40})") from None
+        if value is not None and not isinstance(value, dict):
+            raise self._bad_model(row, f"its {column} column is not a JSON object ({text!r:.40})")
+        return value
+
+    def _bad_model(self, row: dict, what: str) -> CorruptStore:
+        """CorruptStore naming a registry row only a change outside zmlx-pipeline could have written."""
+        return CorruptStore(f"store {self.path}: registered model {row['model_id']}: {what}: the registry was changed "
+                            "outside zmlx-pipeline; restore the store from a copy, or train the kernel again")
 
     # -- held-out cases of registered models --------------------------------------------------
 
@@ -1008,7 +1144,9 @@ class Store:
         self._require_writable("record a bundle")
         created = manifest.get("created")
         try:
-            created_at = datetime.fromisoformat(str(created).replace("Z", "+00:00")).replace(tzinfo=None)
+            created_at = datetime.fromisoformat(str(created).replace("Z", "+00:00"))
+            if created_at.tzinfo is not None:  # the store keeps naive UTC
+                created_at = created_at.astimezone(timezone.utc).replace(tzinfo=None)
         except ValueError:
             created_at = _now()
         try:
@@ -1065,8 +1203,10 @@ class Store:
             "ORDER BY m.device_id, m.kernel, m.kernel_version, m.dtype, m.shape_key, m.config_key) "
             f"TO {_sql_literal(str(tmp))} (FORMAT parquet, COMPRESSION zstd, {metadata})"
         )
+        self._check_stored({"device": device}, "exported")
         try:
             (rows,) = self._conn.execute(sql, params).fetchone()
+            self._check_exported(tmp)
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
             os.replace(tmp, target)
@@ -1081,6 +1221,35 @@ class Store:
                 pass
         fsync_dir(target.parent)
         return int(rows)
+
+    def _check_exported(self, shard: Path) -> None:
+        """Refuse to export what ingest would refuse (so a shard always ingests again): the written file goes through
+        ingest's own checks (shards.check_shard, then this module's, into an empty store in memory); StoreError
+        naming the stored row and why, and nothing is written."""
+        from zmlx_pipeline.data.shards import check_shard  # shards imports this module
+
+        con = duckdb.connect()
+        try:
+            in_utc(con)
+            for _version, _name, step in MIGRATIONS:
+                step(con) if callable(step) else con.execute(step)
+            check_shard(shard)
+            columns = _shard_columns(con, shard)
+            con.execute("CREATE TEMP TABLE _zmlx_shard AS SELECT * FROM read_parquet(?, file_row_number = true)",
+                        [str(shard)])
+            _check_shard_rows(con, shard, columns)
+        except BadShard as err:
+            found = re.match(re.escape(str(shard)) + r", row (\d+): (.*); nothing was ingested", str(err))
+            if found is None:
+                raise StoreError(f"cannot export a shard of store {self.path}: {_first_line(err)}") from None
+            key = con.execute("SELECT device_id, kernel, dtype, shape, config FROM read_parquet(?) LIMIT 1 OFFSET ?",
+                              [str(shard), int(found.group(1)) - 1]).fetchone()
+            raise StoreError(
+                f"cannot export a shard of store {self.path}: it holds a measurement no ingest would take ({', '.join(map(str, key))}: "
+                f"{found.group(2)}), so nothing was exported: it was changed outside zmlx-pipeline; restore it from a "
+                "copy, or delete those rows") from None
+        finally:
+            con.close()
 
     def ingest_shard(self, path: str | os.PathLike) -> dict:
         """Merge one shard in one transaction (idempotent); returns {'rows', 'added', 'skipped'}, and
@@ -1154,7 +1323,7 @@ class Store:
             [str(shard)],
         )
         try:
-            _check_shard_rows(con, shard)
+            _check_shard_rows(con, shard, columns)
             (rows,) = con.execute("SELECT count(*) FROM _zmlx_shard").fetchone()
             con.execute(devices_sql)
             con.execute(runs_sql)
@@ -1187,7 +1356,9 @@ _ROW_CHECKS = (
      "OR (p90_us IS NOT NULL AND (NOT isfinite(p90_us) OR p90_us <= 0))"),
     ("a timing must be non-negative, not {median_us!r}",
      "median_us IS NOT NULL AND (isnan(median_us) OR median_us < 0)"),
-    ("samples must be 0 or more, not {samples!r}", "samples IS NULL OR samples < 0"),
+    ("samples must be a whole number from 0 to 2147483647, not {samples!r}",
+     "samples IS NULL OR NOT isfinite(samples::DOUBLE) OR samples < 0 OR samples > 2147483647 "
+     "OR samples::DOUBLE <> floor(samples::DOUBLE)"),
     ("measured_at {measured_at} is in the future", "measured_at IS NULL OR measured_at > ?"),
     ("config is not a JSON object: {config!r}",
      "config IS NULL OR NOT json_valid(config) OR json_type(config) <> 'OBJECT'"),
@@ -1196,8 +1367,57 @@ _ROW_CHECKS = (
 )
 
 
-def _check_shard_rows(con: duckdb.DuckDBPyConnection, shard: Path) -> None:
+# Names a row is stored under: (reason, SQL condition true for a bad one), each over the shard's distinct values.
+_NAME_CHECKS = (
+    ("device_id {value!r} is not a device id (lower-case letters and digits joined by single hyphens, and an "
+     "optional core limit like @66sm, as the catalog writes them)",  # records.device_id_problem
+     "device_id", f"NOT regexp_full_match(device_id, '{DEVICE_ID_PATTERN}')"),
+    *((f"{name} {{value!r}} starts or ends with white space or holds a control character", name,
+       f"regexp_matches({name}, '^\\s|\\s$|[\\x00-\\x1f\\x7f]')")
+      for name in ("run_id", "kernel", "kernel_version", "dtype")),
+)
+#: a kernel name folded for comparison: two names that differ only in case or white space name one kernel
+_FOLDED_KERNEL = "lower(regexp_replace({}, '\\s', '', 'g'))"
+
+
+def _check_names(con: duckdb.DuckDBPyConnection, shard: Path) -> None:
+    """Refuse names the product never writes (BadShard naming the file, first row and the name): a device id not
+    in the catalog's form, a name with white space at an end or a control character, and a kernel that differs
+    only in case or white space from another (stored, or in this shard)."""
+    for reason, column, condition in _NAME_CHECKS:
+        found = con.execute(
+            f"SELECT {column}, min(file_row_number), sum(count(*)) OVER () FROM _zmlx_shard WHERE {column} IS NOT NULL "
+            f"AND {condition} GROUP BY 1 ORDER BY 2 LIMIT 1").fetchone()
+        if found:
+            raise BadShard(bad_row(shard, found[1], reason.format(value=found[0]), int(found[2])))
+    fold_s, fold_m = _FOLDED_KERNEL.format("s.kernel"), _FOLDED_KERNEL.format("m.kernel")
+    found = con.execute(
+        f"WITH s AS (SELECT kernel, min(file_row_number) AS first, count(*) AS n FROM _zmlx_shard GROUP BY 1), "
+        f"m AS (SELECT DISTINCT kernel FROM measurements UNION SELECT kernel FROM s) "
+        f"SELECT s.kernel, min(m.kernel), s.first, s.n FROM s JOIN m ON {fold_s} = {fold_m} AND s.kernel <> m.kernel "
+        "GROUP BY ALL ORDER BY s.first LIMIT 1").fetchone()
+    if found:
+        kernel, other, first, count = found
+        raise BadShard(bad_row(shard, first, f"kernel {kernel!r} differs from kernel {other!r} only in case or white "
+                                             "space: name one kernel one way", int(count)))
+
+
+def _check_whole_numbers(con: duckdb.DuckDBPyConnection, shard: Path, columns: dict[str, str]) -> None:
+    """Refuse a fractional value (or NaN, inf) in a shard column stored as a whole number: it would be rounded."""
+    for name, stored in _shard_column_types().items():
+        if stored in ("INTEGER", "BIGINT") and columns.get(name, "").split("(")[0] in _FRACTIONAL + ("DECIMAL",):
+            found = con.execute(
+                f"SELECT {name}, file_row_number, count(*) OVER () FROM _zmlx_shard WHERE {name} IS NOT NULL AND "
+                f"(NOT isfinite({name}::DOUBLE) OR {name}::DOUBLE <> floor({name}::DOUBLE)) ORDER BY 2 LIMIT 1"
+            ).fetchone()
+            if found:
+                raise BadShard(bad_row(shard, found[1], f"{name} must be a whole number, not {found[0]!r}", found[2]))
+
+
+def _check_shard_rows(con: duckdb.DuckDBPyConnection, shard: Path, columns: dict[str, str] | None = None) -> None:
     """Refuse a shard holding a row the store must not take: BadShard names the file, the row and why."""
+    _check_names(con, shard)
+    _check_whole_numbers(con, shard, columns or {})
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     fields = ("file_row_number", "status", "median_us", "p10_us", "p90_us", "samples", "measured_at", "config", "shape")
     for reason, condition in _ROW_CHECKS:
@@ -1279,17 +1499,78 @@ def bad_row(shard: Path, row: int, reason: str, count: int) -> str:
     return f"{shard}, row {int(row) + 1}: {reason}{more}; nothing was ingested, the store is unchanged"
 
 
-def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> set[str]:
-    """The shard's column names; BadShard if it is not readable Parquet or lacks required columns."""
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+             "UHUGEINT")
+_FRACTIONAL = ("FLOAT", "DOUBLE")
+# what a shard column of each stored type may be read from ('"NULL"': a column of nulls only): any number for
+# a number (a fractional one for a whole-number column is checked to hold whole numbers), any timestamp or date
+# for a timestamp (one with a time zone is converted to UTC), and only text for text
+_SHARD_TYPES = {
+    "VARCHAR": ("text", ("VARCHAR",)),
+    "DOUBLE": ("a number", _INTEGERS + _FRACTIONAL + ("DECIMAL",)),
+    "INTEGER": ("a whole number", _INTEGERS + _FRACTIONAL + ("DECIMAL",)),
+    "BIGINT": ("a whole number", _INTEGERS + _FRACTIONAL + ("DECIMAL",)),
+    "BOOLEAN": ("a boolean", ("BOOLEAN",)),
+    "TIMESTAMP": ("a timestamp", ("TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS",
+                                  "TIMESTAMP WITH TIME ZONE", "DATE")),
+}
+
+
+def _shard_column_types() -> dict[str, str]:
+    """The stored type of each shard column (SHARD_COLUMNS), from the schema the migrations make."""
+    tables = {t: dict(c) for t, c in _schema_history(tuple(MIGRATIONS))[-1][1].items()}
+    types = {c: tables["measurements"][c] for c in MEASUREMENT_COLUMNS}
+    types.update({c: tables["devices"][c[len("device_"):]] for c in SHARD_DEVICE_COLUMNS})
+    types.update({c: tables["runs"][c[len("run_"):]] for c in SHARD_RUN_COLUMNS})
+    types["repeats"] = "VARCHAR"
+    return types
+
+
+def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> dict[str, str]:
+    """The shard's columns and their DuckDB types; BadShard (one line) if it is not readable Parquet, names a column
+    twice, lacks required columns, or has a shard column of a type its values cannot be stored as."""
     try:
         described = con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(shard)]).fetchall()
     except duckdb.Error as err:
         raise BadShard(f"{shard} is not a readable Parquet shard ({_first_line(err)}): re-export it") from err
-    columns = {r[0] for r in described}
+    import pyarrow.parquet as pq
+
+    try:  # DuckDB renames a second column of one name (median_us_1), so it would be read as another column
+        names = pq.read_schema(shard).names
+    except Exception:  # noqa: BLE001 - DuckDB read it; only the names are wanted here
+        names = []
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise BadShard(f"{shard} has more than one column named {', '.join(twice)}: a shard names each column once; "
+                       "re-export it with zmlx-pipeline export; nothing was ingested, the store is unchanged")
+    columns = {r[0]: r[1] for r in described}
     missing = [c for c in SHARD_REQUIRED if c not in columns]
     if missing:
         raise BadShard(f"{shard} is missing shard columns {', '.join(missing)}: re-export it with zmlx-pipeline export")
+    for name, stored in _shard_column_types().items():
+        found = columns.get(name)
+        if found is None or found == '"NULL"':
+            continue
+        what, allowed = _SHARD_TYPES[stored]
+        if found.split("(")[0] not in allowed:
+            raise BadShard(f"{shard}: column {name} is {found}, but a shard's {name} is {what} ({stored}): re-export "
+                           "it with zmlx-pipeline export; nothing was ingested, the store is unchanged")
     return columns
+
+
+_SCRATCH: list[duckdb.DuckDBPyConnection] = []
+
+
+def check_shard_columns(shard: str | os.PathLike) -> dict[str, str]:
+    """The shard's columns and types, refused as the store's ingest refuses them (BadShard, one line), read
+    without a store."""
+    if not _SCRATCH:
+        _SCRATCH.append(in_utc(duckdb.connect()))
+    con = _SCRATCH[0].cursor()
+    try:
+        return _shard_columns(con, Path(shard))
+    finally:
+        con.close()
 
 
 def query_shards(directory: str | os.PathLike, device: str | None = None, kernel: str | None = None) -> list[dict]:
