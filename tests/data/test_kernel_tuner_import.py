@@ -487,6 +487,77 @@ def test_a_cache_left_open_by_a_stopped_run_is_closed_as_kernel_tuner_closes_it(
     assert "its 'cache' has no entries" in refused(store, path)
 
 
+def _with_repeated_key(doc: dict, where: str, key: str, first_value) -> str:
+    """The document as JSON text with `key` written once more, holding `first_value`, at the start of the object
+    `where` names ("" for the document itself, "cache" for the cache): json would keep the later value."""
+    text = json.dumps(doc)
+    opening = "{" if not where else f'"{where}": {{'
+    at = text.index(opening) + len(opening)
+    return text[:at] + f"{json.dumps(key)}: {json.dumps(first_value)}, " + text[at:]
+
+
+@pytest.mark.parametrize("where, key, first_value", [
+    ("cache", "16,1", entry(16, 1, 99.0)),  # two timings of one config: which is right is not for us to guess
+    ("", "kernel_name", "other_kernel"),
+    ("", "problem_size", [64, 64]),
+])
+def test_a_json_object_naming_a_key_twice_is_refused_naming_the_file_and_the_key(seeded, tmp_path, where, key,
+                                                                                 first_value):
+    path = tmp_path / "dup" / "A4000.json"
+    path.parent.mkdir()
+    path.write_text(_with_repeated_key(kt_cache({"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0)}), where, key,
+                                       first_value))
+    assert f"the key {key!r} appears twice in one JSON object" in refused(seeded, path)
+
+
+def test_a_cache_left_open_naming_an_entry_twice_is_refused(seeded, tmp_path):
+    text = _with_repeated_key(kt_cache({"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0)}), "cache", "32,1",
+                              entry(32, 1, 99.0))
+    path = tmp_path / "dup" / "A4000.json"
+    path.parent.mkdir()
+    path.write_text(text.rstrip()[:-2] + ",")  # as a stopped run leaves it: read entry by entry
+    assert "the key '32,1' appears twice in one JSON object" in refused(seeded, path)
+    path.write_text(text.rstrip()[:-2] + ', "16,1": {"block_size_x": 16, "bl')  # and with its last entry cut off
+    assert "the key '32,1' appears twice in one JSON object" in refused(seeded, path)
+
+
+def test_a_gzipped_file_and_its_t4_metadata_naming_a_key_twice_are_refused(seeded, tmp_path):
+    gz = tmp_path / "dup" / "A4000.json.gz"
+    gz.parent.mkdir()
+    gz.write_bytes(gzip.compress(_with_repeated_key(kt_cache({"16,1": entry()}), "", "device_name", "x").encode()))
+    assert "the key 'device_name' appears twice" in refused(seeded, gz)
+    results = write(tmp_path / "t4" / "A4000-results.json", t4_doc(problem_size=[4096]))
+    metadata = tmp_path / "t4" / "A4000-metadata.json"
+    metadata.write_text('{"data": {"name": "NVIDIA RTX A4000"}, "data": {"name": "NVIDIA A100"}}')
+    before = snapshot(seeded)
+    with pytest.raises(ImportFileError, match=f"cannot import {metadata}: the key 'data' appears twice"):
+        import_files(seeded, [results])
+    assert snapshot(seeded) == before
+
+
+def test_a_device_map_naming_a_key_twice_is_refused(seeded, tmp_path):
+    path = write(tmp_path / "vec" / "A4000.json", kt_cache({"16,1": entry()}))
+    mapping = tmp_path / "map.json"
+    mapping.write_text('{"A4000*": "nvidia-rtx-a4000", "A4000*": "nvidia-a100-sxm4-80gb"}')
+    with pytest.raises(ImportFileError, match=r"--device-map .*map.json: the key 'A4000\*' appears twice"):
+        import_files(seeded, [path], device_map=mapping)
+
+
+def test_the_cli_refuses_a_repeated_key_in_one_line_and_makes_no_store(tmp_path):
+    path = tmp_path / "dup" / "A4000.json"
+    path.parent.mkdir()
+    path.write_text(_with_repeated_key(kt_cache({"16,1": entry(16, 1, 1.0)}), "cache", "16,1", entry(16, 1, 99.0)))
+    db = tmp_path / "new.duckdb"
+    result = CliRunner().invoke(cli, ["import", "--db", str(db), str(path)])
+    assert result.exit_code == 1, result.output
+    assert result.output == (f"Error: cannot import {path}: the key '16,1' appears twice in one JSON object (only one "
+                             "value of a key can be kept); nothing of it was stored\n")
+    assert not db.exists()
+    result = CliRunner().invoke(cli, ["import", "--db", str(db), "--problem-size", '{"x": 1, "x": 2}', str(path)])
+    assert result.exit_code == 2 and "the key 'x' appears twice" in result.output.splitlines()[-1]
+    assert not db.exists()
+
+
 def test_problem_size_from_the_file_the_search_space_or_the_option(seeded, tmp_path):
     # Kernel Tuner's own test cache has no problem_size; "callable" is what it writes for a function
     doc = kt_cache({"16,1": entry(16, 1, 1.0)}, problem_size=None)
@@ -545,13 +616,29 @@ def test_parse_problem_size_accepts_integers_and_json():
     from zmlx_pipeline.data.importers import parse_problem_size
 
     assert parse_problem_size("4096,4096") == [4096, 4096]
-    assert parse_problem_size("4096x4096") == [4096, 4096]
+    assert parse_problem_size("4096, 4096") == [4096, 4096]
     assert parse_problem_size("[25000, 2048, 1]") == [25000, 2048, 1]
     assert parse_problem_size('{"rows": 8, "cols": 512}') == {"rows": 8, "cols": 512}
     assert parse_problem_size("80000000") == 80000000
     for bad in ("4096,abc", "[1.5]", "[]", '"callable"'):
         with pytest.raises(ValueError):
             parse_problem_size(bad)
+
+
+@pytest.mark.parametrize("text", ["4096x4096", "+4096", "4096,,4096", ",4096", "4096 4096", "(4096, 4096)",
+                                  "\u0664\u0660\u0669\u0666", "4096,\u0664"])
+def test_parse_problem_size_refuses_forms_other_than_json_or_comma_separated_ascii_digits(text):
+    from zmlx_pipeline.data.importers import parse_problem_size
+
+    with pytest.raises(ValueError, match="neither JSON nor integers split by commas: write whole numbers in ASCII"):
+        parse_problem_size(text)
+
+
+def test_parse_problem_size_refuses_a_json_object_naming_a_dim_twice():
+    from zmlx_pipeline.data.importers import parse_problem_size
+
+    with pytest.raises(ValueError, match="the key 'x' appears twice"):
+        parse_problem_size('{"x": 1, "x": 2}')
 
 
 def t4(results: list, metadata: dict | None = None) -> dict:

@@ -77,6 +77,8 @@ def test_every_ktt_status_becomes_a_status_and_units_are_the_metadatas(store, tm
     (ktt_doc([ktt_result(32, kernel="a"), ktt_result(64, kernel="b")]),
      "KTT output of several kernels (a, b); tune and write each kernel to a file of its own"),
     (ktt_doc([{"Status": "Ok", "TotalDuration": 1.0}]), "result 0 has no 'Configuration' list"),
+    (ktt_doc([{**ktt_result(32), "Configuration": [{"Name": "block", "Value": 32}, {"Name": "block", "Value": 64}]}]),
+     "result 0: parameter 'block' appears twice in its 'Configuration'"),
 ])
 def test_bad_ktt_output_is_refused_and_stores_nothing(store, tmp_path, doc, reason):
     path = tmp_path / "bad.json"

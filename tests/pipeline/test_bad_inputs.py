@@ -164,6 +164,20 @@ USAGE = [  # exit 2: click refuses the value before any work starts
     ("run", "--data", ""),
     ("train", "--models-dir", ""),
     ("summary", "--db", ""),
+    # --shape and --problem-size take one documented form each, in ASCII digits
+    ("lookup", "rmsnorm", "--shape", "4096x4096"),
+    ("lookup", "rmsnorm", "--shape", "rows=4096,,cols=4096"),
+    ("lookup", "rmsnorm", "--shape", "rows=+4096,cols=4096"),
+    ("lookup", "rmsnorm", "--shape", "+4096,4096"),
+    ("lookup", "rmsnorm", "--shape", "rows=\u0664\u0660\u0669\u0666,cols=4096"),
+    ("lookup", "rmsnorm", "--shape", "\u0664\u0660\u0669\u0666,4096"),
+    ("lookup", "rmsnorm", "--shape", "rows=4_096,cols=4096"),
+    ("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096,"),
+    ("import", "list.json", "--problem-size", "4096x4096"),
+    ("import", "list.json", "--problem-size", "+4096"),
+    ("import", "list.json", "--problem-size", "4096,,4096"),
+    ("import", "list.json", "--problem-size", "\u0664\u0660\u0669\u0666"),
+    ("import", "list.json", "--problem-size", '{"x": 1, "x": 2}'),
 ]
 
 
@@ -256,6 +270,7 @@ ERRORS = [  # exit 1: the command refuses the input in one line that says why
     # a typo or a missing GPU is refused before the store changes or is made
     (("run", "--data", "data", "-k", "rmsnrom"), "no kernel 'rmsnrom'"),
     (("run", "--data", "emptydata", "--db", "new.duckdb"), "no .parquet shard"),
+    (("run", "--data", "data", "-k", "rmsnrom", "--db", "new/new.duckdb"), "no kernel 'rmsnrom'"),
     # a name the file system refuses, wherever it is given
     (("summary", "--db", "a" * 300 + ".duckdb"), "File name too long"),
     (("train", "--models-dir", "a" * 300), "File name too long"),
@@ -677,3 +692,90 @@ def test_publish_into_a_bundle_or_through_a_broken_link_is_refused_before_any_wo
     result = run_cli(home, "publish", "--to", target)
     assert_one_line_error(result, progress=True)
     assert says in result.output.splitlines()[-1]
+
+
+# -- the forms --shape and --problem-size take -----------------------------------------------------------------
+
+@pytest.mark.parametrize("option, text", [("--shape", "4096x4096"), ("--shape", "rows=4096,,cols=4096"),
+                                          ("--shape", "rows=\u0664\u0660\u0669\u0666,cols=4096"),
+                                          ("--problem-size", "4096x4096"), ("--problem-size", "+4096")])
+def test_a_shape_in_another_form_is_refused_saying_the_form(home, option, text):
+    args = ("lookup", "rmsnorm", "--shape", text) if option == "--shape" else ("import", "list.json", option, text)
+    result = run_cli(home, *args)
+    assert_one_line_error(result, code=2)
+    last = result.output.splitlines()[-1]
+    assert repr(text) in last
+    assert ("DIM=N,DIM=N (e.g. rows=4096,cols=4096) or the dims' values in order (e.g. 4096,4096), N in digits 0-9"
+            if option == "--shape" else "write whole numbers in ASCII digits, e.g. 4096,4096, or JSON") in last
+
+
+def test_the_shape_forms_read_as_named_or_ordered_dims():
+    from zmlx_pipeline.pipeline.cli_publish import parse_shape
+
+    assert parse_shape("rows=4096,cols=512") == {"rows": 4096, "cols": 512}
+    assert parse_shape("rows=4096, cols=512") == {"rows": 4096, "cols": 512}
+    assert parse_shape("4096,512") == [4096, 512]
+    assert parse_shape("rows=-1,cols=512") == {"rows": -1, "cols": 512}  # the runtime refuses it by name
+
+
+# -- ~ in a path: a shell's expansion, or one line naming the path ---------------------------------------------
+
+NO_USER = "~zmlx-no-such-user"
+
+TILDE_PATHS = [("summary", "--db", f"{NO_USER}/x.duckdb"),
+               ("ingest", "--db", f"{NO_USER}/x.duckdb", str(SMALL_SHARD)),
+               ("import", "--db", f"{NO_USER}/x.duckdb", "list.json"),
+               ("import", "list.json", "--device-map", f"{NO_USER}/map.json"),
+               ("export", f"{NO_USER}/x.parquet"),
+               ("publish", "--to", f"{NO_USER}/b"),
+               ("report", "--out", f"{NO_USER}/r"),
+               ("train", "--models-dir", f"{NO_USER}/models"),
+               ("run", "--bundle-dir", f"{NO_USER}/bundles"),
+               ("collect", "--ray", "auto", "--shards", f"{NO_USER}/shards")]
+
+
+@pytest.mark.parametrize("args", TILDE_PATHS, ids=[" ".join(a[:2]) for a in TILDE_PATHS])
+def test_a_path_in_an_unknown_users_home_is_one_line_naming_it(home, args):
+    result = run_cli(home, *args)  # nothing made: no ./~zmlx-no-such-user, no $HOME + "zmlx-no-such-user"
+    assert_one_line_error(result, code=2)
+    given = next(a for a in args if a.startswith(NO_USER))
+    assert f"cannot expand {given!r}: no user 'zmlx-no-such-user' on this machine" in result.output.splitlines()[-1]
+    assert not (home / NO_USER).exists()
+
+
+@pytest.mark.parametrize("variable", ["ZMLX_PIPELINE_DB", "XDG_DATA_HOME"])
+@pytest.mark.parametrize("args", [("summary",), ("ingest", str(SMALL_SHARD)), ("import", "list.json")])
+def test_a_default_store_path_in_an_unknown_users_home_is_one_line_naming_the_variable(home, variable, args):
+    env = {"ZMLX_PIPELINE_DB": None, variable: f"{NO_USER}/x"} if variable == "XDG_DATA_HOME" else \
+        {variable: f"{NO_USER}/x.duckdb"}
+    result = run_cli(home, *args, env=env)
+    assert_one_line_error(result)
+    assert result.output.startswith(f"Error: ${variable}: cannot expand '{NO_USER}/x")
+
+
+def test_a_path_in_the_users_home_is_expanded_for_every_path_option(home):
+    user_home = home / "user-home"
+    user_home.mkdir()
+    env = {"HOME": str(user_home)}
+    result = CliRunner().invoke(cli, ["ingest", "--db", "~/new.duckdb", str(SMALL_SHARD)], env=env)
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, ["export", "--db", "~/new.duckdb", "~/out.parquet"], env=env)
+    assert result.exit_code == 0, result.output
+    assert (user_home / "new.duckdb").is_file() and (user_home / "out.parquet").is_file()
+    assert not (home / "~").exists()
+    result = CliRunner().invoke(cli, ["summary", "--json"], env={**env, "ZMLX_PIPELINE_DB": "~/new.duckdb"})
+    assert result.exit_code == 0 and json.loads(result.output)[0]["device"].startswith("nvidia-h100-sxm")
+
+
+# -- a refused command leaves no new store ---------------------------------------------------------------------
+
+def test_collect_on_ray_refused_leaves_no_new_store_or_folder(home, monkeypatch):
+    from zmlx_pipeline.pipeline import ray_collect
+
+    def no_ray(*args, **kwargs):
+        raise ray_collect.RayUnavailable("collect --ray needs Ray: pip install 'zmlx-pipeline[ray]'")
+
+    monkeypatch.setattr(ray_collect, "collect_on_ray", no_ray)
+    result = run_cli(home, "collect", "--ray", "auto", "--db", "new/sub/c.duckdb")
+    assert_one_line_error(result)
+    assert "needs Ray" in result.output and not (home / "new").exists()

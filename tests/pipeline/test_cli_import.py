@@ -127,7 +127,7 @@ def test_help_names_the_new_options():
     assert result.exit_code == 0
     text = " ".join(result.output.split())
     for words in ("--device TEXT", "--device-map FILE", "--problem-size TEXT", "file-name globs or reported device "
-                  "names to catalog ids", "integers like 4096,4096 or JSON like [25000, 2048, 1]", "--json"):
+                  "names to catalog ids", "split by commas like 4096,4096, or JSON like [25000, 2048, 1]", "--json"):
         assert words in text, words
 
 

@@ -17,6 +17,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     CommandGroup,
     FiniteRange,
     GivenPath,
+    check_filters,
     db_option,
     emit,
     open_store,
@@ -149,12 +150,12 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
         from zmlx_pipeline.pipeline import ray_collect
 
         specs, refs = _kernels(kernel_names)
-        store = open_store(db)
-        out = ray_collect.collect_on_ray(
-            store, specs, refs, address=ray_address, shard_dir=shard_dir or ray_collect.default_shard_dir(db),
-            dtypes=split_names(dtype_names) or list(DTYPES), preset=preset, budget_s=budget_s,
-            settings=stage.TimingSettings(warmup=warmup, samples=samples, warmup_s=warmup_ms / 1000, timer=timer),
-            shapes_limit=max_shapes, configs_limit=max_configs)
+        with store_to_fill(db, keep_filled=True) as store:  # a refusal (no Ray, no cluster) leaves no new store
+            out = ray_collect.collect_on_ray(
+                store, specs, refs, address=ray_address, shard_dir=shard_dir or ray_collect.default_shard_dir(store.path),
+                dtypes=split_names(dtype_names) or list(DTYPES), preset=preset, budget_s=budget_s,
+                settings=stage.TimingSettings(warmup=warmup, samples=samples, warmup_s=warmup_ms / 1000, timer=timer),
+                shapes_limit=max_shapes, configs_limit=max_configs)
         emit(out if as_json else out["actors"], as_json)
         if not as_json:
             click.echo(f"\n{out['ingested']} measurements ingested from {len(out['shards'])} shards; "
@@ -178,7 +179,6 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
         if device.backend != "cuda":
             raise click.ClickException(f"--gpus needs the MLX CUDA backend (MLX runs on the {device.backend} here)")
         gpus = parse_gpus(gpus_text)
-    store = open_store(db)
     bar_holder: dict = {}
 
     def on_plan(n: int, already: int) -> None:
@@ -192,9 +192,10 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
 
     settings = stage.TimingSettings(warmup=warmup, samples=samples, warmup_s=warmup_ms / 1000, timer=timer)
     try:
-        result = stage.collect(store, device, specs, dtypes=dtypes, preset=preset, budget_s=budget_s,
-                               settings=settings, jobs=jobs, kernel_refs=refs, shapes_limit=max_shapes, configs_limit=max_configs,
-                               on_plan=on_plan, on_result=on_result, gpus=gpus)
+        with store_to_fill(db, keep_filled=True) as store:  # what was measured stays: the next collect resumes
+            result = stage.collect(store, device, specs, dtypes=dtypes, preset=preset, budget_s=budget_s, settings=settings,
+                                   jobs=jobs, kernel_refs=refs, shapes_limit=max_shapes, configs_limit=max_configs,
+                                   on_plan=on_plan, on_result=on_result, gpus=gpus)
     finally:
         if "bar" in bar_holder:
             bar_holder["bar"].__exit__(None, None, None)
@@ -250,7 +251,7 @@ def noise(db, device, as_json) -> None:
     from zmlx_pipeline.pipeline.collect import noise_summary
 
     store = open_store(db, read_only=True)
-    _check_filters(store, device=device)
+    check_filters(store, device=device)
     rows = noise_summary(store, device=device)
     if not rows and not as_json:
         raise click.ClickException("no repeated timings in the store: run `zmlx-pipeline repeat` on the GPU first")
@@ -271,7 +272,7 @@ def export(db, device, force, out) -> None:
     if not force and (out.exists() or out.is_symlink()):
         raise click.ClickException(f"{out} exists: pass --force to replace it, or choose another path")
     store = open_store(db, read_only=True)
-    _check_filters(store, device=device)
+    check_filters(store, device=device)
     n = store.export_shard(out, device=device)
     click.echo(f"wrote {n} measurements to {out} ({out.stat().st_size / 1024:.1f} KiB)")
 
@@ -302,19 +303,9 @@ def ingest(db, sources, as_json) -> None:
 def summary(db, device, kernel, as_json) -> None:
     """Per device, kernel and dtype: measurements by status, shapes covered, shapes with an ok config."""
     store = open_store(db, read_only=True)
-    _check_filters(store, device=device, kernel=kernel)
+    check_filters(store, device=device, kernel=kernel)
     rows = store.summary(device=device, kernel=kernel)
     emit(rows, as_json, ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok"])
-
-
-def _check_filters(store, **filters: str | None) -> None:
-    """A --device or --kernel that matches nothing stored is a mistake (a typo), said in one line, not an empty answer."""
-    stored = store.summary()
-    for name, value in filters.items():
-        have = sorted({r[name] for r in stored})
-        if value is not None and value not in have:
-            raise click.ClickException(f"no measurements of {name} {value!r} in {store.path}; it has "
-                                       f"{', '.join(have) or 'none'} (see zmlx-pipeline summary)")
 
 
 @cli.command("run")
@@ -343,12 +334,12 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, model_name,
     check_publish_dir(bundle_dir)  # refused before minutes of ingest and training, not when the bundle is written
     shard_paths(data_dir)  # no shard there is said before a store is made
     collect_first = _collect_first(collect_budget) if collect_budget is not None else None  # before the store is made
-    store = open_store(db)
     kernels = split_names(kernel_names) or None
-    check_kernels(store, data_dir, kernels)  # a typo is refused before the ingest changes the store
-    collect = collect_first(store) if collect_first is not None else None
-    result = main_job(store, data_dir, bundle_dir, kernels=kernels, collect=collect,
-                      progress=progress_line, model=model_name)  # stderr, with --json too: stdout holds only the result
+    with store_to_fill(db, keep_filled=True) as store:  # the store's kernels count too; a typo leaves no new store
+        check_kernels(store, data_dir, kernels)  # a typo is refused before the ingest changes the store
+        collect = collect_first(store) if collect_first is not None else None
+        result = main_job(store, data_dir, bundle_dir, kernels=kernels, collect=collect,
+                          progress=progress_line, model=model_name)  # stderr, also with --json: stdout holds the result
     if as_json:
         emit(result, True)
         return
@@ -421,9 +412,10 @@ def contribute(db, budget, out_dir, as_json) -> None:
             click.echo(f"{device.device_id}: {n} measurements to make, {already} already in the store; "
                        f"stopping after {budget}", err=True)
 
-    made = make_shard(open_store(db), device, out_dir, specs, budget_s=budget_s,
-                      jobs=(os.cpu_count() or 1) if device.backend == "cuda" else 1,
-                      kernel_refs={s.name: s.name for s in specs}, on_plan=on_plan)
+    with store_to_fill(db, keep_filled=True) as store:
+        made = make_shard(store, device, out_dir, specs, budget_s=budget_s,
+                          jobs=(os.cpu_count() or 1) if device.backend == "cuda" else 1,
+                          kernel_refs={s.name: s.name for s in specs}, on_plan=on_plan)
     if as_json:
         emit(made.as_dict(), True)
         return
@@ -461,7 +453,7 @@ def _problem_size_option(ctx, param, value):
                    'e.g. {"A100*": "nvidia-a100-sxm4-80gb", "Tesla V100": "nvidia-v100-pcie-16gb"}.')
 @click.option("--problem-size", "problem_size", default=None, callback=_problem_size_option,
               help="Problem size for files that give none (neither the file nor a search-space description "
-                   "beside it): integers like 4096,4096 or JSON like [25000, 2048, 1].")
+                   "beside it): whole numbers (digits 0-9) split by commas like 4096,4096, or JSON like [25000, 2048, 1].")
 @click.argument("files", nargs=-1, required=True, type=GivenPath(exists=True, path_type=Path))
 @output_options
 def import_cmd(db, device, device_map, problem_size, files, as_json) -> None:

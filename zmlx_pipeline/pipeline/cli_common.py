@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,12 +29,50 @@ def one_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text.strip() else type(exc).__name__
 
 
+class OneValueCommand(click.Command):
+    """A command whose options that take one value refuse being given twice (click would keep the last and drop
+    the rest unsaid); options declared multiple=True, flags and counts may repeat."""
+
+    def make_parser(self, ctx: click.Context):
+        parser = super().make_parser(ctx)
+        parse = parser.parse_args
+
+        def parse_args(args: list[str]):
+            opts, rest, order = parse(args=args)
+            if not ctx.resilient_parsing and not any(p.is_eager for p in order):  # --help answers as ever
+                refuse_repeated_options(ctx, order)
+            return opts, rest, order
+
+        parser.parse_args = parse_args
+        return parser
+
+
+def refuse_repeated_options(ctx: click.Context, order: Sequence[click.Parameter]) -> None:
+    """A usage error naming the first option that takes one value and appears more than once in `order` (the
+    parameters in the order the parser met them, once per occurrence)."""
+    counts: dict[str, int] = {}
+    for param in order:
+        if isinstance(param, click.Option) and not (param.multiple or param.is_flag or param.count):
+            counts[param.name] = counts.get(param.name, 0) + 1
+            if counts[param.name] == 2:
+                raise click.UsageError(f"{param.get_error_hint(ctx)} is given more than once; it takes one value: "
+                                       "give it once", ctx)
+
+
 class CommandGroup(click.Group):
     """The `zmlx-pipeline` group: every error the library raises on purpose (a ZmlxPipelineError) and every
     error of the file system (a name too long, a full disk) becomes a one-line click error (exit 1), a store
     found damaged mid-command (DuckDB cannot read its file back) is the store's one CorruptStore line, and a stop
     (Ctrl-C, SIGTERM) that DuckDB turned into its own error is click's "Aborted!"; never a traceback. Anything
-    else is a bug and propagates."""
+    else is a bug and propagates. Every command is a OneValueCommand (an option given twice is a usage error)."""
+
+    command_class = OneValueCommand
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        if not isinstance(cmd, OneValueCommand):
+            raise TypeError(f"command {cmd.name!r} must be made with cls=OneValueCommand (cli_common), so that an "
+                            "option given twice is refused")
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -86,14 +125,34 @@ def db_option(fn: Callable) -> Callable:
     )(fn)
 
 
+def store_path(db: Path | None) -> Path:
+    """The store's path: --db as given (GivenPath expanded its `~`), else the default (default_db_path), whose `~`
+    in $ZMLX_PIPELINE_DB or $XDG_DATA_HOME naming no user's home is a one-line error naming the variable."""
+    if db is not None:
+        return Path(db)
+    from zmlx_pipeline.data.store import default_db_path
+
+    for variable in ("ZMLX_PIPELINE_DB", "XDG_DATA_HOME"):
+        value = os.environ.get(variable)
+        if not value:
+            continue
+        try:
+            expand_home(value)
+        except ValueError as exc:
+            raise click.ClickException(f"${variable}: {exc}") from None
+        if variable == "ZMLX_PIPELINE_DB":
+            break
+    return default_db_path()
+
+
 def open_store(db: Path | None, read_only: bool = False, must_exist: bool = False):
     """The store at --db (or the default), closed with the command. `must_exist`: a command that only works
     on stored measurements refuses a missing path instead of leaving an empty store there (a typo in --db)."""
-    from zmlx_pipeline.data.store import Store, default_db_path
+    from zmlx_pipeline.data.store import Store
 
-    path = db or default_db_path()
+    path = store_path(db)
     ctx = click.get_current_context()
-    ctx.meta[_STORE_PATH] = Path(path)
+    ctx.meta[_STORE_PATH] = path
     store = Store(path, read_only=read_only, create=not must_exist)
     ctx.call_on_close(store.close)
     return store
@@ -111,22 +170,52 @@ def open_store_to_record(db: Path | None):
 
 
 @contextmanager
-def store_to_fill(db: Path | None) -> Iterator:
-    """open_store(db) for a command that adds measurements; a store the command itself created is removed
-    again when the command fails, so a refused import or ingest leaves no empty store behind."""
-    from zmlx_pipeline.data.store import default_db_path
-
-    path = Path(db or default_db_path())
-    existed = path.exists()
-    store = open_store(db)
+def store_to_fill(db: Path | None, keep_filled: bool = False) -> Iterator:
+    """open_store(db) for a command that adds measurements; a store the command itself created (and the folders
+    made for it) is removed again when the command fails, so a refused command leaves no empty store behind.
+    `keep_filled`: a created store that already holds measurements is kept (what a long collect or the main job
+    committed before it stopped, which its next run resumes from)."""
+    path = store_path(db)
+    real = Path(os.path.realpath(path))  # a link to no file yet: the file made is its target
+    existed = real.exists()
+    made_dirs = [d for d in real.parents if not d.exists()]  # nearest first, the order to remove them in
+    store = None
     try:
+        store = open_store(path)
         yield store
     except BaseException:
-        if not existed:
-            store.close()
-            for leftover in (path, path.with_name(path.name + ".wal")):
-                leftover.unlink(missing_ok=True)
+        if not existed and not (keep_filled and store is not None and _holds_measurements(store)):
+            if store is not None:
+                store.close()
+            for leftover in (real, real.with_name(real.name + ".wal"), path.with_name(path.name + ".wal")):
+                try:
+                    leftover.unlink()
+                except OSError:  # not made (the path could not hold a file), or gone
+                    pass
+            for directory in made_dirs:
+                try:
+                    directory.rmdir()
+                except OSError:
+                    break
         raise
+
+
+def _holds_measurements(store) -> bool:
+    """Whether the store holds any measurement (one that cannot be read is taken to hold some: it is kept)."""
+    try:
+        return bool(store.summary())
+    except Exception:  # noqa: BLE001 - keeping a store is the safe side
+        return True
+
+
+def check_filters(store, **filters: str | None) -> None:
+    """A --device or --kernel that matches nothing stored is a mistake (a typo), said in one line, not an empty answer."""
+    stored = store.summary()
+    for name, value in filters.items():
+        have = sorted({r[name] for r in stored})
+        if value is not None and value not in have:
+            raise click.ClickException(f"no measurements of {name} {value!r} in {store.path}; it has "
+                                       f"{', '.join(have) or 'none'} (see zmlx-pipeline summary)")
 
 
 class FiniteRange(click.FloatRange):
@@ -139,13 +228,29 @@ class FiniteRange(click.FloatRange):
         return number
 
 
+def expand_home(text: str) -> str:
+    """core.files.expand_home with the CLI's message: ValueError naming the path when there is no such home."""
+    from zmlx_pipeline.core.files import expand_home as expanded
+
+    try:
+        return expanded(text)
+    except ValueError as exc:
+        raise ValueError(f"cannot expand {text!r}: {exc}; write the path without ~ or with an existing user's") from None
+
+
 class GivenPath(click.Path):
-    """click.Path that refuses an empty value, which would otherwise mean the current directory (a report or a
-    bundle written among the user's files, the shards of wherever the command runs)."""
+    """click.Path that expands a leading `~` or `~user` (the one place a path option is read, so every one does it
+    alike) and refuses an empty value, which would otherwise mean the current directory (a report or a bundle
+    written among the user's files, the shards of wherever the command runs)."""
 
     def convert(self, value, param, ctx):
-        if isinstance(value, str) and not value.strip():
-            self.fail("is empty: name a path (write . for the current directory)", param, ctx)
+        if isinstance(value, str):
+            if not value.strip():
+                self.fail("is empty: name a path (write . for the current directory)", param, ctx)
+            try:
+                value = expand_home(value)
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
         return super().convert(value, param, ctx)
 
 

@@ -9,6 +9,7 @@ import click
 
 from zmlx_pipeline.pipeline.cli_common import (
     GivenPath,
+    OneValueCommand,
     db_option,
     emit,
     open_store,
@@ -22,7 +23,7 @@ def _fmt(value) -> str | None:
     return None if value is None else f"{value:.4f}"
 
 
-@click.command()
+@click.command(cls=OneValueCommand)
 @db_option
 @click.option("--split", required=True, metavar="shapes|devices",
               help="shapes: held-out shapes of measured devices; devices: leave one device out (alias lodo).")
@@ -111,7 +112,7 @@ def _band_line(noise: dict) -> str:
             f"case's best (pooled over devices under {noise['min_pairs']} pairs); pooled: {pooled}")
 
 
-@click.command()
+@click.command(cls=OneValueCommand)
 @db_option
 @click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (default: every kernel).")
 @click.option("--device", "device_ids", multiple=True, help="Train only on these devices' measurements.")
@@ -154,7 +155,7 @@ def _registry_line(row: dict) -> dict:
     }
 
 
-@click.command("models")
+@click.command("models", cls=OneValueCommand)
 @db_option
 @click.option("--kernel", "-k", "kernel_name", default=None, help="Only this kernel's models.")
 @click.option("--verify", is_flag=True, help="Also load every model file safely (checksum and trusted types).")

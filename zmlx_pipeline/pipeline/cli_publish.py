@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 
 from zmlx_pipeline.pipeline.cli_common import (
     GivenPath,
+    OneValueCommand,
     db_option,
     emit,
     open_store,
@@ -32,30 +34,30 @@ def bundle_location(ctx, param, value: str | None) -> str | None:
         raise click.BadParameter(str(exc), param_hint="--bundle") from None
 
 
+#: --shape's two forms: DIM=N,DIM=N (named dims) or N,N (the kernel's dims in order); N whole, in ASCII digits
+#: (a sign only as "-", which the runtime refuses by name), a space allowed around a comma
+_NAMED_SHAPE = re.compile(r" *[A-Za-z_][A-Za-z0-9_]*=-?[0-9]+( *, *[A-Za-z_][A-Za-z0-9_]*=-?[0-9]+)* *", re.ASCII)
+_VALUES_SHAPE = re.compile(r" *-?[0-9]+( *, *-?[0-9]+)* *", re.ASCII)
+SHAPE_FORMS = "DIM=N,DIM=N (e.g. rows=4096,cols=4096) or the dims' values in order (e.g. 4096,4096), N in digits 0-9"
+
+
 def parse_shape(text: str) -> dict[str, int] | list[int]:
-    """`rows=4096,cols=4096` as a dict, or `4096,4096` (the kernel's dims in order) as a list."""
-    items = [p.strip() for p in text.replace("x", ",").split(",") if p.strip()] if "=" not in text \
-        else [p.strip() for p in text.split(",") if p.strip()]
-    if not items:
-        raise click.BadParameter("give the shape as DIM=N,DIM=N (e.g. rows=4096,cols=4096)", param_hint="--shape")
-    try:
-        if all("=" in p for p in items):
-            out = {}
-            for p in items:
-                k, v = p.split("=", 1)
-                if k.strip() in out:
-                    raise click.BadParameter(f"{text!r}: {k.strip()} is given twice", param_hint="--shape")
-                out[k.strip()] = int(v)
-            return out
-        if not any("=" in p for p in items):
-            return [int(p) for p in items]
-    except ValueError:
-        pass
-    raise click.BadParameter(f"{text!r}: give the shape as DIM=N,DIM=N with whole numbers (e.g. rows=4096,cols=4096)",
-                             param_hint="--shape")
+    """`rows=4096,cols=4096` as a dict, or `4096,4096` (the kernel's dims in order) as a list; any other form
+    ("4096x4096", "+4096", an empty item, digits other than 0-9) is a usage error naming the two forms."""
+    if _VALUES_SHAPE.fullmatch(text):
+        return [int(v) for v in text.split(",")]
+    if not _NAMED_SHAPE.fullmatch(text):
+        raise click.BadParameter(f"{text!r}: give the shape as {SHAPE_FORMS}", param_hint="--shape")
+    out: dict[str, int] = {}
+    for item in text.split(","):
+        name, value = (part.strip() for part in item.split("="))
+        if name in out:
+            raise click.BadParameter(f"{text!r}: {name} is given twice", param_hint="--shape")
+        out[name] = int(value)
+    return out
 
 
-@click.command("publish")
+@click.command("publish", cls=OneValueCommand)
 @db_option
 @click.option("--to", "to_dir", required=True, type=GivenPath(file_okay=False, path_type=Path),
               help="Directory to publish into: each bundle is a new version there, `latest` names the newest.")
@@ -78,9 +80,10 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
                                  "kernels", "devices_with_tables", "profiles", "entries", "files", "bytes")}, False)
 
 
-@click.command("lookup")
+@click.command("lookup", cls=OneValueCommand)
 @click.argument("kernel")
-@click.option("--shape", "shape_text", required=True, help="DIM=N,... (e.g. rows=4096,cols=4096), or the dims' values in order.")
+@click.option("--shape", "shape_text", required=True, help="DIM=N,DIM=N (e.g. rows=4096,cols=4096), or the dims' values in order (e.g. 4096,4096); "
+                   "whole numbers in digits 0-9.")
 @click.option("--dtype", default="float16", show_default=True, help="float16, bfloat16 or float32.")
 @click.option("--device", default=None, help="Catalog device id (default: this machine's GPU).")
 @click.option("--bundle", "bundle_path", default=None, callback=bundle_location,
@@ -109,7 +112,7 @@ def lookup_cmd(kernel, shape_text, dtype, device, bundle_path, k, as_json) -> No
     emit([{"rank": i + 1, **c} for i, c in enumerate(result["candidates"])], False)
 
 
-@click.command("profiles")
+@click.command("profiles", cls=OneValueCommand)
 @click.option("--device", "device_ids", multiple=True, help="Only these device ids (default: every device in the bundle).")
 @click.option("--bundle", "bundle_path", default=None, callback=bundle_location,
               help="Bundle directory, publish directory, file:// or http(s) URL.")

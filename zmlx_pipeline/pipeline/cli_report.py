@@ -8,16 +8,18 @@ import click
 
 from zmlx_pipeline.pipeline.cli_common import (
     GivenPath,
+    OneValueCommand,
     db_option,
     emit,
     open_store,
     output_options,
     progress_line,
     split_names,
+    store_path,
 )
 
 
-@click.command()
+@click.command(cls=OneValueCommand)
 @db_option
 @click.option("--out", "out", required=True, type=GivenPath(file_okay=False, path_type=Path),
               help="Directory for index.html, the PNG figures and scores.json (created if missing).")
@@ -34,11 +36,10 @@ from zmlx_pipeline.pipeline.cli_common import (
 @output_options
 def report(db, out, split, kernel_names, model, heatmaps, refit, as_json) -> None:
     """Write an HTML report: regret curves, predicted vs measured time, config-space heatmaps, scores."""
-    from zmlx_pipeline.data.store import default_db_path
     from zmlx_pipeline.report.build import build_report
     from zmlx_pipeline.models.variants import DEFAULT_MODEL
 
-    path = db or default_db_path()
+    path = store_path(db)
     result = build_report(open_store(path, read_only=True), out, split=split, kernels=split_names(kernel_names) or None,
                           model=DEFAULT_MODEL if model is None else model, heatmaps_per_kernel=heatmaps, db=str(path),
                           progress=progress_line, refit=refit)

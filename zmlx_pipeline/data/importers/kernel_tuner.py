@@ -168,12 +168,33 @@ def _int_or_inf(text: str) -> int | float:
     return float("-inf") if text.startswith("-") else float("inf")
 
 
+class RepeatedKey(ZmlxPipelineError, ValueError):
+    """A JSON object naming one key twice, whose values json would resolve by keeping the last, dropping the rest."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} appears twice in one JSON object (only one value of a key can be kept)")
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """json's object_pairs_hook: the object as a dict, RepeatedKey for a key it names twice."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(key)
+            seen.add(key)
+    return obj
+
+
 def _json_loads(text: str) -> Any:
-    """json.loads, reading an integer of thousands of digits as an infinite number rather than raising ValueError."""
-    return json.loads(text, parse_int=_int_or_inf)
+    """json.loads, reading an integer of thousands of digits as an infinite number rather than raising ValueError,
+    and refusing an object that names a key twice (RepeatedKey)."""
+    return json.loads(text, parse_int=_int_or_inf, object_pairs_hook=_unique_keys)
 
 
-_DECODER = json.JSONDecoder(parse_int=_int_or_inf)
+_DECODER = json.JSONDecoder(parse_int=_int_or_inf, object_pairs_hook=_unique_keys)
 
 
 class _OpenCache(NamedTuple):
@@ -241,6 +262,8 @@ def _read_open_cache(text: str) -> _OpenCache | None:
             if not _cut_off(text, err):
                 return None
             return _OpenCache({**data, "cache": cache}, text[start:].strip())
+        if key in cache:
+            raise RepeatedKey(key)
         cache[key] = value
     return _OpenCache({**data, "cache": cache}, "")
 
@@ -311,7 +334,17 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
     if not text.strip():
         raise _fail(path, "the file is empty")
     try:
-        return _json_loads(text), sha, None
+        data, opened = _parse_document(path, text)
+    except RepeatedKey as err:
+        raise _fail(path, str(err)) from None
+    return data, sha, opened
+
+
+def _parse_document(path: Path, text: str) -> tuple[Any, _OpenCache | None]:
+    """The JSON of a file's text and how it was read when it is a cache left open (_read_json); a key an object
+    names twice raises RepeatedKey, anything else unreadable _fail."""
+    try:
+        return _json_loads(text), None
     except RecursionError:
         raise _fail(path, "not valid JSON: nested deeper than a tuning file can be") from None
     except json.JSONDecodeError as err:
@@ -320,7 +353,7 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
         except RecursionError:
             raise _fail(path, "not valid JSON: nested deeper than a tuning file can be") from None
         if opened is not None:
-            return opened.data, sha, opened
+            return opened.data, opened
         _refuse_other_tables(path, text)
         at_end = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
         hint = " (truncated?)" if at_end else ""
@@ -436,20 +469,48 @@ def _of_parameters(problem_size: Any, params: Iterable[str]) -> bool:
     return True
 
 
-def parse_problem_size(text: str) -> Any:
-    """A --problem-size: JSON (a list, one integer, or an object of named dims) or integers split by "," or "x"."""
-    text = text.strip()
+#: --problem-size's form besides JSON: whole numbers in ASCII digits split by commas ("4096,4096", "4096, 4096")
+_SIZE_LIST = re.compile(r" *[0-9]+( *, *[0-9]+)* *", re.ASCII)
+#: a problem size written as text in a tuner's file: dims in ASCII digits joined by "x" (store_results' "4096x4096"),
+#: commas or spaces, in brackets or not ("(4096, 4096)")
+_SIZE_TEXT = re.compile(r"[\s(\[]*[0-9]+([\s,x)\]]+[0-9]+)*[\s)\]]*", re.ASCII)
+
+
+def _json_problem_size(text: str) -> Any:
+    """A problem size written as JSON; json.JSONDecodeError when it is not JSON, ValueError when it cannot be one."""
     try:
-        value = _json_loads(text)
+        return _json_loads(text)
     except RecursionError:
         raise ValueError(f"problem size {text[:40]!r}... is nested too deep to be a problem size") from None
+    except RepeatedKey as err:
+        raise ValueError(f"problem size {text!r}: {err}") from None
+
+
+def parse_problem_size(text: str) -> Any:
+    """A --problem-size: JSON (a list, one integer, or an object of named dims) or whole numbers in ASCII digits
+    split by commas; ValueError (one line, naming the forms) for anything else ("4096x4096", "+4096", "4096,,4096")."""
+    text = text.strip()
+    try:
+        value = _json_problem_size(text)
     except json.JSONDecodeError:
-        parts = [p for p in re.split(r"[,x\s()\[\]]+", text) if p]  # "4096x4096", "(4096, 4096)"
-        try:
-            value = [int(p) for p in parts]
-        except ValueError:
-            raise ValueError(f"problem size {text!r} is neither JSON nor integers split by commas "
-                             "(e.g. 4096,4096 or [25000, 2048, 1])") from None
+        if _SIZE_LIST.fullmatch(text) is None:
+            raise ValueError(f"problem size {text!r} is neither JSON nor integers split by commas: write whole "
+                             "numbers in ASCII digits, e.g. 4096,4096, or JSON, e.g. [25000, 2048, 1]") from None
+        value = [int(p) for p in text.split(",")]
+    shape_from_problem_size(value)
+    return value
+
+
+def _problem_size_text(text: str) -> Any:
+    """A problem size a tuner's file writes as text: JSON ("[25000, 2048, 1]") or dims joined as _SIZE_TEXT reads
+    them ("4096x4096"); ValueError for anything else."""
+    text = text.strip()
+    try:
+        value = _json_problem_size(text)
+    except json.JSONDecodeError:
+        if _SIZE_TEXT.fullmatch(text) is None:
+            raise ValueError(f"problem size {text!r} is neither JSON nor whole numbers joined by x or commas") from None
+        value = [int(p) for p in re.findall(r"[0-9]+", text)]
     shape_from_problem_size(value)
     return value
 
@@ -470,7 +531,7 @@ def _t1_description(path: Path) -> dict | None:
         return None
     try:
         data = _json_loads(_read_regular(candidate).decode("utf-8"))
-    except (_Unreadable, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except (_Unreadable, UnicodeDecodeError, json.JSONDecodeError, RepeatedKey) as err:
         raise _fail(path, f"its search-space description {candidate} is unreadable ({err})") from err
     except RecursionError:
         raise _fail(path, f"its search-space description {candidate} is unreadable (nested too deep)") from None
@@ -560,6 +621,8 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
         data = tomllib.loads(text) if kind == "TOML" else _json_loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
         raise bad(f"not valid {kind} ({' '.join(str(err).split())})") from err
+    except RepeatedKey as err:
+        raise bad(str(err)) from None
     except RecursionError:
         raise bad(f"not valid {kind} (nested too deep)") from None
     if not isinstance(data, dict) or not data:
@@ -1113,7 +1176,7 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any,
     for value, where in found:
         try:
             # written as text: "4096x4096", "[25000, 2048, 1]"
-            sized = parse_problem_size(value) if isinstance(value, str) else value
+            sized = _problem_size_text(value) if isinstance(value, str) else value
             shape, source = shape_from_problem_size(sized), where
             break
         except ValueError as err:

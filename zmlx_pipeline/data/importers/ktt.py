@@ -32,6 +32,9 @@ def _configuration(path: Path, where: str, pairs: Any) -> dict:
     for pair in pairs:
         if not isinstance(pair, dict) or not isinstance(pair.get("Name"), str) or "Value" not in pair:
             raise _fail(path, f"{where}: a configuration pair without 'Name' and 'Value'")
+        if pair["Name"] in config:
+            raise _fail(path, f"{where}: parameter {pair['Name']!r} appears twice in its 'Configuration' (only one "
+                              "value of a parameter can be kept)")
         config[pair["Name"]] = pair["Value"]
     return config
 
