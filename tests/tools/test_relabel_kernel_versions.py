@@ -47,8 +47,10 @@ def add_device(store: Store, make_measurement, device: str, backend: str) -> str
                          "in_catalog": True, "reported": {"device_name": device}})
     run = store.start_run(device, host="h", backend=backend, mlx_version="0.29.1", pipeline_version="0.1.0",
                           settings={})
+    shapes = {"softmax": {"rows": 64, "cols": 4096}, "matmul": {"M": 64, "N": 4096, "K": 4096}}  # their own dims
     store.record([make_measurement(run_id=run, device_id=device, kernel=kernel, kernel_version=version,
-                                   config={"TG": tg}, median_us=float(tg))
+                                   shape=shapes[kernel], config={"TG": tg}, median_us=float(tg),
+                                   p10_us=0.95 * tg, p90_us=1.1 * tg)
                   for kernel, version in (("softmax", OLD), ("matmul", OLD_MM)) for tg in (64, 128)])
     store.finish_run(run, "finished")
     return run
@@ -62,7 +64,7 @@ def shard(store, make_measurement, tmp_path) -> Path:
     repeat_run = store.start_run(GPU, host="h", backend="cuda", mlx_version="0.29.1", pipeline_version="0.1.0",
                                  settings={})
     store.record_repeat([make_measurement(run_id=repeat_run, device_id=GPU, kernel="softmax", kernel_version=OLD,
-                                          config={"TG": 64}, median_us=66.0)])
+                                          config={"TG": 64}, median_us=66.0, p10_us=65.0, p90_us=67.0)])
     path = tmp_path / "data" / "all.parquet"
     assert export_shard(store, path) == 8
     return path
@@ -126,7 +128,7 @@ def test_check_writes_nothing_and_exits_1_when_rows_would_move(shard, capsys):
 def test_a_key_timed_again_at_the_new_version_keeps_that_timing(store, make_measurement, tmp_path):
     run = add_device(store, make_measurement, GPU, "cuda")
     store.record([make_measurement(run_id=run, device_id=GPU, kernel="softmax", kernel_version=NEW,
-                                   config={"TG": 64}, median_us=60.0)])
+                                   config={"TG": 64}, median_us=60.0, p10_us=59.0, p90_us=61.0)])
     path = tmp_path / "gpu.parquet"
     export_shard(store, path)
     report = tool.run("REV", [path], check=False, lookup=lookup)
