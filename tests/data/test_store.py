@@ -632,6 +632,17 @@ def test_heldout_cases_refuse_a_frame_without_their_fields_and_keep_what_is_stor
 # -- a store changed outside zmlx-pipeline -----------------------------------------------------
 
 
+def _refused_on_open(path: Path, before: bytes) -> list[str]:
+    """The CorruptStore messages of opening `path` writable and read-only, after checking the file is still `before`."""
+    messages = []
+    for flags in ({}, {"read_only": True}):
+        with pytest.raises(CorruptStore) as err:
+            Store(path, **flags)
+        messages.append(str(err.value))
+    assert path.read_bytes() == before
+    return messages
+
+
 @pytest.mark.parametrize("sql, says", [
     ("ALTER TABLE measurements RENAME COLUMN median_us TO med", "table measurements has no column median_us (DOUBLE)"),
     ("ALTER TABLE measurements ALTER median_us TYPE VARCHAR", "column measurements.median_us is VARCHAR, not DOUBLE"),
@@ -642,14 +653,9 @@ def test_heldout_cases_refuse_a_frame_without_their_fields_and_keep_what_is_stor
 def test_a_table_whose_columns_were_changed_is_refused_on_open_and_left_as_it_was(tmp_path, tampered_store, sql, says):
     """Every later read of such a table would fail with DuckDB's binder error; the open says what changed."""
     path = tmp_path / "s.duckdb"
-    before = tampered_store(path, sql)
-    for flags in ({}, {"read_only": True}):
-        with pytest.raises(CorruptStore) as err:
-            Store(path, **flags)
-        message = str(err.value)
+    for message in _refused_on_open(path, tampered_store(path, sql)):
         assert message.startswith(f"store {path}") and says in message and "\n" not in message, message
         assert message.endswith("restore it from a copy, or ingest its shards into a new --db")
-    assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize("sql, says", [
@@ -661,14 +667,9 @@ def test_a_table_whose_columns_were_changed_is_refused_on_open_and_left_as_it_wa
 def test_a_damaged_migration_record_is_refused_not_migrated_again(tmp_path, tampered_store, sql, says):
     """Migrating again would fail on tables that exist ('already exists'): the record is what is damaged."""
     path = tmp_path / "s.duckdb"
-    before = tampered_store(path, sql)
-    for flags in ({}, {"read_only": True}):
-        with pytest.raises(CorruptStore) as err:
-            Store(path, **flags)
-        message = str(err.value)
+    for message in _refused_on_open(path, tampered_store(path, sql)):
         assert message.startswith(f"store {path}'s migration record is damaged ({says}") and "\n" not in message, message
         assert "restore it from a copy" in message
-    assert path.read_bytes() == before
 
 
 @pytest.mark.parametrize("sql, says", [
