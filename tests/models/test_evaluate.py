@@ -162,7 +162,7 @@ def test_splits():
         folds(frame, "random")
 
 
-@pytest.mark.parametrize("shapes, n_folds", [(250, 5), (251, 2)])
+@pytest.mark.parametrize("shapes, n_folds", [(500, 5), (501, 2)])
 def test_a_kernel_of_many_cases_gets_fewer_shape_folds_and_every_case_is_still_held_out(shapes, n_folds):
     frame = pl.DataFrame({"device_id": [d for d in "ab" for _ in range(shapes)],
                           "shape_key": [f"s{i}" for _ in "ab" for i in range(shapes)]})
