@@ -303,3 +303,97 @@ def test_an_argument_whose_shape_is_none_is_the_autotuners_error(real, tmp_path)
     with pytest.raises(AutotuneError, match="cannot tell the rows/cols shape of this call") as info:
         rmsnorm(_NoShape())
     assert "\n" not in str(info.value) and measure.calls == []
+
+
+def _cache_with(path, entries_by_shape):
+    """A v3 cache file holding, in the H200's section, one raw entry per shape: {shape items: value}."""
+    from zmlx_pipeline.runtime import cache
+    from zmlx_pipeline.runtime.tuner import _device_and_mlx
+
+    spec = get_kernel("rmsnorm")
+    dkey = cache.device_keys(*_device_and_mlx(H200)[:2])[0]
+    keys = {shape: cache.entry_key("rmsnorm", spec.version, dict(shape), spec.shape_grid.dims, "float16",
+                                   list(spec.params)) for shape in entries_by_shape}
+    path.write_text(json.dumps({"schema_version": "3.0", "devices": {dkey: {"entries": {
+        keys[shape]: value for shape, value in entries_by_shape.items()}}}}))
+    return dkey, keys
+
+
+def _tuned_entry(path, dkey, key):
+    return json.loads(path.read_text())["devices"][dkey]["entries"][key]
+
+
+@pytest.mark.parametrize("median", [-5, "fast", math.nan, math.inf, 0, 0.0, True, pytest.param("1e400", id="1e400")])
+def test_a_cached_entry_whose_time_is_no_time_is_tuned_again_and_replaced(real, tmp_path, median):
+    path = tmp_path / "autotune_v3.json"
+    cached = _legal()[0]
+    shape = tuple(SHAPE.items())
+    dkey, keys = _cache_with(path, {shape: {"config": cached, "median_us": median}})
+    if median == "1e400":  # a number JSON holds but no float does
+        path.write_text(path.read_text().replace('"1e400"', "1e400"))
+    measure = FakeMeasure()
+    with pytest.warns(UserWarning, match=r"autotune_v3.json: the cached entry of rmsnorm .* float16 on "
+                                         r"nvidia-h200_\S+ is not used \(its median_us .* is no time\); timing it "
+                                         "again, and the new winner replaces it") as caught:
+        result = tune("rmsnorm", SHAPE, "float16", device=H200, measure=measure, cache_path=str(path))
+    assert len([w for w in caught if "is not used" in str(w.message)]) == 1
+    assert result.source == "timed" and measure.calls and result.median_us > 0 and math.isfinite(result.median_us)
+    entry = _tuned_entry(path, dkey, keys[shape])
+    assert entry["config"] == result.config and entry["median_us"] == result.median_us
+    again = tune("rmsnorm", SHAPE, "float16", device=H200, measure=FakeMeasure(), cache_path=str(path))
+    assert again.source == "cache" and again.median_us == result.median_us
+
+
+@pytest.mark.parametrize("value, problem", [
+    ({"config": {"TG": 4096, "VEC": 1, "ROWS": 1}, "median_us": 5.0}, "is not legal for this kernel and shape"),
+    ({"config": {"TG": 256, "VEC": 4, "ROWS": 1.5}, "median_us": 5.0}, "is not legal for this kernel and shape"),
+    ({"config": {"TG": 256, "VEC": 4}, "median_us": 5.0}, "does not set exactly the kernel's parameters ROWS, TG, VEC"),
+    ({"config": {"TG": 256, "VEC": 4, "ROWS": 1, "X": 1}, "median_us": 5.0}, "does not set exactly the kernel's"),
+    ({"tg": [256, 1, 1], "template": [["T", "float16"], ["TG", 256]]}, "holds no config with every parameter"),
+    ("x", "holds no config with every parameter"),
+])
+def test_a_cached_entry_without_a_legal_config_is_tuned_again_and_replaced(real, tmp_path, value, problem):
+    path = tmp_path / "autotune_v3.json"
+    shape = tuple(SHAPE.items())
+    dkey, keys = _cache_with(path, {shape: value})
+    with pytest.warns(UserWarning, match=problem):
+        result = tune("rmsnorm", SHAPE, "float16", device=H200, measure=FakeMeasure(), cache_path=str(path))
+    assert result.source == "timed" and result.config in _legal()
+    assert _tuned_entry(path, dkey, keys[shape])["config"] == result.config
+
+
+def test_unusable_cached_entries_are_warned_about_once_per_file(real, tmp_path):
+    import warnings
+
+    other = {"rows": 1000, "cols": 4096}
+    bad = {"config": _legal()[0], "median_us": -5}
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path in files:
+        _cache_with(path, {tuple(SHAPE.items()): bad, tuple(other.items()): {"config": {"TG": 1}, "median_us": 1.0}})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for path in files:
+            for shape in (SHAPE, other):
+                assert tune("rmsnorm", shape, "float16", device=H200, measure=FakeMeasure(),
+                            cache_path=str(path)).source == "timed"
+    said = [str(w.message) for w in caught if "is not used" in str(w.message)]
+    assert len(said) == 2 and [p.name for p in files] == [s.split(": the cached")[0].rsplit("/", 1)[1] for s in said]
+
+
+def test_a_usable_cached_entry_is_answered_without_a_warning(real, tmp_path):
+    import warnings
+
+    path = tmp_path / "autotune_v3.json"
+    good, zmlx_saved = _legal()[0], _legal()[1]
+    other = {"rows": 1000, "cols": 4096}
+    template = [["T", "float16"], *sorted(zmlx_saved.items())]
+    _cache_with(path, {tuple(SHAPE.items()): {"config": good, "median_us": 12.5},
+                       tuple(other.items()): {"tg": [zmlx_saved["TG"], 1, 1], "template": template}})
+    measure = FakeMeasure()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        first = tune("rmsnorm", SHAPE, "float16", device=H200, measure=measure, cache_path=str(path))
+        second = tune("rmsnorm", other, "float16", device=H200, measure=measure, cache_path=str(path))
+    assert (first.source, first.config, first.median_us) == ("cache", good, 12.5)
+    assert zmlx_saved in _legal(other)
+    assert (second.source, second.config, second.median_us) == ("cache", zmlx_saved, None) and not measure.calls

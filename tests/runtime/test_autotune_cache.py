@@ -164,3 +164,81 @@ def test_a_cache_path_that_is_no_regular_file_is_refused_and_left_as_it_is(tmp_p
     assert "\n" not in str(info.value) and "autotune_v3.json" in str(info.value)
     after = os.lstat(path)
     assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"schema_version": "3.0", "devices": []}', "its devices is a JSON array, not an object"),
+    ('{"schema_version": "3.0", "devices": {"d_1": "x"}}', "its device section 'd_1' is a JSON string, not an object"),
+    ('{"schema_version": "3.0", "devices": {"d_1": {"entries": [1]}}}', "its entries of device section 'd_1' is a "),
+    ('{"schema_version": "3.0", "devices": {"d_1": {"metadata": [1]}}}', "its metadata of device section 'd_1' is a "),
+    ('{"schema_version": "3.0", "zmlx_pipeline": "x"}', "its zmlx_pipeline is a JSON string, not an object"),
+    ('{"schema_version": "3.0", "zmlx_pipeline": {"refused": {"d_1": {}}}}',
+     r"its zmlx_pipeline.refused\['d_1'\] is a JSON object, not an array"),
+    ('{"schema_version": "3.0", "zmlx_pipeline": {"entries": {"d_1": 7}}}', r"its zmlx_pipeline.entries\['d_1'\] is"),
+    ('{"schema_version": 3, "devices": {}}', "its schema_version 3 is no version of the v3 layout"),
+    ('{"devices": {"d_1": "x"}}', "it has a devices or zmlx_pipeline section but no schema_version"),
+    ('{"zmlx_pipeline": "x"}', "it has a devices or zmlx_pipeline section but no schema_version"),
+    ('{"M3_0.30.0": "x"}', "its v2 device section 'M3_0.30.0' is a JSON string, not an object"),
+])
+@pytest.mark.parametrize("write", ["entries", "refusal"])
+def test_a_cache_file_of_a_layout_we_do_not_read_is_moved_aside_not_lost(tmp_path, text, why, write):
+    path = tmp_path / "autotune_v3.json"
+    path.write_text(text)
+    assert cache.read_cache(path) == {"schema_version": "3.0", "devices": {}}
+    with pytest.warns(UserWarning, match=rf"could not be used as the autotune cache \({why}.*\); moved aside to "
+                                         r"autotune_v3.json.corrupt-\d+$"):
+        if write == "entries":
+            cache.save_entries("d_1", ENTRY, None, path)
+        else:
+            cache.save_refusal("d_1", "k", {"TG": 1}, "refused", path)
+    assert [p.read_text() for p in tmp_path.glob("autotune_v3.json.corrupt-*")] == [text]
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == "3.0"
+    assert (cache.load_entries("d_1", path) == ENTRY if write == "entries"
+            else [r["config"] for r in cache.load_refusals("d_1", path)] == [{"TG": 1}])
+
+
+def test_odd_entries_leave_the_file_in_place(tmp_path):
+    path = tmp_path / "autotune_v3.json"
+    odd = {"schema_version": "3.0", "devices": {"d_1": {"entries": {"a": "x", "b": 7}, "metadata": None}}}
+    path.write_text(json.dumps(odd))
+    cache.save_entries("d_1", ENTRY, None, path)
+    assert not list(tmp_path.glob("*.corrupt-*"))
+    assert cache.load_entries("d_1", path) == {"a": "x", "b": 7, **ENTRY}
+
+
+@pytest.mark.parametrize("version", ["99.0", "3.1", "4"])
+def test_a_newer_zmlxs_cache_file_is_never_rewritten_or_read(tmp_path, version, recwarn):
+    (tmp_path / "zc").mkdir()
+    path = tmp_path / "zc" / "autotune_v3.json"
+    text = json.dumps({"schema_version": version, "devices": {"d_1": {"entries": {"k": {"tg": [2, 1, 1]}}}},
+                       "zmlx_pipeline": {"refused": {"d_1": [{"kernel": "k", "config": {"TG": 2}}]}}, "new": [1]})
+    path.write_text(text)
+    before = path.stat().st_mtime_ns
+    assert cache.load_entries("d_1", path) == {} and cache.load_refusals("d_1", path) == []
+    assert cache.save_entries("d_1", ENTRY, None, path) == path
+    cache.save_refusal("d_1", "k", {"TG": 1}, "refused", path)
+    assert cache.migrate(path) == 0
+    assert path.read_text() == text and path.stat().st_mtime_ns == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["autotune_v3.json", "autotune_v3.json.lock"]
+    said = [str(w.message) for w in recwarn]
+    assert len(said) == 1 and said[0] == (
+        f"zmlx-pipeline: {path} is an autotune cache of schema {version!r}, newer than this runtime reads (3.0): it is "
+        "left as it is, and nothing is read from it or cached in it (upgrade zmlx-pipeline, or give another "
+        "cache_path or $ZMLX_CACHE_DIR)")
+
+
+def test_a_tune_answers_beside_a_newer_zmlxs_cache_file_and_caches_nothing(real_bundle, tmp_path):
+    from zmlx_pipeline.runtime import load_bundle, tune
+
+    load_bundle(real_bundle[1], strict=True)
+    path = tmp_path / "autotune_v3.json"
+    text = json.dumps({"schema_version": "99.0", "devices": {}})
+    path.write_text(text)
+    with pytest.warns(UserWarning, match="newer than this runtime reads"):
+        first = tune("rmsnorm", {"rows": 3000, "cols": 2048}, "float16", device="nvidia-h200",
+                     measure=lambda *a: ("ok", 10.0), cache_path=str(path))
+    again = tune("rmsnorm", {"rows": 3000, "cols": 2048}, "float16", device="nvidia-h200",
+                 measure=lambda *a: ("ok", 10.0), cache_path=str(path))
+    assert first.source == again.source == "timed" and first.config == again.config and first.median_us == 10.0
+    assert path.read_text() == text

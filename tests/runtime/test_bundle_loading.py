@@ -492,3 +492,157 @@ def test_a_file_url_is_read_as_its_path_and_a_location_no_bundle_can_be_at_is_re
     with pytest.warns(BundleWarning, match=r"ftp:// is not read.*\(\$ZMLX_PIPELINE_BUNDLE\); using the default bundle"):
         active_bundle()
     assert active_bundle().bundle_id == default_bundle().bundle_id
+
+
+class _Server:
+    """A local HTTP server in a thread: `answer(handler)` serves every GET; stopped (and its trickles ended) on exit."""
+
+    def __init__(self, answer):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.stop = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                try:
+                    answer(self, outer.stop)
+                except OSError:  # the client went away
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _timed(seconds, fn):
+    """(what fn returned or raised, seconds it took), or fails when it is still running after `seconds`."""
+    import threading
+    import time
+
+    out = []
+    start = time.monotonic()
+
+    def run():
+        try:
+            out.append(fn())
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert out, f"still running after {seconds} s"
+    return out[0], time.monotonic() - start
+
+
+
+def _trickle(handler, stop, start=b"HTTP/1.1 200 OK\r\n\r\n"):
+    """`start`, then 1 byte every 0.05 s until the test ends (the default: a 200 with no size, then its body)."""
+    import time
+
+    handler.wfile.write(start)
+    while not stop.is_set():
+        handler.wfile.write(b"a")
+        handler.wfile.flush()
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("part", ["body", "headers"])
+def test_a_server_that_trickles_is_cut_off_at_the_deadline(monkeypatch, part):
+    import re
+
+    from zmlx_pipeline.runtime import bundle as bundle_module
+
+    monkeypatch.setattr(bundle_module, "FETCH_DEADLINE_S", 1.0, raising=False)  # raising: the code before had none
+    start = b"HTTP/1.1 200 OK\r\n\r\n" if part == "body" else b"HTTP/1.1 200 OK\r\nX-Slow: "
+    with _Server(lambda h, stop: _trickle(h, stop, start)) as server:
+        error, took = _timed(10, lambda: load_bundle(server.url + "/b", strict=True))
+    assert isinstance(error, bundle_module.FetchError), error
+    assert re.fullmatch(rf"{server.url}/b/manifest.json: no complete answer within 1 s \(\d+ bytes received\): "
+                        "the server stalls or sends too slowly", str(error))
+    assert took < 5  # the manifest and then the `latest` pointer, 1 s each
+
+
+def _serve_bundle(root: Path, slow: str):
+    """An answer serving the files of `root` under /b/, but `slow` as a 200 announcing 100 MB, then trickled."""
+
+    def answer(handler, stop):
+        name = handler.path.split("/b/", 1)[1]
+        if name == slow:
+            return _trickle(handler, stop, b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n")
+        try:
+            blob = (root / name).read_bytes()
+        except OSError:
+            return handler.send_error(404)
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(blob)))
+        handler.end_headers()
+        handler.wfile.write(blob)
+
+    return answer
+
+
+@pytest.mark.parametrize("slow, limit", [("kernels.json", None), ("manifest.json", 64 * 1024**2)])
+def test_a_file_the_server_announces_larger_than_it_may_be_is_refused_at_once(toy_bundle, slow, limit):
+    root = latest_dir(toy_bundle[1])
+    limit = limit or json.loads((root / "manifest.json").read_text())["files"]["kernels.json"]["bytes"]
+    with _Server(_serve_bundle(root, slow)) as server:
+        error, took = _timed(10, lambda: load_bundle(server.url + "/b", strict=True))
+        assert isinstance(error, BundleError) and took < 5, error
+        assert str(error) == (f"{server.url}/b/{slow}: the server announces 100000000 bytes, more than the {limit} "
+                              "this file may have")
+        with pytest.warns(BundleWarning, match="announces 100000000 bytes") as caught:
+            kept = load_bundle(server.url + "/b")
+    assert len(caught) == 1 and kept.bundle_id == default_bundle().bundle_id
+
+
+def _redirect(to):
+    def answer(handler, stop):
+        handler.send_response(302)
+        target = to(handler.path)
+        if target is not None:
+            handler.send_header("Location", target)
+        handler.send_header("Content-Length", "0")
+        handler.end_headers()
+
+    return answer
+
+
+def test_a_bundle_behind_a_redirect_is_followed(toy_bundle):
+    root = latest_dir(toy_bundle[1])
+    with _Server(_serve_bundle(root, "")) as files:
+        with _Server(_redirect(lambda path: files.url + path)) as server:
+            fetched = load_bundle(server.url + "/b", strict=True)
+    assert fetched.bundle_id == json.loads((root / "manifest.json").read_text())["bundle_id"]
+    assert _lookup().evidence == "measured"
+
+
+@pytest.mark.parametrize("to, why", [
+    (lambda path: path, r"a redirect loop, or more than 10 redirects; the last said: Found"),
+    (lambda path: path + "x", r"a redirect loop, or more than 10 redirects; the last said: Found"),
+    (lambda path: None, "it names no Location"),
+    (lambda path: "ftp://127.0.0.1/b/manifest.json", "to 'ftp://127.0.0.1/b/manifest.json', not an http\\(s\\) URL"),
+    (lambda path: "file:///etc/passwd", "Redirection to url 'file:///etc/passwd' is not allowed"),
+], ids=["loop", "endless", "no location", "to ftp", "to a file"])
+def test_a_redirect_that_is_not_followed_says_why_and_asks_for_the_final_url(to, why):
+    import re
+
+    with _Server(_redirect(to)) as server:
+        error, _ = _timed(10, lambda: load_bundle(server.url + "/b", strict=True))
+    assert isinstance(error, BundleError) and "\n" not in str(error)
+    assert re.fullmatch(rf"{server.url}/b/manifest.json: HTTP 302, a redirect not followed \(.*{why}.*\): redirects "
+                        r"are followed only to http\(s\) URLs, at most 10; give the bundle's final URL", str(error))

@@ -51,9 +51,12 @@ def test_a_compact_bundle_answers_exactly_as_its_json_form(toy_bundle, compact):
 
 
 def test_only_the_device_asked_for_is_decompressed_and_parsed(compact, monkeypatch):
+    from zmlx_pipeline.runtime import bundle as bundle_module
+
     inflated = []
-    real = zlib.decompress
-    monkeypatch.setattr(zlib, "decompress", lambda data, *a, **k: inflated.append(len(data)) or real(data, *a, **k))
+    real = bundle_module._decompressed
+    monkeypatch.setattr(bundle_module, "_decompressed",
+                        lambda data, *a, **k: inflated.append(len(data)) or real(data, *a, **k))
     bundle = load_bundle(compact, strict=True)
     assert len(inflated) == 3  # the index files: kernels, profiles, tables
     assert set(bundle._parsed) == {"kernels.json", "profiles.json", "tables.json"}
@@ -168,3 +171,82 @@ def test_a_compact_bundle_is_fetched_from_a_url_and_cached(compact, tmp_path, is
     assert again.bundle_id == fetched.bundle_id and again.schema_version == 5
     assert predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16",
                             device="nvidia-h200").evidence == "measured"
+
+
+SHAPE = {"rows": 64, "cols": 4096}
+
+
+def _gzip_bomb(megabytes: int) -> bytes:
+    """A valid gzip file of `{` + `megabytes` MiB of spaces + `}` (JSON `{}`), about 1 KB per MiB, built in a blink:
+    each MiB after a full flush compresses to the same bytes, so one block is repeated."""
+    import struct
+
+    spaces = b" " * 2**20
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    head = packer.compress(b"{") + packer.flush(zlib.Z_FULL_FLUSH)
+    block = packer.compress(spaces) + packer.flush(zlib.Z_FULL_FLUSH)
+    tail = packer.compress(b"}") + packer.flush()
+    crc = zlib.crc32(b"{")
+    for _ in range(megabytes):
+        crc = zlib.crc32(spaces, crc)
+    crc = zlib.crc32(b"}", crc)
+    size = (megabytes * 2**20 + 2) & 0xFFFFFFFF
+    return b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff" + head + block * megabytes + tail + struct.pack("<II", crc, size)
+
+
+def _replace_table(compact: Path, device: str, blob: bytes | None = None, **entry) -> str:
+    """Store `blob` as `device`'s table (or keep it), `entry` added to its manifest entry; its stored name."""
+    import hashlib
+
+    name = json.loads(zlib.decompress((compact / "tables.json.gz").read_bytes(), wbits=31))["devices"][device] + ".gz"
+    if blob is not None:
+        (compact / name).write_bytes(blob)
+    blob = (compact / name).read_bytes()
+    manifest = json.loads((compact / "manifest.json").read_text())
+    manifest["files"][name] = {"sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob), **entry}
+    (compact / "manifest.json").write_text(json.dumps(manifest))
+    return name
+
+
+def test_a_gzip_bomb_table_is_refused_before_it_is_inflated(compact, monkeypatch):
+    import time
+    import tracemalloc
+
+    from zmlx_pipeline.runtime import bundle as bundle_module
+
+    monkeypatch.setattr(bundle_module, "MAX_FILE_BYTES", 16 * 2**20)  # as a 1 GiB cap against a 32 GiB bomb
+    bomb = _gzip_bomb(512)
+    assert len(bomb) < 2**20
+    name = _replace_table(compact, "nvidia-h100-sxm", bomb)
+    load_bundle(compact, strict=True)  # the index files are fine: the table is inflated when first asked for
+    tracemalloc.start()
+    start = time.perf_counter()
+    try:
+        with pytest.raises(BundleError, match=rf"{name} unpacks to more than {16 * 2**20} bytes \(the most a bundle "
+                                              r"file may hold\): a gzip bomb or a damaged file"):
+            predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h100-sxm")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert time.perf_counter() - start < 1.0 and peak < 64 * 2**20  # 16 MiB inflated, not 512
+    load_bundle(compact)
+    with pytest.warns(BundleWarning, match="unpacks to more than"):
+        p = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h100-sxm")
+    assert p.evidence == "default"
+    assert predicted_config("toy_scale", SHAPE, "float16", device="nvidia-h200").evidence == "measured"
+
+
+def test_a_table_unpacking_past_its_declared_size_is_refused(compact):
+    raw = zlib.decompress((compact / _replace_table(compact, "nvidia-h200")).read_bytes(), wbits=31)
+    name = _replace_table(compact, "nvidia-h200", unpacked_bytes=len(raw) - 1)
+    load_bundle(compact, strict=True)
+    with pytest.raises(BundleError, match=rf"{name} unpacks to more than {len(raw) - 1} bytes \(its manifest's "
+                                          r"unpacked_bytes\)"):
+        predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h200")
+    _replace_table(compact, "nvidia-h200", unpacked_bytes=len(raw))
+    load_bundle(compact, strict=True)
+    assert predicted_config("toy_scale", SHAPE, "float16", device="nvidia-h200").evidence == "measured"
+    _replace_table(compact, "nvidia-h200", unpacked_bytes="many")
+    with pytest.raises(BundleError, match=rf"manifest entry for '{name}' gives its unpacked size as 'many', not a "
+                                          "whole number of bytes"):
+        load_bundle(compact, strict=True)

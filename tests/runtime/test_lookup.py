@@ -102,6 +102,15 @@ def test_an_unknown_kernel_is_an_error_that_lists_the_known_ones(toy):
     assert str(info.value) == f"unknown kernel 'toy_scael': bundle {toy.bundle_id} has toy_scale"
 
 
+def test_an_unknown_kernel_of_100000_characters_is_named_by_its_start_and_length(toy):
+    from zmlx_pipeline.runtime import UnknownKernelError
+
+    with pytest.raises(UnknownKernelError) as info:
+        predicted_config("k" * 100_000, {"rows": 1, "cols": 1}, "float16", device="nvidia-h200")
+    message = str(info.value)
+    assert len(message) < 300 and "(100000 characters)" in message and message.endswith("has toy_scale")
+
+
 @pytest.mark.parametrize("dtype", ["int8", "fp16", "float64"])
 def test_an_unknown_dtype_is_an_error_that_lists_the_known_ones(toy, dtype):
     from zmlx_pipeline.runtime import UnknownDtypeError

@@ -11,7 +11,9 @@ hash, truncated file, unknown schema, unreachable server) is refused with one wa
 the bundle already in use keeps serving; with no bundle loaded yet, the one shipped inside the
 package (`default_bundle/`) is used. Remote bundles are cached under
 `$XDG_CACHE_HOME/zmlx-pipeline/bundles` (default `~/.cache/zmlx-pipeline/bundles`), so a later
-fetch that fails falls back to the last verified copy.
+fetch that fails falls back to the last verified copy. Each file's fetch ends within FETCH_DEADLINE_S and
+reads no more than its manifest size (a compressed file inflates to at most its `unpacked_bytes` or MAX_FILE_BYTES);
+redirects are followed only to http(s) URLs, at most MAX_REDIRECTS.
 
 Standard library only; `urllib` is imported only when a URL is fetched.
 
@@ -52,12 +54,19 @@ LATEST = "latest"
 #: files every bundle has besides the manifest (the per-device tables are listed in tables.json)
 REQUIRED_FILES = ("kernels.json", "profiles.json", "tables.json")
 DEFAULT_BUNDLE_DIR = Path(__file__).with_name("default_bundle")
+#: the longest one read from a server may wait, and the longest one file's fetch may take from connecting to its
+#: last byte (a server that stalls or trickles is cut off then)
 FETCH_TIMEOUT_S = 20.0
+FETCH_DEADLINE_S = 60.0
+#: redirects followed per fetch (only to http(s) URLs); past them the fetch fails asking for the final URL
+MAX_REDIRECTS = 10
 #: the most bytes read of a listed file whose size the manifest does not give (schema 1 may not), of a fetched
 #: manifest and of a fetched `latest` pointer: past it the file is refused, never read to its end
 MAX_FILE_BYTES = 1024**3
 MAX_MANIFEST_BYTES = 64 * 1024**2
 MAX_POINTER_BYTES = 4096
+#: the most bytes inflated at once from a compressed file (its pieces are counted against its unpacked limit)
+UNPACK_CHUNK = 4 * 1024**2
 
 
 class BundleError(RuntimeAPIError):
@@ -130,7 +139,7 @@ class Bundle:
         stored = self.stored_name(name)
         if stored is None:
             raise BundleError(f"bundle {self.source}: no file {name!r} in its manifest")
-        return _decompressed(self._raw[stored], stored, name, f"bundle {self.source}")
+        return _decompressed(self._raw[stored], stored, name, f"bundle {self.source}", self.manifest["files"][stored])
 
     def json(self, name: str) -> Any:
         """A file of the bundle, decompressed and parsed (once, on first use) from its verified bytes."""
@@ -166,16 +175,37 @@ def parse_json(raw: bytes, name: str, where: str) -> Any:
         raise BundleError(f"{where}: {name} is nested too deeply to be a bundle file") from None
 
 
-def _decompressed(raw: bytes, stored: str, name: str, where: str) -> bytes:
-    """The content of `name` from the bytes it is stored as (`stored`: itself, or gzip-compressed `name.gz`)."""
+def _decompressed(raw: bytes, stored: str, name: str, where: str, entry: Any = None) -> bytes:
+    """The content of `name` from the bytes it is stored as (`stored`: itself, or gzip-compressed `name.gz`).
+
+    Inflated a piece at a time and refused once past its manifest `entry`'s `unpacked_bytes` (else MAX_FILE_BYTES),
+    so a gzip bomb costs at most that limit, never its whole unpacked size."""
     if stored == name:
         return raw
     import zlib
 
+    declared = entry.get("unpacked_bytes") if isinstance(entry, dict) else None
+    limit = declared if type(declared) is int else MAX_FILE_BYTES
+    inflater = zlib.decompressobj(wbits=31)  # 31: a gzip header and trailer around the deflate stream
+    parts: list[bytes] = []
+    size, pending = 0, raw
     try:
-        return zlib.decompress(raw, wbits=31)  # 31: a gzip header and trailer around the deflate stream
+        while not inflater.eof:
+            part = inflater.decompress(pending, min(UNPACK_CHUNK, limit - size + 1))
+            pending = inflater.unconsumed_tail
+            if not part and not pending:
+                break  # the input ended before the stream did
+            size += len(part)
+            if size > limit:
+                cap = "its manifest's unpacked_bytes" if type(declared) is int else "the most a bundle file may hold"
+                raise BundleError(f"{where}: {stored} unpacks to more than {limit} bytes ({cap}): a gzip bomb "
+                                  "or a damaged file")
+            parts.append(part)
     except zlib.error as exc:
         raise BundleError(f"{where}: {stored} is not valid gzip ({exc})") from None
+    if not inflater.eof:
+        raise BundleError(f"{where}: {stored} is not valid gzip (incomplete or truncated stream)")
+    return b"".join(parts)
 
 
 def is_compact(schema_version: int) -> bool:
@@ -219,10 +249,11 @@ def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
             raise BundleError(f"{source}: manifest names an unsafe path {name!r}")
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
             raise BundleError(f"{source}: manifest entry for {name!r} has no sha256")
-        size = entry.get("bytes")
-        if size is not None and (type(size) is not int or not 0 <= size <= MAX_FILE_BYTES):
-            raise BundleError(f"{source}: manifest entry for {name!r} gives its size as {size!r:.40}, "
-                              f"not a whole number of bytes from 0 to {MAX_FILE_BYTES}")
+        for field, what in (("bytes", "size"), ("unpacked_bytes", "unpacked size")):
+            size = entry.get(field)
+            if size is not None and (type(size) is not int or not 0 <= size <= MAX_FILE_BYTES):
+                raise BundleError(f"{source}: manifest entry for {name!r} gives its {what} as {size!r:.40}, "
+                                  f"not a whole number of bytes from 0 to {MAX_FILE_BYTES}")
     missing = [f for f in REQUIRED_FILES if _stored_name(f, files, version) is None]
     if missing:
         raise BundleError(f"{source}: manifest lacks {', '.join(missing)}")
@@ -303,7 +334,7 @@ def _shipped_kernels(root: Path) -> dict:
     stored = _stored_name("kernels.json", files, manifest["schema_version"])
     blob = read_regular(root / stored, files[stored].get("bytes") or MAX_FILE_BYTES)
     _verify(stored, blob, files[stored], source)
-    kernels = parse_json(_decompressed(blob, stored, "kernels.json", source), "kernels.json", source)
+    kernels = parse_json(_decompressed(blob, stored, "kernels.json", source, files[stored]), "kernels.json", source)
     kernels = kernels.get("kernels") if type(kernels) is dict else None
     return kernels if type(kernels) is dict else {}
 
@@ -392,19 +423,113 @@ def _url_dir(url: str) -> Path:
 
 
 def _fetch(url: str, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The body at `url`, at most `limit` + 1 bytes of it."""
+    """The body at `url`, at most `limit` + 1 bytes of it, within FETCH_DEADLINE_S; FetchError in one line for a
+    server that errs, stalls, trickles past the deadline, announces more than `limit` or redirects where we do not
+    follow (see _opener)."""
+    import http.client
+    import socket
+    import threading
+    import urllib.error
+
+    sockets: list = []
+    expired = threading.Event()
+
+    def cut_off() -> None:  # wakes a read blocked on a trickling server: it then sees the end of the stream
+        expired.set()
+        for sock in list(sockets):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(FETCH_DEADLINE_S, cut_off)
+    timer.daemon = True
+    timer.start()
+    got: list[bytes] = []
+    try:
+        with _opener(sockets).open(url, timeout=FETCH_TIMEOUT_S) as resp:
+            announced = (resp.headers.get("Content-Length") or "").strip()
+            if announced.isascii() and announced.isdigit() and int(announced) > limit:
+                raise FetchError(f"{url}: the server announces {int(announced)} bytes, more than the {limit} this "
+                                 "file may have")
+            size = 0
+            while size <= limit:
+                part = resp.read1(min(1024**2, limit + 1 - size))
+                if not part:
+                    break
+                got.append(part)
+                size += len(part)
+    except urllib.error.HTTPError as exc:
+        if 300 <= exc.code < 400:
+            raise FetchError(f"{url}: HTTP {exc.code}, a redirect not followed ({' '.join(str(exc.msg).split())}): "
+                             f"redirects are followed only to http(s) URLs, at most {MAX_REDIRECTS}; give the "
+                             "bundle's final URL") from None
+        raise FetchError(f"{url}: HTTP {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:  # InvalidURL is the last
+        if expired.is_set():
+            raise FetchError(_too_slow(url, got)) from None
+        reason = getattr(exc, "reason", exc)
+        raise FetchError(f"{url}: cannot fetch ({reason})") from None
+    finally:
+        timer.cancel()
+    if expired.is_set():
+        raise FetchError(_too_slow(url, got))
+    return b"".join(got)
+
+
+def _too_slow(url: str, got: list[bytes]) -> str:
+    return (f"{url}: no complete answer within {FETCH_DEADLINE_S:g} s ({sum(map(len, got))} bytes received): the "
+            "server stalls or sends too slowly")
+
+
+def _opener(sockets: list) -> Any:
+    """A urllib opener that adds every socket it connects to `sockets` (for the deadline to cut off) and follows at
+    most MAX_REDIRECTS redirects, each to an http(s) URL."""
     import http.client
     import urllib.error
     import urllib.request
 
-    try:
-        with urllib.request.urlopen(url, timeout=FETCH_TIMEOUT_S) as resp:  # noqa: S310 - http(s) only, checked by caller
-            return resp.read(limit + 1)
-    except urllib.error.HTTPError as exc:
-        raise FetchError(f"{url}: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:  # InvalidURL is the last
-        reason = getattr(exc, "reason", exc)
-        raise FetchError(f"{url}: cannot fetch ({reason})") from None
+    def watched(connection: type) -> type:
+        class Watched(connection):  # type: ignore[misc, valid-type]
+            def connect(self) -> None:
+                super().connect()
+                sockets.append(self.sock)
+
+        return Watched
+
+    plain = watched(http.client.HTTPConnection)
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(plain, req)
+
+    handlers: list[type] = [Http]
+    if hasattr(urllib.request, "HTTPSHandler"):  # Python built with ssl
+        secure = watched(http.client.HTTPSConnection)
+
+        class Https(urllib.request.HTTPSHandler):
+            def https_open(self, req):
+                return self.do_open(secure, req, context=self._context)
+
+        handlers.append(Https)
+
+    class Redirects(urllib.request.HTTPRedirectHandler):
+        max_redirections = MAX_REDIRECTS
+        inf_msg = f"a redirect loop, or more than {MAX_REDIRECTS} redirects; the last said: "
+
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            if not is_url(newurl):
+                raise urllib.error.HTTPError(newurl, code, f"to {newurl!r:.80}, not an http(s) URL", headers, fp)
+            return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+        def http_error_302(self, req, fp, code, msg, headers):
+            if "location" not in headers and "uri" not in headers:
+                raise urllib.error.HTTPError(req.full_url, code, "it names no Location", headers, fp)
+            return super().http_error_302(req, fp, code, msg, headers)
+
+        http_error_301 = http_error_303 = http_error_307 = http_error_308 = http_error_302
+
+    return urllib.request.build_opener(*handlers, Redirects)
 
 
 def _remote_base(url: str) -> tuple[str, bytes]:

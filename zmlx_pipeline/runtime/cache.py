@@ -21,6 +21,9 @@ and migrated with every entry and every device kept. Writes hold a lock file, re
 and merge into it, then replace it atomically, so two processes writing at once both keep their
 entries and a reader never sees half a file. A cache path that is a symlink is written through to
 its target (the link stays), and a rewritten file keeps its permissions (a new one gets the umask's).
+A v3 file that cannot be read, or whose sections are not the objects (and lists) this layout has, reads as
+empty and is moved aside as `<name>.corrupt-<time>`, with a warning, by the next write; a file of a newer schema
+(a newer ZMLX's) is neither read nor rewritten, with one warning.
 $ZMLX_CACHE_DIR moves the directory (as in ZMLX).
 """
 
@@ -210,8 +213,70 @@ def from_older(data: Any, origin: str) -> dict:
     return out
 
 
+def _version(text: Any) -> tuple[int, ...] | None:
+    """A schema_version as numbers without trailing zeros ("3.0" -> (3,), "99.1" -> (99, 1)); None for no version."""
+    if not isinstance(text, str) or not all(p.isascii() and p.isdigit() for p in text.split(".")):
+        return None
+    numbers = [int(p) for p in text.split(".")]
+    while numbers and numbers[-1] == 0:
+        numbers.pop()
+    return tuple(numbers)
+
+
+def newer_schema(data: Any) -> str:
+    """The schema_version of a file a newer ZMLX wrote (above 3.0), which this runtime neither reads nor rewrites;
+    "" for any other."""
+    version = _version(data.get("schema_version")) if isinstance(data, dict) else None
+    return data["schema_version"] if version is not None and version > (3,) else ""
+
+
+def layout_problem(data: dict) -> str:
+    """Why a cache file's JSON object is not a layout this runtime reads ("" if it is): a v3 file whose sections are
+    not objects (or its own refusals not lists), or a v2 one whose device sections are not; odd entries are fine
+    (each is judged where it is used, as ZMLX skips an entry it cannot load)."""
+    if "schema_version" not in data:
+        if "devices" in data or OWN_SECTION in data:
+            return "it has a devices or zmlx_pipeline section but no schema_version"
+        odd = [(name, value) for name, value in data.items() if not isinstance(value, dict)]
+        return (f"its v2 device section {odd[0][0]!r:.60} is a JSON {_json_kind(odd[0][1])}, not an object"
+                if odd else "")
+    version = _version(data["schema_version"])
+    if version is None or version < (3,):
+        return f"its schema_version {data['schema_version']!r:.40} is no version of the v3 layout"
+    checks = [("devices", data.get("devices"), dict)]
+    if isinstance(data.get("devices"), dict):
+        for name, section in data["devices"].items():
+            checks.append((f"device section {name!r:.60}", section, dict))
+            if isinstance(section, dict):
+                checks += [(f"{part} of device section {name!r:.60}", section.get(part), dict)
+                           for part in ("entries", "metadata")]
+    own = data.get(OWN_SECTION)
+    checks.append((OWN_SECTION, own, dict))
+    for part, kind in (("entries", dict), ("refused", list)) if isinstance(own, dict) else ():
+        checks.append((f"{OWN_SECTION}.{part}", own.get(part), dict))
+        if isinstance(own.get(part), dict):
+            checks += [(f"{OWN_SECTION}.{part}[{name!r:.60}]", value, kind) for name, value in own[part].items()]
+    for what, value, kind in checks:
+        if value is not None and not isinstance(value, kind):
+            return f"its {what} is a JSON {_json_kind(value)}, not {'an array' if kind is list else 'an object'}"
+    return ""
+
+
+_NEWER_WARNED: set[str] = set()
+
+
+def _warn_newer(p: Path, version: str) -> None:
+    """Say once per file that a newer ZMLX's cache is left alone."""
+    where = os.path.realpath(p)
+    if where not in _NEWER_WARNED:
+        _NEWER_WARNED.add(where)
+        warnings.warn(f"zmlx-pipeline: {where} is an autotune cache of schema {version!r:.40}, newer than this runtime "
+                      f"reads ({SCHEMA_VERSION}): it is left as it is, and nothing is read from it or cached in it "
+                      "(upgrade zmlx-pipeline, or give another cache_path or $ZMLX_CACHE_DIR)", stacklevel=4)
+
+
 def _normalise(data: Any, origin: str) -> dict:
-    """Any cache layout read from `origin` as v3."""
+    """Any cache layout read from `origin` as v3 (a layout_problem or newer_schema checked before)."""
     if isinstance(data, dict) and "schema_version" in data:
         devices = data.get("devices")
         out = dict(data)
@@ -234,9 +299,15 @@ def read_cache(path: str | os.PathLike | None = None) -> dict:
     p = Path(home_expanded(os.fspath(path), "cache_path")) if path is not None else cache_path()
     if p.is_file():
         try:
-            return _normalise(_read_json(p), p.name)
+            data = _read_json(p)
         except (OSError, ValueError):
             return _empty()
+        if newer_schema(data):
+            _warn_newer(p, newer_schema(data))
+            return _empty()
+        if isinstance(data, dict) and layout_problem(data):
+            return _empty()  # moved aside, with a warning, by the next write
+        return _normalise(data, p.name)
     for name in OLDER_NAMES:
         older = p.with_name(name)
         if older.is_file():
@@ -297,14 +368,20 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _current_for_write(p: Path) -> dict:
-    """What is on disk now (as v3); an unreadable v3 file, or one whose JSON is not an object, is moved aside,
-    never silently dropped."""
+def _current_for_write(p: Path) -> dict | None:
+    """What is on disk now (as v3), or None for a newer ZMLX's file, which is never rewritten; an unreadable v3 file,
+    or one whose JSON is not an object of a layout this runtime reads, is moved aside, never silently dropped."""
     if p.is_file():
         try:
             data = _read_json(p)
             if not isinstance(data, dict):
                 raise ValueError(f"it holds a JSON {_json_kind(data)}, not an object")
+            if newer_schema(data):
+                _warn_newer(p, newer_schema(data))
+                return None
+            problem = layout_problem(data)
+            if problem:
+                raise ValueError(problem)
             return _normalise(data, p.name)
         except (OSError, ValueError) as exc:
             aside = p.with_name(f"{p.name}.corrupt-{int(time.time())}")
@@ -319,7 +396,8 @@ def _current_for_write(p: Path) -> dict:
 
 
 def _json_kind(value: Any) -> str:
-    return {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(value), "number")
+    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return kinds.get(type(value), "number")
 
 
 def _write(p: Path, data: dict) -> None:
@@ -347,6 +425,8 @@ def save_entries(dkey: str, entries: Mapping[str, Any], metadata: Mapping[str, A
     p = checked_path(path)
     with _locked(p):
         data = _current_for_write(p)
+        if data is None:
+            return p
         kept = _own_part(data, "entries")
         mine = kept.get(dkey) if isinstance(kept.get(dkey), dict) else {}
         mine = {**mine, **entries}
@@ -371,6 +451,8 @@ def save_refusal(dkey: str, kernel: str, config: Mapping[str, Any], error: str,
     p = checked_path(path)
     with _locked(p):
         data = _current_for_write(p)
+        if data is None:
+            return p
         refused = _own_part(data, "refused")
         records = refused.get(dkey) if isinstance(refused.get(dkey), list) else []
         stored = json.loads(json.dumps(dict(config)))  # as it reads back (tuples as lists)
@@ -387,7 +469,7 @@ def migrate(path: str | os.PathLike | None = None) -> int:
     """Write the v3 file from a v2/v1 one when there is no v3 file yet; returns the entries it holds."""
     p = checked_path(path)
     with _locked(p):
-        data = _current_for_write(p)
+        data = _current_for_write(p) or _empty()
         if not p.is_file() and data["devices"]:
             _write(p, data)
     return sum(len(s.get("entries") or {}) for s in data["devices"].values() if isinstance(s, dict))

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from zmlx_pipeline.core.constraints import ConstraintSet, limit_values
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
+from zmlx_pipeline.core.errors import shown
 from zmlx_pipeline.runtime.bundle import (
     POSITIONAL_SCHEMAS,
     Bundle,
@@ -625,7 +626,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
     dtype_name = _dtype_name(dtype)
     k = _kernel(bundle, kernel) if bundle is not None else None
     if bundle is not None and k is None:
-        raise UnknownKernelError(f"unknown kernel {kernel!r}: bundle {bundle.bundle_id} has {known(bundle.kernels)}")
+        raise UnknownKernelError(f"unknown kernel {shown(kernel)}: bundle {bundle.bundle_id} has {known(bundle.kernels)}")
     shape_map = _shape_dict(k, shape)
     if device is None:
         device_id, why_not = current_device_id()

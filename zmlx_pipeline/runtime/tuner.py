@@ -372,7 +372,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     found there is called). Every option is checked first: the runtime's errors for one it cannot use.
     `threadgroups` keeps only legal configs with one of these threadgroup sizes (ZMLX's candidate list).
     Configs refused at launch on this device before are left out; with `use_cache`, a candidate the
-    pipeline refuses for its thread limit while timed is remembered as refused too.
+    pipeline refuses for its thread limit while timed is remembered as refused too. A cached entry that is no
+    answer (no legal config of every parameter, a median that is no time) is a miss, warned about once per file.
     `timer` is the harness's timer when `measure` is not given ("chain", "gpu" or "auto").
     `precompile(spec, configs, shape, dtype)` compiles every candidate before the first is timed
     (default: the measurer's own `precompile`, which the harness measurer has on CUDA: NVRTC in
@@ -389,7 +390,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     chip, mlx_version, meta = _device_and_mlx(device)
     row = meta.pop("limits_row")
     dkey, *also = cache_file.device_keys(chip, mlx_version)
-    legal = spec.legal_configs(shape, dtype, Limits.from_device_row(row))
+    legal = every = spec.legal_configs(shape, dtype, Limits.from_device_row(row))
     if threadgroups is not None:
         sizes = {int(t[0] if isinstance(t, (tuple, list)) else t) for t in threadgroups}
         legal = [c for c in legal if c.get(spec.threadgroup_param) in sizes]
@@ -403,7 +404,10 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     if use_cache:
         hit = cache_file.load_entries(dkey, cache_path, tuple(also)).get(key)
         config = cache_file.config_of(hit, spec.params)
-        if config is not None and config_id(config) in {config_id(c) for c in legal}:
+        problem = _cache_entry_problem(hit, config, spec.params, every) if hit is not None else ""
+        if problem:  # a miss: timed again below, and the new winner replaces the entry
+            _warn_bad_entry(cache_path, f"{spec.name} {shape} {dtype} on {dkey}", problem)
+        elif config is not None and config_id(config) in {config_id(c) for c in legal}:
             return TuneResult(spec.name, shape, dtype, config, "cache", hit.get("median_us"), legal=len(legal), key=key)
     note = ""
     if configs is not None:
@@ -457,6 +461,39 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         cache_file.save_entries(dkey, {key: value}, meta, cache_path, tuple(also))
     return TuneResult(spec.name, shape, dtype, dict(best["config"]), "timed", best["median_us"], timed, len(legal),
                       wall, key, note)
+
+
+def _cache_entry_problem(hit: Any, config: dict | None, params: Any, legal: list[dict]) -> str:
+    """Why a cache entry cannot be this case's answer ("" if it can): no complete config, a config that is not legal
+    for the kernel and shape, or a `median_us` that is no time (ZMLX's own entries have none, which is fine)."""
+    if config is None:
+        return "it holds no config with every parameter of the kernel"
+    if set(config) != set(params):
+        return f"its config {config!r:.80} does not set exactly the kernel's parameters {', '.join(sorted(params))}"
+    if config_id(config) not in {config_id(c) for c in legal}:
+        return f"its config {config!r:.80} is not legal for this kernel and shape"
+    median = hit.get("median_us")
+    if median is None:
+        return ""
+    try:
+        usable = isinstance(median, numbers.Real) and not isinstance(median, bool) and 0 < float(median) < math.inf
+    except OverflowError:  # a whole number past the largest float
+        usable = False
+    return "" if usable else f"its median_us {median!r:.40} is no time"
+
+
+#: cache files (resolved paths) whose unusable entries were warned about in this process
+_BAD_ENTRY_WARNED: set[str] = set()
+
+
+def _warn_bad_entry(cache_path: str | None, case: str, problem: str) -> None:
+    """Say once per cache file that an entry of it is not used (later ones in the same file are re-tuned quietly)."""
+    where = _path_key(cache_path)
+    if where not in _BAD_ENTRY_WARNED:
+        _BAD_ENTRY_WARNED.add(where)
+        warnings.warn(f"zmlx-pipeline autotune: {where}: the cached entry of {case} is not used ({problem}); timing "
+                      "it again, and the new winner replaces it (other such entries of this file are not warned about)",
+                      stacklevel=3)
 
 
 def _measured(result: Any, config: Mapping[str, Any]) -> tuple:
@@ -527,6 +564,7 @@ def forget_refusals() -> None:
     _REFUSED.clear()
     _WARNED.clear()
     _CONFIRMED.clear()
+    _BAD_ENTRY_WARNED.clear()
 
 
 def _evaluate(out: Any) -> None:
