@@ -10,7 +10,7 @@ import polars as pl
 from sklearn.ensemble import HistGradientBoostingRegressor
 
 from zmlx_pipeline.models.derived import SHARED_ONLY_PREFIX
-from zmlx_pipeline.models.features import DISTANCE_SPECS, KernelFeatures
+from zmlx_pipeline.models.features import CASE, DISTANCE_SPECS, KernelFeatures
 from zmlx_pipeline.models.rankers.base import (
     CLIP_LOG_REL,
     PRIOR_TAU,
@@ -28,19 +28,36 @@ from zmlx_pipeline.models.rankers.base import (
 from zmlx_pipeline.models.rankers.pipeline import shared_features
 
 TRANSFER_DEVICE_ROWS = 8_000  # rows each per-device model of DeviceTransferRanker sees at most
+# The weights of the core-count column in the device distance among which `transfer_cores` chooses by leaving
+# one training device out (1: every spec column counts the same). A chip's own core-limited runs (MPS on
+# NVIDIA, binned Apple chips) differ from it in core count alone, so equal weights put them nearest, though
+# launch configs may follow the core count more than the memory figures. Not the default: on `data/` it costs a
+# left-out H100's rmsnorm more than its interval (notes/learning.md, "Core count in the device distance").
+CORE_WEIGHTS = (1.0, 4.0, 16.0)
+EQUAL_WEIGHTS = (1.0,)
+CORE_COLUMN = "dev_log2_gpu_cores"
+SELECT_CASES = 40  # cases of each training device the choice of core weight scores, at most
+SELECT_KS = (1, 5)
 
 
 def spec_distances(test_specs: np.ndarray, train_specs: np.ndarray, test_vendor: Sequence[str],
-                   train_vendor: Sequence[str], vendor_penalty: float = VENDOR_PENALTY) -> np.ndarray:
-    """Device distance (test x train): RMS of log2 specs z-scored over the training devices, plus a
-    penalty across vendors. Specs all training devices share carry no distance (nothing to learn
-    from them); only the training devices set the scale, so any new device can be placed."""
+                   train_vendor: Sequence[str], vendor_penalty: float = VENDOR_PENALTY,
+                   column_weights: np.ndarray | None = None) -> np.ndarray:
+    """Device distance (test x train): weighted RMS of log2 specs z-scored over the training devices
+    (`column_weights`, one per spec column; None: equal), plus a penalty across vendors. Specs all training
+    devices share carry no distance (nothing to learn from them); only the training devices set the scale,
+    so any new device can be placed."""
     mean, std = train_specs.mean(axis=0), train_specs.std(axis=0)
     keep = std > 0
     if keep.any():
         a = (test_specs[:, keep] - mean[keep]) / std[keep]
         b = (train_specs[:, keep] - mean[keep]) / std[keep]
-        dist = np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).mean(axis=-1))
+        squares = (a[:, None, :] - b[None, :, :]) ** 2
+        if column_weights is None:
+            dist = np.sqrt(squares.mean(axis=-1))
+        else:
+            w = np.asarray(column_weights, dtype=float)[keep]
+            dist = np.sqrt((w * squares).sum(axis=-1) / w.sum())
     else:
         dist = np.zeros((len(test_specs), len(train_specs)))
     vendor = np.asarray(test_vendor, dtype=object)[:, None] != np.asarray(train_vendor, dtype=object)[None, :]
@@ -99,10 +116,18 @@ class DeviceTransferRanker(Ranker):
     a seen device mostly follows its own model and a new one its nearest neighbours.
     """
 
+    # class-level default for rankers restored by from_state() from model files saved before the choice
+    core_weight: float = 1.0
+
     def __init__(self, features: KernelFeatures, estimator: str = "gbr", tau: float = PRIOR_TAU,
                  vendor_penalty: float = VENDOR_PENALTY, top_weight: float = 4.0, top_scale: float = 0.1,
-                 device_rows: int = TRANSFER_DEVICE_ROWS, geometry: bool | None = None, name: str = "transfer") -> None:
+                 device_rows: int = TRANSFER_DEVICE_ROWS, geometry: bool | None = None,
+                 core_weights: Sequence[float] = EQUAL_WEIGHTS, name: str = "transfer") -> None:
         super().__init__(features)
+        if not core_weights or any(not np.isfinite(w) or w <= 0 for w in core_weights):
+            raise ModelError(f"core weights must be finite and above 0, not {tuple(core_weights)}")
+        self.core_weights = tuple(float(w) for w in core_weights)
+        self.core_weight = self.core_weights[0]
         if estimator not in _ESTIMATORS:
             raise ModelError(f"unknown estimator {estimator!r}; expected one of {', '.join(_ESTIMATORS)}")
         self.estimator = estimator
@@ -131,16 +156,52 @@ class DeviceTransferRanker(Ranker):
                                   np.minimum(log_rel, CLIP_LOG_REL),
                                   top_weights(log_rel, self.top_weight, self.top_scale))
             self.pipelines.append(pipeline)
+        self.core_weight = self._choose_core_weight(train, own)
         return self
+
+    def _column_weights(self, core_weight: float) -> np.ndarray | None:
+        """Per spec column, its weight in the distance (None: all equal, the distance as it always was)."""
+        if core_weight == 1.0:
+            return None
+        return np.array([core_weight if c == CORE_COLUMN else 1.0 for c in self.spec_columns])
+
+    def _weights(self, specs: np.ndarray, vendors: Sequence[str], sources: Sequence[int], core_weight: float) -> np.ndarray:
+        """Weights (test devices x `sources`, rows sum to 1) of the training devices `sources`."""
+        dist = spec_distances(specs, self.device_specs[list(sources)], vendors,
+                              [self.device_vendors[j] for j in sources], self.vendor_penalty,
+                              self._column_weights(core_weight))
+        w = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / self.tau)
+        return w / w.sum(axis=1, keepdims=True)
+
+    def _choose_core_weight(self, train: pl.DataFrame, own: KernelFeatures) -> float:
+        """The core weight of lowest mean log regret@1 and @5 when each training device is ranked from the
+        others' models (leave one training device out; no refit: a device's model sees its rows only); the
+        first of `core_weights` on ties, and with fewer than 3 training devices, where one source is left."""
+        if len(self.core_weights) < 2 or len(self.device_ids) < 3 or CORE_COLUMN not in self.spec_columns:
+            return self.core_weights[0]
+        losses = np.zeros(len(self.core_weights))
+        for i, device_id in enumerate(self.device_ids):
+            rows = train.filter(pl.col("device_id") == device_id)
+            cases = rows.select(CASE).unique(maintain_order=True)
+            if cases.height > SELECT_CASES:
+                cases = cases.sample(SELECT_CASES, seed=0)
+                rows = rows.join(cases, on=list(CASE), how="semi", maintain_order="left")
+            X = rows.select(own.features)
+            distinct = distinct_rows(X)
+            sources = [j for j in range(len(self.device_ids)) if j != i]
+            preds = np.stack([relative_to_case(rows, predict_distinct(self.pipelines[j], X, distinct)) for j in sources])
+            specs = self.device_specs[i:i + 1]
+            for c, core_weight in enumerate(self.core_weights):
+                w = self._weights(specs, [self.device_vendors[i]], sources, core_weight)[0]
+                losses[c] += _log_regret(rows, w @ preds, SELECT_KS)
+        return self.core_weights[_first_min(losses)]
 
     def device_weights(self, test: pl.DataFrame) -> tuple[list[str], np.ndarray]:
         """The test frame's devices and their weights over the training devices (rows sum to 1)."""
         devices = _device_table(test)
         specs = devices.select(self.spec_columns).to_numpy().astype(float)
-        dist = spec_distances(specs, self.device_specs, devices["_vendor"].to_list(), self.device_vendors,
-                              self.vendor_penalty)
-        w = np.exp(-(dist - dist.min(axis=1, keepdims=True)) / self.tau)
-        return devices["device_id"].to_list(), w / w.sum(axis=1, keepdims=True)
+        return devices["device_id"].to_list(), self._weights(specs, devices["_vendor"].to_list(),
+                                                             range(len(self.device_ids)), self.core_weight)
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
         own = transfer_features(self.features, getattr(self, "geometry", False))
@@ -154,3 +215,16 @@ class DeviceTransferRanker(Ranker):
         for j, pipeline in enumerate(self.pipelines):
             total += weights[row_weights, j] * relative_to_case(test, predict_distinct(pipeline, X, distinct))
         return total
+
+
+def _first_min(values: np.ndarray) -> int:
+    """The index of the lowest value, the first of ties within 1e-12."""
+    return int(np.flatnonzero(values <= values.min() + 1e-12)[0])
+
+
+def _log_regret(rows: pl.DataFrame, scores: np.ndarray, ks: Sequence[int]) -> float:
+    """Mean over `ks` of the mean over cases of log(time of the best of the k lowest-scored configs / case best)."""
+    ranked = rows.select(*CASE, "log_rel").with_columns(pl.Series("_score", scores, dtype=pl.Float64)).with_columns(
+        _rank=pl.col("_score").rank("ordinal").over(list(CASE)))
+    return float(np.mean([ranked.filter(pl.col("_rank") <= k).group_by(CASE).agg(pl.col("log_rel").min())
+                          ["log_rel"].mean() for k in ks]))

@@ -70,7 +70,7 @@ from zmlx_pipeline.models.rankers.pipeline import (
 )
 from zmlx_pipeline.models.rankers.prior import PriorRanker
 from zmlx_pipeline.models.seen_unseen import SeenUnseenRanker
-from zmlx_pipeline.models.transfer import DeviceTransferRanker
+from zmlx_pipeline.models.transfer import CORE_WEIGHTS, DeviceTransferRanker
 
 MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "gbr": lambda f: PipelineRanker(f, boosting_regressor(), target="log_time", name="gbr"),
@@ -81,6 +81,8 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "prior_uniform": lambda f: PriorRanker(f, uniform=True, vendor_penalty=0.0, name="prior_uniform"),
     "transfer": lambda f: DeviceTransferRanker(f, "gbr", name="transfer"),
     "transfer_geo": lambda f: DeviceTransferRanker(f, "gbr", geometry=True, name="transfer_geo"),
+    # the core count's weight in the device distance chosen by leaving one training device out (notes/learning.md)
+    "transfer_cores": lambda f: DeviceTransferRanker(f, "gbr", core_weights=CORE_WEIGHTS, name="transfer_cores"),
     "simd_aligned": lambda f: AlignmentRanker(f, name="simd_aligned"),
     "gbr_med": lambda f: PipelineRanker(shared_features(f, geometry=True), boosting_regressor(), target="log_med",
                                         clip=CLIP_LOG_REL, name="gbr_med"),
