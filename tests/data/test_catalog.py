@@ -11,6 +11,7 @@ import pytest
 
 from zmlx_pipeline.data.catalog import (
     NUMERIC_FIELDS,
+    AmbiguousDevice,
     DeviceSpec,
     UnknownDevice,
     arch_generation,
@@ -20,6 +21,7 @@ from zmlx_pipeline.data.catalog import (
     match_device,
     match_gpu_arch,
     normalize_name,
+    resolve_device,
     validate_catalog,
 )
 
@@ -249,6 +251,36 @@ def test_no_name_or_alias_names_two_rows():
             assert match_device(label).id == spec.id, label
 
 
+def _chips_an_alias_names_without_it(spec, alias: str, monkeypatch) -> set[str]:
+    """The names of the chips the catalog's own name rules find for `alias` once it is no alias of `spec`."""
+    import dataclasses
+
+    from zmlx_pipeline.data import catalog
+
+    raw, rows = catalog._load()
+    trimmed = tuple(dataclasses.replace(row, aliases=tuple(a for a in row.aliases if a != alias))
+                    if row is spec else row for row in rows)
+    with monkeypatch.context() as patched:
+        patched.setattr(catalog, "_load", lambda: (raw, trimmed))
+        catalog._indexes.cache_clear()
+        try:
+            return {row.name for row in catalog.device_candidates(alias)}
+        finally:
+            catalog._indexes.cache_clear()
+
+
+def test_no_alias_stands_for_a_family_of_several_chips(monkeypatch):
+    """An alias that the name rules, without it, find several chips for ("A100": four A100s; "NVIDIA H800": the SXM5
+    and the PCIe board) would file every file of any of them under one; such a name is refused listing them."""
+    ambiguous = [(spec.id, alias) for spec in load_catalog() for alias in spec.aliases
+                 if len(_chips_an_alias_names_without_it(spec, alias, monkeypatch) - {spec.name}) > 0]
+    assert ambiguous == []
+    for name, some in (("A100", "nvidia-a100-sxm4-80gb"), ("NVIDIA H800", "nvidia-h800-pcie")):
+        with pytest.raises(AmbiguousDevice) as info:
+            resolve_device(name)
+        assert some in info.value.candidates and len(info.value.candidates) > 1
+
+
 def test_ids_are_unique_vendor_slugs():
     ids = [d.id for d in load_catalog()]
     assert len(ids) == len(set(ids))
@@ -281,7 +313,7 @@ def test_ids_are_unique_vendor_slugs():
         ("NVIDIA B300 SXM6 AC", "nvidia-b300"),
         ("NVIDIA GB300", "nvidia-gb300"),
         ("NVIDIA H20", "nvidia-h20"),
-        ("NVIDIA H800", "nvidia-h800-sxm"),
+        ("NVIDIA H800 80GB HBM3", "nvidia-h800-sxm"),
         ("NVIDIA H800 PCIe", "nvidia-h800-pcie"),
         ("NVIDIA A800-SXM4-80GB", "nvidia-a800-sxm4-80gb"),
         ("NVIDIA A800 80GB PCIe", "nvidia-a800-pcie-80gb"),
@@ -304,7 +336,8 @@ def test_driver_names_match_their_row(name, device_id):
 
 
 @pytest.mark.parametrize(
-    "name", ["RTX 6000", "RTX 4000", "TITAN X", "GTX 1060", "NVIDIA GH200", "RX 7900", "RTX PRO 6000", "A800"]
+    "name", ["RTX 6000", "RTX 4000", "TITAN X", "GTX 1060", "NVIDIA GH200", "RX 7900", "RTX PRO 6000", "A800",
+             "A100", "NVIDIA A100", "H800", "NVIDIA H800"]
 )
 def test_names_shared_by_several_cards_match_none(name):
     assert match_device(name) is None
@@ -352,7 +385,7 @@ def test_every_kernel_tuner_device_name_matches_a_row():
 
 @pytest.mark.parametrize(
     "stem, device_id",
-    [("A100", "nvidia-a100-pcie-40gb"), ("A4000", "nvidia-rtx-a4000"), ("A6000", "nvidia-rtx-a6000"),
+    [("A4000", "nvidia-rtx-a4000"), ("A6000", "nvidia-rtx-a6000"),
      ("MI250X", "amd-mi250x"), ("W6600", "amd-radeon-pro-w6600")],
 )
 def test_kernel_tuner_file_names_match(stem, device_id):

@@ -83,9 +83,12 @@ def test_names_that_do_not_tell_one_chip_are_refused_listing_every_candidate(nam
     assert str(info.value).startswith(f"{name!r} does not name one catalog device (it may be ")
 
 
-def test_a_catalog_alias_is_the_documented_rule_for_a_bare_family_name():
-    # catalog.json lists "A100" as an alias of the PCIe 40GB card, so the bare name is not ambiguous
-    assert resolve_device("A100").id == "nvidia-a100-pcie-40gb"
+def test_a_bare_family_name_is_no_alias_of_one_of_its_chips():
+    # "A100" names four catalog chips: no alias files it under one of them (the PCIe 40GB card, once)
+    with pytest.raises(AmbiguousDevice) as info:
+        resolve_device("A100")
+    assert set(info.value.candidates) == {"nvidia-a100-pcie-40gb", "nvidia-a100-pcie-80gb", "nvidia-a100-sxm4-40gb",
+                                          "nvidia-a100-sxm4-80gb"}
 
 
 @pytest.mark.parametrize(

@@ -119,7 +119,7 @@ def test_t4_file_takes_kernel_and_problem_size_from_the_search_space(store, tmp_
 
 def test_format_is_told_by_content_not_name(store, tmp_path):
     gz_named_json = write(tmp_path / "k" / "A100.json", cache_doc(), gz=True)
-    plain_named_gz = write(tmp_path / "k2" / "A100_T4.json.gz", t4_doc(problem_size=[10, 20]))
+    plain_named_gz = write(tmp_path / "k2" / "A100-PCIE-40GB_T4.json.gz", t4_doc(problem_size=[10, 20]))
     rows = import_files(store, [gz_named_json, plain_named_gz])
     assert [r["added"] for r in rows] == [3, 3]
     assert [r["kernel"] for r in rows] == ["toy_kernel", "k2"]  # a T4 file without a kernel name: its folder
@@ -197,7 +197,7 @@ def test_empty_device_name_is_taken_from_the_file_name(store, tmp_path):
 
 
 @pytest.mark.parametrize("stem, device_id", [
-    ("H20", "nvidia-h20"), ("H800", "nvidia-h800-sxm"), ("B300", "nvidia-b300"), ("GB200", "nvidia-gb200"),
+    ("H20", "nvidia-h20"), ("H800_SXM5", "nvidia-h800-sxm"), ("B300", "nvidia-b300"), ("GB200", "nvidia-gb200"),
     ("GB300", "nvidia-gb300"), ("L20", "nvidia-l20"), ("L40S", "nvidia-l40s"), ("A800-SXM4-80GB", "nvidia-a800-sxm4-80gb"),
 ])
 def test_data_centre_gpus_are_found_from_the_file_name(store, tmp_path, stem, device_id):
@@ -874,7 +874,7 @@ def test_a_directory_without_tuning_files_is_refused_naming_it(tmp_path):
     result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "s.duckdb"), str(empty)])
     assert result.exit_code == 1
     assert result.output == (f"Error: no Kernel Tuner files to import in {empty}: it holds no .json or .json.gz "
-                             "file\n")
+                             "file (hidden files and folders left out)\n")
 
 
 def test_a_t4_results_file_takes_its_device_from_the_metadata_file_beside_it(store, tmp_path):

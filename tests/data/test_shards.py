@@ -31,8 +31,10 @@ MAC, GPU = "apple-m3-max-40", "nvidia-h100-sxm"
 
 def fill(store: Store, make_measurement, device: str, configs=(64, 128, 256), shapes=(1, 2)) -> str:
     """A device row, a finished run and one measurement per (shape, config); returns the run id."""
-    store.upsert_device({"device_id": device, "name": device.upper(), "vendor": "test",
-                         "gpu_cores": 40, "memory_bandwidth_gbps": 400.0, "in_catalog": True,
+    figures = {"vendor": "test", "gpu_cores": 40, "memory_bandwidth_gbps": 400.0}  # MAC: a chip the catalog lacks
+    if device == GPU:  # a catalog chip's shard gives its catalog figures
+        figures = {"vendor": "nvidia", "gpu_cores": 132, "memory_bandwidth_gbps": 3350.0}
+    store.upsert_device({"device_id": device, "name": device.upper(), **figures, "in_catalog": True,
                          "reported": {"device_name": device}})
     run = store.start_run(device, host="host-" + device, backend="metal", mlx_version="0.29.1",
                           pipeline_version="0.1.0", settings={"repeats": 10})
@@ -299,6 +301,8 @@ BAD_ROWS = {
     "infinite time": ("CAST('inf' AS DOUBLE) AS median_us", "status = 'ok'", "finite positive median_us"),
     "nan p90": ("CAST('nan' AS DOUBLE) AS p90_us", "status = 'ok'", "p10_us / p90_us"),
     "future timestamp": ("TIMESTAMP '2999-01-01 00:00:00' AS measured_at", "TRUE", "in the future"),
+    "no timestamp": ("NULL::TIMESTAMP AS measured_at", "_n = 4",
+                     "row 1: measured_at is missing (every row says when it was timed); nothing"),
     "config not json": ("'{TG: 64' AS config", "TRUE", "config is not a JSON object"),
     "config a list": ("'[64]' AS config", "TRUE", "config is not a JSON object"),
     "shape not json": ("'rows=4' AS shape", "TRUE", "shape is not a JSON object"),
@@ -335,6 +339,13 @@ BAD_ROWS = {
     "empty dtype": ("'' AS dtype", "TRUE", "dtype '' is not one the store holds"),
     "empty device id": ("'' AS device_id", "TRUE", "device_id is empty"),
     "empty kernel": ("'' AS kernel", "TRUE", "kernel is empty"),
+    "kernel of 300 characters": (f"'{'k' * 300}' AS kernel", "TRUE",
+                                 f"kernel {'k' * 40!r}... (300 characters) is longer than 100 characters, the most a "
+                                 "name may hold (5 more rows like it); nothing"),
+    "device id of 200 characters": (f"'{'d' * 200}' AS device_id", "TRUE",
+                                    f"device_id {'d' * 40!r}... (200 characters) is longer than 100 characters"),
+    "dtype of 300 characters": (f"'{'f' * 300}' AS dtype", "TRUE", f"dtype {'f' * 40!r}... (300 characters) is not "
+                                "one the store holds"),
     "config its kernel excludes": ("""'{"TG":999999}' AS config""", "status = 'ok'",
                                    "breaks its constraint 'TG <= max_threads'"),
     "p10 above p90": ("1000.0 AS p10_us, 1.0 AS p90_us", "status = 'ok'", "p10_us <= median_us <= p90_us does not hold"),
@@ -353,6 +364,13 @@ BAD_ROWS = {
     "negative core count": ("-3 AS device_gpu_cores", "TRUE", "device_gpu_cores must be a finite number above 0"),
     "infinite clock": ("CAST('inf' AS DOUBLE) AS device_clock_mhz", "TRUE",
                        "device_clock_mhz must be a finite number above 0"),
+    # NaN equals nothing, not even itself: the row holding it must still be found and named
+    "nan bandwidth": ("CAST('nan' AS DOUBLE) AS device_memory_bandwidth_gbps", "_n = 3",
+                      "row 1: device_memory_bandwidth_gbps must be a finite number above 0, not nan; nothing"),
+    "nan clock": ("CAST('nan' AS DOUBLE) AS device_clock_mhz", "TRUE",
+                  "row 1: device_clock_mhz must be a finite number above 0, not nan (5 more rows like it)"),
+    "nan memory": ("CAST('nan' AS DOUBLE) AS device_memory_gb", "TRUE",
+                   "device_memory_gb must be a finite number above 0, not nan"),
 }
 
 
@@ -374,6 +392,23 @@ def test_a_bad_row_refuses_the_shard_naming_file_row_and_reason(case, store, mak
         assert message.startswith(f"{bad}, row ") and reason in message, message
         assert message.endswith("nothing was ingested, the store is unchanged")
         assert contents(central) == before
+
+
+def test_the_store_itself_refuses_an_over_long_name_showing_it_shortened(make_measurement, tmp_path):
+    """Store.ingest_shard (no shards.check_shard before it) applies the same limit to every name it stores."""
+    with Store(tmp_path / "a.duckdb") as a:
+        fill(a, make_measurement, MAC)
+        a.export_shard(tmp_path / "good.parquet")
+    for column in ("kernel", "run_id", "kernel_version", "device_id", "dtype"):
+        long = "k" * 101 if column != "device_id" else "d" * 101
+        _rewrite(tmp_path / "good.parquet", tmp_path / "long.parquet", f"'{long}' AS {column}")
+        with Store(tmp_path / "central.duckdb") as central:
+            with pytest.raises(BadShard) as info:
+                central.ingest_shard(tmp_path / "long.parquet")
+            assert str(info.value) == (f"{tmp_path / 'long.parquet'}, row 1: {column} {long[:40]!r}... (101 "
+                                       "characters) is longer than 100 characters, the most a name may hold (5 more "
+                                       "rows like it); nothing was ingested, the store is unchanged")
+            assert contents(central) == ([], [], [])
 
 
 def test_a_bad_ok_row_never_replaces_a_good_timing(make_measurement, tmp_path):
@@ -436,6 +471,46 @@ def test_a_directory_ingest_is_all_or_nothing(make_measurement, tmp_path):
         assert ingest_shards(central, [shards])["files"] == 2
 
 
+def test_a_directory_stands_for_the_shards_below_it_hidden_ones_left_out(make_measurement, tmp_path):
+    shards = tmp_path / "shards"
+    with Store(tmp_path / "a.duckdb") as a:
+        fill(a, make_measurement, MAC)
+        a.export_shard(shards / "a.parquet")
+    with Store(tmp_path / "b.duckdb") as b:
+        fill(b, make_measurement, GPU)
+        b.export_shard(shards / "nested" / "deeper" / "b.parquet")
+    # hidden copies (a notebook's checkpoints, an export under way) are never read, even broken ones
+    for hidden in (shards / ".ipynb_checkpoints" / "a-checkpoint.parquet", shards / ".a.parquet.tmp-1.parquet"):
+        hidden.parent.mkdir(exist_ok=True)
+        hidden.write_bytes(b"not parquet")
+    assert shard_paths(shards) == [shards / "a.parquet", shards / "nested" / "deeper" / "b.parquet"]
+    with Store(tmp_path / "central.duckdb") as central:
+        assert ingest_shards(central, [shards])["added"] == 12
+        assert {d["device_id"] for d in central.devices()} == {MAC, GPU}
+
+
+def test_a_fifo_below_a_shard_directory_is_refused_in_one_line_never_skipped(make_measurement, tmp_path):
+    import os
+
+    from click.testing import CliRunner
+
+    from zmlx_pipeline.pipeline.cli import cli
+
+    shards = tmp_path / "shards"
+    with Store(tmp_path / "a.duckdb") as a:
+        fill(a, make_measurement, MAC)
+        a.export_shard(shards / "a.parquet")
+    (shards / "sub").mkdir()
+    os.mkfifo(shards / "sub" / "pipe.parquet")
+    db = tmp_path / "central.duckdb"
+    result = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(shards)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output == (f"Error: {shards / 'sub' / 'pipe.parquet'}: a FIFO (named pipe), not a shard file; "
+                             f"remove it from {shards} or name the shards to ingest; nothing was ingested, the store "
+                             "is unchanged\n")
+    assert not db.exists()
+
+
 def test_an_empty_directory_is_an_error_not_a_silent_success(store, tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(BadShard, match="no .parquet shard in this directory"):
@@ -454,6 +529,70 @@ def test_a_failed_row_may_hold_a_config_its_kernel_excludes_and_a_device_may_be_
     with Store(tmp_path / "central.duckdb") as central:
         assert ingest_shards(central, [failed, new])["added"] == 12
         assert {d["device_id"] for d in central.devices()} == {MAC, "nvidia-rtx-9090"}
+
+
+CATALOG_CONTRADICTIONS = {
+    "relabelled as an Apple chip": ("'apple-m3-max-40c' AS device_id",
+                                    "device_vendor is 'nvidia', but the catalog gives apple-m3-max-40c 'apple'"),
+    "bandwidth far below the chip's": (
+        "1.0 AS device_memory_bandwidth_gbps",
+        "device_memory_bandwidth_gbps is 1.0, but the catalog gives nvidia-h100-sxm 3350"),
+    "core limit above the chip's": (f"'{GPU}@999sm' AS device_id, 999 AS device_gpu_cores, '{GPU}' AS "
+                                    "device_core_limited_from",
+                                    f"device_id '{GPU}@999sm' limits {GPU} to 999 SMs, but it has 132"),
+    "core limit with the whole chip's count": (f"'{GPU}@66sm' AS device_id",
+                                               f"device_gpu_cores is 132, but the catalog gives {GPU}@66sm 66"),
+    "another simd width": ("64 AS device_simd_width", f"device_simd_width is 64, but the catalog gives {GPU} 32"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CATALOG_CONTRADICTIONS))
+def test_device_columns_that_contradict_the_catalog_are_refused(case, store, make_measurement, tmp_path):
+    replace_sql, says = CATALOG_CONTRADICTIONS[case]
+    fill(store, make_measurement, GPU)
+    shard = tmp_path / "gpu.parquet"
+    export_shard(store, shard)
+    bad = tmp_path / "bad.parquet"
+    _rewrite(shard, bad, replace_sql)
+    with Store(tmp_path / "central.duckdb") as central:
+        with pytest.raises(BadShard) as info:
+            ingest_shards(central, [bad])
+        assert str(info.value) == f"{bad}, row 1: {says}" + (
+            "; a shard of a catalog device gives the catalog's figures (or none): correct its device_id or that column"
+            if "SMs" not in says else "; a core limit is at most the chip's count") + (
+            " (5 more rows like it); nothing was ingested, the store is unchanged")
+        assert contents(central) == ([], [], [])
+
+
+def test_a_core_limited_chip_and_figures_left_empty_pass_the_catalog_check(store, make_measurement, tmp_path):
+    fill(store, make_measurement, GPU)
+    shard = tmp_path / "gpu.parquet"
+    export_shard(store, shard)
+    limited, empty = tmp_path / "limited.parquet", tmp_path / "empty.parquet"
+    _rewrite(shard, limited, f"'{GPU}@66sm' AS device_id, 66 AS device_gpu_cores, '{GPU}' AS device_core_limited_from")
+    _rewrite(shard, empty, "NULL::DOUBLE AS device_memory_bandwidth_gbps, NULL::VARCHAR AS device_vendor")
+    with Store(tmp_path / "central.duckdb") as central:
+        assert ingest_shards(central, [limited, empty])["added"] == 12
+        assert {d["device_id"]: d["gpu_cores"] for d in central.devices()} == {GPU: 132, f"{GPU}@66sm": 66}
+
+
+def test_the_cli_refuses_a_relabelled_chip_in_one_line_and_stores_nothing(store, make_measurement, tmp_path):
+    from click.testing import CliRunner
+
+    from zmlx_pipeline.pipeline.cli import cli
+
+    fill(store, make_measurement, GPU)
+    export_shard(store, tmp_path / "gpu.parquet")
+    _rewrite(tmp_path / "gpu.parquet", tmp_path / "apple.parquet", "'apple-m3-max-40c' AS device_id")
+    db = tmp_path / "central.duckdb"
+    with Store(db) as central:
+        fill(central, make_measurement, MAC)
+    before = db.read_bytes()
+    result = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(tmp_path / "apple.parquet")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: {tmp_path / 'apple.parquet'}, row 1: device_vendor is 'nvidia', but "
+                                    "the catalog gives apple-m3-max-40c 'apple'")
+    assert db.read_bytes() == before
 
 
 def test_every_committed_shard_passes_the_row_checks():
@@ -514,6 +653,33 @@ def test_a_column_of_another_type_is_refused_naming_the_file_column_and_type(rep
                 ingest(central, bad)
             assert str(info.value).startswith(f"{bad}: column {column} {says}"), str(info.value)
             assert "\n" not in str(info.value) and str(info.value).endswith("the store is unchanged")
+        assert contents(central) == ([], [], [])
+
+
+def test_timings_written_as_float32_by_pyarrow_are_refused_saying_to_write_float64(store, make_measurement, tmp_path):
+    """1.728 as a 32-bit float is 1.7280000448...: the row would fail its p10 <= median <= p90 check, confusingly."""
+    import pyarrow as pa
+
+    fill(store, make_measurement, MAC)
+    export_shard(store, tmp_path / "mac.parquet")
+    table = pq.read_table(tmp_path / "mac.parquet")
+    for column in ("median_us", "p10_us", "p90_us"):
+        table = table.set_column(table.schema.get_field_index(column), column, table[column].cast(pa.float32()))
+    pq.write_table(table, tmp_path / "f32.parquet")
+    clock = pq.read_table(tmp_path / "mac.parquet")
+    at = clock.schema.get_field_index("device_clock_mhz")
+    pq.write_table(clock.set_column(at, "device_clock_mhz", pa.array([1398.0] * clock.num_rows, pa.float32())),
+                   tmp_path / "clock.parquet")
+    with Store(tmp_path / "central.duckdb") as central:
+        for column, shard in (("median_us", tmp_path / "f32.parquet"),
+                              ("device_clock_mhz", tmp_path / "clock.parquet")):
+            for ingest in (ingest_shards, Store.ingest_shards):  # the entry point and the store's own check
+                with pytest.raises(BadShard) as info:
+                    ingest(central, [shard])
+                assert str(info.value) == (
+                    f"{shard}: column {column} is FLOAT, but a shard's {column} is a number (DOUBLE): write it as "
+                    "float64 (a 32-bit float changes the value), or re-export it with zmlx-pipeline export; nothing "
+                    "was ingested, the store is unchanged")
         assert contents(central) == ([], [], [])
 
 

@@ -334,7 +334,7 @@ def resolve_device(name_or_id: str) -> DeviceSpec:
 
     UnknownDevice when nothing fits, AmbiguousDevice (listing the ids) when the name does not tell
     which row: a name is never resolved to a guess. A name the catalog lists as an alias is that row
-    (catalog.json maps a bare "A100" to the PCIe 40GB card, for instance).
+    ("H100 SXM5"); no alias is a family name of several chips (a bare "A100" is any of four).
     """
     try:
         return get_device(name_or_id)

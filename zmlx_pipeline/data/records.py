@@ -64,15 +64,26 @@ class Measurement:
 #: words joined by single hyphens, and an optional core limit `@<cores>sm` (nvidia-h200@66sm)
 DEVICE_ID_PATTERN = r"[a-z0-9]+(-[a-z0-9]+)*(@[1-9][0-9]*sm)?"
 _DEVICE_ID = re.compile(DEVICE_ID_PATTERN)
+#: the most characters a name (a kernel, device or run id, a dtype) may hold: names become file names (a trained
+#: model's), and the longest the product writes (a catalog id with a core limit, a run id) is under 50
+MAX_NAME_LENGTH = 100
+
+
+def shortened(text: str, keep: int = 40) -> str:
+    """A long text for a one-line message: its start, quoted, and how long it is."""
+    return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
 
 
 def name_problem(what: str, name: Any) -> str | None:
-    """Why `name` (a kernel, device or run id) cannot name a row: not text, empty, holding control characters, or
-    starting or ending with white space (a name that would pass for another when printed)."""
+    """Why `name` (a kernel, device or run id) cannot name a row: not text, empty, longer than MAX_NAME_LENGTH,
+    holding control characters, or starting or ending with white space (a name that would pass for another when
+    printed)."""
     if not isinstance(name, str):
         return f"{what} {name!r} is not text"
     if not name.strip():
         return f"{what} is empty"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"{what} {shortened(name)} is longer than {MAX_NAME_LENGTH} characters, the most a name may hold"
     if not name.isprintable():
         return f"{what} {name!r} holds a control character"
     if name != name.strip():

@@ -24,9 +24,18 @@ import pyarrow.parquet as pq
 from zmlx_pipeline.core.constraints import limit_values
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.keys import canonical_json
+from zmlx_pipeline.data.catalog import UnknownDevice, get_device
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
-from zmlx_pipeline.data.importers.kernel_tuner import not_regular
-from zmlx_pipeline.data.records import DTYPES, config_problem, device_id_problem, fold_name, name_problem, shape_problem
+from zmlx_pipeline.data.paths import files_below, not_regular
+from zmlx_pipeline.data.records import (
+    DTYPES,
+    config_problem,
+    device_id_problem,
+    fold_name,
+    name_problem,
+    shape_problem,
+    shortened,
+)
 from zmlx_pipeline.data.store import (
     SHARD_COLUMNS,
     SHARD_REQUIRED,
@@ -72,12 +81,17 @@ def ingest_shard(store: Store, path: str | os.PathLike) -> dict:
 
 
 def shard_paths(source: str | os.PathLike) -> list[Path]:
-    """The shards a path names: a directory's *.parquet files (sorted), or the file itself."""
+    """The shards a path names: the *.parquet files below a directory (paths.files_below: in every subfolder,
+    sorted; hidden ones left out; one that is not a regular file refused), or the file itself."""
     source = Path(source)
     if source.is_dir():
-        found = sorted(p for p in source.glob("*.parquet") if p.is_file())
+        found, odd = files_below(source, (".parquet",))
+        if odd is not None:
+            raise BadShard(f"{odd[0]}: {odd[1]}, not a shard file; remove it from {source} or name the shards to "
+                           "ingest; nothing was ingested, the store is unchanged")
         if not found:
-            raise BadShard(f"{source}: no .parquet shard in this directory")
+            raise BadShard(f"{source}: no .parquet shard in this directory or below it (hidden files and folders "
+                           "left out)")
         return found
     if source.is_file():
         return [source]
@@ -135,7 +149,8 @@ def _finite(value: Any) -> bool:
 
 def _dtype(dtype: Any) -> str | None:
     if dtype not in DTYPES:
-        return f"dtype {dtype!r} is not one the store holds ({', '.join(DTYPES)})"
+        shown = shortened(dtype) if isinstance(dtype, str) else repr(dtype)
+        return f"dtype {shown} is not one the store holds ({', '.join(DTYPES)})"
     return None
 
 
@@ -266,6 +281,54 @@ def _device(*values: Any) -> str | None:
     return None
 
 
+#: the device columns a shard of a catalog chip gives as the catalog does, or leaves empty: every writer (collect's
+#: detection, import) copies them from the catalog row, so another value is a relabelled chip or a hand edit, and
+#: would pass for the chip's own figures to every later step (the first shard of a device decides its stored row)
+_CATALOG_COLUMNS = ("vendor", "backend", "family", "architecture", "core_unit", "max_threads_per_threadgroup",
+                    "simd_width", "threadgroup_memory_bytes", "l2_bytes", "default_threadgroup",
+                    "memory_bandwidth_gbps", "clock_mhz", "memory_gb")
+_CORE_LIMIT = re.compile(r"(.+)@([1-9][0-9]*)sm")
+
+
+def _catalog_row(device_id: str):
+    """The catalog row of a device id, or None for a device the catalog does not have (yet)."""
+    try:
+        return get_device(device_id)
+    except UnknownDevice:
+        return None
+
+
+def _differs(value: Any, expected: Any) -> bool:
+    if isinstance(value, (int, float)) and isinstance(expected, (int, float)):
+        return not math.isclose(value, expected, rel_tol=1e-9)
+    return value != expected
+
+
+def _catalog(device_id: Any, gpu_cores: Any, core_limited_from: Any, *values: Any) -> str | None:
+    """Why a row's device columns contradict the catalog row of its device id (`<id>` or `<id>@<N>sm`, the chip
+    limited to N of its SMs, which must have them): the shard's value and the catalog's; None for a device the
+    catalog does not have."""
+    limited = _CORE_LIMIT.fullmatch(device_id)
+    base, cores = (limited.group(1), int(limited.group(2))) if limited else (device_id, None)
+    spec = _catalog_row(base)
+    if spec is None:
+        return None
+    fix = "a shard of a catalog device gives the catalog's figures (or none): correct its device_id or that column"
+    if cores is not None and cores > spec.gpu_cores:
+        return (f"device_id {device_id!r} limits {base} to {cores} SMs, but it has {spec.gpu_cores}; a core limit "
+                "is at most the chip's count")
+    expected = {"gpu_cores": spec.gpu_cores if cores is None else cores,
+                "core_limited_from": None if cores is None else base,
+                **{c: getattr(spec, c) for c in _CATALOG_COLUMNS}}
+    given = {"gpu_cores": gpu_cores, "core_limited_from": core_limited_from, **dict(zip(_CATALOG_COLUMNS, values))}
+    for column in (*_CATALOG_COLUMNS[:5], "gpu_cores", "core_limited_from", *_CATALOG_COLUMNS[5:]):
+        value = given[column]
+        if value is not None and _differs(value, expected[column]):
+            return (f"device_{column} is {value!r:.40}, but the catalog gives {device_id} {expected[column]!r}; "
+                    f"{fix}")
+    return None
+
+
 # (columns, check): each check takes a row's values of its columns and gives the reason it is refused, or None;
 # in this order, so that a later check sees only values the earlier ones passed.
 _CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
@@ -280,6 +343,8 @@ _CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
     (("kernel", "shape", "config"), _builtin),
     (("kernel", "status", "dtype", "shape", "config", *_LIMIT_COLUMNS.values()), _legal),
     ((*_DEVICE_NUMBERS, *_DEVICE_OBJECTS), _device),
+    (("device_id", "device_gpu_cores", "device_core_limited_from", *(f"device_{c}" for c in _CATALOG_COLUMNS)),
+     _catalog),
 )
 # (columns, rows, reason): checks of every row at once, after those above; `rows` marks the bad rows of the table,
 # `reason` takes a bad row's values of the columns.
@@ -311,6 +376,14 @@ def _read(path: Path) -> pa.Table | None:
     return table
 
 
+_NAN = object()  # a NaN's place in a key: NaN equals nothing, not even itself, so it could name no row
+
+
+def _key(values: tuple) -> tuple:
+    """A row's values as a key that finds its row again: each NaN as one marker (NaN != NaN)."""
+    return tuple(_NAN if isinstance(v, float) and math.isnan(v) else v for v in values)
+
+
 def check_shard(path: str | os.PathLike, verdicts: dict | None = None) -> None:
     """Refuse a shard holding a row the store must not take: BadShard names the file, the row and why.
 
@@ -329,10 +402,11 @@ def check_shard(path: str | os.PathLike, verdicts: dict | None = None) -> None:
             distinct = table.select(list(columns)).group_by(list(columns), use_threads=False).aggregate([])
             keys = zip(*(distinct[c].to_pylist() for c in columns))
             known = verdicts.setdefault(columns, {})
-            bad = {key: reason for key in keys
-                   if (reason := known[key] if key in known else known.setdefault(key, check(*key))) is not None}
+            bad = {_key(key): reason for key in keys
+                   if (reason := known[_key(key)] if _key(key) in known else known.setdefault(_key(key), check(*key)))
+                   is not None}
             if bad:
-                rows = list(zip(*(table[c].to_pylist() for c in columns)))
+                rows = [_key(row) for row in zip(*(table[c].to_pylist() for c in columns))]
                 found = [i for i, key in enumerate(rows) if key in bad]
                 raise BadShard(bad_row(path, found[0], bad[rows[found[0]]], len(found)))
         for columns, marks, reason in _ROW_CHECKS:

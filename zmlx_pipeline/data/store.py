@@ -10,8 +10,9 @@ import errno
 import json
 import os
 import re
+import stat
 import uuid
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from functools import lru_cache
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -19,10 +20,12 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 
 import duckdb
 
+from zmlx_pipeline.core.commits import commit_point
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.files import fsync_dir
+from zmlx_pipeline.core.files import fsync_dir, utf8_problem
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
-from zmlx_pipeline.data.records import DEVICE_ID_PATTERN, STATUSES, Measurement
+from zmlx_pipeline.data.paths import not_regular
+from zmlx_pipeline.data.records import DEVICE_ID_PATTERN, MAX_NAME_LENGTH, STATUSES, Measurement, shortened
 
 RUN_STATUSES = ("running", "finished", "interrupted", "failed", "imported")
 SHARD_FORMAT = "1"
@@ -269,8 +272,12 @@ _FILTERS = {
 
 
 def default_db_path() -> Path:
-    """Where the store lives: $ZMLX_PIPELINE_DB, else $XDG_DATA_HOME/zmlx-pipeline/store.duckdb."""
+    """Where the store lives: $ZMLX_PIPELINE_DB, else $XDG_DATA_HOME/zmlx-pipeline/store.duckdb. A variable of
+    white space only is refused (StoreError), as `--db ''` is: it would make a store named " " wherever one runs."""
     explicit = os.environ.get("ZMLX_PIPELINE_DB")
+    if explicit and not explicit.strip():
+        raise StoreError(f"$ZMLX_PIPELINE_DB is {explicit!r}, white space only: set it to a path, or unset it for the "
+                         "default store")
     if explicit:
         return Path(explicit).expanduser()
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
@@ -412,6 +419,9 @@ def _check_shard_target(target: Path, store_path: Path) -> None:
     Parquet, a folder, a pipe or a device (StoreError, one line, before anything is written)."""
     if not target.name or target.name in (".", ".."):
         raise StoreError(f"cannot export a shard to {str(target)!r}: give it a file name (e.g. shard.parquet)")
+    problem = utf8_problem(target, "shard path")
+    if problem is not None:
+        raise StoreError(f"cannot export: {problem}; nothing was written")
     try:
         same = target.exists() and store_path.exists() and target.resolve() == store_path.resolve()
         if same:
@@ -526,19 +536,32 @@ def _check_whole(con: duckdb.DuckDBPyConnection, path: Path) -> None:
                            "or pass another --db")
 
 
+def _encodable(path: Path) -> None:
+    """StoreError (one line) for a store path DuckDB cannot be given: it takes paths as UTF-8 text (utf8_problem)."""
+    problem = utf8_problem(path, "store path")
+    if problem is not None:
+        raise StoreError(f"{problem}; nothing was written")
+
+
 def _check_store_path(path: Path) -> None:
-    """Refuse, saying what to pass instead, a store path that cannot be a store file: a directory or a symlink loop
-    (which would otherwise read as DuckDB's raw I/O error, or as 'no store there')."""
+    """Refuse, saying what to pass instead, a store path that cannot be a store file: a directory, a FIFO, a device,
+    a socket or a symlink loop (which would otherwise read as DuckDB's raw I/O error, hang on the FIFO, or read as
+    'no store there'), before DuckDB opens it."""
     try:
-        path.stat()
+        _encodable(path)
+        mode = path.stat().st_mode
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise StoreError(f"store path {path} is a symlink loop: point the link at a store file, or pass another "
                              "--db") from None
         return  # a missing file (or a link to one): made, or refused as 'no store', by the caller
-    if path.is_dir():
+    if stat.S_ISDIR(mode):
         raise StoreError(f"store path {path} is a directory, not a store file: pass a file in it "
                          f"(e.g. {path / 'store.duckdb'}) with --db or $ZMLX_PIPELINE_DB")
+    kind = not_regular(mode)
+    if kind is not None:
+        raise StoreError(f"store path {path} is {kind}, not a store file: pass the path of a store file (or of one "
+                         "to create) with --db or $ZMLX_PIPELINE_DB")
 
 
 def _connect(path: Path, read_only: bool, create: bool = True) -> duckdb.DuckDBPyConnection:
@@ -549,6 +572,9 @@ def _connect(path: Path, read_only: bool, create: bool = True) -> duckdb.DuckDBP
         link = f" (a symlink to {os.readlink(path)}, which does not exist)" if path.is_symlink() else ""
         raise StoreError(f"no store at {path}{link}: run a collect, import or ingest first, or pass another --db")
     if not read_only:
+        if path.is_symlink() and not path.exists() and not Path(os.path.realpath(path)).parent.is_dir():
+            raise StoreError(f"cannot create the store at {path}: it is a symlink to {os.readlink(path)}, whose folder "
+                             "does not exist; create that folder, point the link at a store file, or pass another --db")
         make_parent(path, "store")
     _check_duckdb_header(path)
     try:
@@ -643,7 +669,7 @@ class Store:
         as it was."""
         self._require_writable("write")
         try:
-            with self._transaction():
+            with self._transaction(final=True):
                 self._atomic += 1
                 try:
                     yield self
@@ -655,9 +681,10 @@ class Store:
             raise StoreError(f"nothing was written to {self.path}: {_first_line(err)}") from err
 
     @contextmanager
-    def _transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def _transaction(self, final: bool = False) -> Iterator[duckdb.DuckDBPyConnection]:
         """BEGIN ... COMMIT, rolled back on any exception (KeyboardInterrupt included); inside atomic(), the
-        statements join its transaction, which commits or rolls back."""
+        statements join its transaction, which commits or rolls back. `final`: its COMMIT is the step that makes
+        a command's work final (core.commits: a stop during or after it no longer reports a failure)."""
         con = self._conn
         if self._atomic:
             yield con
@@ -665,7 +692,8 @@ class Store:
         con.execute("BEGIN TRANSACTION")
         try:
             yield con
-            con.execute("COMMIT")
+            with commit_point() if final else nullcontext():
+                con.execute("COMMIT")
         except BaseException:
             try:
                 con.execute("ROLLBACK")
@@ -882,6 +910,15 @@ class Store:
         ).fetchall()
         return {tuple(r) for r in rows}
 
+    def stored_results(self, device_id: str, kernel: str, kernel_version: str) -> dict[tuple[str, str, str], tuple]:
+        """(dtype, shape_key, config_key) -> (status, median_us, p10_us, p90_us, samples) of every key stored for a
+        device and kernel version: what an import compares its own results of those keys with."""
+        rows = self._conn.execute(
+            "SELECT dtype, shape_key, config_key, status, median_us, p10_us, p90_us, samples FROM measurements "
+            "WHERE device_id = ? AND kernel = ? AND kernel_version = ?", [device_id, kernel, kernel_version],
+        ).fetchall()
+        return {tuple(r[:3]): tuple(r[3:]) for r in rows}
+
     def stored_config(self, kernel: str, kernel_version: str) -> dict | None:
         """One stored config of a kernel version (as a dict), or None when it has none: what an import compares its
         parameters' values with."""
@@ -911,9 +948,10 @@ class Store:
             ) from err
         return int(added)
 
-    def delete_measurements(self, keys: Iterable[Sequence[str]]) -> int:
+    def delete_measurements(self, keys: Iterable[Sequence[str]], repeats: bool = False) -> int:
         """Delete the measurements of these (device_id, kernel, kernel_version, dtype, shape_key, config_key)
-        keys in one transaction, so that the next collect measures them again; returns rows deleted."""
+        keys in one transaction, so that the next collect measures them again; returns rows deleted. `repeats`:
+        their repeated timings too (a timing that replaces them must not be paired with another's repeats)."""
         self._require_writable("delete measurements")
         rows = [tuple(k) for k in keys]
         if any(len(k) != len(_KEY_COLUMNS) for k in rows):
@@ -924,6 +962,8 @@ class Store:
         select = ", ".join(f"unnest(?::VARCHAR[]) AS {c}" for c in _KEY_COLUMNS)
         try:
             with self._transaction() as con:
+                if repeats:
+                    con.execute(f"DELETE FROM repeats WHERE ({', '.join(_KEY_COLUMNS)}) IN (SELECT {select})", columns)
                 (deleted,) = con.execute(
                     f"DELETE FROM measurements WHERE ({', '.join(_KEY_COLUMNS)}) IN (SELECT {select})", columns,
                 ).fetchone()
@@ -1209,7 +1249,8 @@ class Store:
             self._check_exported(tmp)
             with open(tmp, "rb") as fh:
                 os.fsync(fh.fileno())
-            os.replace(tmp, target)
+            with commit_point():
+                os.replace(tmp, target)
         except duckdb.Error as err:
             raise StoreError(f"cannot export a shard to {target}: {_first_line(err)}") from err
         except OSError as exc:
@@ -1268,7 +1309,7 @@ class Store:
                 raise BadShard(f"{shard}: no such shard file")
         per_file: dict[str, dict] = {}
         try:
-            with self._transaction() as con:
+            with self._transaction(final=True) as con:
                 for shard in shards:
                     per_file[str(shard)] = self._ingest_one(con, shard)
         except duckdb.Error as err:
@@ -1359,7 +1400,8 @@ _ROW_CHECKS = (
     ("samples must be a whole number from 0 to 2147483647, not {samples!r}",
      "samples IS NULL OR NOT isfinite(samples::DOUBLE) OR samples < 0 OR samples > 2147483647 "
      "OR samples::DOUBLE <> floor(samples::DOUBLE)"),
-    ("measured_at {measured_at} is in the future", "measured_at IS NULL OR measured_at > ?"),
+    ("measured_at is missing (every row says when it was timed)", "measured_at IS NULL"),
+    ("measured_at {measured_at} is in the future", "measured_at > ?"),
     ("config is not a JSON object: {config!r}",
      "config IS NULL OR NOT json_valid(config) OR json_type(config) <> 'OBJECT'"),
     ("shape is not a JSON object: {shape!r}",
@@ -1369,10 +1411,13 @@ _ROW_CHECKS = (
 
 # Names a row is stored under: (reason, SQL condition true for a bad one), each over the shard's distinct values.
 _NAME_CHECKS = (
-    ("device_id {value!r} is not a device id (lower-case letters and digits joined by single hyphens, and an "
+    *((f"{name} {{value}} is longer than {MAX_NAME_LENGTH} characters, the most a name may hold", name,
+       f"length({name}) > {MAX_NAME_LENGTH}")  # records.name_problem
+      for name in ("device_id", "run_id", "kernel", "kernel_version", "dtype")),
+    ("device_id {value} is not a device id (lower-case letters and digits joined by single hyphens, and an "
      "optional core limit like @66sm, as the catalog writes them)",  # records.device_id_problem
      "device_id", f"NOT regexp_full_match(device_id, '{DEVICE_ID_PATTERN}')"),
-    *((f"{name} {{value!r}} starts or ends with white space or holds a control character", name,
+    *((f"{name} {{value}} starts or ends with white space or holds a control character", name,
        f"regexp_matches({name}, '^\\s|\\s$|[\\x00-\\x1f\\x7f]')")
       for name in ("run_id", "kernel", "kernel_version", "dtype")),
 )
@@ -1389,7 +1434,7 @@ def _check_names(con: duckdb.DuckDBPyConnection, shard: Path) -> None:
             f"SELECT {column}, min(file_row_number), sum(count(*)) OVER () FROM _zmlx_shard WHERE {column} IS NOT NULL "
             f"AND {condition} GROUP BY 1 ORDER BY 2 LIMIT 1").fetchone()
         if found:
-            raise BadShard(bad_row(shard, found[1], reason.format(value=found[0]), int(found[2])))
+            raise BadShard(bad_row(shard, found[1], reason.format(value=shortened(found[0])), int(found[2])))
     fold_s, fold_m = _FOLDED_KERNEL.format("s.kernel"), _FOLDED_KERNEL.format("m.kernel")
     found = con.execute(
         f"WITH s AS (SELECT kernel, min(file_row_number) AS first, count(*) AS n FROM _zmlx_shard GROUP BY 1), "
@@ -1507,13 +1552,19 @@ _FRACTIONAL = ("FLOAT", "DOUBLE")
 # for a timestamp (one with a time zone is converted to UTC), and only text for text
 _SHARD_TYPES = {
     "VARCHAR": ("text", ("VARCHAR",)),
-    "DOUBLE": ("a number", _INTEGERS + _FRACTIONAL + ("DECIMAL",)),
+    # not FLOAT: a 32-bit float holds 1.728 as 1.7280000448..., no longer between the row's other timings
+    "DOUBLE": ("a number", _INTEGERS + ("DOUBLE", "DECIMAL")),
     "INTEGER": ("a whole number", _INTEGERS + _FRACTIONAL + ("DECIMAL",)),
     "BIGINT": ("a whole number", _INTEGERS + _FRACTIONAL + ("DECIMAL",)),
     "BOOLEAN": ("a boolean", ("BOOLEAN",)),
     "TIMESTAMP": ("a timestamp", ("TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS",
                                   "TIMESTAMP WITH TIME ZONE", "DATE")),
 }
+
+
+#: (a shard column's type, the stored type): how to write such a column so that it is taken
+_TYPE_FIXES = {("FLOAT", "DOUBLE"): "write it as float64 (a 32-bit float changes the value), or re-export it with "
+                                   "zmlx-pipeline export"}
 
 
 def _shard_column_types() -> dict[str, str]:
@@ -1529,6 +1580,9 @@ def _shard_column_types() -> dict[str, str]:
 def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> dict[str, str]:
     """The shard's columns and their DuckDB types; BadShard (one line) if it is not readable Parquet, names a column
     twice, lacks required columns, or has a shard column of a type its values cannot be stored as."""
+    problem = utf8_problem(shard, "shard")
+    if problem is not None:
+        raise BadShard(f"{problem}; nothing was ingested, the store is unchanged")
     try:
         described = con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(shard)]).fetchall()
     except duckdb.Error as err:
@@ -1553,8 +1607,9 @@ def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> dict[str, str
             continue
         what, allowed = _SHARD_TYPES[stored]
         if found.split("(")[0] not in allowed:
-            raise BadShard(f"{shard}: column {name} is {found}, but a shard's {name} is {what} ({stored}): re-export "
-                           "it with zmlx-pipeline export; nothing was ingested, the store is unchanged")
+            fix = _TYPE_FIXES.get((found, stored), "re-export it with zmlx-pipeline export")
+            raise BadShard(f"{shard}: column {name} is {found}, but a shard's {name} is {what} ({stored}): {fix}; "
+                           "nothing was ingested, the store is unchanged")
     return columns
 
 

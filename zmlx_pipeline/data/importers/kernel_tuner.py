@@ -36,7 +36,6 @@ import json
 import math
 import os
 import re
-import stat
 import tomllib
 import zlib
 from dataclasses import dataclass, field, replace
@@ -59,6 +58,7 @@ from zmlx_pipeline.core.keys import canonical_json, digest
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
 from zmlx_pipeline.data.importers.dtypes import split_dtype
 from zmlx_pipeline.data.records import Measurement, config_problem, dim_problem, name_problem, shape_problem
+from zmlx_pipeline.data.paths import files_below, not_regular
 from zmlx_pipeline.data.store import Store, StoreError
 
 DTYPE = "float32"  # both hub kernels (and Kernel Tuner's usual float inputs) are single precision
@@ -67,13 +67,12 @@ FORMAT_T4 = "t4"
 FORMAT_KTT = "ktt"
 FORMAT_RESULTS = "kernel_tuner_results"
 _GZIP_MAGIC = b"\x1f\x8b"
+# How other compressed files start: such a file is named for what it is, not called text that is not UTF-8.
+_COMPRESSED_MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"\xfd7zXZ\x00": "xz", b"BZh": "bzip2",
+                     b"PK\x03\x04": "zip"}
 # The most bytes a file read for an import may hold, gunzipped: a benchmark hub T4 file of 11,130 configs is 19 MB,
 # so this holds a space a hundred times larger; a bigger file is refused, never read to its end.
 MAX_FILE_BYTES = 2 * 1024**3
-# What a path names when it is not a regular file: each refused by name (a FIFO would block the read forever,
-# a device such as /dev/zero would never end).
-_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
 _DIM_NAMES = ("x", "y", "z")
 # The ErrorConfig names Kernel Tuner writes (kernel_tuner/util.py): in "time", in the objective's field, or
 # (newer versions) in "__error__". InvalidConfig marks a config its restrictions exclude: never run, no row.
@@ -137,7 +136,6 @@ class ParsedFile:
     shape: dict[str, int]
     measurements: list[Measurement]
     skipped: int = 0
-    duplicates: int = 0
     source: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -272,13 +270,6 @@ class _Unreadable(ZmlxPipelineError):
     """Why a file cannot be read (its caller names the file in its own words)."""
 
 
-def not_regular(mode: int) -> str | None:
-    """What a file of this st_mode is when it is not a regular file ("a FIFO (named pipe)"), else None."""
-    if stat.S_ISREG(mode):
-        return None
-    return next((what for test, what in _NOT_REGULAR if test(mode)), "not a regular file")
-
-
 def _read_regular(path: Path, limit: int | None = None) -> bytes:
     """The bytes of a regular file of at most `limit` (MAX_FILE_BYTES) bytes; _Unreadable for anything else.
 
@@ -319,7 +310,8 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
     try:
         raw = _read_regular(path)
         sha = hashlib.sha256(raw).hexdigest()
-        if raw[:2] == _GZIP_MAGIC:
+        gunzipped = raw[:2] == _GZIP_MAGIC
+        if gunzipped:
             raw = _gunzip(raw, MAX_FILE_BYTES)
     except _Unreadable as err:
         raise _fail(path, str(err)) from None
@@ -327,6 +319,11 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
         raise _fail(path, f"truncated gzip stream ({err})") from err
     except (OSError, zlib.error) as err:
         raise _fail(path, f"corrupt gzip stream ({err})") from err
+    packed = next((kind for magic, kind in _COMPRESSED_MAGIC.items() if raw.startswith(magic)), None)
+    if packed is not None:
+        twice = gunzipped and packed == "gzip"
+        raise _fail(path, "gzip-compressed twice: decompress it once (gunzip) and import the result" if twice else
+                    f"{packed}-compressed data, not JSON: decompress it and import the result (gzip is read as it is)")
     try:
         text = raw.decode("utf-8-sig")  # a byte-order mark, as editors on Windows write, is not JSON
     except UnicodeDecodeError as err:
@@ -471,9 +468,9 @@ def _of_parameters(problem_size: Any, params: Iterable[str]) -> bool:
 
 #: --problem-size's form besides JSON: whole numbers in ASCII digits split by commas ("4096,4096", "4096, 4096")
 _SIZE_LIST = re.compile(r" *[0-9]+( *, *[0-9]+)* *", re.ASCII)
-#: a problem size written as text in a tuner's file: dims in ASCII digits joined by "x" (store_results' "4096x4096"),
-#: commas or spaces, in brackets or not ("(4096, 4096)")
-_SIZE_TEXT = re.compile(r"[\s(\[]*[0-9]+([\s,x)\]]+[0-9]+)*[\s)\]]*", re.ASCII)
+#: a problem size written as text in a tuner's file: dims in ASCII digits joined by "x" or "X" (store_results'
+#: "4096x4096"), commas or spaces, in brackets or not ("(4096, 4096)")
+_SIZE_TEXT = re.compile(r"[\s(\[]*[0-9]+([\s,xX)\]]+[0-9]+)*[\s)\]]*", re.ASCII)
 
 
 def _json_problem_size(text: str) -> Any:
@@ -612,7 +609,7 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
 
     kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
     try:
-        text = _read_regular(path).decode("utf-8")
+        text = _read_regular(path).decode("utf-8-sig")  # a byte-order mark, as a tuning file may carry
     except _Unreadable as err:
         raise bad(str(err)) from None
     except UnicodeDecodeError as err:
@@ -1091,7 +1088,7 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
     if not isinstance(metadata, dict):
         raise _fail(path, "'metadata' is not an object")
     scale = _t4_scale(path, metadata, results)
-    configs, outcomes, skipped = [], [], 0
+    configs, outcomes, skipped, labels = [], [], 0, []
     for i, result in enumerate(results):
         where = f"result {i}"
         if not isinstance(result, dict) or not isinstance(result.get("configuration"), dict):
@@ -1121,6 +1118,7 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
         else:
             outcomes.append((status, None, f"invalidity: {invalidity}"))
         configs.append(result["configuration"])
+        labels.append(where)
     layout = "t4"
     if str(metadata.get("autotuner") or "").strip().lower() == "ktt":
         configs = [{k: _ktt_text_value(v) for k, v in c.items()} for c in configs]
@@ -1139,7 +1137,9 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
     if companion is not None:
         companion_data, _, _ = _read_json(companion)
         device = _device_in_metadata(companion_data)
-    return _Entries(configs, outcomes, kernel, device, metadata.get("problem_size"), skipped, layout)
+    blank = "" if kernel else blank_name("its metadata's kernel_name", metadata.get("kernel_name"))
+    return _Entries(configs, outcomes, kernel, device, metadata.get("problem_size"), skipped, layout,
+                    labels=tuple(labels), blank_name=blank)
 
 
 def _ktt_text_value(value: Any) -> Any:
@@ -1303,16 +1303,17 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
     if shape_params:
         configs = [{k: v for k, v in c.items() if k not in shape_params} for c in configs]
     params = list(configs[0]) if configs else []
-    _check_param_kinds(path, configs, entries.labels or [f"its config {i + 1}" for i in range(len(configs))])
+    labels = entries.labels or [f"its config {i + 1}" for i in range(len(configs))]
+    _check_param_kinds(path, configs, labels)
     _check_rows(path, name, shape, configs)
     version = kernel_version(name, params)
-    measurements, seen, duplicates = [], set(), 0
-    for config, dtype, (status, timing, error) in zip(configs, split.dtypes, outcomes):
+    measurements, seen = [], {}
+    for i, (config, dtype, (status, timing, error)) in enumerate(zip(configs, split.dtypes, outcomes)):
         key = (dtype, canonical_json(config))
         if key in seen:
-            duplicates += 1
-            continue
-        seen.add(key)
+            raise _fail(path, f"{labels[seen[key]]} and {labels[i]} are the same config ({key[1]}, {dtype}): which "
+                              "of their timings is the config's cannot be told; keep one of them in the file")
+        seen[key] = i
         med, p10, p90, n = timing or (None, None, None, 0)
         measurements.append(Measurement(
             run_id="", device_id=spec.id, kernel=name, kernel_version=version, dtype=dtype,
@@ -1337,7 +1338,7 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
         source["entries_timed_by_time_not_times"] = entries.time_rewritten
     return ParsedFile(path=path, sha256=sha, format=fmt, kernel=name, kernel_version=version, device=spec,
                       reported_device=reported, shape=shape, measurements=measurements, skipped=entries.skipped,
-                      duplicates=duplicates, source=source)
+                      source=source)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1345,14 +1346,19 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
 
 
 def expand_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Files as given; a directory stands for the *.json and *.json.gz files in it and its subdirectories (sorted,
-    as the benchmark hub lays out one folder per kernel); a file named twice is read once."""
+    """Files as given; a directory stands for the *.json and *.json.gz files below it (paths.files_below: in every
+    subfolder, as the benchmark hub lays out one folder per kernel; hidden ones left out; one that is not a regular
+    file refused); a file named twice is read once."""
     out, seen = [], set()
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.lower().endswith((".json", ".json.gz")))
+            found, odd = files_below(p, (".json", ".json.gz"))
+            if odd is not None:
+                raise ImportFileError(f"cannot import {p}: {odd[0]} is {odd[1]}, not a file to read; remove it or name "
+                                      "the files to import; nothing was stored")
             if not found:
-                raise ImportFileError(f"no Kernel Tuner files to import in {p}: it holds no .json or .json.gz file")
+                raise ImportFileError(f"no Kernel Tuner files to import in {p}: it holds no .json or .json.gz file "
+                                      "(hidden files and folders left out)")
         else:
             found = [p]
         for f in found:
@@ -1362,29 +1368,77 @@ def expand_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
     return out
 
 
-def write_parsed(store: Store, parsed: ParsedFile) -> dict:
+def write_parsed(store: Store, parsed: ParsedFile, replacing: Iterable[tuple[str, str, str]] = ()) -> dict:
     """Store one parsed file as a run of its own, in one transaction (a stopped write leaves no trace); a file whose
-    every key is stored adds nothing. A device fact the file does not give (its reported name) keeps the stored one."""
+    every key is stored adds nothing. A device fact the file does not give (its reported name) keeps the stored one.
+    `replacing`: the (dtype, shape_key, config_key) keys whose stored results this file's replace (import --replace)."""
     from zmlx_pipeline import __version__
 
     spec = parsed.device
     row = {"file": str(parsed.path), "device": spec.id, "kernel": parsed.kernel,
            "rows": len(parsed.measurements), "added": 0, "failed": parsed.failed,
-           "skipped": parsed.skipped + parsed.duplicates, "run_id": None}
+           "skipped": parsed.skipped, "run_id": None}
+    replacing = set(replacing)
     stored = store.measured_keys(spec.id, parsed.kernel, parsed.kernel_version)
-    if all((m.dtype, m.shape_key, m.config_key) in stored for m in parsed.measurements):
+    if not replacing and all((m.dtype, m.shape_key, m.config_key) in stored for m in parsed.measurements):
         return row
     with store.atomic():
         store.upsert_device({**spec.as_row(), "device_id": spec.id, "in_catalog": True, "flagged_unknown": False,
                              "reported_name": parsed.reported_device or None}, keep_known=True)
-        run_id = store.start_run(
-            spec.id, host=None, backend=spec.backend, mlx_version=None, pipeline_version=__version__,
-            settings={"file": parsed.path.name, "sha256": parsed.sha256, "format": parsed.format,
-                      "kernel": parsed.kernel, "shape": parsed.shape, **parsed.source},
-        )
+        settings = {"file": parsed.path.name, "sha256": parsed.sha256, "format": parsed.format,
+                    "kernel": parsed.kernel, "shape": parsed.shape, **parsed.source}
+        if replacing:
+            settings["replaced_stored_results"] = len(replacing)
+        run_id = store.start_run(spec.id, host=None, backend=spec.backend, mlx_version=None,
+                                 pipeline_version=__version__, settings=settings)
+        if replacing:
+            store.delete_measurements([(spec.id, parsed.kernel, parsed.kernel_version, *key) for key in replacing],
+                                      repeats=True)
         added = store.record([replace(m, run_id=run_id) for m in parsed.measurements])
         store.finish_run(run_id, "imported")
-    return {**row, "added": added, "run_id": run_id}
+    row = {**row, "added": added - len(replacing), "run_id": run_id}
+    return {**row, "replaced": len(replacing)} if replacing else row
+
+
+def _result(m: Measurement) -> tuple:
+    """What a measurement found, as Store.stored_results gives a stored one."""
+    return (m.status, m.median_us, m.p10_us, m.p90_us, int(m.samples))
+
+
+def _result_text(result: tuple) -> str:
+    status, median = result[0], result[1]
+    return f"{median:.6g} us" if status == "ok" and median is not None else status
+
+
+def _check_times_apart(store: Store, parsed: list[ParsedFile], replace_stored: bool) -> list[set]:
+    """Refuse a key that a file gives another result than the store holds (unless `replace_stored`: then its keys
+    are returned, per file, for write_parsed to replace) or than an earlier file of this import gives: the first
+    stored result would stay and the other be dropped unsaid, so the order files came in would decide. A key given
+    the same result again is the idempotent re-import, and passes."""
+    stored_of: dict[tuple[str, str, str], dict] = {}
+    given: dict[tuple, tuple[tuple, Path]] = {}
+    replacing: list[set] = []
+    for item in parsed:
+        owner = (item.device.id, item.kernel, item.kernel_version)
+        if owner not in stored_of:
+            stored_of[owner] = store.stored_results(*owner)
+        stored, mine = stored_of[owner], set()
+        for m in item.measurements:
+            key, result = (m.dtype, m.shape_key, m.config_key), _result(m)
+            what = f"config {m.config_json} ({m.dtype}, shape {m.shape_json}) of {item.kernel} on {item.device.id}"
+            earlier = given.setdefault((owner, key), (result, item.path))
+            if earlier[0] != result:
+                raise _fail(item.path, f"{what} is given {_result_text(result)} here but {_result_text(earlier[0])} by "
+                                       f"{earlier[1]}, imported with it; import one of them (and then the other with "
+                                       "--replace, should its results replace the first's)")
+            if key in stored and stored[key] != result:
+                if not replace_stored:
+                    raise _fail(item.path, f"{what} is stored with {_result_text(stored[key])}, and this file gives "
+                                           f"{_result_text(result)}; pass --replace to replace the stored results with "
+                                           "this file's, or leave the file out")
+                mine.add(key)
+        replacing.append(mine)
+    return replacing
 
 
 def _check_unknown_sizes_apart(store: Store, parsed: list[ParsedFile]) -> None:
@@ -1424,15 +1478,16 @@ def _check_kinds_apart(store: Store, parsed: list[ParsedFile]) -> None:
 
 def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str | None = None,
                  kernel: str | None = None, problem_size: Any = None,
-                 device_map: str | os.PathLike | DeviceMap | None = None) -> list[dict]:
+                 device_map: str | os.PathLike | DeviceMap | None = None, replace: bool = False) -> list[dict]:
     """Import Kernel Tuner cache / T4 files; every file is parsed and checked before any is written.
 
     `device` (a catalog id or name) applies to every file; `device_map` (a file, see load_device_map)
     gives each its own; not both. A refused file stores nothing of any file, and every file is written in
     one transaction: should the store fail while writing, or the import be stopped, nothing is stored.
-    Returns one row per file: file, device, kernel, rows, added, failed, skipped, run_id; a T4 metadata
-    file, or one that holds no measurement (the header a run stopped before its first config left), beside
-    others is a row of nothing (device and kernel None).
+    A key stored with another result than a file gives is refused, unless `replace`: then the file's result
+    replaces it (the row's `replaced` counts them). Returns one row per file: file, device, kernel, rows, added,
+    failed, skipped, run_id; a T4 metadata file, or one that holds no measurement (the header a run stopped before
+    its first config left), beside others is a row of nothing (device and kernel None).
     """
     if device is not None and device_map is not None:
         raise ImportFileError("give --device (one device for every file) or --device-map, not both")
@@ -1463,11 +1518,12 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
                               "or cache files")
     _check_unknown_sizes_apart(store, parsed)
     _check_kinds_apart(store, parsed)
+    replacing = _check_times_apart(store, parsed, replace)
     rows: list[dict] = []
     try:
         with store.atomic():  # every file or none: a failure or a stop midway leaves the store as it was
-            for item in parsed:
-                rows.append(write_parsed(store, item))
+            for item, keys in zip(parsed, replacing):
+                rows.append(write_parsed(store, item, keys))
     except StoreError as err:
         failed = str(parsed[len(rows)].path) if len(rows) < len(parsed) else ", ".join(str(p.path) for p in parsed)
         raise ImportFileError(f"cannot store {failed}: {' '.join(str(err).split())}; nothing of any file was "

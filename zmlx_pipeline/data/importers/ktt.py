@@ -70,4 +70,5 @@ def entries_ktt(path: Path, data: dict) -> _Entries:
     if len(kernels) > 1:
         raise _fail(path, f"KTT output of several kernels ({', '.join(sorted(kernels))}); "
                           "tune and write each kernel to a file of its own")
-    return _Entries(configs, outcomes, next(iter(kernels), ""), str(metadata.get("Device") or ""), None, 0, "ktt")
+    return _Entries(configs, outcomes, next(iter(kernels), ""), str(metadata.get("Device") or ""), None, 0, "ktt",
+                    labels=tuple(f"result {i}" for i in range(len(configs))))

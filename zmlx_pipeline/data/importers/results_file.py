@@ -42,7 +42,7 @@ def sections(path: Path, data: dict) -> list[_Entries]:
     if not isinstance(records, list):
         raise _fail(path, "a Kernel Tuner results file whose 'data' is not a list")
     kernel = name_field(path, "its kernel_name", data.get("kernel_name"))
-    grouped: dict[tuple[str, str], tuple[list, list]] = {}
+    grouped: dict[tuple[str, str], tuple[list, list, list]] = {}
     for i, record in enumerate(records):
         where = f"record {i}"
         if not isinstance(record, dict) or not isinstance(record.get("tunable_parameters"), dict):
@@ -54,15 +54,16 @@ def sections(path: Path, data: dict) -> list[_Entries]:
         device, size = record.get("device_name"), record.get("problem_size")
         if not isinstance(device, str) or not device or not isinstance(size, str):
             raise _fail(path, f"{where} has no 'device_name' and 'problem_size'")
-        configs, outcomes = grouped.setdefault((device, size), ([], []))
+        configs, outcomes, labels = grouped.setdefault((device, size), ([], [], []))
+        labels.append(where)
         configs.append({n: config[n] for n in names})
         outcomes.append(("ok", _timing(path, where, None, record.get(objective), _MS_TO_US), None))
     if not grouped:
         return []
     blank = blank_name("its kernel_name", data.get("kernel_name"))
     return [_Entries(configs, outcomes, kernel, device, size, 0, "results_file",
-                     section={"device_name": device, "problem_size": size}, blank_name=blank)
-            for (device, size), (configs, outcomes) in grouped.items()]
+                     section={"device_name": device, "problem_size": size}, labels=tuple(labels), blank_name=blank)
+            for (device, size), (configs, outcomes, labels) in grouped.items()]
 
 
 def is_legacy(data: dict) -> bool:
@@ -80,7 +81,7 @@ def legacy_sections(path: Path, data: dict) -> list[_Entries]:
     out = []
     for device, sizes in data.items():
         for size, records in sizes.items():
-            configs, outcomes = [], []
+            configs, outcomes, labels = [], [], []
             for i, record in enumerate(records):
                 where = f"record {i} of {device} at {size}"
                 if _TIME_OBJECTIVE not in record:
@@ -93,8 +94,9 @@ def legacy_sections(path: Path, data: dict) -> list[_Entries]:
                     raise _fail(path, f"a results file of an older Kernel Tuner whose {where} names fields "
                                       f"{', '.join(names)}, not {', '.join(fields)}")
                 configs.append({k: v for k, v in record.items() if k != _TIME_OBJECTIVE})
+                labels.append(where)
                 outcomes.append(("ok", _timing(path, where, None, record[_TIME_OBJECTIVE], _MS_TO_US), None))
             if configs:
                 out.append(_Entries(configs, outcomes, "", device, size, 0, "results_file (no version_number)",
-                                    section={"device_name": device, "problem_size": size}))
+                                    section={"device_name": device, "problem_size": size}, labels=tuple(labels)))
     return out

@@ -1,0 +1,125 @@
+"""Store and shard paths that cannot be a store or a shard (a FIFO, a device, a dangling link, a blank
+$ZMLX_PIPELINE_DB, a name that is not UTF-8 in this locale): one line naming the path and the fix, exit 1, nothing
+written, and never a hang or DuckDB's raw text."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zmlx_pipeline.data.shards import BadShard, ingest_shards
+from zmlx_pipeline.data.store import Store, StoreError, default_db_path
+from zmlx_pipeline.pipeline.cli import cli
+
+NOT_UTF8 = os.fsdecode(b"x\xff")  # what Python makes of such a name under LC_ALL=C: a surrogate escape
+
+
+def one_line(args: list, says: str, env: dict | None = None) -> str:
+    result = CliRunner().invoke(cli, [str(a) for a in args], env=env)
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and result.output.count("\n") == 1, result.output
+    assert result.output.startswith("Error: ") and says in result.output, result.output
+    return result.output
+
+
+@pytest.fixture
+def shard(tmp_path, make_measurement) -> Path:
+    with Store(tmp_path / "source.duckdb") as source:
+        source.record([make_measurement(kernel="my_norm")])
+        source.export_shard(tmp_path / "shard.parquet")
+    return tmp_path / "shard.parquet"
+
+
+def listing(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+# -- B1: a FIFO (or a device) as the store: refused before DuckDB opens it, never a hang --------------------------------
+
+
+@pytest.mark.parametrize("command", [("summary",), ("export", "out.parquet"), ("ingest", "SHARD"), ("import", "FILE"),
+                                     ("noise",)])
+def test_a_fifo_as_the_store_is_refused_in_one_line_by_every_store_command(command, tmp_path, shard, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "ff")
+    cache = tmp_path / "vec" / "a.json"
+    cache.parent.mkdir()
+    cache.write_text('{"device_name": "NVIDIA RTX A4000", "kernel_name": "k", "tune_params_keys": ["bx"], '
+                     '"tune_params": {"bx": [1]}, "objective": "time", "cache": {"1": {"bx": 1, "time": 1.0}}}')
+    args = [a.replace("SHARD", str(shard)).replace("FILE", str(cache)) for a in command]
+    says = f"store path {tmp_path / 'ff'} is a FIFO (named pipe), not a store file"
+    before = listing(tmp_path)
+    one_line([args[0], "--db", tmp_path / "ff", *args[1:]], says)
+    one_line(args, says.replace(str(tmp_path / "ff"), "ff"), env={"ZMLX_PIPELINE_DB": "ff"})
+    assert listing(tmp_path) == before
+
+
+def test_a_device_as_the_store_is_refused_for_reading_and_writing(tmp_path, shard):
+    with pytest.raises(StoreError, match=r"^store path /dev/null is a character device, not a store file"):
+        Store("/dev/null", read_only=True)
+    one_line(["ingest", "--db", "/dev/null", shard], "store path /dev/null is a character device, not a store file")
+    one_line(["summary", "--db", "/dev/null"], "store path /dev/null is a character device, not a store file")
+
+
+# -- F4: a dangling link and a blank $ZMLX_PIPELINE_DB ----------------------------------------------------------------
+
+
+def test_a_link_to_a_store_in_a_missing_folder_is_one_clear_line_for_every_command(tmp_path, shard):
+    link = tmp_path / "link.duckdb"
+    link.symlink_to(tmp_path / "gone" / "store.duckdb")
+    says = f"cannot create the store at {link}: it is a symlink to {tmp_path / 'gone' / 'store.duckdb'}, whose folder " \
+           "does not exist; create that folder, point the link at a store file, or pass another --db"
+    one_line(["ingest", "--db", link, shard], says)
+    one_line(["summary", "--db", link], f"no store at {link} (a symlink to {tmp_path / 'gone' / 'store.duckdb'}, which "
+                                        "does not exist)")
+    assert not (tmp_path / "gone").exists() and link.is_symlink()
+
+
+@pytest.mark.parametrize("blank", [" ", "\t  "])
+def test_a_blank_store_variable_is_refused_as_a_blank_db_option_is(blank, tmp_path, shard, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZMLX_PIPELINE_DB", blank)
+    before = listing(tmp_path)
+    says = f"$ZMLX_PIPELINE_DB is {blank!r}, white space only: set it to a path, or unset it for the default store"
+    for open_default in (default_db_path, Store):
+        with pytest.raises(StoreError) as info:
+            open_default()
+        assert str(info.value) == says
+    for args in (["summary"], ["ingest", shard]):
+        one_line(args, says)
+    assert listing(tmp_path) == before
+
+
+# -- A2: a path DuckDB cannot be given (not UTF-8 in this locale) ------------------------------------------------------
+
+
+def test_a_store_path_that_is_not_utf8_is_refused_naming_it_and_the_fix(tmp_path):
+    path = tmp_path / f"{NOT_UTF8}.duckdb"
+    for read_only in (False, True):
+        with pytest.raises(StoreError) as info:
+            Store(path, read_only=read_only)
+        assert str(info.value) == (
+            f"store path {tmp_path}/x\\xff.duckdb cannot be encoded as UTF-8 in this locale: run with PYTHONUTF8=1 (or "
+            "a UTF-8 locale such as LC_ALL=C.UTF-8), or use a path of plain ASCII characters; nothing was written")
+    assert not os.path.lexists(path)
+
+
+def test_a_shard_path_that_is_not_utf8_is_refused_naming_it_and_the_fix(tmp_path, shard, store):
+    named = tmp_path / f"{NOT_UTF8}.parquet"
+    named.write_bytes(shard.read_bytes())
+    for ingest in (ingest_shards, Store.ingest_shards):  # the entry point and the store's own check
+        with pytest.raises(BadShard) as info:
+            ingest(store, [named])
+        assert str(info.value) == (
+            f"shard {tmp_path}/x\\xff.parquet cannot be encoded as UTF-8 in this locale: run with PYTHONUTF8=1 (or a "
+            "UTF-8 locale such as LC_ALL=C.UTF-8), or use a path of plain ASCII characters; nothing was ingested, the "
+            "store is unchanged")
+    assert store.measurements() == []
+    with Store(tmp_path / "source.duckdb", read_only=True) as source:
+        with pytest.raises(StoreError, match=r"^cannot export: shard path .*/x\\xff-out\.parquet cannot be encoded "
+                                             r"as UTF-8 in this locale: .*; nothing was written$"):
+            source.export_shard(tmp_path / f"{NOT_UTF8}-out.parquet")
+    assert not [p for p in tmp_path.iterdir() if "out" in os.fsencode(p.name).decode("utf-8", "replace")]
