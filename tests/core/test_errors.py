@@ -56,3 +56,10 @@ def test_an_unknown_kernel_is_one_class_for_the_registry_and_a_lookup_error():
     assert registry_unknown is UnknownKernel
     with pytest.raises(UnknownKernel, match="rmsnrom"):
         get_kernel("rmsnrom")
+
+
+def test_a_long_name_is_shown_by_its_start_and_length():
+    from zmlx_pipeline.core.errors import shown
+
+    assert shown("rmsnorm") == "'rmsnorm'" and shown("k" * 60) == repr("k" * 60)
+    assert shown("k" * 100_000) == f"{'k' * 60!r}... (100000 characters)"

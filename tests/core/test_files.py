@@ -55,3 +55,13 @@ def test_current_umask_reads_the_mask_and_leaves_it_as_it_was():
         assert current_umask() == 0o027  # reading it changed nothing
     finally:
         os.umask(old)
+
+
+def test_a_path_that_is_not_utf8_says_so_with_its_bytes_shown():
+    import os
+
+    from zmlx_pipeline.core.files import utf8_problem
+
+    assert utf8_problem("/tmp/ünï/store.duckdb") is None
+    problem = utf8_problem(os.fsdecode(b"/tmp/x\xff"), "store path")
+    assert problem.startswith("store path /tmp/x\\xff cannot be encoded as UTF-8 in this locale: run with PYTHONUTF8=1")

@@ -252,7 +252,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (a background job ignores it)
     from zmlx_pipeline.data.store import Store
     from zmlx_pipeline.models import evaluate as ev, pool as pool_module
-    from zmlx_pipeline.pipeline.cli import terminate_as_interrupt
+    from zmlx_pipeline.pipeline.stops import terminate_as_interrupt
 
     pool_module.PARALLEL_MIN_ROWS = 0
     terminate_as_interrupt()

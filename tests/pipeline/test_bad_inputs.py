@@ -779,3 +779,53 @@ def test_collect_on_ray_refused_leaves_no_new_store_or_folder(home, monkeypatch)
     result = run_cli(home, "collect", "--ray", "auto", "--db", "new/sub/c.duckdb")
     assert_one_line_error(result)
     assert "needs Ray" in result.output and not (home / "new").exists()
+
+
+# -- a path whose bytes this locale cannot decode (LC_ALL=C PYTHONUTF8=0), a blank $ZMLX_PIPELINE_DB -------------
+
+#: "ünï" as Python holds it where the locale does not decode UTF-8 (LC_ALL=C PYTHONUTF8=0): surrogate escapes,
+#: which DuckDB and the JSON written cannot take
+NOT_UTF8 = b"\xc3\xbcn\xc3\xaf".decode("ascii", "surrogateescape")
+NOT_UTF8_PATHS = [("publish", "--to", f"{NOT_UTF8}/pub"), ("ingest", "--db", f"{NOT_UTF8}.duckdb", str(SMALL_SHARD)),
+                  ("summary", "--db", f"{NOT_UTF8}.duckdb"), ("export", f"{NOT_UTF8}.parquet"),
+                  ("report", "--out", NOT_UTF8), ("train", "--models-dir", NOT_UTF8),
+                  ("run", "--bundle-dir", NOT_UTF8), ("import", "--db", f"{NOT_UTF8}.duckdb", "list.json")]
+
+
+@pytest.mark.parametrize("args", NOT_UTF8_PATHS, ids=[a[0] for a in NOT_UTF8_PATHS])
+def test_a_path_that_is_not_utf8_in_this_locale_is_refused_before_any_work(home, args):
+    result = run_cli(home, *args)  # publish wrote the bundle and `latest`, then failed to record it
+    assert_one_line_error(result, code=2)
+    last = result.output.splitlines()[-1]
+    assert "ünï" in last and "cannot be encoded as UTF-8 in this locale: run with PYTHONUTF8=1" in last
+    assert not [p for p in home.iterdir() if p.name.startswith(NOT_UTF8)]
+
+
+def test_a_default_store_path_that_is_not_utf8_is_one_line_naming_the_variable(home):
+    db = os.fsdecode(b"st\xffre.duckdb")  # not UTF-8 in any locale: the environment keeps it escaped
+    result = run_cli(home, "summary", env={"ZMLX_PIPELINE_DB": db})
+    assert_one_line_error(result)
+    assert result.output.startswith("Error: $ZMLX_PIPELINE_DB: path st\\xffre.duckdb cannot be encoded as UTF-8 ")
+    assert "PYTHONUTF8=1" in result.output and not os.path.exists(db)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="a locale that cannot decode UTF-8: POSIX")
+def test_under_the_c_locale_publish_to_a_non_ascii_path_is_refused_in_one_line(home, subprocess_env):
+    env = {**subprocess_env, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    done = subprocess.run([sys.executable, "-m", "zmlx_pipeline", "publish", "--to", b"\xc3\xbcn\xc3\xaf/pub"],
+                          env=env, capture_output=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == b""
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(b"Error: Invalid value for '--to': path ") and done.stderr.count(b"Error:") == 1
+    assert b"/pub cannot be encoded as UTF-8 in this locale: run with PYTHONUTF8=1" in last
+    assert not (home / "\u00fcn\u00ef").exists()
+
+
+@pytest.mark.parametrize("blank", [" ", "\t \n"])
+@pytest.mark.parametrize("args", [("summary",), ("ingest", str(SMALL_SHARD))], ids=lambda a: a[0])
+def test_a_blank_store_variable_is_refused_as_an_empty_db_is(home, blank, args):
+    result = run_cli(home, *args, env={"ZMLX_PIPELINE_DB": blank})
+    assert_one_line_error(result)
+    assert result.output == f"Error: $ZMLX_PIPELINE_DB is {blank!r}, white space only: set it to a path, or unset it " \
+                            "for the default store\n"
+    assert not (home / blank).exists()

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -11,6 +16,9 @@ from click.testing import CliRunner
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.pipeline.cli import cli
 from zmlx_pipeline.pipeline.cli_common import CommandGroup, db_option, split_names, store_to_fill
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _group(exc: BaseException) -> click.Group:
@@ -61,6 +69,23 @@ def test_an_unknown_kernel_through_the_real_cli_is_one_line(tmp_path):
     assert result.exit_code == 1
     assert result.output.startswith("Error: ") and len(result.output.strip().splitlines()) == 1
     assert "rmsnrom" in result.output
+
+
+@pytest.mark.parametrize("name, says", [("k" * 100_000, "unknown kernel 'kkk"),
+                                         ("a" * 100_000 + ":SPEC", "cannot import 'aaa")], ids=["name", "path"])
+def test_a_kernel_name_of_100000_characters_is_shortened_in_its_one_line(name, says):
+    result = CliRunner().invoke(cli, ["kernels", "-k", name])
+    assert result.exit_code == 1 and result.output.startswith(f"Error: {says}")
+    assert len(result.output) < 1000 and "... (100" in result.output  # its start, then how long it is
+
+
+def test_autotuning_a_kernel_no_registry_names_shortens_the_name_too():
+    from zmlx_pipeline.runtime.errors import UnknownKernelError
+    from zmlx_pipeline.runtime.tuner import tune
+
+    with pytest.raises(UnknownKernelError) as err:  # the registry's message, as the tuner raises it
+        tune("k" * 100_000, {"rows": 1}, "float16")
+    assert len(str(err.value)) < 1000 and str(err.value).startswith("unknown kernel 'kkkk")
 
 
 # -- an option that takes one value, given twice ---------------------------------------------------------------
@@ -147,3 +172,195 @@ def test_a_store_made_by_a_failed_command_goes_with_its_folders_unless_it_holds_
     assert result.output == "Error: stopped\n" and not (tmp_path / "new").exists()
     result = CliRunner().invoke(_filler(make_measurement()), ["fill", "--db", str(db)])
     assert result.output == "Error: stopped\n" and db.is_file()  # kept: what it measured is resumed from
+
+
+# -- stdout: closed, or its reader gone (`| head -1`) -----------------------------------------------------------
+
+def run_command(args, env: dict, stdout=subprocess.PIPE, cwd=None, preexec_fn=None,
+                script: Path | None = None) -> subprocess.CompletedProcess:
+    """`python -m zmlx_pipeline ARGS` (or `python SCRIPT ARGS`) in a new process of its own session, with Python's
+    usual Ctrl-C handler (a test runner may start children with SIGINT ignored), stdout as given (captured by
+    default); stderr is captured."""
+    def start() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if preexec_fn is not None:
+            preexec_fn()
+
+    command = [sys.executable, str(script)] if script is not None else [sys.executable, "-m", "zmlx_pipeline"]
+    return subprocess.run([*command, *args], env=env, cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                          timeout=300, start_new_session=True, preexec_fn=start)
+
+
+LISTINGS = [("devices",), ("profiles", "--json"), ("--help",),
+            ("lookup", "matmul", "--shape", "4096,4096,4096", "--device", "nvidia-h100-sxm", "-k", "500")]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="pipes and signals: POSIX")
+@pytest.mark.parametrize("args", LISTINGS, ids=[a[0] for a in LISTINGS])
+def test_a_reader_gone_before_the_output_ends_the_command_quietly_with_141_every_time(args, subprocess_env):
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first write: every write meets a broken pipe
+    try:
+        done = run_command(args, subprocess_env, stdout=write)
+    finally:
+        os.close(write)
+    assert (done.returncode, done.stderr) == (141, "")  # no "Error: Broken pipe", no "Exception ignored"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="closing fd 1 in the child: POSIX")
+@pytest.mark.parametrize("args", [("devices",), ("summary", "--json"), ("models",), ("profiles",),
+                                  ("lookup", "rmsnorm", "--shape", "4096,4096", "--device", "nvidia-h100-sxm"),
+                                  ("ingest", "--db", "new.duckdb", str(REPO_ROOT / "data" / "nvidia-h200.parquet"))],
+                         ids=lambda a: a[0])
+def test_a_closed_stdout_is_refused_in_one_line_before_any_work(args, tmp_path, subprocess_env):
+    done = run_command(args, subprocess_env, stdout=subprocess.DEVNULL, cwd=tmp_path, preexec_fn=lambda: os.close(1))
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: cannot write to stdout: it is closed") and done.stderr.count("\n") == 1
+    assert not (tmp_path / "new.duckdb").exists()
+
+
+# -- a stop (Ctrl-C, SIGTERM) once the work is committed -------------------------------------------------------
+
+#: runs `zmlx-pipeline ARGS...` as its console script does, sending itself SIGNAL once, at WHEN: `start` (the
+#: command's library call begins: before any commit), `latest` (publish's commit point: `latest` was just
+#: replaced), `result` (the command prints its result) or `teardown` (the interpreter winds down after it ended)
+STOP_AT = """
+import os, signal, sys
+
+import click
+
+from zmlx_pipeline.data.store import Store
+from zmlx_pipeline.pipeline import cli
+from zmlx_pipeline.publish import writer
+
+when, signum, args = sys.argv[1], getattr(signal, sys.argv[2]), sys.argv[3:]
+sent = []
+
+
+def stop():
+    if not sent:
+        sent.append(signum)
+        os.kill(os.getpid(), signum)  # Python runs its handler at the next instruction: here
+
+
+def stop_first(function):
+    def stopped(*a, **k):
+        stop()
+        return function(*a, **k)
+    return stopped
+
+
+def stop_after(function):
+    def stopped(*a, **k):
+        result = function(*a, **k)
+        stop()
+        return result
+    return stopped
+
+
+class StopWhenCollected:
+    def __del__(self):
+        stop()
+
+
+if when == "start":
+    for name in ("ingest_shards", "export_shard"):
+        setattr(Store, name, stop_first(getattr(Store, name)))
+    writer.write_files = stop_first(writer.write_files)
+elif when == "latest":
+    writer.write_text_atomic = stop_after(writer.write_text_atomic)
+elif when == "result":
+    echo = click.echo
+    click.echo = lambda *a, **k: (k.get("err") or stop(), echo(*a, **k))[1]
+elif when == "teardown":
+    collected_last = StopWhenCollected()
+sys.argv = ["zmlx-pipeline", *args]
+cli.main()
+"""
+
+
+@pytest.fixture
+def toy(tmp_path, subprocess_env):
+    """(store, a shard of it, the stopping script, the environment) for a subprocess: the toy kernel on two GPUs."""
+    sys.path.insert(0, str(REPO_ROOT / "tests" / "runtime"))
+    from bundle_fixtures import fill_toy
+
+    from zmlx_pipeline.data.store import Store
+
+    db, shard, script = tmp_path / "toy.duckdb", tmp_path / "toy.parquet", tmp_path / "stop_at.py"
+    with Store(db) as store:
+        fill_toy(store)
+        store.export_shard(shard)
+    script.write_text(STOP_AT)
+    return db, shard, script, subprocess_env
+
+
+def _rows(db: Path) -> int:
+    from zmlx_pipeline.data.store import Store
+
+    if not db.exists():
+        return 0
+    with Store(db, read_only=True) as store:
+        return sum(r["measurements"] for r in store.summary())
+
+
+posix_only = pytest.mark.skipif(os.name != "posix", reason="signals: POSIX")
+
+
+@posix_only
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_ingest_stopped_once_committed_prints_its_result_and_exits_0(toy, tmp_path, signame):
+    db, shard, script, env = toy
+    new = tmp_path / "new.duckdb"
+    done = run_command(["result", signame, "ingest", "--db", str(new), str(shard)], env, script=script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "1 shard(s), 144 rows: 144 added, 0 already present\n"
+    assert done.stderr == f"... {signame} came after the work was done; it was finished, not stopped\n"
+    assert _rows(new) == 144
+
+
+@posix_only
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_ingest_stopped_before_its_commit_is_aborted_and_stores_nothing(toy, tmp_path, signame):
+    db, shard, script, env = toy
+    new = tmp_path / "new.duckdb"
+    done = run_command(["start", signame, "ingest", "--db", str(new), str(shard)], env, script=script)
+    assert (done.returncode, done.stdout) == (1, "") and done.stderr.splitlines()[-1] == "Aborted!"
+    assert _rows(new) == 0 and not new.exists()
+
+
+@posix_only
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_an_export_stopped_as_the_process_winds_down_still_exits_0(toy, tmp_path, signame):
+    db, shard, script, env = toy
+    out = tmp_path / "out.parquet"
+    out.write_bytes(shard.read_bytes())
+    done = run_command(["teardown", signame, "export", "--db", str(db), "--force", str(out)], env, script=script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"wrote 144 measurements to {out} (")
+
+
+@posix_only
+def test_a_publish_stopped_once_latest_names_the_bundle_finishes_and_records_it(toy, tmp_path):
+    from zmlx_pipeline.data.store import Store
+
+    db, shard, script, env = toy
+    to = tmp_path / "pub"
+    done = run_command(["latest", "SIGTERM", "publish", "--db", str(db), "--to", str(to), "--device", "nvidia-h200",
+                        "--json"], env, script=script)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)  # the whole result, not half of it
+    assert (to / "latest").read_text().strip() == Path(result["path"]).name and result["recorded"] is True
+    assert done.stderr.splitlines()[-1] == "... SIGTERM came after the work was done; it was finished, not stopped"
+    with Store(db, read_only=True) as store:
+        assert [b["bundle_id"] for b in store.bundles()] == [result["bundle_id"]]
+
+
+@posix_only
+def test_a_publish_stopped_before_latest_is_aborted_and_publishes_nothing(toy, tmp_path):
+    db, shard, script, env = toy
+    to = tmp_path / "pub"
+    done = run_command(["start", "SIGTERM", "publish", "--db", str(db), "--to", str(to), "--device", "nvidia-h200"],
+                       env, script=script)
+    assert (done.returncode, done.stdout) == (1, "") and done.stderr.splitlines()[-1] == "Aborted!"
+    assert not to.exists() or not list(to.iterdir())  # no bundle, no `latest`, no temp directory

@@ -57,8 +57,17 @@ def test_key_only_cache_imports_with_its_table_and_json(db, tmp_path):
         "device": "nvidia-rtx-a4000", "kernel": "vector_add", "rows": 3, "added": 3, "failed": 1, "skipped": 1}
     result = invoke("import", "--db", db, path)
     header, _, line = result.output.splitlines()
-    assert header.split() == ["file", "device", "kernel", "rows", "added", "failed"]
-    assert line.split() == [str(path), "nvidia-rtx-a4000", "vector_add", "3", "0", "1"]
+    # the InvalidConfig entry it skipped is in the table too, as in --json
+    assert header.split() == ["file", "device", "kernel", "rows", "added", "failed", "skipped"]
+    assert line.split() == [str(path), "nvidia-rtx-a4000", "vector_add", "3", "0", "1", "1"]
+
+
+def test_the_table_shows_skipped_only_when_a_file_skipped_some(db, tmp_path):
+    doc = key_only_cache()
+    del doc["cache"]["128,2"]  # no InvalidConfig entry: nothing skipped
+    result = invoke("import", "--db", db, write(tmp_path / "vec" / "a.json", doc))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].split() == ["file", "device", "kernel", "rows", "added", "failed"]
 
 
 def test_a_file_without_problem_size_imports_and_a_second_one_asks_for_the_option(db, tmp_path):
@@ -79,6 +88,32 @@ def test_a_file_without_problem_size_imports_and_a_second_one_asks_for_the_optio
     with Store(db, read_only=True) as store:
         stored = store.measurements(device="nvidia-rtx-a4000")
     assert sorted(json.dumps(m["shape"]) for m in stored) == ['{"x": 25000, "y": 2048, "z": 1}'] * 3 + ["{}"] * 3
+
+
+def test_a_key_stored_with_another_time_is_refused_in_one_line_and_replace_takes_the_new_one(db, tmp_path):
+    slow = write(tmp_path / "slow" / "a.json", key_only_cache())
+    fast_doc = key_only_cache()
+    fast_doc["cache"]["128,1"] = {"time": 0.25}
+    fast = write(tmp_path / "fast" / "a.json", fast_doc)
+    assert invoke("import", "--db", db, slow).exit_code == 0
+    before = contents(db)
+    result = invoke("import", "--db", db, fast)
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: cannot import {fast}: config {{\"block_size_x\":128,\"vec\":1}} (float32, shape "
+        "{\"x\":4096,\"y\":4096}) of vector_add on nvidia-rtx-a4000 is stored with 500 us, and this file gives 250 us; "
+        "pass --replace to replace the stored results with this file's, or leave the file out; nothing of it was "
+        "stored\n")
+    assert contents(db) == before
+    result = invoke("import", "--db", db, "--replace", fast)
+    assert result.exit_code == 0, result.output
+    header, _, line = result.output.splitlines()
+    assert header.split() == ["file", "device", "kernel", "rows", "added", "failed", "replaced", "skipped"]
+    assert line.split() == [str(fast), "nvidia-rtx-a4000", "vector_add", "3", "0", "1", "1", "1"]
+    with Store(db, read_only=True) as store:
+        times = {m["config"]["block_size_x"]: m["median_us"] for m in store.measurements(device="nvidia-rtx-a4000")
+                 if m["status"] == "ok"}
+    assert times == {64: 1000.0, 128: 250.0}
 
 
 def test_a_malformed_problem_size_is_a_usage_error(db, tmp_path):
@@ -126,7 +161,8 @@ def test_help_names_the_new_options():
     result = invoke("import", "--help")
     assert result.exit_code == 0
     text = " ".join(result.output.split())
-    for words in ("--device TEXT", "--device-map FILE", "--problem-size TEXT", "file-name globs or reported device "
+    for words in ("--device TEXT", "--device-map FILE", "--problem-size TEXT", "--replace",
+                  "file-name globs or reported device "
                   "names to catalog ids", "split by commas like 4096,4096, or JSON like [25000, 2048, 1]", "--json"):
         assert words in text, words
 

@@ -295,3 +295,21 @@ def test_a_store_this_user_cannot_write_is_evaluated_and_published_but_not_fille
                                                    "commands that only read it still work; copy it somewhere "
                                                    "writable or pass another --db")
     assert Path(filled).read_bytes() == before
+
+
+def test_a_model_of_a_long_kernel_name_gets_a_short_file_name_the_same_for_the_same_name(tmp_path):
+    """(train.py's model id: a test of models/ kept here, beside the train command.) A kernel name of hundreds of
+    characters made `train` fail after fitting ("File name too long") on saving `.<id>.zmodel.tmp-...`."""
+    from datetime import datetime
+
+    from zmlx_pipeline.models.persist import SUFFIX
+    from zmlx_pipeline.models.train import _model_id
+
+    now = datetime(2026, 1, 2, 3, 4, 5)
+    long, other = "k" * 300, "k" * 299 + "j"
+    ids = [_model_id(name, now) for name in (long, long, other)]
+    assert all(len(i) <= 100 for i in ids)
+    assert ids[0].rsplit("-", 1)[0] == ids[1].rsplit("-", 1)[0] != ids[2].rsplit("-", 1)[0]  # the name's hash
+    assert ids[0].startswith("k" * 55 + "-") and "-20260102T030405-" in ids[0]
+    (tmp_path / f".{ids[0]}{SUFFIX}.tmp-4194304-0123abcd").write_bytes(b"")  # the temp file save_model writes first
+    assert _model_id("rms", now).startswith("rms-20260102T030405-")  # a short name as before

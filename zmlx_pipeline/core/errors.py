@@ -7,6 +7,16 @@ builtin a caller would expect (ValueError, LookupError, ...).
 
 from __future__ import annotations
 
+#: most characters of a name (a kernel, a path) an error message repeats: a message stays one readable line
+SHOWN_CHARS = 60
+
+
+def shown(name: object, keep: int = SHOWN_CHARS) -> str:
+    """A name as an error message repeats it: quoted whole, or, when longer than `keep` characters, its start
+    quoted, "..." and its length (a name of 100,000 characters is one line, not a page)."""
+    text = str(name)
+    return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
+
 
 class ZmlxPipelineError(Exception):
     "Base of every error zmlx_pipeline raises on purpose: bad input, missing data, an unusable device or file"

@@ -75,3 +75,20 @@ def expand_home(text: str) -> str:
         user = text[1:].split(os.sep, 1)[0]
         raise ValueError(f"no user {user!r} on this machine" if user else "no home directory ($HOME is not set)")
     return expanded
+
+
+def shown_path(path: str | os.PathLike) -> str:
+    """A path as one printable line: its bytes, those that are not UTF-8 text written as \\xNN."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def utf8_problem(path: str | os.PathLike, what: str = "path") -> str | None:
+    """Why a path cannot be handed on as UTF-8 text (to DuckDB, which takes paths as UTF-8, or into the JSON of a
+    manifest or a run), or None: a name whose bytes are not UTF-8 in this locale (Python holds them as surrogate
+    escapes, as under LC_ALL=C PYTHONUTF8=0) would fail there, after the work that came before it."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return (f"{what} {shown_path(path)} cannot be encoded as UTF-8 in this locale: run with PYTHONUTF8=1 (or a "
+                "UTF-8 locale such as LC_ALL=C.UTF-8), or use a path of plain ASCII characters")
+    return None

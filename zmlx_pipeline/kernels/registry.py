@@ -6,7 +6,7 @@ import importlib
 import types
 from importlib.metadata import entry_points
 
-from zmlx_pipeline.core.errors import UnknownKernel
+from zmlx_pipeline.core.errors import SHOWN_CHARS, UnknownKernel, shown
 from zmlx_pipeline.kernels.builtin import BUILTIN
 from zmlx_pipeline.kernels.spec import KernelSpec
 
@@ -21,23 +21,26 @@ def _from_path(path: str) -> KernelSpec:
     refused, never called."""
     module_name, _, attr = path.partition(":")
     if not module_name.strip() or module_name.startswith("."):
-        raise UnknownKernel(f"kernel path {path!r} names no importable module: write it as package.module:ATTR")
+        raise UnknownKernel(f"kernel path {shown(path)} names no importable module: write it as package.module:ATTR")
     try:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - whatever importing the user's module raised
-        raise UnknownKernel(f"cannot import {module_name!r} for kernel {path!r}: "
-                            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")) from None
+        detail = str(exc).splitlines()[0] if str(exc).strip() else ""
+        if len(detail) > 4 * SHOWN_CHARS:  # ("No module named ...": the name again)
+            detail = detail[:4 * SHOWN_CHARS] + "..."
+        raise UnknownKernel(f"cannot import {shown(module_name)} for kernel {shown(path)}: "
+                            f"{type(exc).__name__}: {detail}".rstrip(": ")) from None
     try:
         obj = getattr(module, attr or "SPEC")
     except AttributeError:
-        raise UnknownKernel(f"module {module_name!r} has no attribute {attr or 'SPEC'!r}") from None
+        raise UnknownKernel(f"module {shown(module_name)} has no attribute {shown(attr or 'SPEC')}") from None
     if isinstance(obj, types.FunctionType) and getattr(obj, "__module__", None) == module.__name__:
         try:
             obj = obj()
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a factory that fails is a kernel that cannot load
-            raise UnknownKernel(f"{path!r} raised {type(exc).__name__} when called to make its KernelSpec") from None
+            raise UnknownKernel(f"{shown(path)} raised {type(exc).__name__} when called to make its KernelSpec") from None
     if not isinstance(obj, KernelSpec):
-        raise UnknownKernel(f"{path!r} is a {type(obj).__name__}, not a KernelSpec (or a function of {module_name!r} "
+        raise UnknownKernel(f"{shown(path)} is a {type(obj).__name__}, not a KernelSpec (or a function of {shown(module_name)} "
                             "that returns one)")
     return obj
 
@@ -67,7 +70,7 @@ def get_kernel(name: str) -> KernelSpec:
         spec = _from_path(eps[name])
         return spec
     known = ", ".join(registered_names())
-    raise UnknownKernel(f"unknown kernel {name!r}; known kernels: {known} (or give a module:attr path)")
+    raise UnknownKernel(f"unknown kernel {shown(name)}; known kernels: {known} (or give a module:attr path)")
 
 
 def resolve(names: list[str] | tuple[str, ...] | None) -> list[KernelSpec]:

@@ -30,6 +30,7 @@ the same pruning k. Read a kernel's pruning k with `prune_k(store, kernel)` or
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import platform
 import re
 import time
@@ -203,8 +204,18 @@ def _configs_max(frame: pl.DataFrame) -> int:
     return int(frame.group_by(CASE).len()["len"].max())
 
 
+#: most characters of a model id (and so of its file name) taken from the kernel name: a file name has at most 255
+#: bytes, and the model is first saved as `.<model id>.zmodel.tmp-<pid>-<8 hex>` (about 50 more)
+KERNEL_ID_CHARS = 64
+
+
 def _model_id(kernel: str, now: datetime) -> str:
+    """`<kernel>-<time>-<6 hex>`, the kernel name in file-name characters; a longer name than KERNEL_ID_CHARS is its
+    start and 8 hex of its sha256 (the same for the same name, told apart from names that start alike)."""
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", kernel).strip("._") or "kernel"
+    if len(safe) > KERNEL_ID_CHARS:
+        digest = hashlib.sha256(kernel.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        safe = f"{safe[:KERNEL_ID_CHARS - len(digest) - 1]}-{digest}"
     return f"{safe}-{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 import click
 
 from zmlx_pipeline import __version__
+from zmlx_pipeline.core import commits
+from zmlx_pipeline.pipeline.stops import stops_wait_once_final, terminate_as_interrupt
 from zmlx_pipeline.data.records import DTYPES
 from zmlx_pipeline.pipeline import cli_models, cli_publish, cli_report
 from zmlx_pipeline.pipeline.cli_common import (
@@ -20,6 +20,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     check_filters,
     db_option,
     emit,
+    final_step,
     open_store,
     output_options,
     progress_line,
@@ -273,7 +274,8 @@ def export(db, device, force, out) -> None:
         raise click.ClickException(f"{out} exists: pass --force to replace it, or choose another path")
     store = open_store(db, read_only=True)
     check_filters(store, device=device)
-    n = store.export_shard(out, device=device)
+    with final_step():  # once the shard is renamed into place, a stop no longer hides it
+        n = store.export_shard(out, device=device)
     click.echo(f"wrote {n} measurements to {out} ({out.stat().st_size / 1024:.1f} KiB)")
 
 
@@ -285,7 +287,7 @@ def ingest(db, sources, as_json) -> None:
     """Merge Parquet shards (files or directories of them) into the store; idempotent."""
     from zmlx_pipeline.data.shards import ingest_shards
 
-    with store_to_fill(db) as store:
+    with store_to_fill(db) as store, final_step():  # once committed, a stop no longer reports a failure
         result = ingest_shards(store, list(sources))
     if as_json:
         emit(result, True)
@@ -454,39 +456,37 @@ def _problem_size_option(ctx, param, value):
 @click.option("--problem-size", "problem_size", default=None, callback=_problem_size_option,
               help="Problem size for files that give none (neither the file nor a search-space description "
                    "beside it): whole numbers (digits 0-9) split by commas like 4096,4096, or JSON like [25000, 2048, 1].")
+@click.option("--replace", is_flag=True, help="Let these files' results replace the stored ones of the same keys.")
 @click.argument("files", nargs=-1, required=True, type=GivenPath(exists=True, path_type=Path))
 @output_options
-def import_cmd(db, device, device_map, problem_size, files, as_json) -> None:
+def import_cmd(db, device, device_map, problem_size, replace, files, as_json) -> None:
     """Import Kernel Tuner cache, T4, Kernel Tuner results or KTT JSON files (gzipped or not, or directories of
     them); idempotent.
 
-    Every file is checked before any is stored: a refused file stores nothing.
+    Every file is checked before any is stored: a refused file (one giving a stored key another result, without
+    --replace) stores nothing.
     """
     from zmlx_pipeline.data.importers import import_files
 
-    with store_to_fill(db) as store:
-        rows = import_files(store, list(files), device=device, device_map=device_map, problem_size=problem_size)
-    emit(rows, as_json, ["file", "device", "kernel", "rows", "added", "failed"])
+    with store_to_fill(db) as store, final_step():  # once committed, a stop no longer reports a failure
+        rows = import_files(store, list(files), device=device, device_map=device_map, problem_size=problem_size,
+                            replace=replace)
+    counts = [] if as_json else [c for c in ("replaced", "skipped") if any(r.get(c) for r in rows)]  # when non-zero
+    emit(rows if as_json else [{**r, **{c: r.get(c) or 0 for c in counts}} for r in rows], as_json,
+         ["file", "device", "kernel", "rows", "added", "failed", *counts])
 
 
 for _commands in (cli_report, cli_publish, cli_models):  # report; publish, lookup, profiles; train, evaluate, models
     _commands.register(cli)
 
 
-def terminate_as_interrupt() -> None:
-    """SIGTERM (a scheduler's or `kill`'s stop) unwinds like Ctrl-C, where Python's default would end the
-    process on the spot: open store transactions roll back, worker processes are stopped, temporary files
-    are removed, and click prints "Aborted!" (exit 1). A second SIGTERM ends the process at once."""
-
-    def handler(signum, frame):
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, handler)
-
-
 def main() -> None:
     """Console-script entry point."""
     terminate_as_interrupt()
-    cli(prog_name="zmlx-pipeline")
+    stops_wait_once_final()
+    try:
+        cli(prog_name="zmlx-pipeline")
+    except SystemExit as exc:
+        if exc.code in (0, None):  # it finished: what is left is the interpreter's teardown
+            commits.mark_done()
+        raise

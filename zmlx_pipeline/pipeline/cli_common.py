@@ -9,10 +9,13 @@ and register their commands on the group; none imports another.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import math
 import os
+import select
+import signal
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +23,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import click
 
+from zmlx_pipeline.core import commits
 from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.files import utf8_problem
 
 
 def one_line(exc: BaseException) -> str:
@@ -64,7 +69,13 @@ class CommandGroup(click.Group):
     error of the file system (a name too long, a full disk) becomes a one-line click error (exit 1), a store
     found damaged mid-command (DuckDB cannot read its file back) is the store's one CorruptStore line, and a stop
     (Ctrl-C, SIGTERM) that DuckDB turned into its own error is click's "Aborted!"; never a traceback. Anything
-    else is a bug and propagates. Every command is a OneValueCommand (an option given twice is a usage error)."""
+    else is a bug and propagates. Every command is a OneValueCommand (an option given twice is a usage error).
+
+    stdout: a closed one is refused before any work ("cannot write to stdout", exit 1: the result would be lost
+    unsaid); a reader that went away early (`zmlx-pipeline devices | head -1`) ends the command without a message
+    and with exit status 141 (128 + SIGPIPE, what a shell reports for a tool SIGPIPE stopped), every time,
+    whichever write met the closed pipe; the rest of the output goes to /dev/null, so Python says nothing about
+    it at exit."""
 
     command_class = OneValueCommand
 
@@ -74,9 +85,21 @@ class CommandGroup(click.Group):
                             "option given twice is refused")
         super().add_command(cmd, name)
 
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        check_stdout()  # before --help, --version or any command
+        with _reader_may_go():  # the group's own --help and --version
+            return super().make_context(info_name, args, parent=parent, **extra)
+
     def invoke(self, ctx: click.Context) -> Any:
+        commits.reset()
         try:
-            return super().invoke(ctx)
+            with _reader_may_go():
+                result = super().invoke(ctx)
+            waited = commits.waited_stops()
+            if waited:  # the stop came once the work was final (final_step): it finished instead
+                names = " and ".join(dict.fromkeys(_signal_name(s) for s in waited))
+                click.echo(f"... {names} came after the work was done; it was finished, not stopped", err=True)
+            return result
         except ZmlxPipelineError as exc:
             raise click.ClickException(one_line(_store_damage(ctx, exc.__cause__) or exc)) from None
         except OSError as exc:
@@ -89,6 +112,86 @@ class CommandGroup(click.Group):
             if damage is not None:
                 raise click.ClickException(one_line(damage)) from None
             raise
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def final_step():
+    """Around the one library call whose result the command reports (an ingest, an export, a publish): once that
+    call's commit or last rename is done (core.commits.commit_point inside it), or once it returned, a Ctrl-C or
+    SIGTERM no longer ends the command as "Aborted!" with the work done: the command prints its result and exits 0
+    (pipeline/cli.py's handlers). Before that point a stop aborts as ever, with nothing stored."""
+    return commits.final()
+
+
+#: exit status of a command whose stdout's reader went away before it finished writing: 128 + SIGPIPE
+READER_GONE_EXIT = 141
+
+
+_STDOUT_CLOSED = ("cannot write to stdout: it is closed; run the command with stdout open (redirect it to /dev/null "
+                  "to discard the output)")
+
+
+def check_stdout() -> None:
+    """Refuse to run with stdout closed (`>&-`) or open only for reading: every result and table would be lost
+    while the command exits 0; one line on stderr instead."""
+    if sys.stdout is None:  # what Python makes of a closed fd 1
+        raise click.ClickException(_STDOUT_CLOSED)
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # a stream in memory (click's test runner): writable
+        return
+    try:
+        import fcntl
+
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except ImportError:  # no fcntl (Windows): fstat tells a closed fd at least
+        flags = None
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise click.ClickException(_STDOUT_CLOSED) from None
+    except OSError:
+        raise click.ClickException(_STDOUT_CLOSED) from None
+    if flags is not None and flags & os.O_ACCMODE == os.O_RDONLY:
+        raise click.ClickException("cannot write to stdout: it is open for reading only; redirect it to a file "
+                                   "or /dev/null")
+
+
+def _stdout_reader_gone(exc: OSError) -> bool:
+    """Whether `exc` is a write to stdout whose reader went away (EPIPE, and stdout's pipe has no reader), not a
+    pipe of the library's own (a worker's)."""
+    if exc.errno != errno.EPIPE:
+        return False
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+    except (AttributeError, ValueError, OSError):  # cannot ask (a stream in memory, no poll): an EPIPE is stdout's
+        return True
+    poller.register(fd, select.POLLOUT)
+    return any(event & (select.POLLERR | select.POLLHUP) for _fd, event in poller.poll(0))  # a pipe with no reader
+
+
+@contextmanager
+def _reader_may_go() -> Iterator[None]:
+    """A write to stdout that found its reader gone ends the command as `head` expects: no message, exit
+    READER_GONE_EXIT; what is left to write goes to /dev/null (as the Python docs on SIGPIPE advise), so the
+    interpreter's last flush finds no broken pipe either."""
+    try:
+        yield
+    except OSError as exc:
+        if not _stdout_reader_gone(exc):
+            raise
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (AttributeError, ValueError, OSError):  # a stream in memory: nothing to flush at exit
+            pass
+        raise click.exceptions.Exit(READER_GONE_EXIT) from None
 
 
 #: ctx.meta key of the store path the command opened (open_store), for errors met after it was opened
@@ -126,23 +229,34 @@ def db_option(fn: Callable) -> Callable:
 
 
 def store_path(db: Path | None) -> Path:
-    """The store's path: --db as given (GivenPath expanded its `~`), else the default (default_db_path), whose `~`
-    in $ZMLX_PIPELINE_DB or $XDG_DATA_HOME naming no user's home is a one-line error naming the variable."""
+    """The store's path: --db as given (GivenPath checked it), else the default (default_db_path), whose `~` in
+    $ZMLX_PIPELINE_DB or $XDG_DATA_HOME naming no user's home, white space only or a path that is not UTF-8 in this
+    locale is a one-line error naming the variable."""
     if db is not None:
         return Path(db)
     from zmlx_pipeline.data.store import default_db_path
 
     for variable in ("ZMLX_PIPELINE_DB", "XDG_DATA_HOME"):
         value = os.environ.get(variable)
-        if not value:
+        if not value:  # unset or empty: the default
             continue
+        if not value.strip():  # as --db '' is refused: it would make a store named " " wherever the command runs
+            raise click.ClickException(f"${variable} is {value!r}, white space only: set it to a path, or unset it "
+                                       "for the default store")
         try:
             expand_home(value)
         except ValueError as exc:
             raise click.ClickException(f"${variable}: {exc}") from None
+        problem = utf8_problem(value)
+        if problem is not None:
+            raise click.ClickException(f"${variable}: {problem}")
         if variable == "ZMLX_PIPELINE_DB":
             break
-    return default_db_path()
+    path = default_db_path()
+    problem = utf8_problem(path, "store path")  # $HOME's
+    if problem is not None:
+        raise click.ClickException(problem)
+    return path
 
 
 def open_store(db: Path | None, read_only: bool = False, must_exist: bool = False):
@@ -241,7 +355,8 @@ def expand_home(text: str) -> str:
 class GivenPath(click.Path):
     """click.Path that expands a leading `~` or `~user` (the one place a path option is read, so every one does it
     alike) and refuses an empty value, which would otherwise mean the current directory (a report or a bundle
-    written among the user's files, the shards of wherever the command runs)."""
+    written among the user's files, the shards of wherever the command runs), and a path that cannot be handed on
+    as UTF-8 (to DuckDB, into a manifest: core.files.utf8_problem), before any work rather than after it."""
 
     def convert(self, value, param, ctx):
         if isinstance(value, str):
@@ -251,6 +366,9 @@ class GivenPath(click.Path):
                 value = expand_home(value)
             except ValueError as exc:
                 self.fail(str(exc), param, ctx)
+            problem = utf8_problem(value)
+            if problem is not None:
+                self.fail(problem, param, ctx)
         return super().convert(value, param, ctx)
 
 

@@ -12,6 +12,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     OneValueCommand,
     db_option,
     emit,
+    final_step,
     open_store,
     open_store_to_record,
     output_options,
@@ -71,8 +72,10 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
     """Publish a profile bundle (device profiles, per-shape configs, manifest with hashes) from the newest models."""
     from zmlx_pipeline.publish import publish
 
-    result = publish(open_store_to_record(db), to_dir, split_names(model_ids) or None, kernels=split_names(kernel_names) or None,
-                     devices=split_names(device_ids) or None, progress=progress_line)
+    store = open_store_to_record(db)
+    with final_step():  # once `latest` names the new bundle, a stop no longer hides it
+        result = publish(store, to_dir, split_names(model_ids) or None, kernels=split_names(kernel_names) or None,
+                         devices=split_names(device_ids) or None, progress=progress_line)
     if as_json:
         emit(result, True)
         return

@@ -11,6 +11,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     OneValueCommand,
     db_option,
     emit,
+    final_step,
     open_store,
     output_options,
     progress_line,
@@ -40,9 +41,11 @@ def report(db, out, split, kernel_names, model, heatmaps, refit, as_json) -> Non
     from zmlx_pipeline.models.variants import DEFAULT_MODEL
 
     path = store_path(db)
-    result = build_report(open_store(path, read_only=True), out, split=split, kernels=split_names(kernel_names) or None,
-                          model=DEFAULT_MODEL if model is None else model, heatmaps_per_kernel=heatmaps, db=str(path),
-                          progress=progress_line, refit=refit)
+    store = open_store(path, read_only=True)
+    with final_step():  # once the report is written, a stop no longer hides it
+        result = build_report(store, out, split=split, kernels=split_names(kernel_names) or None,
+                              model=DEFAULT_MODEL if model is None else model, heatmaps_per_kernel=heatmaps,
+                              db=str(path), progress=progress_line, refit=refit)
     if as_json:
         emit(result, True)
         return

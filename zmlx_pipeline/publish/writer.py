@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from zmlx_pipeline import __version__
+from zmlx_pipeline.core.commits import commit_point
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.core.files import current_umask, fsync_dir, write_text_atomic
 from zmlx_pipeline.runtime.bundle import (
@@ -160,8 +161,10 @@ def check_publish_dir(directory: str | os.PathLike) -> None:
 
 
 def swap_latest(to_dir: Path, name: str) -> None:
-    """Point `latest` at a version: the pointer file replaced atomically, readable by the bundle's readers."""
-    write_text_atomic(to_dir / LATEST, name + "\n", mode=0o666 & ~current_umask())
+    """Point `latest` at a version: the pointer file replaced atomically, readable by the bundle's readers. This is
+    the publish's commit point: once done, the bundle is published (a stop then no longer hides it)."""
+    with commit_point():
+        write_text_atomic(to_dir / LATEST, name + "\n", mode=0o666 & ~current_umask())
     fsync_dir(to_dir)
 
 
@@ -245,3 +248,6 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise PublishError(f"cannot publish to {root}: {exc.strerror or exc}") from None
+    except BaseException:  # a stop (Ctrl-C, SIGTERM) while writing: no half-written temp directory stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
