@@ -454,14 +454,20 @@ def test_a_timing_of_the_same_key_and_time_with_another_result_is_refused_not_dr
         assert rows["added"] == rows["skipped"] == len(good[0])
 
 
-def test_a_directory_ingest_is_all_or_nothing(make_measurement, tmp_path):
+def _two_shards(make_measurement, tmp_path, b_name="b.parquet"):
+    """tmp_path/shards holding a.parquet (the Mac's rows) and, at `b_name` below it, the GPU's; returns the folder."""
     shards = tmp_path / "shards"
     with Store(tmp_path / "a.duckdb") as a:
         fill(a, make_measurement, MAC)
         a.export_shard(shards / "a.parquet")
     with Store(tmp_path / "b.duckdb") as b:
         fill(b, make_measurement, GPU)
-        b.export_shard(shards / "b.parquet")
+        b.export_shard(shards / b_name)
+    return shards
+
+
+def test_a_directory_ingest_is_all_or_nothing(make_measurement, tmp_path):
+    shards = _two_shards(make_measurement, tmp_path)
     _rewrite(shards / "b.parquet", shards / "c.parquet", "-1.0 AS median_us", "status = 'ok'")
     with Store(tmp_path / "central.duckdb") as central:
         with pytest.raises(BadShard, match=r"c\.parquet, row \d+: an ok row needs a finite positive median_us"):
@@ -472,13 +478,7 @@ def test_a_directory_ingest_is_all_or_nothing(make_measurement, tmp_path):
 
 
 def test_a_directory_stands_for_the_shards_below_it_hidden_ones_left_out(make_measurement, tmp_path):
-    shards = tmp_path / "shards"
-    with Store(tmp_path / "a.duckdb") as a:
-        fill(a, make_measurement, MAC)
-        a.export_shard(shards / "a.parquet")
-    with Store(tmp_path / "b.duckdb") as b:
-        fill(b, make_measurement, GPU)
-        b.export_shard(shards / "nested" / "deeper" / "b.parquet")
+    shards = _two_shards(make_measurement, tmp_path, "nested/deeper/b.parquet")
     # hidden copies (a notebook's checkpoints, an export under way) are never read, even broken ones
     for hidden in (shards / ".ipynb_checkpoints" / "a-checkpoint.parquet", shards / ".a.parquet.tmp-1.parquet"):
         hidden.parent.mkdir(exist_ok=True)
