@@ -62,6 +62,20 @@ def test_kernel_tuner_style_name_on_cuda():
     assert found.device_id == "nvidia-a100-pcie-40gb" and not found.core_limited
 
 
+@pytest.mark.parametrize("cores, device_id", [(132, "nvidia-h800-sxm"), (114, "nvidia-h800-pcie")])
+def test_a_name_of_two_chips_is_told_apart_by_the_full_sm_count(cores, device_id):
+    """The driver names the H800 SXM5 "NVIDIA H800"; as an alias it would fit the PCIe card too."""
+    found = detect_device({"device_name": "NVIDIA H800", "architecture": "sm_90"}, backend="cuda", gpu_cores=cores)
+    assert found.known and found.device_id == device_id and not found.core_limited
+
+
+@pytest.mark.parametrize("name, cores", [("NVIDIA H800", 66), ("NVIDIA H800", None), ("NVIDIA A100", 108)])
+def test_a_name_of_two_chips_stays_unknown_when_the_sm_count_does_not_tell(name, cores):
+    """66 SMs is an MPS limit of either H800; every A100 has 108 SMs."""
+    found = detect_device({"device_name": name, "architecture": "sm_90"}, backend="cuda", gpu_cores=cores)
+    assert not found.known and found.spec is None and found.device_id.startswith("unknown-")
+
+
 def test_unknown_gpu_is_flagged_and_not_mapped():
     found = detect_device({"device_name": "NVIDIA Future GPU 9000", "architecture": "sm_120"}, backend="cuda", gpu_cores=200)
     assert not found.known and found.spec is None

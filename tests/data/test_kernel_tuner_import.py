@@ -1042,6 +1042,23 @@ def test_a_file_named_after_its_gpu_imports_with_no_device_map(store, tmp_path, 
     assert {m["device_id"] for m in store.measurements()} == {device_id}
 
 
+@pytest.mark.parametrize("file_name", ["t4_cache.json", "T4.json", "t4_results.json", "T4-output.json"])
+def test_a_file_named_only_for_the_t4_format_is_refused_never_taken_for_the_t4_gpu(seeded, tmp_path, file_name):
+    """Kernel Tuner's own test cache test/test_convert_files/t4_cache.json names no GPU: "t4" is the format."""
+    path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""))
+    assert refused(seeded, path) == (
+        f"cannot import {path}: it names no GPU, and its file name {file_name.removesuffix('.json')!r} may stand for "
+        "the T4 format as well as the T4 GPU; pass --device <catalog id> or --device-map FILE; nothing of it was "
+        "stored")
+    assert import_files(seeded, [path], device="nvidia-t4")[0]["device"] == "nvidia-t4"
+
+
+@pytest.mark.parametrize("file_name", ["T4_T4.json", "Tesla_T4.json", "T4_cache_T4.json"])
+def test_a_t4_gpu_named_beside_the_format_is_the_t4(store, tmp_path, file_name):
+    path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""))
+    assert import_files(store, [path])[0]["device"] == "nvidia-t4"
+
+
 @pytest.mark.parametrize(
     "name, file_name",
     [("GeForce GTX 580", "a.json"), ("Tesla C2050", "a.json"), ("", "GTX_580.json"), ("", "Tesla_C2070.json")],

@@ -89,6 +89,20 @@ def test_tune_kernels_saved_return_value_is_refused_saying_what_to_import(store,
         "output (store_output_file); nothing of it was stored")
 
 
+def test_tune_kernels_results_saved_alone_are_refused_saying_what_to_import(store, tmp_path):
+    """As kernel_tuner_paper's convolution_basinhopping_BFGS_0.json: json.dump of the results list alone."""
+    path = tmp_path / "convolution_basinhopping_BFGS_0.json"
+    path.write_text(json.dumps([{"block_size_x": 128, "block_size_y": 4, "read_only": 0, "time": 4.53},
+                                {"block_size_x": 144, "block_size_y": 4, "read_only": 0, "time": 4.96}]))
+    with pytest.raises(ImportFileError) as err:
+        import_files(store, [path], device="nvidia-gtx-titan-x")
+    assert str(err.value) == (
+        f"cannot import {path}: the results tune_kernel returns, saved as JSON: its entries do not say which fields "
+        "are tuned parameters, nor which GPU ran them; import the cache file of the run (tune_kernel's cache=) or its "
+        "T4 output (store_output_file); nothing of it was stored")
+    assert store.measurements() == []
+
+
 def legacy_doc() -> dict:
     """store_results of a Kernel Tuner before the version number (kernel_tuner/integration.py at 1050f07)."""
     return {"NVIDIA-A100-PCIE-40GB": {"4096x4096": [{"block_size_x": 32, "block_size_y": 4, "time": 1.25},

@@ -395,7 +395,8 @@ def test_a_bad_row_refuses_the_shard_naming_file_row_and_reason(case, store, mak
 
 
 def test_the_store_itself_refuses_an_over_long_name_showing_it_shortened(make_measurement, tmp_path):
-    """Store.ingest_shard (no shards.check_shard before it) applies the same limit to every name it stores."""
+    """Store.ingest_shard, called directly, applies the same limit to every name it stores (a long dtype is first
+    refused as no dtype the store holds)."""
     with Store(tmp_path / "a.duckdb") as a:
         fill(a, make_measurement, MAC)
         a.export_shard(tmp_path / "good.parquet")
@@ -405,9 +406,11 @@ def test_the_store_itself_refuses_an_over_long_name_showing_it_shortened(make_me
         with Store(tmp_path / "central.duckdb") as central:
             with pytest.raises(BadShard) as info:
                 central.ingest_shard(tmp_path / "long.parquet")
+            why = ("is not one the store holds (float16, bfloat16, float32)" if column == "dtype" else
+                   "is longer than 100 characters, the most a name may hold")
             assert str(info.value) == (f"{tmp_path / 'long.parquet'}, row 1: {column} {long[:40]!r}... (101 "
-                                       "characters) is longer than 100 characters, the most a name may hold (5 more "
-                                       "rows like it); nothing was ingested, the store is unchanged")
+                                       f"characters) {why} (5 more rows like it); nothing was ingested, the store is "
+                                       "unchanged")
             assert contents(central) == ([], [], [])
 
 
@@ -555,13 +558,15 @@ def test_device_columns_that_contradict_the_catalog_are_refused(case, store, mak
     bad = tmp_path / "bad.parquet"
     _rewrite(shard, bad, replace_sql)
     with Store(tmp_path / "central.duckdb") as central:
-        with pytest.raises(BadShard) as info:
-            ingest_shards(central, [bad])
-        assert str(info.value) == f"{bad}, row 1: {says}" + (
-            "; a shard of a catalog device gives the catalog's figures (or none): correct its device_id or that column"
-            if "SMs" not in says else "; a core limit is at most the chip's count") + (
-            " (5 more rows like it); nothing was ingested, the store is unchanged")
-        assert contents(central) == ([], [], [])
+        # the entry point, and the store's own methods called directly
+        for ingest in (ingest_shards, Store.ingest_shards, lambda store, paths: store.ingest_shard(paths[0])):
+            with pytest.raises(BadShard) as info:
+                ingest(central, [bad])
+            assert str(info.value) == f"{bad}, row 1: {says}" + (
+                "; a shard of a catalog device gives the catalog's figures (or none): correct its device_id or that "
+                "column" if "SMs" not in says else "; a core limit is at most the chip's count") + (
+                " (5 more rows like it); nothing was ingested, the store is unchanged")
+            assert contents(central) == ([], [], [])
 
 
 def test_a_core_limited_chip_and_figures_left_empty_pass_the_catalog_check(store, make_measurement, tmp_path):
@@ -700,8 +705,8 @@ def test_a_shard_naming_a_column_twice_is_refused(store, make_measurement, tmp_p
 
 
 def test_names_the_product_never_writes_are_refused_by_the_store_itself(make_measurement, tmp_path):
-    """The store's own ingest (without the entry point's row checks) refuses odd device ids, names with white space
-    at an end, and a kernel named like a stored one but for its case."""
+    """The store's own checks (Store._merge_shards: after the row checks, which refuse most of these first) refuse
+    odd device ids, names with white space at an end, and a kernel named like a stored one but for its case."""
     with Store(tmp_path / "a.duckdb") as a:
         fill(a, make_measurement, MAC)
         a.record([make_measurement(device_id=MAC, kernel="my_norm", config={"TG": 64})])
@@ -719,6 +724,8 @@ def test_names_the_product_never_writes_are_refused_by_the_store_itself(make_mea
             replace_sql = replace_sql.replace("NVIDIA-H200 AS", "'NVIDIA-H200' AS")
             _rewrite(tmp_path / "good.parquet", tmp_path / "bad.parquet", replace_sql, "kernel = 'my_norm'")
             with pytest.raises(BadShard, match=r"bad\.parquet, row \d+: " + re.escape(says)):
+                central._merge_shards([tmp_path / "bad.parquet"])
+            with pytest.raises(BadShard, match=r"bad\.parquet, row \d+: "):
                 central.ingest_shard(tmp_path / "bad.parquet")
             assert contents(central) == before
 

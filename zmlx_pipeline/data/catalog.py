@@ -329,6 +329,17 @@ def match_device(name: str, gpu_cores: int | None = None) -> DeviceSpec | None:
     return _pick(candidates, gpu_cores)
 
 
+def match_device_by_cores(name: str, gpu_cores: int | None) -> DeviceSpec | None:
+    """The row among the chips a name fits (told or not) whose full core count is the one the driver reports: the
+    driver names both H800s "NVIDIA H800", and only their SM counts (132, 114) tell them apart. None when no row or
+    several have that count; a count below every row's (an MPS limit) tells nothing."""
+    if gpu_cores is None:
+        return None
+    candidates, _ = _candidates(name)
+    same = {spec.id: spec for spec in candidates if spec.vendor != "apple" and spec.gpu_cores == gpu_cores}
+    return next(iter(same.values())) if len(same) == 1 else None
+
+
 def resolve_device(name_or_id: str) -> DeviceSpec:
     """The row of a catalog id or of a device name as people write it.
 

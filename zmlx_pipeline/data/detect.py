@@ -13,6 +13,7 @@ from zmlx_pipeline.data.catalog import (
     DeviceSpec,
     arch_generation,
     match_device,
+    match_device_by_cores,
     match_gpu_arch,
 )
 
@@ -193,6 +194,8 @@ def detect_device(
         if gpu_cores is None and backend == "cuda":
             gpu_cores = cuda_sm_count()
         spec = match_device(name, gpu_cores)
+        if spec is None and backend == "cuda":
+            spec = match_device_by_cores(name, gpu_cores)
     core_limited = False
     if spec is not None and backend == "cuda" and gpu_cores is not None and gpu_cores < spec.gpu_cores:
         spec, core_limited = spec.with_core_limit(gpu_cores, reported_name=name), True

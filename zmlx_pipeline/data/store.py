@@ -1298,8 +1298,11 @@ class Store:
         return self.ingest_shards([path])["per_file"][str(Path(path))]
 
     def ingest_shards(self, paths: Sequence[str | os.PathLike]) -> dict:
-        """Merge shards all or nothing: every row of every file is checked first, and one transaction
-        takes them all, so a bad file (named in the error with its row and reason) leaves the store as it was."""
+        """Merge shards all or nothing: every row of every file is checked first (shards.check_shards, then the
+        checks inside the transaction), and one transaction takes them all, so a bad file (named in the error with
+        its row and reason) leaves the store as it was."""
+        from zmlx_pipeline.data.shards import check_shards  # shards imports this module
+
         self._require_writable("ingest shards")
         shards = [Path(p) for p in paths]
         if not shards:
@@ -1307,6 +1310,12 @@ class Store:
         for shard in shards:
             if not shard.is_file():
                 raise BadShard(f"{shard}: no such shard file")
+        check_shards(shards)
+        return self._merge_shards(shards)
+
+    def _merge_shards(self, shards: list[Path]) -> dict:
+        """ingest_shards after shards.check_shards: the checks the store makes itself, in one transaction."""
+        self._require_writable("ingest shards")
         per_file: dict[str, dict] = {}
         try:
             with self._transaction(final=True) as con:

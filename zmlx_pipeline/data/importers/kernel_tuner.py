@@ -548,12 +548,16 @@ def _names_from_file_name(path: Path) -> list[str]:
     `A4000_f=bruteforce_i=0.json` -> A4000.
 
     Only words that describe the file are dropped, never a word of the name: `RTX_3060_laptop`
-    stays the laptop chip (its own catalog row, never the desktop RTX 3060).
+    stays the laptop chip (its own catalog row, never the desktop RTX 3060). A name left of one such word is no
+    GPU's: `t4_cache.json` and `T4.json` may describe the T4 format as well as the T4 GPU (`T4_T4.json` is the GPU).
     """
     stem = _file_stem(path)
     words = [w for w in re.split(r"[-_\s]+", stem) if w]
+    dropped: set[str] = set()
     while len(words) > 1 and (words[-1].lower() in _FILE_NAME_WORDS or "=" in words[-1]):
-        words = words[:-1]  # "=" marks a run's setting (A100_f=bruteforce_i=0.json), never a word of a GPU name
+        dropped.add(words.pop().lower())  # "=" marks a run's setting (A100_f=bruteforce_i=0.json), never a GPU's
+    if len(words) == 1 and words[0].lower() in _FILE_NAME_WORDS and words[0].lower() not in dropped:
+        return []
     return list(dict.fromkeys([stem, " ".join(words)]))
 
 
@@ -678,6 +682,10 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
             return hit[0], hit[1], "--device-map"
     reported = reported.strip()
     names, how = ([reported], "reported") if reported else (_names_from_file_name(path), "file name")
+    if not names:
+        raise UnmatchedDevice(
+            f"cannot import {path}: it names no GPU, and its file name {_file_stem(path)!r} may stand for the T4 "
+            "format as well as the T4 GPU; pass --device <catalog id> or --device-map FILE; nothing of it was stored")
     for name in names:
         try:
             spec = resolve_device(name)
@@ -1208,6 +1216,10 @@ def _sections_of(path: Path, data: Any, t1: dict | None) -> tuple[str, list[_Ent
         if len(data) == 2 and isinstance(data[0], list) and isinstance(data[1], dict) and "device_name" in data[1]:
             raise _fail(path, "the results and environment tune_kernel returns, saved as JSON: its entries do not "
                               "say which fields are tuned parameters; import the cache file of the run "
+                              "(tune_kernel's cache=) or its T4 output (store_output_file)")
+        if data and all(isinstance(entry, dict) and "time" in entry for entry in data):
+            raise _fail(path, "the results tune_kernel returns, saved as JSON: its entries do not say which fields "
+                              "are tuned parameters, nor which GPU ran them; import the cache file of the run "
                               "(tune_kernel's cache=) or its T4 output (store_output_file)")
         raise _fail(path, "the top level is not a JSON object")
     if not isinstance(data, dict):
