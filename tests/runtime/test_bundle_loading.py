@@ -610,6 +610,32 @@ def test_a_file_the_server_announces_larger_than_it_may_be_is_refused_at_once(to
     assert len(caught) == 1 and kept.bundle_id == default_bundle().bundle_id
 
 
+def test_a_bundle_whose_files_each_come_slowly_is_cut_off_at_the_bundle_deadline(toy_bundle, monkeypatch):
+    import time
+
+    from zmlx_pipeline.runtime import bundle as bundle_module
+
+    root = latest_dir(toy_bundle[1])
+    files = json.loads((root / "manifest.json").read_text())["files"]
+    assert len(files) >= 5
+    serve = _serve_bundle(root, "")
+
+    def slow(handler, stop):  # every file in time for its own deadline, but not the bundle in time for its
+        time.sleep(0.4)
+        serve(handler, stop)
+
+    monkeypatch.setattr(bundle_module, "FETCH_DEADLINE_S", 1.0)
+    monkeypatch.setattr(bundle_module, "FETCH_BUNDLE_DEADLINE_S", 1.5)
+    with _Server(slow) as server:
+        error, took = _timed(10, lambda: load_bundle(server.url + "/b", strict=True))
+        assert isinstance(error, bundle_module.FetchError), error
+        assert str(error).endswith(": the bundle's files did not all arrive within 1.5 s: the server sends too slowly")
+        assert took < 3
+        monkeypatch.setattr(bundle_module, "FETCH_BUNDLE_DEADLINE_S", 60.0)
+        fetched = load_bundle(server.url + "/b", strict=True)
+    assert fetched.bundle_id == json.loads((root / "manifest.json").read_text())["bundle_id"]
+
+
 def _redirect(to):
     def answer(handler, stop):
         handler.send_response(302)

@@ -41,6 +41,30 @@ def test_a_compact_bundle_stores_every_file_compressed_and_is_much_smaller(toy_b
         assert manifest[field] == plain[field]
 
 
+def test_a_compact_bundle_declares_each_files_unpacked_size_and_a_bomb_stops_there(toy_bundle, compact):
+    plain = json.loads((latest_dir(toy_bundle[1]) / "manifest.json").read_text())
+    manifest = json.loads((compact / "manifest.json").read_text())
+    for name, entry in manifest["files"].items():
+        inflated = zlib.decompress((compact / name).read_bytes(), wbits=31)
+        assert entry["unpacked_bytes"] == len(inflated) == plain["files"][name[:-3]]["bytes"]
+    assert not any("unpacked_bytes" in e for e in plain["files"].values())
+    name = _replace_table(compact, "nvidia-h100-sxm")
+    declared = manifest["files"][name]["unpacked_bytes"]
+    _replace_table(compact, "nvidia-h100-sxm", _gzip_bomb(64), unpacked_bytes=declared)
+    load_bundle(compact, strict=True)
+    with pytest.raises(BundleError, match=rf"{name} unpacks to more than {declared} bytes \(its manifest's "
+                                          r"unpacked_bytes\)"):
+        predicted_config("toy_scale", SHAPE, "float16", device="nvidia-h100-sxm")
+
+
+def test_the_shipped_bundle_declares_every_unpacked_size():
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+    manifest = json.loads((Path(DEFAULT_BUNDLE_DIR) / "manifest.json").read_text())
+    assert all(type(e.get("unpacked_bytes")) is int and e["unpacked_bytes"] > e["bytes"]
+               for e in manifest["files"].values())
+
+
 def test_a_compact_bundle_answers_exactly_as_its_json_form(toy_bundle, compact):
     load_bundle(toy_bundle[1], strict=True)
     plain = _answers()

@@ -71,8 +71,12 @@ def stored_blobs(blobs: Mapping[str, bytes], compact: bool) -> dict[str, bytes]:
 
 
 def make_manifest(blobs: Mapping[str, bytes], fields: Mapping[str, Any], created: datetime,
-                  schema_version: int = BUNDLE_SCHEMA_VERSION) -> dict:
+                  schema_version: int = BUNDLE_SCHEMA_VERSION, unpacked: Mapping[str, int] | None = None) -> dict:
+    """The manifest of stored `blobs`; `unpacked` gives a compressed file's size once inflated (`unpacked_bytes`,
+    the most a reader inflates it to, so a damaged or hostile file cannot make it inflate more)."""
     files = {name: {"sha256": hashlib.sha256(blob).hexdigest(), "bytes": len(blob)} for name, blob in sorted(blobs.items())}
+    for name, size in (unpacked or {}).items():
+        files[name]["unpacked_bytes"] = size
     content = hashlib.sha256("".join(f"{n}:{e['sha256']}" for n, e in files.items()).encode()).hexdigest()
     return {
         "schema": BUNDLE_SCHEMA,
@@ -203,8 +207,10 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
     """write_bundle for files already encoded: `blobs` maps each file's name to its JSON bytes, in the layout of
     plain schema `content_schema` (an older bundle rewritten keeps its own)."""
     created = created or datetime.now(timezone.utc).replace(microsecond=0)
+    unpacked = {name + COMPRESSED_SUFFIX: len(blob) for name, blob in blobs.items()} if compact else None
     blobs = stored_blobs(blobs, compact)
-    manifest = make_manifest(blobs, fields, created, COMPACT_OF[content_schema] if compact else content_schema)
+    manifest = make_manifest(blobs, fields, created, COMPACT_OF[content_schema] if compact else content_schema,
+                             unpacked)
     root = Path(to_dir)
     parent = root if versioned else root.parent
     try:

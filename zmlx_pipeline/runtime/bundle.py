@@ -11,8 +11,8 @@ hash, truncated file, unknown schema, unreachable server) is refused with one wa
 the bundle already in use keeps serving; with no bundle loaded yet, the one shipped inside the
 package (`default_bundle/`) is used. Remote bundles are cached under
 `$XDG_CACHE_HOME/zmlx-pipeline/bundles` (default `~/.cache/zmlx-pipeline/bundles`), so a later
-fetch that fails falls back to the last verified copy. Each file's fetch ends within FETCH_DEADLINE_S and
-reads no more than its manifest size (a compressed file inflates to at most its `unpacked_bytes` or MAX_FILE_BYTES);
+fetch that fails falls back to the last verified copy. Each file's fetch ends within FETCH_DEADLINE_S, the whole
+bundle's within FETCH_BUNDLE_DEADLINE_S, and each reads no more than its manifest size (a compressed file inflates to at most its `unpacked_bytes` or MAX_FILE_BYTES);
 redirects are followed only to http(s) URLs, at most MAX_REDIRECTS.
 
 Standard library only; `urllib` is imported only when a URL is fetched.
@@ -58,6 +58,8 @@ DEFAULT_BUNDLE_DIR = Path(__file__).with_name("default_bundle")
 #: last byte (a server that stalls or trickles is cut off then)
 FETCH_TIMEOUT_S = 20.0
 FETCH_DEADLINE_S = 60.0
+#: a bundle is a few hundred files: without a limit on their sum, a server slow on each could take hours
+FETCH_BUNDLE_DEADLINE_S = 300.0
 #: redirects followed per fetch (only to http(s) URLs); past them the fetch fails asking for the final URL
 MAX_REDIRECTS = 10
 #: the most bytes read of a listed file whose size the manifest does not give (schema 1 may not), of a fetched
@@ -422,14 +424,21 @@ def _url_dir(url: str) -> Path:
     return cache_root() / sha256_hex(url.rstrip("/").encode())[:16]
 
 
-def _fetch(url: str, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The body at `url`, at most `limit` + 1 bytes of it, within FETCH_DEADLINE_S; FetchError in one line for a
-    server that errs, stalls, trickles past the deadline, announces more than `limit` or redirects where we do not
-    follow (see _opener)."""
+def _fetch(url: str, limit: int = MAX_FILE_BYTES, until: float | None = None) -> bytes:
+    """The body at `url`, at most `limit` + 1 bytes of it, within FETCH_DEADLINE_S (and before the monotonic time
+    `until`, the whole bundle's deadline); FetchError in one line for a server that errs, stalls, trickles past the
+    deadline, announces more than `limit` or redirects where we do not follow (see _opener)."""
     import http.client
     import socket
     import threading
+    import time
     import urllib.error
+
+    seconds = FETCH_DEADLINE_S
+    if until is not None:
+        seconds = min(seconds, until - time.monotonic())
+        if seconds <= 0:
+            raise FetchError(_bundle_too_slow(url))
 
     sockets: list = []
     expired = threading.Event()
@@ -442,7 +451,7 @@ def _fetch(url: str, limit: int = MAX_FILE_BYTES) -> bytes:
             except OSError:
                 pass
 
-    timer = threading.Timer(FETCH_DEADLINE_S, cut_off)
+    timer = threading.Timer(seconds, cut_off)
     timer.daemon = True
     timer.start()
     got: list[bytes] = []
@@ -467,19 +476,26 @@ def _fetch(url: str, limit: int = MAX_FILE_BYTES) -> bytes:
         raise FetchError(f"{url}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:  # InvalidURL is the last
         if expired.is_set():
-            raise FetchError(_too_slow(url, got)) from None
+            raise FetchError(_too_slow(url, got, seconds < FETCH_DEADLINE_S)) from None
         reason = getattr(exc, "reason", exc)
         raise FetchError(f"{url}: cannot fetch ({reason})") from None
     finally:
         timer.cancel()
     if expired.is_set():
-        raise FetchError(_too_slow(url, got))
+        raise FetchError(_too_slow(url, got, seconds < FETCH_DEADLINE_S))
     return b"".join(got)
 
 
-def _too_slow(url: str, got: list[bytes]) -> str:
+def _too_slow(url: str, got: list[bytes], bundle_deadline: bool = False) -> str:
+    if bundle_deadline:
+        return _bundle_too_slow(url)
     return (f"{url}: no complete answer within {FETCH_DEADLINE_S:g} s ({sum(map(len, got))} bytes received): the "
             "server stalls or sends too slowly")
+
+
+def _bundle_too_slow(url: str) -> str:
+    return (f"{url}: the bundle's files did not all arrive within {FETCH_BUNDLE_DEADLINE_S:g} s: the server sends too "
+            "slowly")
 
 
 def _opener(sockets: list) -> Any:
@@ -532,30 +548,34 @@ def _opener(sockets: list) -> Any:
     return urllib.request.build_opener(*handlers, Redirects)
 
 
-def _remote_base(url: str) -> tuple[str, bytes]:
+def _remote_base(url: str, until: float) -> tuple[str, bytes]:
     """(base URL of the bundle, manifest bytes): the URL itself, or the version its `latest` names."""
     base = url.rstrip("/")
     if base.endswith("/" + MANIFEST):
         base = base[: -len(MANIFEST) - 1]
     try:
-        return base, _fetch(base + "/" + MANIFEST, MAX_MANIFEST_BYTES)
+        return base, _fetch(base + "/" + MANIFEST, MAX_MANIFEST_BYTES, until)
     except BundleError as first:
         try:
-            name = _fetch(base + "/" + LATEST, MAX_POINTER_BYTES).decode("utf-8", "replace").strip()
+            name = _fetch(base + "/" + LATEST, MAX_POINTER_BYTES, until).decode("utf-8", "replace").strip()
         except BundleError:
             raise first from None
         if not _safe_name(name) or "/" in name:
             raise BundleError(f"{base}/{LATEST} holds an unsafe name {name!r}") from None
-        return base + "/" + name, _fetch(base + "/" + name + "/" + MANIFEST, MAX_MANIFEST_BYTES)
+        return base + "/" + name, _fetch(base + "/" + name + "/" + MANIFEST, MAX_MANIFEST_BYTES, until)
 
 
 def fetch_url(url: str) -> Bundle:
-    """Download a bundle, verify it, and keep it in the local cache (atomically); raises BundleError."""
-    base, manifest_bytes = _remote_base(url)
+    """Download a bundle, verify it, and keep it in the local cache (atomically); raises BundleError. The whole
+    download ends within FETCH_BUNDLE_DEADLINE_S."""
+    import time
+
+    until = time.monotonic() + FETCH_BUNDLE_DEADLINE_S
+    base, manifest_bytes = _remote_base(url, until)
     fetched: dict[str, bytes] = {}
 
     def read(name: str, limit: int) -> bytes:
-        fetched[name] = _fetch(base + "/" + name, limit)
+        fetched[name] = _fetch(base + "/" + name, limit, until)
         return fetched[name]
 
     bundle = _build(url, _url_dir(url), manifest_bytes, read)
