@@ -154,7 +154,10 @@ def test_brand_words_keep_a_name_to_its_vendor(test_rows):
     assert catalog.validate_catalog(catalog.load_catalog()) == []  # Tesla M3 and Apple M3 do not clash
     assert resolve_device("Tesla M3").id == "nvidia-test-m3"
     assert resolve_device("NVIDIA M3").id == "nvidia-test-m3"
-    assert resolve_device("Apple M3").vendor == resolve_device("M3").vendor == "apple"
+    for name in ("Apple M3", "M3"):  # the Apple M3's binned variants (8 or 10 cores), never the Tesla M3
+        with pytest.raises(AmbiguousDevice) as info:
+            resolve_device(name)
+        assert info.value.candidates == ("apple-m3-8c", "apple-m3-10c")
 
 
 def test_an_unknown_name_hints_at_the_rows_whose_names_hold_it():

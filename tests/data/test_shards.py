@@ -262,6 +262,7 @@ def test_a_key_measured_again_keeps_its_newest_timing_in_either_order(make_measu
             run = fill(s, make_measurement, GPU, configs=(64,), shapes=(1,))
             s._conn.execute("UPDATE measurements SET median_us = ?, p10_us = ?, p90_us = ?, measured_at = ?",
                             [median, median, median, when])
+            s._conn.execute("UPDATE runs SET started_at = ?", [when])  # a row is timed during its run
             s.record_repeat([make_measurement(run_id=run + "-rep", device_id=GPU, shape={"rows": 1, "cols": 1024},
                                               config={"TG": 64}, median_us=repeat)])
             path = tmp_path / f"{name}.parquet"
@@ -335,6 +336,18 @@ BAD_ROWS = {
     "config value null": ("""'{"TG":null}' AS config""", "TRUE", "whose parameters are integers, not TG=None"),
     "parameter of another kernel": ("""'{"threadgroup":64}' AS config""", "TRUE",
                                     "kernel 'softmax' is built in, with parameters CACHE, ROWS, TG, VEC, not threadgroup"),
+    "kernel not in NFC": ("'cafe\u0301' AS kernel", "TRUE",
+                          "kernel 'cafe\\u0301' is not in Unicode's composed form (NFC), which writes it 'caf\\xe9'"),
+    "fullwidth built-in kernel": ("'\uff53\uff4f\uff46\uff54\uff4d\uff41\uff58' AS kernel", "TRUE",
+                                  "differs from the built-in kernel 'softmax' only in case, white space or Unicode "
+                                  "compatibility form (NFKC)"),
+    "config value past int64": ("""'{"TG":9223372036854775808}' AS config""", "TRUE",
+                                "config parameter TG=9223372036854775808 is an integer outside int64"),
+    "config value nan": ("""'{"TG":NaN}' AS config""", "TRUE", "config parameter TG=nan is not a finite number"),
+    "timestamp of year 1": ("TIMESTAMP '0001-01-01 00:00:00' AS measured_at", "TRUE",
+                            "row 1: measured_at 0001-01-01 00:00:00 is before 2000-01-01, earlier than any timing"),
+    "timestamp before its run started": ("TIMESTAMP '2001-01-01 00:00:00' AS measured_at", "TRUE",
+                                         "row 1: measured_at 2001-01-01 00:00:00 is before its run started"),
     "unknown dtype": ("'float64' AS dtype", "TRUE", "dtype 'float64' is not one the store holds"),
     "empty dtype": ("'' AS dtype", "TRUE", "dtype '' is not one the store holds"),
     "empty device id": ("'' AS device_id", "TRUE", "device_id is empty"),
@@ -543,8 +556,18 @@ CATALOG_CONTRADICTIONS = {
     "core limit above the chip's": (f"'{GPU}@999sm' AS device_id, 999 AS device_gpu_cores, '{GPU}' AS "
                                     "device_core_limited_from",
                                     f"device_id '{GPU}@999sm' limits {GPU} to 999 SMs, but it has 132"),
-    "core limit with the whole chip's count": (f"'{GPU}@66sm' AS device_id",
+    "core limit with the whole chip's count": (f"'{GPU}@66sm' AS device_id, '{GPU}' AS device_core_limited_from",
                                                f"device_gpu_cores is 132, but the catalog gives {GPU}@66sm 66"),
+    "core limit of the whole chip's count": (f"'{GPU}@132sm' AS device_id, 132 AS device_gpu_cores, '{GPU}' AS "
+                                             "device_core_limited_from",
+                                             f"device_id '{GPU}@132sm' limits {GPU} to 132 SMs, but it has 132"),
+    "core-limited id limited from nothing": (f"'{GPU}@66sm' AS device_id, 66 AS device_gpu_cores",
+                                             f"device_core_limited_from is None, but {GPU}@66sm is limited from {GPU}; "
+                                             "a core-limited device names the chip it is limited from"),
+    "core-limited id limited from another chip": (
+        f"'{GPU}@66sm' AS device_id, 66 AS device_gpu_cores, 'nvidia-h200' AS device_core_limited_from",
+        f"device_core_limited_from is 'nvidia-h200', but {GPU}@66sm is limited from {GPU}; a core-limited device "
+        "names the chip it is limited from"),
     "another simd width": ("64 AS device_simd_width", f"device_simd_width is 64, but the catalog gives {GPU} 32"),
 }
 
@@ -562,10 +585,12 @@ def test_device_columns_that_contradict_the_catalog_are_refused(case, store, mak
         for ingest in (ingest_shards, Store.ingest_shards, lambda store, paths: store.ingest_shard(paths[0])):
             with pytest.raises(BadShard) as info:
                 ingest(central, [bad])
-            assert str(info.value) == f"{bad}, row 1: {says}" + (
-                "; a shard of a catalog device gives the catalog's figures (or none): correct its device_id or that "
-                "column" if "SMs" not in says else "; a core limit is at most the chip's count") + (
-                " (5 more rows like it); nothing was ingested, the store is unchanged")
+            tail = ("; a core limit is below the chip's count (the whole chip is its own id)" if "SMs" in says else
+                    "" if "core-limited device" in says else
+                    "; a shard of a catalog device gives the catalog's figures (or none): correct its device_id or "
+                    "that column")
+            assert str(info.value) == (f"{bad}, row 1: {says}{tail} (5 more rows like it); nothing was ingested, the "
+                                       "store is unchanged")
             assert contents(central) == ([], [], [])
 
 
@@ -715,7 +740,10 @@ def test_names_the_product_never_writes_are_refused_by_the_store_itself(make_mea
         "NVIDIA-H200 AS device_id": "device_id 'NVIDIA-H200' is not a device id",
         "'nvidia-h200 ' AS device_id": "device_id 'nvidia-h200 ' is not a device id",
         "' softmax' AS kernel": "kernel ' softmax' starts or ends with white space",
-        "'My_Norm' AS kernel": "kernel 'My_Norm' differs from kernel 'my_norm' only in case or white space",
+        "'\uff4d\uff59_\uff4e\uff4f\uff52\uff4d' AS kernel": "kernel 'ｍｙ_ｎｏｒｍ' differs from kernel 'my_norm' only in "
+                                                            "case, white space or Unicode compatibility form (NFKC)",
+        "'My_Norm' AS kernel": "kernel 'My_Norm' differs from kernel 'my_norm' only in case, white space or Unicode "
+                               "compatibility form (NFKC)",
     }
     with Store(tmp_path / "central.duckdb") as central:
         central.ingest_shard(tmp_path / "good.parquet")
@@ -783,3 +811,45 @@ def test_the_future_check_compares_utc_with_utc(tz, ahead, refused, store, make_
         assert done.returncode == 1 and "is in the future" in done.stderr and "Traceback" not in done.stderr
     else:
         assert done.returncode == 0 and "6 added" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_date_typed_timestamp_column_is_refused_not_stored_as_midnight(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    shard, dated = tmp_path / "mac.parquet", tmp_path / "dated.parquet"
+    export_shard(store, shard)
+    con = duckdb.connect()
+    con.execute(f"COPY (SELECT * REPLACE (measured_at::DATE AS measured_at) FROM read_parquet('{shard}')) "
+                f"TO '{dated}' (FORMAT parquet)")
+    con.close()
+    with Store(tmp_path / "central.duckdb") as central:
+        with pytest.raises(BadShard) as info:
+            ingest_shard(central, dated)
+        assert str(info.value) == (f"{dated}: column measured_at is DATE, but a shard's measured_at is a timestamp "
+                                   "(TIMESTAMP): re-export it with zmlx-pipeline export; nothing was ingested, the "
+                                   "store is unchanged")
+        assert contents(central) == ([], [], [])
+
+
+def test_a_folder_that_cannot_be_read_refuses_the_ingest(store, make_measurement, tmp_path, monkeypatch):
+    """A subfolder os.walk cannot list (no permission: simulated, as root reads any folder) is named, never
+    skipped with its shards."""
+    import os
+
+    fill(store, make_measurement, MAC)
+    export_shard(store, tmp_path / "shards" / "a.parquet")
+    export_shard(store, tmp_path / "shards" / "sub" / "b.parquet")
+    real = os.scandir
+
+    def scandir(path="."):
+        if os.path.basename(os.fspath(path)) == "sub":
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with Store(tmp_path / "central.duckdb") as central:
+        with pytest.raises(BadShard) as info:
+            ingest_shards(central, [tmp_path / "shards"])
+        assert str(info.value) == (f"{tmp_path / 'shards' / 'sub'} cannot be read (Permission denied), so its shards "
+                                   "would be left out; make it readable or name the shards to ingest; nothing was "
+                                   "ingested, the store is unchanged")
+        assert contents(central) == ([], [], [])

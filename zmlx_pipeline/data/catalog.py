@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import json
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -299,12 +300,15 @@ def get_device(device_id: str) -> DeviceSpec:
         raise UnknownDevice(f"no catalog device with id {device_id!r}{hint}") from None
 
 
-def _pick(candidates: tuple[DeviceSpec, ...], gpu_cores: int | None) -> DeviceSpec | None:
-    """One row among a name's candidates: binned variants are told apart by core count."""
+def _pick(candidates: tuple[DeviceSpec, ...], gpu_cores: int | None, full_chip: bool = False) -> DeviceSpec | None:
+    """One row among a name's candidates: binned variants are told apart by core count; without one, None (a
+    name of binned variants does not tell which), or the full chip when the caller asks for it (`full_chip`)."""
     if len(candidates) == 1 and candidates[0].vendor != "apple":
         return candidates[0]  # a reported core count below the row's is a core limit, handled by detect
     if gpu_cores is None:
-        return max(candidates, key=lambda spec: spec.gpu_cores)
+        if len(candidates) == 1 or full_chip:
+            return max(candidates, key=lambda spec: spec.gpu_cores)
+        return None
     matching = [spec for spec in candidates if spec.gpu_cores == gpu_cores]
     return matching[0] if len(matching) == 1 else None
 
@@ -322,11 +326,16 @@ def devices_named_within(name: str, limit: int = 6) -> tuple[str, ...]:
 
 
 def match_device(name: str, gpu_cores: int | None = None) -> DeviceSpec | None:
-    """The one row this reported name stands for; None when it fits none, or does not tell which."""
+    """The one row this reported name stands for; None when it fits none, or does not tell which.
+
+    Without a core count, a name of binned variants ("Apple M3 Max": 30 or 40 cores) gives the full chip: what
+    detection records when the core count cannot be read. resolve_device, which resolves what a person or a file
+    names, refuses such a name instead (and so does the runtime for a device its caller names).
+    """
     candidates, told = _candidates(name)
     if not candidates or not told or len({spec.name for spec in candidates}) > 1:
         return None
-    return _pick(candidates, gpu_cores)
+    return _pick(candidates, gpu_cores, full_chip=True)
 
 
 def match_device_by_cores(name: str, gpu_cores: int | None) -> DeviceSpec | None:
@@ -340,25 +349,61 @@ def match_device_by_cores(name: str, gpu_cores: int | None) -> DeviceSpec | None
     return next(iter(same.values())) if len(same) == 1 else None
 
 
+#: a core-limited device id: a catalog id and the SMs the run was limited to (CUDA MPS), `nvidia-h200@66sm`
+CORE_LIMITED_ID = re.compile(r"(.+)@([1-9][0-9]*)sm")
+
+
+def core_limited_device(device_id: str) -> DeviceSpec | None:
+    """The row of a core-limited id (`<catalog id>@<N>sm`, as collect names an MPS-limited run: with_core_limit);
+    None for text of another form; UnknownDevice when its base is no catalog id or N is not below the chip's count."""
+    limited = CORE_LIMITED_ID.fullmatch(device_id)
+    if limited is None:
+        return None
+    base, cores = get_device(limited.group(1)), int(limited.group(2))
+    if cores >= base.gpu_cores:
+        raise UnknownDevice(f"{device_id!r} limits {base.id} to {cores} SMs, but it has {base.gpu_cores}; a core "
+                            "limit is below the chip's count (give the chip's own id for the whole chip)")
+    return base.with_core_limit(cores)
+
+
+def hidden_character_problem(text: str) -> str | None:
+    """Why a device name or id as a person gives it cannot be matched as written: it holds a control or format
+    character (Unicode Cc, Cf: a NUL, a zero-width space), or text that Unicode normalisation (NFKC) writes
+    otherwise ("ｎｖｉｄｉａ", fullwidth); the name rules would drop such characters and match what is left."""
+    hidden = [c for c in text if unicodedata.category(c) in ("Cc", "Cf")]
+    if hidden:
+        return (f"{text!r} holds a control or format character (U+{ord(hidden[0]):04X}); write the name or id "
+                "without it")
+    plain = unicodedata.normalize("NFKC", text)
+    if plain != text:
+        return f"{text!r} holds characters Unicode writes otherwise (as {plain!r}); write it in plain characters"
+    return None
+
+
 def resolve_device(name_or_id: str) -> DeviceSpec:
-    """The row of a catalog id or of a device name as people write it.
+    """The row of a catalog id, a core-limited catalog id (`nvidia-h200@66sm`) or a device name as people write it.
 
     UnknownDevice when nothing fits, AmbiguousDevice (listing the ids) when the name does not tell
-    which row: a name is never resolved to a guess. A name the catalog lists as an alias is that row
-    ("H100 SXM5"); no alias is a family name of several chips (a bare "A100" is any of four).
+    which row: a name is never resolved to a guess, nor is one of binned variants ("Apple M1 Pro": 14 or 16
+    cores) to the full chip. A name the catalog lists as an alias is that row ("H100 SXM5"); no alias is a
+    family name of several chips (a bare "A100" is any of four).
     """
     try:
         return get_device(name_or_id)
     except UnknownDevice:
         pass
+    limited = core_limited_device(name_or_id)
+    if limited is not None:
+        return limited
     candidates, told = _candidates(name_or_id)
     if not candidates:
         within = devices_named_within(name_or_id)
         hint = f" (catalog devices whose names hold it: {', '.join(within)})" if within else ""
         raise UnknownDevice(f"{name_or_id!r} is neither a catalog id nor a catalog device name{hint}")
-    if not told or len({spec.name for spec in candidates}) > 1:
+    spec = _pick(candidates, None) if told and len({spec.name for spec in candidates}) == 1 else None
+    if spec is None:
         raise AmbiguousDevice(name_or_id, candidates)
-    return _pick(candidates, None)
+    return spec
 
 
 @lru_cache(maxsize=1)
@@ -378,7 +423,7 @@ def match_gpu_arch(gpu_arch: str, gpu_cores: int | None = None) -> DeviceSpec | 
     Within a generation every row has its own core count (validate_catalog checks it), so generation and
     cores decide; the tier letter is not needed for that, which keeps a chip whose letter differs from
     the catalog's (Pro and Max share "s") matched. Without a core count only the exact name counts, and
-    only when it names one chip (its binned variants: the full chip, as match_device does).
+    only when it names one chip (its binned variants: the full chip, as match_device does without cores).
     """
     generation = arch_generation(gpu_arch)
     rows = _by_generation().get(generation, ()) if generation is not None else ()

@@ -12,10 +12,25 @@ import stat
 from pathlib import Path
 from typing import Iterable
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
+
 # What a path names when it is not a regular file: each refused by name (a FIFO would block its reader forever,
 # a device such as /dev/zero would never end, /dev/null would swallow a store).
 _NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
                 (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class UnreadableFolder(ZmlxPipelineError, OSError):
+    "A folder below a directory given to ingest or import could not be listed; its files would be left out unsaid"
+
+    def __init__(self, folder: str, reason: str) -> None:
+        super().__init__(f"{folder} cannot be read ({reason})")
+        self.folder = folder
+
+
+def _unreadable(err: OSError) -> None:
+    """os.walk's onerror: a folder it cannot list is refused, not skipped."""
+    raise UnreadableFolder(str(err.filename), err.strerror or type(err).__name__) from None
 
 
 def not_regular(mode: int) -> str | None:
@@ -28,12 +43,13 @@ def not_regular(mode: int) -> str | None:
 def files_below(directory: Path, suffixes: Iterable[str]) -> tuple[list[Path], tuple[Path, str] | None]:
     """The files below `directory`, in every subfolder, whose names end with one of `suffixes` (any case), sorted;
     hidden files and folders (a name starting with ".") are left out. Also the first such name that is not a
-    regular file, and what it is (None when there is none), for the caller to refuse."""
+    regular file, and what it is (None when there is none), for the caller to refuse. UnreadableFolder when a
+    folder cannot be listed (no permission): its files would otherwise be left out unsaid."""
     suffixes = tuple(s.lower() for s in suffixes)
     found: list[Path] = []
     odd: list[tuple[Path, str]] = []
     seen = {os.path.realpath(directory)}  # a linked folder is read once, and a link loop ends
-    for root, folders, names in os.walk(directory, followlinks=True):
+    for root, folders, names in os.walk(directory, onerror=_unreadable, followlinks=True):
         kept = []
         for folder in sorted(folders):
             real = os.path.realpath(os.path.join(root, folder))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 import re
+import unicodedata
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
@@ -76,8 +78,8 @@ def shortened(text: str, keep: int = 40) -> str:
 
 def name_problem(what: str, name: Any) -> str | None:
     """Why `name` (a kernel, device or run id) cannot name a row: not text, empty, longer than MAX_NAME_LENGTH,
-    holding control characters, or starting or ending with white space (a name that would pass for another when
-    printed)."""
+    holding control characters, starting or ending with white space, or not in Unicode's composed form NFC ("cafe"
+    and a combining accent): a name that would pass for another when printed."""
     if not isinstance(name, str):
         return f"{what} {name!r} is not text"
     if not name.strip():
@@ -88,6 +90,10 @@ def name_problem(what: str, name: Any) -> str | None:
         return f"{what} {name!r} holds a control character"
     if name != name.strip():
         return f"{what} {name!r} starts or ends with white space"
+    composed = unicodedata.normalize("NFC", name)
+    if composed != name:
+        return (f"{what} {ascii(name)} is not in Unicode's composed form (NFC), which writes it {ascii(composed)}: "
+                "write it so, or it passes for that name")
     return None
 
 
@@ -101,8 +107,20 @@ def device_id_problem(device_id: Any) -> str | None:
 
 
 def fold_name(name: str) -> str:
-    """A name folded for comparison: two kernel names that differ only in case or white space name one kernel."""
-    return "".join(name.split()).lower()
+    """A name folded for comparison: two kernel names that differ only in case, white space or Unicode's compatibility
+    forms (NFKC: fullwidth "ｒｍｓｎｏｒｍ" is rmsnorm) name one kernel."""
+    return "".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+def twin_problem(what: str, name: str, others: Iterable[str]) -> str | None:
+    """Why `name` cannot name a row beside `others` (stored, built-in or other new names, in the order to name them):
+    it differs from one of them only as fold_name folds, so its rows would pass for that one's; None when none is."""
+    folded = fold_name(name)
+    twin = next((other for other in others if other != name and fold_name(other) == folded), None)
+    if twin is None:
+        return None
+    return (f"{what} {name!r} differs from {what} {twin!r} only in case, white space or Unicode compatibility form "
+            "(NFKC): name one kernel one way")
 
 
 def dim_problem(name: Any, value: Any) -> str | None:
@@ -130,13 +148,36 @@ def shape_problem(shape: Any) -> str | None:
     return None
 
 
+#: the integers a config value may be: int64's, as every reader of a config column (DuckDB's JSON, Arrow, NumPy)
+#: holds an integer; 2**63 would be read as a float, or not at all
+INT64 = (-2**63, 2**63 - 1)
+
+
+def _value_problem(value: Any) -> str | None:
+    """Why a config value (or a number inside a list or object of one) cannot be stored as written: an integer
+    outside int64, or a float that is not finite (NaN, inf: no JSON, and equal to no other)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return None
+    if isinstance(value, int):
+        return None if INT64[0] <= value <= INT64[1] else "is an integer outside int64 (-2**63 to 2**63-1)"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "is not a finite number"
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    return next((p for p in map(_value_problem, items) if p is not None), None)
+
+
 def config_problem(config: Any) -> str | None:
     """Why a config is unusable: not a non-empty mapping of parameter names to values. Any JSON value may be one
-    (an imported kernel's parameter may be text, a list, an object or null, kept as written); a built-in
-    kernel's are integers (data/importers/builtin_kernels.py)."""
+    (an imported kernel's parameter may be negative, zero, a float, text, a list, an object or null, kept as
+    written), but for an integer outside int64 or a number that is not finite; a built-in kernel's are positive
+    integers (data/importers/builtin_kernels.py)."""
     if not isinstance(config, Mapping) or not config:
         return f"config {config!r} is not an object of parameter values"
-    for name in config:
+    for name, value in config.items():
         if not isinstance(name, str) or not name.strip():
             return f"config {canonical_json(config)}: parameter name {name!r} is not a name"
+        problem = _value_problem(value)
+        if problem is not None:
+            shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}..."
+            return f"config parameter {name}={shown} {problem}"
     return None

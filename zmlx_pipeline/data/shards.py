@@ -26,7 +26,7 @@ from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.keys import canonical_json
 from zmlx_pipeline.data.catalog import UnknownDevice, get_device
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
-from zmlx_pipeline.data.paths import files_below, not_regular
+from zmlx_pipeline.data.paths import UnreadableFolder, files_below, not_regular
 from zmlx_pipeline.data.records import (
     DTYPES,
     config_problem,
@@ -81,10 +81,15 @@ def ingest_shard(store: Store, path: str | os.PathLike) -> dict:
 
 def shard_paths(source: str | os.PathLike) -> list[Path]:
     """The shards a path names: the *.parquet files below a directory (paths.files_below: in every subfolder,
-    sorted; hidden ones left out; one that is not a regular file refused), or the file itself."""
+    sorted; hidden ones left out; one that is not a regular file, or a folder that cannot be read, refused), or the
+    file itself."""
     source = Path(source)
     if source.is_dir():
-        found, odd = files_below(source, (".parquet",))
+        try:
+            found, odd = files_below(source, (".parquet",))
+        except UnreadableFolder as err:
+            raise BadShard(f"{err}, so its shards would be left out; make it readable or name the shards to ingest; "
+                           "nothing was ingested, the store is unchanged") from None
         if odd is not None:
             raise BadShard(f"{odd[0]}: {odd[1]}, not a shard file; remove it from {source} or name the shards to "
                            "ingest; nothing was ingested, the store is unchanged")
@@ -205,13 +210,15 @@ def _builtin_folded() -> dict[str, str]:
 
 def _kernel(kernel: Any) -> str | None:
     """Why a kernel name cannot name a row: name_problem's reasons, or a name that differs from a built-in kernel's
-    only in case or white space (its rows would pass for another kernel's, unchecked against its constraints)."""
+    only in case, white space or NFKC form (its rows would pass for another kernel's, unchecked against its
+    constraints)."""
     problem = name_problem("kernel", kernel)
     if problem is not None:
         return problem
     builtin = _builtin_folded().get(fold_name(kernel))
     if builtin is not None and builtin != kernel:
-        return f"kernel {kernel!r} differs from the built-in kernel {builtin!r} only in case or white space"
+        return (f"kernel {kernel!r} differs from the built-in kernel {builtin!r} only in case, white space or Unicode "
+                "compatibility form (NFKC)")
     return None
 
 
@@ -304,17 +311,20 @@ def _differs(value: Any, expected: Any) -> bool:
 
 def _catalog(device_id: Any, gpu_cores: Any, core_limited_from: Any, *values: Any) -> str | None:
     """Why a row's device columns contradict the catalog row of its device id (`<id>` or `<id>@<N>sm`, the chip
-    limited to N of its SMs, which must have them): the shard's value and the catalog's; None for a device the
-    catalog does not have."""
+    limited to N of its SMs, fewer than it has, and naming the chip it is limited from): the shard's value and the
+    catalog's; None for a device the catalog does not have."""
     limited = _CORE_LIMIT.fullmatch(device_id)
     base, cores = (limited.group(1), int(limited.group(2))) if limited else (device_id, None)
     spec = _catalog_row(base)
     if spec is None:
         return None
     fix = "a shard of a catalog device gives the catalog's figures (or none): correct its device_id or that column"
-    if cores is not None and cores > spec.gpu_cores:
+    if cores is not None and cores >= spec.gpu_cores:
         return (f"device_id {device_id!r} limits {base} to {cores} SMs, but it has {spec.gpu_cores}; a core limit "
-                "is at most the chip's count")
+                "is below the chip's count (the whole chip is its own id)")
+    if cores is not None and core_limited_from != base:
+        return (f"device_core_limited_from is {core_limited_from!r:.40}, but {device_id} is limited from {base}; a "
+                "core-limited device names the chip it is limited from")
     expected = {"gpu_cores": spec.gpu_cores if cores is None else cores,
                 "core_limited_from": None if cores is None else base,
                 **{c: getattr(spec, c) for c in _CATALOG_COLUMNS}}

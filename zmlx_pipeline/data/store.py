@@ -22,10 +22,18 @@ import duckdb
 
 from zmlx_pipeline.core.commits import commit_point
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.files import fsync_dir, utf8_problem
+from zmlx_pipeline.core.files import fsync_dir, printable, utf8_problem
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
 from zmlx_pipeline.data.paths import not_regular
-from zmlx_pipeline.data.records import DEVICE_ID_PATTERN, MAX_NAME_LENGTH, STATUSES, Measurement, shortened
+from zmlx_pipeline.data.records import (
+    DEVICE_ID_PATTERN,
+    MAX_NAME_LENGTH,
+    STATUSES,
+    Measurement,
+    fold_name,
+    shortened,
+    twin_problem,
+)
 
 RUN_STATUSES = ("running", "finished", "interrupted", "failed", "imported")
 SHARD_FORMAT = "1"
@@ -289,9 +297,12 @@ def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
-def _first_line(err: BaseException) -> str:
-    """The first line of an error's text, for one-line messages."""
+def _first_line(err: BaseException, *quoted: Any) -> str:
+    """The first line of an error's text, for one-line messages; `quoted` (paths the error may quote) escaped
+    first, so a newline in one does not cut the line short."""
     text = str(err).strip()
+    for value in quoted:
+        text = text.replace(str(value), printable(str(value)))
     return text.splitlines()[0] if text else type(err).__name__
 
 
@@ -919,6 +930,10 @@ class Store:
         ).fetchall()
         return {tuple(r[:3]): tuple(r[3:]) for r in rows}
 
+    def kernel_names(self) -> list[str]:
+        """The distinct kernel names the store holds measurements of, sorted."""
+        return [k for (k,) in self._conn.execute("SELECT DISTINCT kernel FROM measurements ORDER BY 1").fetchall()]
+
     def stored_config(self, kernel: str, kernel_version: str) -> dict | None:
         """One stored config of a kernel version (as a dict), or None when it has none: what an import compares its
         parameters' values with."""
@@ -1396,6 +1411,11 @@ class Store:
 # Row checks of an incoming shard: (reason, SQL condition that is true for a bad row). Clock skew
 # between a collecting machine and this one is allowed for up to FUTURE_SKEW.
 FUTURE_SKEW = timedelta(hours=1)
+#: the earliest measured_at a row may hold: before any run of this tool (0001-01-01 is a zeroed or made-up time)
+MEASURED_FLOOR = "2000-01-01"
+#: how long before its run's run_started_at a row may say it was timed: a row is timed during its run, and one
+#: clock stamps both; a day leaves room for that clock being set during a run (NTP, a laptop's time zone)
+RUN_START_SKEW = timedelta(days=1)
 _ROW_CHECKS = (
     ("unknown status {status!r} (expected one of " + ", ".join(STATUSES) + ")",
      "status IS NULL OR status NOT IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")"),
@@ -1411,6 +1431,8 @@ _ROW_CHECKS = (
      "OR samples::DOUBLE <> floor(samples::DOUBLE)"),
     ("measured_at is missing (every row says when it was timed)", "measured_at IS NULL"),
     ("measured_at {measured_at} is in the future", "measured_at > ?"),
+    (f"measured_at {{measured_at}} is before {MEASURED_FLOOR}, earlier than any timing this tool made",
+     f"measured_at < TIMESTAMP '{MEASURED_FLOOR}'"),
     ("config is not a JSON object: {config!r}",
      "config IS NULL OR NOT json_valid(config) OR json_type(config) <> 'OBJECT'"),
     ("shape is not a JSON object: {shape!r}",
@@ -1430,30 +1452,27 @@ _NAME_CHECKS = (
        f"regexp_matches({name}, '^\\s|\\s$|[\\x00-\\x1f\\x7f]')")
       for name in ("run_id", "kernel", "kernel_version", "dtype")),
 )
-#: a kernel name folded for comparison: two names that differ only in case or white space name one kernel
-_FOLDED_KERNEL = "lower(regexp_replace({}, '\\s', '', 'g'))"
-
-
 def _check_names(con: duckdb.DuckDBPyConnection, shard: Path) -> None:
     """Refuse names the product never writes (BadShard naming the file, first row and the name): a device id not
     in the catalog's form, a name with white space at an end or a control character, and a kernel that differs
-    only in case or white space from another (stored, or in this shard)."""
+    from another (stored, or in this shard) only as records.fold_name folds (case, white space, NFKC)."""
     for reason, column, condition in _NAME_CHECKS:
         found = con.execute(
             f"SELECT {column}, min(file_row_number), sum(count(*)) OVER () FROM _zmlx_shard WHERE {column} IS NOT NULL "
             f"AND {condition} GROUP BY 1 ORDER BY 2 LIMIT 1").fetchone()
         if found:
             raise BadShard(bad_row(shard, found[1], reason.format(value=shortened(found[0])), int(found[2])))
-    fold_s, fold_m = _FOLDED_KERNEL.format("s.kernel"), _FOLDED_KERNEL.format("m.kernel")
-    found = con.execute(
-        f"WITH s AS (SELECT kernel, min(file_row_number) AS first, count(*) AS n FROM _zmlx_shard GROUP BY 1), "
-        f"m AS (SELECT DISTINCT kernel FROM measurements UNION SELECT kernel FROM s) "
-        f"SELECT s.kernel, min(m.kernel), s.first, s.n FROM s JOIN m ON {fold_s} = {fold_m} AND s.kernel <> m.kernel "
-        "GROUP BY ALL ORDER BY s.first LIMIT 1").fetchone()
-    if found:
-        kernel, other, first, count = found
-        raise BadShard(bad_row(shard, first, f"kernel {kernel!r} differs from kernel {other!r} only in case or white "
-                                             "space: name one kernel one way", int(count)))
+    # folded here, not in SQL: DuckDB has no NFKC; the distinct kernels of a store are few
+    incoming = con.execute("SELECT kernel, min(file_row_number), count(*) FROM _zmlx_shard WHERE kernel IS NOT NULL "
+                           "GROUP BY 1 ORDER BY 2").fetchall()
+    known = sorted(k for (k,) in con.execute("SELECT DISTINCT kernel FROM measurements").fetchall())
+    by_fold: dict[str, list[str]] = {}
+    for name in [*known, *(k for k, _, _ in incoming)]:
+        by_fold.setdefault(fold_name(name), []).append(name)
+    for kernel, first, count in incoming:
+        problem = twin_problem("kernel", kernel, by_fold[fold_name(kernel)])
+        if problem is not None:
+            raise BadShard(bad_row(shard, first, problem, int(count)))
 
 
 def _check_whole_numbers(con: duckdb.DuckDBPyConnection, shard: Path, columns: dict[str, str]) -> None:
@@ -1483,6 +1502,14 @@ def _check_shard_rows(con: duckdb.DuckDBPyConnection, shard: Path, columns: dict
         if found:
             row = dict(zip(fields, found))
             raise BadShard(bad_row(shard, row["file_row_number"], reason.format(**row), found[-1]))
+    if "run_started_at" in (columns or {}):
+        found = con.execute(
+            "SELECT file_row_number, measured_at, run_started_at, count(*) OVER () FROM _zmlx_shard "
+            "WHERE measured_at < run_started_at - ? ORDER BY file_row_number LIMIT 1", [RUN_START_SKEW]).fetchone()
+        if found:
+            raise BadShard(bad_row(shard, found[0], f"measured_at {found[1]} is before its run started "
+                                                    f"(run_started_at {found[2]}; a row is timed during its run)",
+                                   found[-1]))
     # Keys must be the canonical hash of what they name, or two timings of one config would pass as two.
     for column, key_column in (("config", "config_key"), ("shape", "shape_key")):
         pairs = con.execute(
@@ -1557,8 +1584,8 @@ _INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", 
              "UHUGEINT")
 _FRACTIONAL = ("FLOAT", "DOUBLE")
 # what a shard column of each stored type may be read from ('"NULL"': a column of nulls only): any number for
-# a number (a fractional one for a whole-number column is checked to hold whole numbers), any timestamp or date
-# for a timestamp (one with a time zone is converted to UTC), and only text for text
+# a number (a fractional one for a whole-number column is checked to hold whole numbers), any timestamp for a
+# timestamp (one with a time zone is converted to UTC; not a date), and only text for text
 _SHARD_TYPES = {
     "VARCHAR": ("text", ("VARCHAR",)),
     # not FLOAT: a 32-bit float holds 1.728 as 1.7280000448..., no longer between the row's other timings
@@ -1566,8 +1593,9 @@ _SHARD_TYPES = {
     "INTEGER": ("a whole number", _INTEGERS + _FRACTIONAL + ("DECIMAL",)),
     "BIGINT": ("a whole number", _INTEGERS + _FRACTIONAL + ("DECIMAL",)),
     "BOOLEAN": ("a boolean", ("BOOLEAN",)),
+    # not DATE: a day is no time of day, and would be stored as its midnight (before the run that timed it)
     "TIMESTAMP": ("a timestamp", ("TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS",
-                                  "TIMESTAMP WITH TIME ZONE", "DATE")),
+                                  "TIMESTAMP WITH TIME ZONE")),
 }
 
 
@@ -1595,7 +1623,7 @@ def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> dict[str, str
     try:
         described = con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(shard)]).fetchall()
     except duckdb.Error as err:
-        raise BadShard(f"{shard} is not a readable Parquet shard ({_first_line(err)}): re-export it") from err
+        raise BadShard(f"{shard} is not a readable Parquet shard ({_first_line(err, shard)}): re-export it") from err
     import pyarrow.parquet as pq
 
     try:  # DuckDB renames a second column of one name (median_us_1), so it would be read as another column

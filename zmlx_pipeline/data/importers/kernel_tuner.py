@@ -48,8 +48,8 @@ from zmlx_pipeline.data.catalog import (
     AmbiguousDevice,
     DeviceSpec,
     UnknownDevice,
-    device_candidates,
     devices_named_within,
+    hidden_character_problem,
     name_tokens,
     resolve_device,
 )
@@ -57,8 +57,15 @@ from zmlx_pipeline.core.constraints import expression_names
 from zmlx_pipeline.core.keys import canonical_json, digest
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
 from zmlx_pipeline.data.importers.dtypes import split_dtype
-from zmlx_pipeline.data.records import Measurement, config_problem, dim_problem, name_problem, shape_problem
-from zmlx_pipeline.data.paths import files_below, not_regular
+from zmlx_pipeline.data.records import (
+    Measurement,
+    config_problem,
+    dim_problem,
+    name_problem,
+    shape_problem,
+    twin_problem,
+)
+from zmlx_pipeline.data.paths import UnreadableFolder, files_below, not_regular
 from zmlx_pipeline.data.store import Store, StoreError
 
 DTYPE = "float32"  # both hub kernels (and Kernel Tuner's usual float inputs) are single precision
@@ -166,6 +173,30 @@ def _int_or_inf(text: str) -> int | float:
     return float("-inf") if text.startswith("-") else float("inf")
 
 
+class _InexactWhole(float):
+    """A JSON number with a fraction or an exponent whose float is a whole number ("4096.0000000000001", "1e3"): kept
+    with its text, so that a problem size is never rounded to a whole number it was not written as."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return self.text  # what the file wrote, in a message that quotes it
+
+
+#: how a whole number may be written as a JSON float in a problem size: its digits and a fraction of zeros ("4096.0",
+#: as Python writes a whole float); "4096.0000000000001" (which a float holds as 4096) and "1e3" are not sizes
+_WHOLE_FLOAT = re.compile(r"-?[0-9]+\.0*")
+
+
+def _float(text: str) -> float:
+    """A JSON float: float, or _InexactWhole for a whole number not written as one (see _WHOLE_FLOAT)."""
+    value = float(text)
+    if value.is_integer() and not _WHOLE_FLOAT.fullmatch(text):
+        value = _InexactWhole(value)
+        value.text = text
+    return value
+
+
 class RepeatedKey(ZmlxPipelineError, ValueError):
     """A JSON object naming one key twice, whose values json would resolve by keeping the last, dropping the rest."""
 
@@ -188,11 +219,11 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
 
 def _json_loads(text: str) -> Any:
     """json.loads, reading an integer of thousands of digits as an infinite number rather than raising ValueError,
-    and refusing an object that names a key twice (RepeatedKey)."""
-    return json.loads(text, parse_int=_int_or_inf, object_pairs_hook=_unique_keys)
+    a whole float not written as one as _InexactWhole, and refusing an object that names a key twice (RepeatedKey)."""
+    return json.loads(text, parse_int=_int_or_inf, parse_float=_float, object_pairs_hook=_unique_keys)
 
 
-_DECODER = json.JSONDecoder(parse_int=_int_or_inf, object_pairs_hook=_unique_keys)
+_DECODER = json.JSONDecoder(parse_int=_int_or_inf, parse_float=_float, object_pairs_hook=_unique_keys)
 
 
 class _OpenCache(NamedTuple):
@@ -428,16 +459,27 @@ def _size_items(problem_size: Any) -> list[tuple[Any, Any]]:
 
 
 def _whole(value: Any) -> Any:
-    """4096.0 (as JSON writers may write a size) as 4096; anything else as it is."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+    """4096.0 (as Python's json writes a whole float) as 4096; anything else as it is (4096.5, or 1e3 and
+    4096.0000000000001 as read: _InexactWhole, which no size is)."""
+    if isinstance(value, float) and value.is_integer() and not isinstance(value, _InexactWhole):
+        return int(value)
+    return value
+
+
+def _inexact_problem(name: Any, value: Any) -> str | None:
+    """Why a dim read as a whole float is no size: it was written with an exponent or a fraction that is not zero."""
+    if isinstance(value, _InexactWhole):
+        return (f"{name}={value.text} is not written as a whole number (a size is an integer such as "
+                f"{int(value) if math.isfinite(value) else 4096}, never rounded to one)")
+    return None
 
 
 def shape_from_problem_size(problem_size: Any) -> dict[str, int]:
     """A Kernel Tuner problem size as a shape; ValueError (one line) unless every dim is named and a whole number
-    from 1 to MAX_DIM, as every stored shape must be."""
+    from 1 to MAX_DIM, as every stored shape must be (written as an integer, or as digits and ".0")."""
     shape = {}
     for name, value in _size_items(problem_size):
-        problem = dim_problem(name, _whole(value))
+        problem = _inexact_problem(name, value) or dim_problem(name, _whole(value))
         if problem is not None:
             raise ValueError(f"problem size {problem_size!r}: {problem}")
         shape[name] = _whole(value)
@@ -566,7 +608,11 @@ def _names_from_file_name(path: Path) -> list[str]:
 
 
 def device_from_option(device: str) -> DeviceSpec:
-    """The catalog row of a --device value (an id or a name); ImportFileError saying what to give instead."""
+    """The catalog row of a --device value (an id, a core-limited id such as nvidia-h200@66sm, or a name);
+    ImportFileError saying what to give instead."""
+    problem = hidden_character_problem(device)
+    if problem is not None:
+        raise ImportFileError(f"--device {problem}")
     try:
         return resolve_device(device)
     except AmbiguousDevice as err:
@@ -634,6 +680,9 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
             raise bad("an empty key matches no file and no device name")
         if not isinstance(value, str):
             raise bad(f"{key!r} maps to {value!r}, not a catalog id")
+        problem = hidden_character_problem(key) or hidden_character_problem(value)
+        if problem is not None:
+            raise bad(problem)
         try:
             entries.append((key, resolve_device(value)))
         except AmbiguousDevice as err:
@@ -688,11 +737,7 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
             "format as well as the T4 GPU; pass --device <catalog id> or --device-map FILE; nothing of it was stored")
     for name in names:
         try:
-            spec = resolve_device(name)
-            binned = tuple(device_candidates(name))
-            if len(binned) > 1:  # binned variants (Apple M1 Pro 14 or 16 cores): the name does not say which
-                raise AmbiguousDevice(name, binned)
-            return spec, name, how
+            return resolve_device(name), name, how  # binned variants (Apple M1 Pro): AmbiguousDevice
         except AmbiguousDevice as err:
             raise UnmatchedDevice(
                 f"cannot import {path}: device {name!r} does not name one catalog device (it may be "
@@ -1360,11 +1405,15 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
 def expand_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """Files as given; a directory stands for the *.json and *.json.gz files below it (paths.files_below: in every
     subfolder, as the benchmark hub lays out one folder per kernel; hidden ones left out; one that is not a regular
-    file refused); a file named twice is read once."""
+    file, or a folder that cannot be read, refused); a file named twice is read once."""
     out, seen = [], set()
     for p in map(Path, paths):
         if p.is_dir():
-            found, odd = files_below(p, (".json", ".json.gz"))
+            try:
+                found, odd = files_below(p, (".json", ".json.gz"))
+            except UnreadableFolder as err:
+                raise ImportFileError(f"cannot import {p}: {err}, so its files would be left out; make it readable or "
+                                      "name the files to import; nothing was stored") from None
             if odd is not None:
                 raise ImportFileError(f"cannot import {p}: {odd[0]} is {odd[1]}, not a file to read; remove it or name "
                                       "the files to import; nothing was stored")
@@ -1474,6 +1523,16 @@ def _check_unknown_sizes_apart(store: Store, parsed: list[ParsedFile]) -> None:
                                    "too) is imported without one; pass --problem-size to tell their sizes apart")
 
 
+def _check_kernel_names_apart(store: Store, parsed: list[ParsedFile]) -> None:
+    """Refuse a kernel name that differs from a stored, a built-in or another file's kernel name only in case, white
+    space or NFKC form ("RMSNorm", fullwidth "ｒｍｓｎｏｒｍ" beside rmsnorm): its rows would pass for that kernel's."""
+    names = [*store.kernel_names(), *BUILTIN_KERNELS, *dict.fromkeys(item.kernel for item in parsed)]
+    for item in parsed:
+        problem = twin_problem("kernel", item.kernel, names)
+        if problem is not None:
+            raise _fail(item.path, f"{problem}; import it under that name or one of its own (its kernel_name)")
+
+
 def _check_kinds_apart(store: Store, parsed: list[ParsedFile]) -> None:
     """Refuse a file whose parameter holds values of another sort than another file's, or the store's, of the same
     kernel version: one parameter stays of one sort however many files it came from."""
@@ -1528,6 +1587,7 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
         raise ImportFileError(f"no measurements to import: {', '.join(map(str, companions))} only describe "
                               "the machine of a T4 results file or a benchmark's search space; import the results "
                               "or cache files")
+    _check_kernel_names_apart(store, parsed)
     _check_unknown_sizes_apart(store, parsed)
     _check_kinds_apart(store, parsed)
     replacing = _check_times_apart(store, parsed, replace)
