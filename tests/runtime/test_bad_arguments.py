@@ -336,7 +336,7 @@ ODD = [{"rows": 1, "cols": 8}, {"rows": 3, "cols": 4100}, {"rows": 7, "cols": 96
        {"rows": 100000, "cols": 12288}, {"rows": 2, "cols": 2**20}]
 
 
-@pytest.mark.parametrize("device", ["nvidia-h200", "nvidia-h100-pcie", "apple-m3-max-40c", "amd-mi300x", "my-own-gpu"])
+@pytest.mark.parametrize("device", ["nvidia-h200", "nvidia-h100-pcie", "apple-m3-max-40c", "amd-mi300x"])
 @pytest.mark.parametrize("kernel", ["rmsnorm", "softmax", "layernorm"])
 def test_no_answer_breaks_the_kernels_constraints(kernel, device):
     from zmlx_pipeline.data.catalog import UnknownDevice, get_device

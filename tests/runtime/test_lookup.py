@@ -119,10 +119,11 @@ def test_an_unknown_dtype_is_an_error_that_lists_the_known_ones(toy, dtype):
         predicted_config("toy_scale", {"rows": 64, "cols": 4096}, dtype, device="nvidia-h200")
 
 
-def test_unknown_device_and_missing_table_fall_back_to_the_catalog_default_and_say_so(toy):
-    d = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="my-own-gpu")
-    assert d.evidence == "default" and d.config["TG"] == 256
-    assert "device 'my-own-gpu' is not in the catalog" in d.note
+def test_an_unknown_named_device_is_refused_and_a_missing_table_falls_back_to_the_catalog_default(toy):
+    from zmlx_pipeline.runtime import UnknownDeviceError
+
+    with pytest.raises(UnknownDeviceError, match="^unknown device 'my-own-gpu': neither a catalog id"):
+        predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="my-own-gpu")
     t = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float32", device="nvidia-h200")
     assert t.evidence == "default" and "no float32 table" in t.note
 
@@ -285,7 +286,7 @@ def test_an_apple_chip_is_extrapolated_with_no_regret_and_a_bandwidth_scaled_tim
     assert meta["expected_regret"]["cross_family"] is None  # one family measured: no jump validated
     assert meta["transfer"]["apple-m3-max-40c"] == {"evidence": "extrapolated", "from": "nvidia-h100-sxm@32sm"}
     shape = {"rows": 4096, "cols": 4096}
-    p = predicted_config("rmsnorm", shape, "float16", device="Apple M3 Max")
+    p = predicted_config("rmsnorm", shape, "float16", device="Apple M3 Max (40-core GPU)")
     assert (p.device, p.evidence, p.expected_regret) == ("apple-m3-max-40c", "extrapolated", None)
     source = _published(real, "nvidia-h100-sxm@32sm")["buckets"]["12,12"]
     bw_src = real.profiles["nvidia-h100-sxm@32sm"]["memory_bandwidth_gbps"]

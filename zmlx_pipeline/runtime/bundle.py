@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from zmlx_pipeline.core.files import write_text_atomic
-from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError, home_expanded
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError, home_expanded, plain
 
 BUNDLE_SCHEMA = "zmlx-pipeline-bundle"
 #: the schema of plain-JSON bundles (what `publish` writes); 2 added extrapolated evidence, its source device
@@ -104,7 +104,7 @@ class Bundle:
         value = self.json(name)
         section = value.get(key) if isinstance(value, dict) else None
         if not isinstance(section, dict):
-            raise BundleError(f"{self.source}: malformed index files: {name} holds no {key!r} object")
+            raise BundleError(f"{plain(self.source)}: malformed index files: {plain(name)} holds no {key!r} object")
         return section
 
     @property
@@ -140,8 +140,8 @@ class Bundle:
         """The verified content of a file, decompressed if the bundle stores it compressed."""
         stored = self.stored_name(name)
         if stored is None:
-            raise BundleError(f"bundle {self.source}: no file {name!r} in its manifest")
-        return _decompressed(self._raw[stored], stored, name, f"bundle {self.source}", self.manifest["files"][stored])
+            raise BundleError(f"bundle {plain(self.source)}: no file {name!r} in its manifest")
+        return _decompressed(self._raw[stored], stored, name, f"bundle {plain(self.source)}", self.manifest["files"][stored])
 
     def json(self, name: str) -> Any:
         """A file of the bundle, decompressed and parsed (once, on first use) from its verified bytes."""
@@ -149,7 +149,7 @@ class Bundle:
             return self._parsed[name]
         except KeyError:
             pass
-        value = self._parsed[name] = parse_json(self.data(name), name, f"bundle {self.source}")
+        value = self._parsed[name] = parse_json(self.data(name), name, f"bundle {plain(self.source)}")
         return value
 
     def __repr__(self) -> str:
@@ -161,7 +161,7 @@ class Bundle:
 
 
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+    raise ValueError(f"{plain(name)} is not a JSON number")
 
 
 def parse_json(raw: bytes, name: str, where: str) -> Any:
@@ -172,9 +172,9 @@ def parse_json(raw: bytes, name: str, where: str) -> Any:
     try:
         return json.loads(raw, parse_constant=_no_constant)
     except ValueError as exc:
-        raise BundleError(f"{where}: {name} is not valid JSON ({exc})") from None
+        raise BundleError(f"{plain(where)}: {plain(name)} is not valid JSON ({plain(exc)})") from None
     except RecursionError:
-        raise BundleError(f"{where}: {name} is nested too deeply to be a bundle file") from None
+        raise BundleError(f"{plain(where)}: {plain(name)} is nested too deeply to be a bundle file") from None
 
 
 def _decompressed(raw: bytes, stored: str, name: str, where: str, entry: Any = None) -> bytes:
@@ -200,13 +200,14 @@ def _decompressed(raw: bytes, stored: str, name: str, where: str, entry: Any = N
             size += len(part)
             if size > limit:
                 cap = "its manifest's unpacked_bytes" if type(declared) is int else "the most a bundle file may hold"
-                raise BundleError(f"{where}: {stored} unpacks to more than {limit} bytes ({cap}): a gzip bomb "
+                raise BundleError(f"{plain(where)}: {plain(stored)} unpacks to more than {limit} bytes "
+                                  f"({cap}): a gzip bomb "
                                   "or a damaged file")
             parts.append(part)
     except zlib.error as exc:
-        raise BundleError(f"{where}: {stored} is not valid gzip ({exc})") from None
+        raise BundleError(f"{plain(where)}: {plain(stored)} is not valid gzip ({plain(exc)})") from None
     if not inflater.eof:
-        raise BundleError(f"{where}: {stored} is not valid gzip (incomplete or truncated stream)")
+        raise BundleError(f"{plain(where)}: {plain(stored)} is not valid gzip (incomplete or truncated stream)")
     return b"".join(parts)
 
 
@@ -233,32 +234,32 @@ def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
     """The manifest's file table after schema checks; BundleError names what is wrong."""
     if not isinstance(manifest, dict) or manifest.get("schema") != BUNDLE_SCHEMA:
         schema = manifest.get("schema") if isinstance(manifest, dict) else None
-        raise BundleError(f"{source}: not a zmlx-pipeline bundle manifest (schema {schema!r})")
+        raise BundleError(f"{plain(source)}: not a zmlx-pipeline bundle manifest (schema {schema!r})")
     version = manifest.get("schema_version")
     if type(version) is not int:
-        raise BundleError(f"{source}: manifest has no integer schema_version")
+        raise BundleError(f"{plain(source)}: manifest has no integer schema_version")
     if version > MAX_SCHEMA_VERSION:
-        raise BundleError(f"{source}: bundle schema {version} is newer than this runtime reads "
+        raise BundleError(f"{plain(source)}: bundle schema {version} is newer than this runtime reads "
                           f"({MAX_SCHEMA_VERSION}); upgrade zmlx-pipeline")
     if version < MIN_SCHEMA_VERSION:
-        raise BundleError(f"{source}: bundle schema {version} is older than this runtime reads "
+        raise BundleError(f"{plain(source)}: bundle schema {version} is older than this runtime reads "
                           f"({MIN_SCHEMA_VERSION}-{MAX_SCHEMA_VERSION}); publish it again")
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
-        raise BundleError(f"{source}: manifest lists no files")
+        raise BundleError(f"{plain(source)}: manifest lists no files")
     for name, entry in files.items():
         if not _safe_name(name):
-            raise BundleError(f"{source}: manifest names an unsafe path {name!r}")
+            raise BundleError(f"{plain(source)}: manifest names an unsafe path {name!r}")
         if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
-            raise BundleError(f"{source}: manifest entry for {name!r} has no sha256")
+            raise BundleError(f"{plain(source)}: manifest entry for {name!r} has no sha256")
         for field, what in (("bytes", "size"), ("unpacked_bytes", "unpacked size")):
             size = entry.get(field)
             if size is not None and (type(size) is not int or not 0 <= size <= MAX_FILE_BYTES):
-                raise BundleError(f"{source}: manifest entry for {name!r} gives its {what} as {size!r:.40}, "
+                raise BundleError(f"{plain(source)}: manifest entry for {name!r} gives its {what} as {size!r:.40}, "
                                   f"not a whole number of bytes from 0 to {MAX_FILE_BYTES}")
     missing = [f for f in REQUIRED_FILES if _stored_name(f, files, version) is None]
     if missing:
-        raise BundleError(f"{source}: manifest lacks {', '.join(missing)}")
+        raise BundleError(f"{plain(source)}: manifest lacks {', '.join(missing)}")
     return files
 
 
@@ -272,9 +273,10 @@ def _safe_name(name: Any) -> bool:
 def _verify(name: str, data: bytes, entry: dict, source: str) -> None:
     size = entry.get("bytes")
     if isinstance(size, int) and len(data) != size:
-        raise BundleError(f"{source}: {name} is {len(data)} bytes, the manifest says {size} (truncated or altered)")
+        raise BundleError(f"{plain(source)}: {plain(name)} is {len(data)} bytes, the manifest says "
+                          f"{size} (truncated or altered)")
     if sha256_hex(data) != entry["sha256"]:
-        raise BundleError(f"{source}: sha256 of {name} does not match the manifest (altered or corrupt)")
+        raise BundleError(f"{plain(source)}: sha256 of {plain(name)} does not match the manifest (altered or corrupt)")
 
 
 def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str, int], bytes]) -> Bundle:
@@ -288,7 +290,7 @@ def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str, 
         limit = size if isinstance(size, int) and size >= 0 else MAX_FILE_BYTES
         blob = read(name, limit)
         if len(blob) > limit:
-            raise BundleError(f"{source}: {name} is larger than the {limit} bytes the manifest gives it "
+            raise BundleError(f"{plain(source)}: {plain(name)} is larger than the {limit} bytes the manifest gives it "
                               "(altered or corrupt)")
         _verify(name, blob, entry, source)
         data[name] = blob
@@ -304,11 +306,11 @@ def _check_contents(bundle: Bundle) -> None:
 
     for device, name in bundle.tables.items():
         if not isinstance(name, str) or bundle.stored_name(name) is None:
-            raise BundleError(f"{bundle.source}: device {device!r} points at {name!r:.60}, "
+            raise BundleError(f"{plain(bundle.source)}: device {device!r} points at {name!r:.60}, "
                               "which the manifest does not list")
     problem = index_problem(bundle.kernels, bundle.profiles, builtin_kernels())
     if problem:
-        raise BundleError(f"{bundle.source}: malformed index files: {problem}")
+        raise BundleError(f"{plain(bundle.source)}: malformed index files: {problem}")
 
 
 _BUILTIN: dict[Path, dict[str, dict]] = {}
@@ -355,12 +357,12 @@ def resolve_dir(path: Path) -> Path:
     if pointer.is_file():
         name = pointer.read_text(encoding="utf-8", errors="replace").strip()  # bytes that are no text: no safe name
         if not _safe_name(name) or "/" in name:
-            raise BundleError(f"{pointer}: the latest pointer holds an unsafe name {name!r}")
+            raise BundleError(f"{plain(pointer)}: the latest pointer holds an unsafe name {name!r}")
         target = path / name
         if (target / MANIFEST).is_file():
             return target
-        raise BundleError(f"{pointer} points at {name!r}, which holds no manifest.json")
-    raise BundleError(f"{path}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
+        raise BundleError(f"{plain(pointer)} points at {name!r}, which holds no manifest.json")
+    raise BundleError(f"{plain(path)}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
 
 
 def read_dir(path: str | os.PathLike, source: str | None = None) -> Bundle:
@@ -368,21 +370,21 @@ def read_dir(path: str | os.PathLike, source: str | None = None) -> Bundle:
     p = Path(home_expanded(os.fspath(path), "bundle location"))
     try:
         if not p.exists():
-            raise BundleError(f"{p}: no such bundle directory")
+            raise BundleError(f"{plain(p)}: no such bundle directory")
         root = resolve_dir(p)
     except OSError as exc:  # a directory or pointer this process may not read
-        raise BundleError(f"{p}: cannot read the bundle ({exc.strerror or exc})") from None
+        raise BundleError(f"{plain(p)}: cannot read the bundle ({exc.strerror or exc})") from None
 
     def read(name: str, limit: int) -> bytes:
         try:
             return read_regular(root / name, limit)
         except OSError as exc:
-            raise BundleError(f"{source or root}: cannot read {name} ({exc.strerror or exc})") from None
+            raise BundleError(f"{plain(source or root)}: cannot read {plain(name)} ({exc.strerror or exc})") from None
 
     try:
         manifest_bytes = (root / MANIFEST).read_bytes()  # resolve_dir found it a regular file
     except OSError as exc:
-        raise BundleError(f"{root}: cannot read manifest.json ({exc.strerror or exc})") from None
+        raise BundleError(f"{plain(root)}: cannot read manifest.json ({exc.strerror or exc})") from None
     return _build(source or str(root), root, manifest_bytes, read)
 
 
@@ -459,7 +461,8 @@ def _fetch(url: str, limit: int = MAX_FILE_BYTES, until: float | None = None) ->
         with _opener(sockets).open(url, timeout=FETCH_TIMEOUT_S) as resp:
             announced = (resp.headers.get("Content-Length") or "").strip()
             if announced.isascii() and announced.isdigit() and int(announced) > limit:
-                raise FetchError(f"{url}: the server announces {int(announced)} bytes, more than the {limit} this "
+                raise FetchError(f"{plain(url)}: the server announces {int(announced)} bytes, more than "
+                                 f"the {limit} this "
                                  "file may have")
             size = 0
             while size <= limit:
@@ -470,15 +473,16 @@ def _fetch(url: str, limit: int = MAX_FILE_BYTES, until: float | None = None) ->
                 size += len(part)
     except urllib.error.HTTPError as exc:
         if 300 <= exc.code < 400:
-            raise FetchError(f"{url}: HTTP {exc.code}, a redirect not followed ({' '.join(str(exc.msg).split())}): "
+            raise FetchError(f"{plain(url)}: HTTP {exc.code}, a redirect not followed "
+                             f"({' '.join(str(exc.msg).split())}): "
                              f"redirects are followed only to http(s) URLs, at most {MAX_REDIRECTS}; give the "
                              "bundle's final URL") from None
-        raise FetchError(f"{url}: HTTP {exc.code}") from None
+        raise FetchError(f"{plain(url)}: HTTP {exc.code}") from None
     except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:  # InvalidURL is the last
         if expired.is_set():
             raise FetchError(_too_slow(url, got, seconds < FETCH_DEADLINE_S)) from None
         reason = getattr(exc, "reason", exc)
-        raise FetchError(f"{url}: cannot fetch ({reason})") from None
+        raise FetchError(f"{plain(url)}: cannot fetch ({plain(reason)})") from None
     finally:
         timer.cancel()
     if expired.is_set():
@@ -489,12 +493,14 @@ def _fetch(url: str, limit: int = MAX_FILE_BYTES, until: float | None = None) ->
 def _too_slow(url: str, got: list[bytes], bundle_deadline: bool = False) -> str:
     if bundle_deadline:
         return _bundle_too_slow(url)
-    return (f"{url}: no complete answer within {FETCH_DEADLINE_S:g} s ({sum(map(len, got))} bytes received): the "
+    return (f"{plain(url)}: no complete answer within {FETCH_DEADLINE_S:g} s ({sum(map(len, got))} bytes "
+            f"received): the "
             "server stalls or sends too slowly")
 
 
 def _bundle_too_slow(url: str) -> str:
-    return (f"{url}: the bundle's files did not all arrive within {FETCH_BUNDLE_DEADLINE_S:g} s: the server sends too "
+    return (f"{plain(url)}: the bundle's files did not all arrive within {FETCH_BUNDLE_DEADLINE_S:g} s: "
+            f"the server sends too "
             "slowly")
 
 
@@ -561,7 +567,7 @@ def _remote_base(url: str, until: float) -> tuple[str, bytes]:
         except BundleError:
             raise first from None
         if not _safe_name(name) or "/" in name:
-            raise BundleError(f"{base}/{LATEST} holds an unsafe name {name!r}") from None
+            raise BundleError(f"{plain(base)}/{LATEST} holds an unsafe name {name!r}") from None
         return base + "/" + name, _fetch(base + "/" + name + "/" + MANIFEST, MAX_MANIFEST_BYTES, until)
 
 
@@ -607,7 +613,8 @@ def _store_cached(url: str, bundle: Bundle, manifest_bytes: bytes, files: dict[s
             os.replace(tmp, final)
         write_text_atomic(top / LATEST, name + "\n")
     except OSError as exc:
-        warnings.warn(f"zmlx-pipeline: bundle {url} verified but not cached ({exc})", BundleWarning, stacklevel=3)
+        warnings.warn(f"zmlx-pipeline: bundle {plain(url)} verified but not cached "
+                      f"({plain(exc)})", BundleWarning, stacklevel=3)
     return final
 
 
@@ -615,8 +622,8 @@ def cached_copy(url: str) -> Bundle:
     """The last verified copy of a remote bundle from the local cache (verified again); raises BundleError."""
     top = _url_dir(url)
     if not (top / LATEST).is_file():
-        raise BundleError(f"no cached copy of {url}")
-    return read_dir(top, source=f"{url} (cached copy)")
+        raise BundleError(f"no cached copy of {plain(url)}")
+    return read_dir(top, source=f"{plain(url)} (cached copy)")
 
 
 def is_url(text: str) -> bool:
@@ -662,7 +669,8 @@ def read_bundle(path_or_url: str | os.PathLike, cached_if_invalid: bool = True) 
             cached = cached_copy(text)
         except BundleError:
             raise exc from None
-        warnings.warn(f"zmlx-pipeline: {exc}; using the cached copy {cached.bundle_id}", BundleWarning, stacklevel=3)
+        warnings.warn(f"zmlx-pipeline: {plain(exc)}; using the cached copy "
+                      f"{plain(cached.bundle_id)}", BundleWarning, stacklevel=3)
         return cached
 
 
@@ -718,8 +726,8 @@ def load_bundle(path_or_url: str | os.PathLike, *, strict: bool = False) -> Bund
         if strict:
             raise
         current = active_bundle(load_default=True)
-        keep = f"still using bundle {current.bundle_id}" if current is not None else "no bundle in use"
-        warnings.warn(f"zmlx-pipeline: bundle refused: {exc}; {keep}", BundleWarning, stacklevel=2)
+        keep = f"still using bundle {plain(current.bundle_id)}" if current is not None else "no bundle in use"
+        warnings.warn(f"zmlx-pipeline: bundle refused: {plain(exc)}; {keep}", BundleWarning, stacklevel=2)
         return current
     _activate(bundle)
     return bundle
@@ -739,7 +747,8 @@ def active_bundle(load_default: bool = True) -> Bundle | None:
             try:
                 chosen = read_bundle(env)
             except (BundleError, BadArgument) as exc:  # BadArgument: a location no bundle can be at (ftp://)
-                warnings.warn(f"zmlx-pipeline: bundle refused: {exc} ($ZMLX_PIPELINE_BUNDLE); using the default bundle",
+                warnings.warn(f"zmlx-pipeline: bundle refused: {plain(exc)} ($ZMLX_PIPELINE_BUNDLE); "
+                              f"using the default bundle",
                               BundleWarning, stacklevel=2)
         if chosen is None:
             if _DEFAULT_FAILED:
@@ -748,7 +757,8 @@ def active_bundle(load_default: bool = True) -> Bundle | None:
                 chosen = default_bundle()
             except BundleError as exc:
                 _DEFAULT_FAILED.append(str(exc))  # warn once, not on every new lookup
-                warnings.warn(f"zmlx-pipeline: {exc}; lookups answer with catalog defaults", BundleWarning, stacklevel=2)
+                warnings.warn(f"zmlx-pipeline: {plain(exc)}; lookups answer with catalog "
+                              f"defaults", BundleWarning, stacklevel=2)
                 return None
         _activate(chosen)
     return _ACTIVE

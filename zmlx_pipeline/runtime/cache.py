@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from zmlx_pipeline.core.files import current_umask, write_json_atomic
-from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, home_expanded
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, home_expanded, plain
 
 SCHEMA_VERSION = "3.0"
 V3_NAME = "autotune_v3.json"
@@ -270,7 +270,8 @@ def _warn_newer(p: Path, version: str) -> None:
     where = os.path.realpath(p)
     if where not in _NEWER_WARNED:
         _NEWER_WARNED.add(where)
-        warnings.warn(f"zmlx-pipeline: {where} is an autotune cache of schema {version!r:.40}, newer than this runtime "
+        warnings.warn(f"zmlx-pipeline: {plain(where)} is an autotune cache of schema {version!r:.40}, "
+                      f"newer than this runtime "
                       f"reads ({SCHEMA_VERSION}): it is left as it is, and nothing is read from it or cached in it "
                       "(upgrade zmlx-pipeline, or give another cache_path or $ZMLX_CACHE_DIR)", stacklevel=4)
 
@@ -389,8 +390,8 @@ def _current_for_write(p: Path) -> dict | None:
                 os.replace(p, aside)
             except OSError:
                 pass
-            warnings.warn(f"zmlx-pipeline: {p} could not be used as the autotune cache ({exc}); "
-                          f"moved aside to {aside.name}", stacklevel=3)
+            warnings.warn(f"zmlx-pipeline: {plain(p)} could not be used as the autotune cache ({plain(exc)}); "
+                          f"moved aside to {plain(aside.name)}", stacklevel=3)
             return _empty()
     return read_cache(p)
 

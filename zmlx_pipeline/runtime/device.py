@@ -9,29 +9,38 @@ from typing import Any
 #: the project's hand-made chip default (catalog.json's `default_threadgroup` is 256 on every chip)
 FALLBACK_THREADGROUP = 256
 
-_CURRENT: list = []  # [device_id or None, why-not text]
+_CURRENT: list = []  # [device_id or None, why-not text, named by $ZMLX_PIPELINE_DEVICE]
 
 
 def current_device_id() -> tuple[str | None, str]:
-    """(catalog id of this process's GPU, "") or (None, why it is unknown); $ZMLX_PIPELINE_DEVICE overrides."""
+    """(catalog id of this process's GPU, "") or (None, why it is unknown); $ZMLX_PIPELINE_DEVICE overrides.
+
+    A $ZMLX_PIPELINE_DEVICE that is empty or blank (only spaces) is treated as unset: the GPU is detected."""
+    return current_device()[:2]  # type: ignore[return-value]
+
+
+def current_device() -> tuple[str | None, str, bool]:
+    """current_device_id and whether $ZMLX_PIPELINE_DEVICE named the device (a named device is checked as a given
+    one: an unknown name is refused; a detected GPU the catalog does not know answers with the default)."""
     if _CURRENT:
-        return _CURRENT[0], _CURRENT[1]
+        return _CURRENT[0], _CURRENT[1], _CURRENT[2]
     explicit = os.environ.get("ZMLX_PIPELINE_DEVICE")
-    if explicit:
-        result: tuple[str | None, str] = (explicit, "")
+    if explicit and explicit.strip():
+        result: tuple[str | None, str, bool] = (explicit, "", True)
     else:
         try:
             from zmlx_pipeline.data.detect import detect_device
 
             detected = detect_device()
             if detected.backend == "cpu":
-                result = (None, "no Metal or CUDA device in this process (MLX runs on the CPU)")
+                result = (None, "no Metal or CUDA device in this process (MLX runs on the CPU)", False)
             elif not detected.known:
-                result = (None, f"this GPU ({detected.reported_name or detected.device_id}) is not in the catalog")
+                result = (None, f"this GPU ({detected.reported_name or detected.device_id}) is not in the catalog",
+                          False)
             else:
-                result = (detected.device_id, "")
+                result = (detected.device_id, "", False)
         except Exception as exc:  # noqa: BLE001 - no MLX, no backend: the lookup still answers, with a default
-            result = (None, f"the device could not be detected ({type(exc).__name__}: {exc})")
+            result = (None, f"the device could not be detected ({type(exc).__name__}: {exc})", False)
     _CURRENT[:] = list(result)
     return result
 
@@ -41,19 +50,74 @@ def forget_current_device() -> None:
     _CURRENT.clear()
 
 
-def catalog_row(device_id: str) -> dict[str, Any] | None:
-    """The catalog row of a device id or reported name (a core-limited id falls back to its base chip)."""
+def catalog_id_row(device_id: str) -> dict[str, Any] | None:
+    """The catalog row of this exact id (no name matching); None when the catalog has no such id."""
     try:
-        from zmlx_pipeline.data.catalog import UnknownDevice, get_device, match_device
+        from zmlx_pipeline.data.catalog import UnknownDevice, get_device
     except ImportError:
         return None
+    try:
+        return get_device(device_id).as_row()
+    except UnknownDevice:
+        return None
+
+
+def catalog_candidates(name: str) -> tuple[str, ...]:
+    """The ids of every catalog row a device name may stand for ("M3 Max": both binned M3 Max rows), in catalog order;
+    the runtime's own reading, whatever the catalog's matcher picks among them."""
+    try:
+        from zmlx_pipeline.data import catalog
+    except ImportError:
+        return ()
+    find = getattr(catalog, "device_candidates", None)
+    try:
+        if find is not None:
+            return tuple(dict.fromkeys(spec.id for spec in find(name)))
+        spec = catalog.match_device(name)
+    except LookupError as exc:  # a matcher that refuses an ambiguous name says which ids it may be
+        return tuple(getattr(exc, "candidates", ()) or ())
+    return (spec.id,) if spec is not None else ()
+
+
+def catalog_row(device_id: str) -> dict[str, Any] | None:
+    """The catalog row of a device id or reported name (a core-limited id falls back to its base chip); None for a
+    name that does not tell one chip ("M3 Max" is a 30- or a 40-core chip): never a guess among several."""
     for candidate in (device_id, device_id.split("@", 1)[0]):
+        row = catalog_id_row(candidate)
+        if row is not None:
+            return row
+    ids = catalog_candidates(device_id)
+    if len(ids) != 1:
+        return None
+    try:
+        from zmlx_pipeline.data.catalog import match_device
+
+        spec = match_device(device_id)
+    except (ImportError, LookupError):
+        return None
+    return spec.as_row() if spec is not None and spec.id == ids[0] else None
+
+
+def catalog_hint(text: str, limit: int = 3) -> tuple[str, ...]:
+    """A few catalog ids for a device the catalog does not know: those holding its text, else those whose names
+    hold its words, else the closest spellings."""
+    try:
+        from zmlx_pipeline.data.catalog import devices_named_within, load_catalog
+    except ImportError:
+        return ()
+    ids = [spec.id for spec in load_catalog()]
+    needle = text.strip().lower()
+    found = [i for i in ids if needle and needle in i]
+    if not found:
         try:
-            return get_device(candidate).as_row()
-        except UnknownDevice:
-            pass
-    spec = match_device(device_id)
-    return spec.as_row() if spec is not None else None
+            found = list(devices_named_within(text, limit))
+        except Exception:  # noqa: BLE001 - a hint only
+            found = []
+    if not found:
+        import difflib
+
+        found = difflib.get_close_matches(needle, ids, n=limit, cutoff=0.6)
+    return tuple(found[:limit])
 
 
 def zmlx_names(family: str, variant: str, vendor: str | None) -> tuple[str, str]:

@@ -35,6 +35,18 @@ class UnknownDtypeError(UnknownName):
     "A dtype the runtime has no tables for"
 
 
+class UnknownDeviceError(UnknownName):
+    """A device the caller named (argument or $ZMLX_PIPELINE_DEVICE) that is no catalog id, core limit of one or
+    device of the bundle, or a name that does not tell one chip ("M3 Max": 30 or 40 cores)"""
+
+
+def plain(value: Any) -> str:
+    """A user-given path, URL or name as a message shows it: as it is when every character prints, else its repr
+    (`'r3/x\\nY'`), so a message stays one line and never sends a control character (an ANSI escape) to a terminal."""
+    text = str(value)
+    return text if text.isprintable() else repr(text)
+
+
 def known(names: Iterable[Any]) -> str:
     """A short list for a message: `a, b, c` (the first 20, then how many more)."""
     items = sorted(str(n) for n in names)

@@ -42,15 +42,24 @@ from zmlx_pipeline.runtime.bundle import (
     on_change,
 )
 from zmlx_pipeline.runtime.contents import MAX_DIM, table_problem
-from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id
+from zmlx_pipeline.runtime.device import (
+    FALLBACK_THREADGROUP,
+    catalog_candidates,
+    catalog_hint,
+    catalog_id_row,
+    catalog_row,
+    current_device,
+    current_device_id,
+)
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
     BadArgumentType,
+    UnknownDeviceError,
     UnknownDtypeError,
     UnknownKernelError,
-    UnknownName,
     expect_str,
     known,
+    plain,
 )
 from zmlx_pipeline.runtime.roofline import bound_s, scale, work
 
@@ -252,7 +261,7 @@ def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table]
         data = bundle.json(name)
         problem = table_problem(data, bundle.kernels, ENTRY_FIELDS if positional else None)
         if problem:
-            raise BundleError(f"{bundle.source}: malformed table {name} of {device}: {problem}")
+            raise BundleError(f"{plain(bundle.source)}: malformed table {plain(name)} of {plain(device)}: {problem}")
         for kernel, by_dtype in data["kernels"].items():
             for dtype, t in by_dtype.items():
                 out[(kernel, dtype)] = _Table(
@@ -262,12 +271,14 @@ def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table]
                 )
     except (BundleError, KeyError, TypeError, ValueError, AttributeError) as exc:
         if not isinstance(exc, BundleError):  # what the checks above did not foresee is a bad table all the same
-            exc = BundleError(f"{bundle.source}: unusable table {name} of {device} ({type(exc).__name__}: {exc})")
+            exc = BundleError(f"{plain(bundle.source)}: unusable table {plain(name)} of {plain(device)} "
+                              f"({type(exc).__name__}: {plain(exc)})")
         if bundle.strict:
             raise exc from None
         import warnings
 
-        warnings.warn(f"zmlx-pipeline: bundle {bundle.bundle_id}: the table of {device} is unusable ({exc}); "
+        warnings.warn(f"zmlx-pipeline: bundle {plain(bundle.bundle_id)}: the table of {plain(device)} is "
+                      f"unusable ({exc}); "
                       "answering with catalog defaults", BundleWarning, stacklevel=4)
         _TABLES[device] = None
         return None
@@ -620,7 +631,9 @@ def _nearest_limit(bundle: Bundle, base: str, device: str, row: Mapping[str, Any
     return table, n == wanted
 
 
-def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Prediction:
+def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: bool = True) -> Prediction:
+    """One answer; `named` False for a device this process detected rather than one a caller named (a GPU the
+    catalog does not know then answers with the default instead of being refused)."""
     _check_names(kernel, device)
     bundle = active_bundle()
     dtype_name = _dtype_name(dtype)
@@ -629,12 +642,16 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None) -> Predict
         raise UnknownKernelError(f"unknown kernel {shown(kernel)}: bundle {bundle.bundle_id} has {known(bundle.kernels)}")
     shape_map = _shape_dict(k, shape)
     if device is None:
-        device_id, why_not = current_device_id()
+        device_id, why_not, from_env = current_device()
         if device_id is not None:
             check_device_id(bundle, device_id, "$ZMLX_PIPELINE_DEVICE")
+            if from_env:
+                _check_known_device(bundle, device_id, "$ZMLX_PIPELINE_DEVICE")
     else:
         device_id, why_not = device, ""
         check_device_id(bundle, device_id)
+        if named:
+            _check_known_device(bundle, device_id)
     if bundle is None or k is None:
         return _default(None, kernel, None, device_id, dtype_name, shape_map, "no bundle loaded")
     if device_id is None:
@@ -722,6 +739,13 @@ def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtyp
     does not know, BadLookup (ValueError) or BadArgumentType (TypeError) for a malformed argument
     (a device id with a control character or a malformed core limit too), and BundleError when the
     device's table of a bundle loaded with strict=True fails its checks.
+
+    A device named here or in $ZMLX_PIPELINE_DEVICE must be a catalog id, a core limit of one
+    (`nvidia-h200@66sm`), a device the active bundle has a profile or table for, or a name that tells one
+    catalog chip; anything else (`nvidia-h100`, `M3 Max`: several chips) raises UnknownDeviceError
+    (LookupError), never a default answer. A $ZMLX_PIPELINE_DEVICE that is empty or blank is treated as
+    unset. The device this process detects is never refused: a GPU the catalog does not know answers
+    with the catalog default (evidence `default`).
     """
     # Remembered answers: one small dict per (kernel, dtype, device, dim names), keyed by the dims' values.
     try:
@@ -747,14 +771,22 @@ def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtyp
 
 
 def predicted_or_default(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "float32",
-                         device: str | None = None) -> Prediction:
+                         device: str | None = None, *, detected: bool = False) -> Prediction:
     """predicted_config, except that a kernel the bundle does not rank answers with the catalog default
-    (evidence `default`): the autotuner times kernels of their own that no bundle knows."""
+    (evidence `default`): the autotuner times kernels of their own that no bundle knows. `detected`: `device` is
+    the GPU this process detected, not one a caller named, so one the catalog does not know answers with the
+    default rather than being refused (answered anew, never remembered for a named lookup)."""
     shape = in_order(shape)
     try:
+        if detected and device is not None:
+            return _resolve(kernel, shape, dtype, device, named=False)
         return predicted_config(kernel, shape, dtype, device)
     except UnknownKernelError as exc:
         device_id = device if device is not None else current_device_id()[0]
+        if device is not None and not detected:
+            check_device(device)
+        elif device is None and current_device()[2]:
+            check_device(device_id, "$ZMLX_PIPELINE_DEVICE")
         return _default(active_bundle(), kernel, None, device_id, _dtype_name(dtype), _shape_dict(None, shape), str(exc))
 
 
@@ -831,11 +863,42 @@ def load_strictly(bundle: str | None) -> None:
 
 
 def check_device(device: Any, what: str = "device") -> None:
-    """UnknownName for a device id that neither the active bundle nor the catalog knows (a typo gets no default),
-    BadLookup for a malformed one (check_device_id)."""
-    from zmlx_pipeline.runtime.profiles import profile_records
-
+    """UnknownDeviceError for a device the caller named that neither the active bundle nor the catalog knows, or a
+    name that does not tell one chip (a typo gets no default, nor does a guess), BadLookup for a malformed one
+    (check_device_id)."""
     expect_str(device, what)
-    check_device_id(active_bundle(), device, what)
-    if device not in profile_records() and catalog_row(device) is None:
-        raise UnknownName(f"unknown {what} {device!r}: not in the bundle or the catalog; see zmlx-pipeline devices")
+    bundle = active_bundle()
+    check_device_id(bundle, device, what)
+    _check_known_device(bundle, device, what)
+
+
+def _held(bundle: Bundle | None, device: str) -> bool:
+    return bundle is not None and (device in bundle.tables or device in bundle.profiles)
+
+
+def device_problem(bundle: Bundle | None, device: str, what: str = "device") -> str:
+    """Why a named device (check_device_id has checked its form) answers for no one chip, in one line; "" when it
+    does: a device the bundle holds, a catalog id or a core limit of either, or a name that tells one catalog chip."""
+    if _held(bundle, device):
+        return ""
+    base = device.partition("@")[0]
+    if base != device:  # a core limit: of a chip the bundle holds or of a catalog id, never of a mere name
+        if _held(bundle, base) or catalog_id_row(base) is not None:
+            return ""
+    elif catalog_row(device) is not None:
+        return ""
+    ids = catalog_candidates(base)
+    if len(ids) > 1:
+        more = f" and {len(ids) - 8} more" if len(ids) > 8 else ""
+        return f"{what} {shown(device)} does not name one chip; it may be {', '.join(ids[:8])}{more}"
+    hint = catalog_hint(base)
+    where = f"bundle {plain(bundle.bundle_id)}" if bundle is not None else "the bundle"
+    return (f"unknown {what} {shown(device)}: neither a catalog id, a core limit of one (nvidia-h200@66sm) nor a "
+            f"device of {where}" + (f"; catalog ids like it: {', '.join(hint)}" if hint else
+                                   "; see zmlx-pipeline devices"))
+
+
+def _check_known_device(bundle: Bundle | None, device: str, what: str = "device") -> None:
+    problem = device_problem(bundle, device, what)
+    if problem:
+        raise UnknownDeviceError(problem)

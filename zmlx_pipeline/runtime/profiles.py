@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from zmlx_pipeline.runtime.bundle import active_bundle, on_change
-from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device_id, zmlx_names
-from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, expect_str
+from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device, zmlx_names
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, UnknownDeviceError, expect_str
 
 #: the seed's kernel types, and which learned kernel class answers each ("general": all classes pooled)
 KERNEL_TYPES = {"general": "general", "reduction": "row_reduction", "simd": "general"}
@@ -111,6 +111,28 @@ def _check_id(device_id: str, what: str = "device") -> None:
     check_device_id(active_bundle(), device_id, what)
 
 
+def _check_known(device_id: str, what: str = "device") -> None:
+    """UnknownDeviceError for a named device lookups refuse too: no catalog id, core limit or bundle device, or a
+    name that does not tell one chip (lookup.device_problem)."""
+    from zmlx_pipeline.runtime.lookup import device_problem
+
+    problem = device_problem(active_bundle(), device_id, what)
+    if problem:
+        raise UnknownDeviceError(problem)
+
+
+def _family_base_row(family: str) -> dict | None:
+    """The catalog row of a chip family's base chip ("M3": the full M3 of its binned variants), as ZMLX's
+    `get_device_profile("M3")` means it; None when the catalog has no base chip of that family."""
+    try:
+        from zmlx_pipeline.data.catalog import load_catalog
+    except ImportError:
+        return None
+    rows = [spec for spec in load_catalog()
+            if spec.family.lower() == family and spec.variant.lower() in ("", "base")]
+    return max(rows, key=lambda spec: spec.gpu_cores).as_row() if rows else None
+
+
 def profile_for_device(device_id: str) -> DeviceTuningProfile:
     """The profile of a catalog id (or reported name); catalog specs with default threadgroups if not in the bundle.
     BadLookup for an id lookups refuse (a malformed core limit such as `nvidia-h200@0sm`)."""
@@ -128,8 +150,11 @@ def profile_for_device(device_id: str) -> DeviceTuningProfile:
 def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
     """The profile of a chip by family and variant ("M3", "Max"; "hopper", "h200-sxm"), or by catalog id.
 
-    Binned variants (a 30- and a 40-core M3 Max) answer with the full chip; an unknown chip gets a
-    generic profile with the catalog's default threadgroup (evidence "default").
+    Binned variants (a 30- and a 40-core M3 Max) answer with the full chip, as in ZMLX; an unknown
+    (family, variant) pair gets a generic profile with the catalog's default threadgroup (evidence
+    "default"). A `family` alone that is no chip family is a device as lookups take it: a catalog id, a core
+    limit of one, a device of the bundle or a name that tells one chip, else UnknownDeviceError
+    ("nvidia-h100", "apple-m3": several chips), never a generic profile.
     """
     expect_str(family, "family")
     expect_str(variant, "variant", optional=True)
@@ -143,21 +168,28 @@ def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
     matches = [r for r in records.values()
                if str(r.get("family", "")).lower() == fam and str(r.get("variant", "")).lower() == var]
     if not matches:
-        row = catalog_row(family) if not variant else None
+        if variant:
+            return _generic(family, variant)
+        row = _family_base_row(fam)
+        if row is None:
+            _check_known(family, "family")
+            row = catalog_row(family)
         if row is not None:
             return profile_for_device(row["id"])
-        return _generic(family, variant)
+        return profile_for_device(family)  # a device of the bundle (a core limit it holds no profile of)
     return _from_record(max(matches, key=lambda r: (r.get("gpu_cores") or 0, r.get("device_id") or "")))
 
 
 @functools.lru_cache(maxsize=1)
 def get_current_device_profile() -> DeviceTuningProfile:
     """The profile of this process's GPU (detected once; `get_current_device_profile.cache_clear()` forgets
-    it, as in ZMLX); a generic default profile when it cannot be told. BadLookup when $ZMLX_PIPELINE_DEVICE names
-    an id lookups refuse."""
-    device_id, _ = current_device_id()
+    it, as in ZMLX); a generic default profile when it cannot be told (a GPU the catalog does not know). BadLookup
+    or UnknownDeviceError when $ZMLX_PIPELINE_DEVICE names a device lookups refuse (empty or blank: unset)."""
+    device_id, _, from_env = current_device()
     if device_id:
         _check_id(device_id, "$ZMLX_PIPELINE_DEVICE")
+        if from_env:
+            _check_known(device_id, "$ZMLX_PIPELINE_DEVICE")
     return profile_for_device(device_id) if device_id else _generic()
 
 
@@ -228,7 +260,8 @@ def profile_table(devices: list[str] | None = None, bundle: str | None = None) -
     """Profile records of the bundle (`bundle`, verified strictly, else the active one), all or some devices.
 
     An id that is not in the bundle is answered from the catalog with default threadgroups
-    (evidence "default"); an id in neither raises UnknownDevice, a malformed one (`nvidia-h200@0sm`) BadLookup.
+    (evidence "default"); an id in neither, or a name that does not tell one chip, raises UnknownDeviceError, a
+    malformed one (`nvidia-h200@0sm`) BadLookup.
     """
     from zmlx_pipeline.runtime.lookup import load_strictly
 
@@ -242,10 +275,25 @@ def profile_table(devices: list[str] | None = None, bundle: str | None = None) -
         if device_id in records:
             out.append(records[device_id])
             continue
+        problem = _device_problem(device_id)
+        if problem:
+            raise UnknownDeviceError(problem)
         row = catalog_row(device_id)
-        if row is None:
-            from zmlx_pipeline.data.catalog import UnknownDevice
-
-            raise UnknownDevice(f"no device {device_id!r} in the bundle or the catalog: see zmlx-pipeline devices")
+        if row is None:  # a core limit of a chip the bundle holds and the catalog does not
+            out.append(profile_for_device(device_id).as_dict() | {"device_id": device_id, "note": "not in the bundle"})
+            continue
         out.append(profile_for_device(row["id"]).as_dict() | {"device_id": row["id"], "note": "not in the bundle"})
     return out
+
+
+def _device_problem(device_id: str) -> str:
+    """profile_table's one line for a device it cannot answer (lookup.device_problem, worded as the table says it)."""
+    from zmlx_pipeline.runtime.lookup import device_problem
+
+    problem = device_problem(active_bundle(), device_id)
+    if problem.startswith("unknown device "):
+        hint = problem.partition("; ")[2]
+        from zmlx_pipeline.core.errors import shown
+
+        return f"no device {shown(device_id)} in the bundle or the catalog" + (f"; {hint}" if hint else "")
+    return problem

@@ -54,6 +54,7 @@ from zmlx_pipeline.runtime.errors import (
     UnknownKernelError,
     expect_str,
     home_expanded,
+    plain,
 )
 from zmlx_pipeline.runtime.lookup import check_k, predicted_or_default
 
@@ -273,11 +274,10 @@ def _check_options(*, warmup: Any = 3, iters: Any = 10, k: Any = None, configs: 
     _optional("cache_path", cache_path, (str, os.PathLike), "a file path")
     if cache_path is not None:
         cache_file.checked_path(cache_path)
-    if device is not None:
-        from zmlx_pipeline.runtime.bundle import active_bundle
-        from zmlx_pipeline.runtime.lookup import check_device_id
+    if device is not None:  # a device the caller names: refused as lookups refuse it (UnknownDeviceError, BadLookup)
+        from zmlx_pipeline.runtime.lookup import check_device
 
-        check_device_id(active_bundle(load_default=False), device)
+        check_device(device)
     if timer not in TIMERS:
         raise BadArgument(f"timer must be one of {', '.join(TIMERS)}, not {timer!r:.60}")
     if configs is not None:
@@ -332,9 +332,10 @@ def _checked_dtype(dtype: Any) -> str:
 
 
 def pruned_candidates(spec, shape: Mapping[str, int], dtype: str, legal: list[dict], k: int | None = None,
-                      device: str | None = None) -> tuple[list[dict], str]:
-    """The bundle's top-k legal configs for this case, capped at a fifth of the legal ones; and a note."""
-    pred = predicted_or_default(spec.name, dict(shape), dtype, device=device)
+                      device: str | None = None, *, detected: bool = False) -> tuple[list[dict], str]:
+    """The bundle's top-k legal configs for this case, capped at a fifth of the legal ones; and a note. `detected`:
+    `device` is this process's GPU, not a device the caller named (one the catalog does not know answers)."""
+    pred = predicted_or_default(spec.name, dict(shape), dtype, device=device, detected=detected)
     cap = max(1, int(len(legal) * MAX_FRACTION))
     want = min(cap, k if k is not None else pred.prune_k)
     legal_keys = {tuple(sorted(c.items())): c for c in legal}
@@ -417,7 +418,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         if not cands:
             raise AutotuneError(f"{spec.name}: none of the {len(configs)} given configs is legal for {shape} {dtype}")
     elif device_aware:
-        cands, note = pruned_candidates(spec, shape, dtype, legal, k=k, device=chip)
+        cands, note = pruned_candidates(spec, shape, dtype, legal, k=k, device=chip, detected=device is None)
     else:
         cands = list(legal)
     start = time.perf_counter()
@@ -427,7 +428,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         measure = measure or harness_measure(warmup, iters, rotate_bytes=kernel_provider().rotate_bytes_for(row),
                                              timer=timer)
     except Exception as exc:  # noqa: BLE001 - no GPU backend: answer from the bundle, time nothing
-        pred = predicted_or_default(spec.name, shape, dtype, device=chip)
+        pred = predicted_or_default(spec.name, shape, dtype, device=chip, detected=device is None)
         config = pred.config if pred.evidence != "default" else cands[0]
         warnings.warn(f"zmlx-pipeline autotune: nothing timed ({exc}); using the {pred.evidence} config", stacklevel=3)
         return TuneResult(spec.name, shape, dtype, config, "predicted", legal=len(legal), key=key, note=str(exc))
@@ -447,7 +448,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     wall = time.perf_counter() - start
     ok = [t for t in timed if t["status"] == "ok" and t["median_us"] is not None]
     if not ok:
-        pred = predicted_or_default(spec.name, shape, dtype, device=chip)
+        pred = predicted_or_default(spec.name, shape, dtype, device=chip, detected=device is None)
         why = ("no candidate passed the reference check with a time above 0 us" if any(
             t["status"] == "bad_time" for t in timed) else "no candidate passed the reference check")
         return TuneResult(spec.name, shape, dtype, pred.config, "predicted", None, timed, len(legal), wall, key,
@@ -491,7 +492,8 @@ def _warn_bad_entry(cache_path: str | None, case: str, problem: str) -> None:
     where = _path_key(cache_path)
     if where not in _BAD_ENTRY_WARNED:
         _BAD_ENTRY_WARNED.add(where)
-        warnings.warn(f"zmlx-pipeline autotune: {where}: the cached entry of {case} is not used ({problem}); timing "
+        warnings.warn(f"zmlx-pipeline autotune: {plain(where)}: the cached entry of {case} is not used "
+                      f"({problem}); timing "
                       "it again, and the new winner replaces it (other such entries of this file are not warned about)",
                       stacklevel=3)
 
@@ -698,7 +700,7 @@ def ranked_configs(spec, shape: Mapping[str, int], dtype: str, device: str | Non
     chip, _, meta = _device_and_mlx(device)
     legal = spec.legal_configs(dict(shape), dtype, Limits.from_device_row(meta["limits_row"]))
     by_id = {config_id(c): c for c in legal}
-    pred = predicted_or_default(spec.name, dict(shape), dtype, device=chip)
+    pred = predicted_or_default(spec.name, dict(shape), dtype, device=chip, detected=device is None)
     order = list(dict.fromkeys(i for i in (config_id(c) for c in pred.top(10_000)) if i in by_id))
     return [by_id[i] for i in order] + [c for i, c in by_id.items() if i not in set(order)]
 
