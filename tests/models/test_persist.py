@@ -124,6 +124,29 @@ def test_foreign_files_are_refused(tmp_path):
         load_model_file(tmp_path / "missing.zmodel")
 
 
+@pytest.mark.parametrize("kind", ["fifo", "link to /dev/zero", "directory"])
+def test_a_model_path_that_is_no_regular_file_is_named_for_what_it_is_never_read(tmp_path, kind):
+    """A FIFO (whose read would block forever), a link to /dev/zero (never ends) or a directory is said for what it
+    is, in one line, without opening it; never "does not exist"."""
+    import os
+
+    path = tmp_path / "m.zmodel"
+    if kind == "fifo":
+        os.mkfifo(path)
+        says = "a FIFO (named pipe)"
+    elif kind == "directory":
+        path.mkdir()
+        says = "a directory"
+    else:
+        path.symlink_to("/dev/zero")
+        says = "a symlink to /dev/zero, a character device"
+    for sha256 in (None, "sha256:" + "0" * 64):  # also where the registry's hash would be checked first
+        with pytest.raises(ModelFileError) as refused:
+            load_model_file(path, sha256=sha256)
+        assert str(refused.value) == (f"model file {path} is {says}, not a model file: remove it and retrain with "
+                                      "`zmlx-pipeline train`")
+
+
 def test_values_without_a_safe_form_are_not_saved(features, tmp_path):
     ranker = fit_kernel_model(features, "prior")
     ranker.hook = lambda x: x  # a callable would have to be pickled

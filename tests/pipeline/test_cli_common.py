@@ -33,13 +33,116 @@ def _group(exc: BaseException) -> click.Group:
     return group
 
 
-def test_a_library_error_is_its_first_line_and_exit_1():
+def test_a_library_error_is_one_line_with_its_newlines_escaped_and_exit_1():
     class StoreLike(ZmlxPipelineError, ValueError):
         pass
 
     result = CliRunner().invoke(_group(StoreLike("no store at x.duckdb\n  detail a wrapped library added")), ["fails"])
     assert result.exit_code == 1
-    assert result.output == "Error: no store at x.duckdb\n"
+    assert result.output == "Error: no store at x.duckdb\\n  detail a wrapped library added\n"
+
+
+@pytest.mark.parametrize("exc", [ZmlxPipelineError("no store at r3/nl\ndir/s.duckdb: run a collect first"),
+                                 click.ClickException("no store at r3/nl\ndir/s.duckdb: run a collect first"),
+                                 FileNotFoundError(2, "No such file or directory", "r3/nl\ndir/s.duckdb")],
+                         ids=["library", "click", "os"])
+def test_a_newline_or_esc_in_an_error_is_escaped_never_cut(exc):
+    """A newline in a path no longer cuts the message to "Error: r3/nl": the whole reason, the newline as \\n."""
+    result = CliRunner().invoke(_group(exc), ["fails"])
+    assert result.exit_code == 1
+    if isinstance(exc, OSError):
+        assert result.output == "Error: No such file or directory: r3/nl\\ndir/s.duckdb\n"
+    else:
+        assert result.output == "Error: no store at r3/nl\\ndir/s.duckdb: run a collect first\n"
+
+
+def test_control_characters_are_escaped_and_ordinary_text_kept():
+    from zmlx_pipeline.core.files import printable
+
+    assert printable("r3/esc\x1b[2Jdir\tx\r\x7f\x85\u2028\u202e\udcff") == (
+        "r3/esc\\x1b[2Jdir\\tx\\r\\x7f\\x85\\u2028\\u202e\\xff")
+    for text in ("data/nvidia h200.parquet", "ünïcode · 4096×4096", "C:\\new\\dir", "it's \"quoted\""):
+        assert printable(text) == text
+    assert printable(printable("a\nb\x1b")) == printable("a\nb\x1b")
+
+
+def test_a_path_with_a_newline_and_esc_through_the_real_cli_is_one_escaped_line(tmp_path):
+    """export's own refusal and click's check of a path argument: one line each, the path's control characters
+    escaped (piped, click would strip a raw ESC and name a path that looks like another)."""
+    odd = tmp_path / "nl\ndir\x1b[2J"
+    odd.mkdir()
+    (odd / "x.parquet").write_bytes(b"kept")
+    result = CliRunner().invoke(cli, ["export", "--db", str(tmp_path / "s.duckdb"), str(odd / "x.parquet")])
+    assert (result.exit_code, result.output) == (
+        1, f"Error: {tmp_path}/nl\\ndir\\x1b[2J/x.parquet exists: pass --force to replace it, or choose another path\n")
+    result = CliRunner().invoke(cli, ["ingest", "--db", str(tmp_path / "s.duckdb"), str(odd / "gone.parquet")],
+                                prog_name="zmlx-pipeline")
+    assert (result.exit_code, result.output) == (
+        2, f"Error: Invalid value for 'SOURCES...': Path '{tmp_path}/nl\\ndir\\x1b[2J/gone.parquet' does not exist. "
+           "(zmlx-pipeline ingest --help)\n")
+    assert not (tmp_path / "s.duckdb").exists() and sorted(p.name for p in odd.iterdir()) == ["x.parquet"]
+    assert (odd / "x.parquet").read_bytes() == b"kept"
+
+
+def test_a_table_cell_with_a_newline_stays_on_its_row():
+    from zmlx_pipeline.pipeline.cli_common import render_table
+
+    table = render_table([{"key": "path", "value": "pt/new\nline"}, {"key": "esc", "value": "a\x1b[2Jb"}])
+    assert table.splitlines() == ["key   value", "----  ------------", "path  pt/new\\nline", "esc   a\\x1b[2Jb"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["devices", "--vendor", "nope"],
+     "Invalid value for '--vendor': 'nope' is not one of 'apple', 'nvidia', 'amd'. (zmlx-pipeline devices --help)"),
+    (["lookup", "rmsnorm", "--shape", "rows=1e3"],
+     "Invalid value for --shape: 'rows=1e3': give the shape as DIM=N,DIM=N (e.g. rows=4096,cols=4096) or the dims' "
+     "values in order (e.g. 4096,4096), N in digits 0-9 (zmlx-pipeline lookup --help)"),
+    (["evaluate"], "Missing option '--split'. (zmlx-pipeline evaluate --help)"),
+    (["publish"], "Missing option '--to'. (zmlx-pipeline publish --help)"),
+    (["nope"], "No such command 'nope'. Did you mean 'noise'? (zmlx-pipeline --help)"),
+    (["devices", "--vendor", "a\nb"],
+     "Invalid value for '--vendor': 'a\\nb' is not one of 'apple', 'nvidia', 'amd'. (zmlx-pipeline devices --help)"),
+], ids=["choice", "shape", "missing-split", "missing-to", "command", "newline"])
+def test_a_usage_error_is_one_line_naming_the_help_and_exit_2(args, says):
+    result = CliRunner().invoke(cli, args, prog_name="zmlx-pipeline")
+    assert (result.exit_code, result.stdout, result.output) == (2, "", f"Error: {says}\n")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["collect", "-j", "2\n"], "Invalid value for '--jobs' / '-j': '2\\n' is not a whole number in digits 0-9"),
+    (["evaluate", "--split", "shapes", "--k", "3\n"], "Invalid value for '--k': '3\\n' is not a whole number in "
+                                                      "digits 0-9"),
+    (["evaluate", "--split", "shapes", "-j", "\uff12"], "Invalid value for '--jobs' / '-j': '\uff12' is not a whole "
+                                                        "number in digits 0-9"),
+    (["report", "--out", "r", "--heatmaps", "1_0"], "Invalid value for '--heatmaps': '1_0' is not a whole number in "
+                                                   "digits 0-9"),
+    (["repeat", "--fraction", "\uff10.5"], "Invalid value for '--fraction': '\uff10.5' is not a number in digits 0-9 "
+                                           "(such as 0.5)"),
+    (["collect", "--budget", "\uff13\uff10m"], "Invalid value for --budget: cannot read duration '\uff13\uff10m': use e.g. "
+                                               "90s, 10m or 1.5h: a number in digits 0-9, then s, m or h in lower "
+                                               "case (no unit: seconds)"),
+    (["collect", "--budget", "10M"], "Invalid value for --budget: cannot read duration '10M': use e.g. 90s, 10m or "
+                                     "1.5h: a number in digits 0-9, then s, m or h in lower case (no unit: seconds)"),
+    (["collect", "--gpus", "\uff13"], "Invalid value for --gpus: cannot read '\uff13': use all, a count such as 2, or "
+                                      "indices such as 0,2,3"),
+], ids=["newline-j", "newline-k", "fullwidth-j", "underscore", "fullwidth-fraction", "fullwidth-budget",
+        "capital-M", "fullwidth-gpus"])
+def test_numbers_take_digits_0_to_9_only(args, says, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = sorted(tmp_path.rglob("*"))
+    result = CliRunner().invoke(cli, args, prog_name="zmlx-pipeline")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.output == f"Error: {says} (zmlx-pipeline {args[0]} --help)\n"
+    assert sorted(tmp_path.rglob("*")) == before  # no store, no report folder
+
+
+def test_whole_numbers_with_ordinary_spaces_are_still_read():
+    from zmlx_pipeline.pipeline.cli_common import FiniteRange, WholeRange
+    from zmlx_pipeline.pipeline.collect import parse_duration
+
+    assert WholeRange(1).convert(" 3 ", None, None) == 3 and WholeRange(1).convert(7, None, None) == 7
+    assert FiniteRange(0, 1).convert(" 0.25", None, None) == 0.25 and FiniteRange(0, 1).convert("1e-1", None, None) == 0.1
+    assert [parse_duration(t) for t in ("90", " 10m ", "1.5h", "2 s", ".5m")] == [90, 600, 5400, 2, 30]
 
 
 def test_an_error_without_a_message_is_named_by_its_type():

@@ -134,14 +134,14 @@ def test_lookup_of_a_shape_no_config_is_legal_for_exits_1_with_the_reason(real_b
 
 
 def test_lookup_of_an_apple_chip_says_extrapolated_and_why(real_bundle):
-    result = run("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "--device", "Apple M3 Max",
+    result = run("lookup", "rmsnorm", "--shape", "rows=4096,cols=4096", "--device", "apple-m3-max-40c",
                  "--bundle", str(real_bundle[1]), "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert (data["device"], data["evidence"], data["expected_regret"]) == ("apple-m3-max-40c", "extrapolated", None)
     assert data["predicted_us"] > 168  # 2 x 4096 x 4096 fp16 values through 400 GB/s
     assert "extrapolated from nvidia-h100-sxm@32sm" in data["note"] and "by memory bandwidth (400 / 3350 GB/s)" in data["note"]
-    table = run("lookup", "rmsnorm", "--shape", "rows=1048576,cols=4096", "--device", "Apple M3 Max",
+    table = run("lookup", "rmsnorm", "--shape", "rows=1048576,cols=4096", "--device", "apple-m3-max-40c",
                 "--bundle", str(real_bundle[1]))
     assert table.exit_code == 0
     lines = table.output.split("\n\ncandidates")[0].splitlines()[2:]
@@ -226,3 +226,46 @@ def test_lookup_and_profiles_read_a_file_url_as_the_path_it_names(toy_bundle):
                ).exit_code == 0
     remote = run("profiles", "--bundle", "file://otherhost/bundles")
     assert remote.exit_code == 2 and "names a file on host 'otherhost'; give a local path" in remote.output
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("where", ["data", "store folder", "models", "link to a full folder"])
+def test_publish_into_a_folder_of_other_files_is_refused_in_one_line_and_writes_nothing(tmp_path, where):
+    """--to never puts a bundle and `latest` among other files (data/'s shards, the store's folder, models/, a link
+    to a folder such as /etc): one line before any work, every file as it was."""
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    (home / "data" / "nvidia-h200.parquet").write_bytes(b"PAR1 shard")
+    db = home / "s.duckdb"
+    with Store(db) as store:
+        fill_toy(store)
+    (home / "models").mkdir()
+    (home / "models" / "toy.zmodel").write_bytes(b"model")
+    (home / "link").symlink_to(home / "data")
+    to = {"data": home / "data", "store folder": home, "models": home / "models",
+          "link to a full folder": home / "link"}[where]
+    first = {"data": "nvidia-h200.parquet", "store folder": "data", "models": "toy.zmodel",
+             "link to a full folder": "nvidia-h200.parquet"}[where]
+    before = _tree(home)
+    result = CliRunner().invoke(cli, ["publish", "--db", str(db), "--to", str(to), "--device", "nvidia-h200"])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.output == (f"Error: cannot publish to {to}: it holds other files (e.g. {first}); publish into a new "
+                             "or empty directory, or an earlier publish's (its latest and bundle versions only)\n")
+    assert _tree(home) == before
+
+
+def test_publish_to_a_path_with_a_newline_keeps_each_table_row_on_one_line(tmp_path):
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        fill_toy(store)
+    to = tmp_path / "pt" / "new\nline"
+    result = CliRunner().invoke(cli, ["publish", "--db", str(db), "--to", str(to), "--device", "nvidia-h200"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split("  ")[0]: line.split("  ", 1)[1].strip() for line in result.stdout.splitlines()[2:]}
+    assert list(rows) == ["bundle_id", "path", "latest", "model_id", "model_source", "data_fingerprint", "kernels",
+                          "devices_with_tables", "profiles", "entries", "files", "bytes"]
+    assert rows["latest"] == f"{tmp_path}/pt/new\\nline/latest"
+    assert (to / "latest").read_text().strip() == rows["bundle_id"]

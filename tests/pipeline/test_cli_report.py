@@ -88,3 +88,20 @@ def test_empty_store_missing_store_and_unwritable_out(store, tmp_path):
     assert unwritable.output.count("\n") == 1
     bad_split = runner.invoke(cli, ["report", "--out", str(tmp_path / "r"), "--split", "random"])
     assert bad_split.exit_code == 2 and "'random' is not one of 'shapes', 'devices'" in bad_split.output
+
+
+def test_report_into_a_folder_of_the_users_files_is_refused_in_one_line_and_changes_nothing(smoke_db, tmp_path):
+    """A user's own index.html and scores.json are never replaced: one line naming the folder and the fix, before
+    any work, exit 1, both files as they were."""
+    site = tmp_path / "mysite"
+    site.mkdir()
+    (site / "index.html").write_text("<h1>my own page</h1>\n")
+    (site / "scores.json").write_text('{"mine": true}\n')
+    result = CliRunner().invoke(cli, ["report", "--out", str(site), "-k", "rmsnorm", "--heatmaps", "0"])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.output == (f"Error: cannot write the report to {site}: it holds other files (e.g. index.html), which "
+                             "the report's index.html, scores.json and figures would replace or sit among; pass --out "
+                             "a new or empty directory, or one an earlier report wrote\n")
+    assert sorted(p.name for p in site.iterdir()) == ["index.html", "scores.json"]
+    assert (site / "index.html").read_text() == "<h1>my own page</h1>\n"
+    assert (site / "scores.json").read_text() == '{"mine": true}\n'

@@ -158,3 +158,48 @@ def test_a_publish_path_through_a_broken_link_says_which_link(tmp_path):
     with pytest.raises(PublishError, match=f"{tmp_path / 'gone'} is a symlink to {tmp_path / 'nowhere'}, which does "
                                            "not exist"):
         check_publish_dir(tmp_path / "gone")
+
+
+@pytest.mark.parametrize("kind", ["data", "store", "models", "link to a full folder"])
+def test_a_folder_of_other_files_is_refused_as_a_publish_directory(tmp_path, kind):
+    """A bundle and `latest` never land among other files: data/ with its shards, the store's folder, models/, a
+    link to a folder such as /etc; refused before any work, nothing written there."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    first = {"data": "a.parquet", "store": "models", "models": "rmsnorm-1.zmodel", "link to a full folder": "hosts"}[kind]
+    files = {"data": ["a.parquet", "b.parquet"], "store": ["store.duckdb"], "models": ["rmsnorm-1.zmodel"],
+             "link to a full folder": ["hosts", "passwd"]}[kind]
+    for name in files:
+        (folder / name).write_text("x")
+    if kind == "store":
+        (folder / "models").mkdir()
+    target = folder
+    if kind == "link to a full folder":
+        target = tmp_path / "link"
+        target.symlink_to(folder)
+    before = sorted(p.name for p in folder.iterdir())
+    with pytest.raises(PublishError) as refused:
+        check_publish_dir(target)
+    assert str(refused.value) == (f"cannot publish to {target}: it holds other files (e.g. {first}); publish into a "
+                                  "new or empty directory, or an earlier publish's (its latest and bundle versions "
+                                  "only)")
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_a_missing_empty_or_earlier_publish_directory_takes_a_bundle(tmp_path):
+    """What publish --to and run --bundle-dir take: a missing directory, an empty one (dot-files aside), and one an
+    earlier publish wrote (its `latest` and versions, a second run's), also with a leftover temp directory; and a
+    versioned=False bundle (the package's default) replaces its own folder among its parent's files."""
+    check_publish_dir(tmp_path / "new" / "bundles")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / ".gitkeep").write_text("")
+    check_publish_dir(tmp_path / "empty")
+    write_bundle(tmp_path / "pub", {"kernels.json": {"a": 1}}, {"schema": "x"})
+    write_bundle(tmp_path / "pub", {"kernels.json": {"a": 2}}, {"schema": "x"})
+    (tmp_path / "pub" / ".publish-abc123").mkdir()
+    check_publish_dir(tmp_path / "pub")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "module.py").write_text("")
+    check_publish_dir(tmp_path / "pkg", contents=False)
+    write_bundle(tmp_path / "pkg" / "default_bundle", {"kernels.json": {"a": 1}}, {"schema": "x"}, versioned=False)
+    assert (tmp_path / "pkg" / "module.py").exists()

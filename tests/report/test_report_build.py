@@ -21,7 +21,7 @@ from report_fixtures import assert_png, fill_store  # noqa: E402
 from zmlx_pipeline.data.store import Store  # noqa: E402
 from zmlx_pipeline.models.evaluate import evaluate  # noqa: E402
 from zmlx_pipeline.models.report import TABLE_KS, ReportError, evaluation_split, result_rows  # noqa: E402
-from zmlx_pipeline.report.build import build_report  # noqa: E402
+from zmlx_pipeline.report.build import REPORT_MARKER, build_report  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -114,12 +114,18 @@ def test_errors_are_one_line_report_errors(tmp_path):
         with pytest.raises(ReportError, match="no ok measurements"):
             build_report(empty, tmp_path / "out" / "deeper")
         assert not (tmp_path / "out").exists()  # a failed report leaves no folder it made
-        found = tmp_path / "mine"
-        (found / "keep.txt").parent.mkdir()
+        found = tmp_path / "mine"  # an earlier report's folder, with a file of the user's beside it
+        found.mkdir()
+        (found / REPORT_MARKER).write_text("an earlier report\n")
         (found / "keep.txt").write_text("x")
         with pytest.raises(ReportError, match="no ok measurements"):
             build_report(empty, found)
         assert (found / "keep.txt").read_text() == "x"  # a folder it found stays, with its files
+        fresh = tmp_path / "empty-folder"
+        fresh.mkdir()
+        with pytest.raises(ReportError, match="no ok measurements"):
+            build_report(empty, fresh)
+        assert list(fresh.iterdir()) == []  # left unmarked, as it was found
     with Store(tmp_path / "one.duckdb") as one:
         fill_store(one, devices=("nvidia-rtx-a4000",))
         with pytest.raises(ReportError, match="no ok measurements of kernel"):
@@ -130,6 +136,61 @@ def test_errors_are_one_line_report_errors(tmp_path):
         blocker.write_text("")
         with pytest.raises(ReportError, match="cannot write the report to"):
             build_report(one, blocker / "out")
+
+
+@pytest.mark.parametrize("kind", ["site", "data", "store", "link to a full folder"])
+def test_a_folder_of_other_files_is_refused_before_any_work_and_left_as_it_was(tmp_path, kind, monkeypatch):
+    """--out never replaces or joins files a report did not write: a site's own index.html and scores.json, the
+    shards of data/, a store's folder, a link to a folder of such files; said before the store is read."""
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    first = {"site": "index.html", "data": "a.parquet", "store": "models", "link to a full folder": "passwd"}[kind]
+    if kind == "site":
+        (folder / "index.html").write_text("<h1>my own page</h1>\n")
+        (folder / "scores.json").write_text('{"mine": true}\n')
+    elif kind == "data":
+        (folder / "a.parquet").write_bytes(b"PAR1")
+    elif kind == "store":
+        (folder / "store.duckdb").write_bytes(b"db")
+        (folder / "models").mkdir()
+    else:
+        (folder / "passwd").write_text("root:x:0:0\n")
+        (tmp_path / "link").symlink_to(folder)
+    out = tmp_path / "link" if kind == "link to a full folder" else folder
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the report's work started")
+
+    monkeypatch.setattr("zmlx_pipeline.report.build.report_data", no_work)
+    with pytest.raises(ReportError) as refused:
+        build_report(object(), out)
+    assert str(refused.value) == (
+        f"cannot write the report to {out}: it holds other files (e.g. {first}), which the report's index.html, "
+        "scores.json and figures would replace or sit among; pass --out a new or empty directory, or one an earlier "
+        "report wrote")
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()} == before
+    assert not (folder / REPORT_MARKER).exists()
+
+
+def test_a_report_writes_again_into_its_own_folder_an_empty_one_or_an_older_reports(tmp_path, monkeypatch):
+    """The folder rule lets a report into a missing or empty folder (dot-files aside), one it marked, and one an
+    older report wrote before the marker (its index.html is a report's page)."""
+    from zmlx_pipeline.report.build import check_out, prepare_out
+
+    check_out(tmp_path / "missing")
+    (tmp_path / "dots").mkdir()
+    (tmp_path / "dots" / ".DS_Store").write_bytes(b"x")
+    assert prepare_out(tmp_path / "dots") == tmp_path / "dots"
+    assert (tmp_path / "dots" / REPORT_MARKER).is_file()  # marked: a later report writes here again
+    (tmp_path / "dots" / "index.html").write_text("<html>the report's own page</html>")
+    check_out(tmp_path / "dots")
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / "index.html").write_text("<!doctype html><html lang='en'><head><meta charset='utf-8'><title>zmlx-pipeline "
+                                      "report · shapes</title>")
+    (older / "scores.json").write_text("{}")
+    check_out(older)
 
 
 # ------------------------------------------------------------------------------------------

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tempfile
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,56 @@ def expand_home(text: str) -> str:
 def shown_path(path: str | os.PathLike) -> str:
     """A path as one printable line: its bytes, those that are not UTF-8 text written as \\xNN."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+#: what printable() writes for the control characters that have a short escape
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+#: characters that reorder how the text around them is shown (bidirectional embeddings, overrides, isolates)
+_BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def printable(text: str) -> str:
+    """`text` as one line a terminal shows as it is: every control character (a newline, a carriage return, ESC
+    and the rest of C0 and C1, DEL), a line or paragraph separator and a bidirectional control written as an escape
+    (\\n, \\r, \\t, \\x1b, \\u2028), and a byte that is not UTF-8 (a surrogate escape) as \\xNN; nothing else
+    changes, nothing is left out. Applying it twice gives what once gives (a backslash is kept as it is)."""
+    if text.isprintable():  # the common case: every character shows as itself (a space is the only one it allows)
+        return text
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if ch in _SHORT_ESCAPES:
+            out.append(_SHORT_ESCAPES[ch])
+        elif 0xDC80 <= code <= 0xDCFF:  # a byte that was not UTF-8, held as a surrogate escape
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif unicodedata.category(ch) in ("Cc", "Zl", "Zp", "Cs") or ch in _BIDI_CONTROLS:
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+#: what a path is when it is not a regular file, by st_mode test
+_NOT_REGULAR = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def not_regular_file(path: str | os.PathLike) -> str | None:
+    """What `path` is when it is no regular file, said without opening it (a FIFO would block its reader, a device
+    such as /dev/zero never end): "a FIFO (named pipe)", "a directory", "a symlink to /dev/zero, a character
+    device", "missing" (nothing there, or a link to nothing); None for a regular file (or a link to one)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    what = next((w for test, w in _NOT_REGULAR if test(mode)), "not a regular file")
+    if os.path.islink(path):
+        return f"a symlink to {os.path.realpath(path)}, {what}"
+    return what
 
 
 def utf8_problem(path: str | os.PathLike, what: str = "path") -> str | None:

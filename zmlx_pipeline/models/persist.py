@@ -31,6 +31,7 @@ import numpy as np
 import polars as pl
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.files import not_regular_file
 from zmlx_pipeline.models import variants as _variants  # noqa: F401  (imports every class ranker_classes finds)
 from zmlx_pipeline.models.rankers.base import Ranker
 from zmlx_pipeline.models.features import KernelFeatures
@@ -408,8 +409,14 @@ def load_model_file(path: str | os.PathLike, sha256: str | None = None, expect: 
     saved for another model or kernel is refused (a registry row pointed at another model's file).
     """
     source = Path(path)
-    if not source.is_file():
+    kind = not_regular_file(source)  # said without opening it: a FIFO would block the read, /dev/zero never end
+    if kind == "missing":
         raise ModelFileError(f"model file {source} does not exist: retrain with `zmlx-pipeline train`")
+    if kind is not None and kind.startswith("unreadable"):
+        raise ModelFileError(f"model file {source} is {kind}: make it readable, or retrain with `zmlx-pipeline train`")
+    if kind is not None:
+        raise ModelFileError(f"model file {source} is {kind}, not a model file: remove it and retrain with "
+                             "`zmlx-pipeline train`")
     if sha256 is not None and file_sha256(source) != sha256:
         raise ModelFileError(f"model file {source} changed since it was registered (sha256 differs): "
                              "refusing to load it; retrain with `zmlx-pipeline train`")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     CommandGroup,
     FiniteRange,
     GivenPath,
+    WholeRange,
     check_filters,
     db_option,
     emit,
@@ -27,6 +29,10 @@ from zmlx_pipeline.pipeline.cli_common import (
     split_names,
     store_to_fill,
 )
+
+
+#: a GPU index or count of --gpus: digits 0-9 only
+_DIGITS = re.compile(r"[0-9]+", re.ASCII)
 
 
 def _budget(budget: str | None) -> float | None:
@@ -109,16 +115,18 @@ _timer_option = click.option(
 @click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
 @click.option("--dtypes", "-t", "dtype_names", multiple=True, help=f"Dtypes (default: {','.join(DTYPES)}).")
 @click.option("--preset", default="smoke", show_default=True, help="Shape preset of each kernel's grid (smoke, full, ...).")
-@click.option("--budget", default=None, help="Stop starting new measurements after this long (90s, 10m, 1h).")
-@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
+@click.option("--budget", default=None,
+              help="Stop starting new measurements after this long: 90s, 10m, 1.5h (digits 0-9; units s, m, h in "
+                   "lower case).")
+@click.option("--jobs", "-j", default=1, show_default=True, type=WholeRange(1, 64),
               help="Processes that compile in parallel and measure in turn (CUDA).")
-@click.option("--samples", default=5, show_default=True, type=click.IntRange(1, 1000),
+@click.option("--samples", default=5, show_default=True, type=WholeRange(1, 1000),
               help="Timed samples per config with the chain timer (each the difference of a chain and its double); the gpu timer times 20 launches.")
-@click.option("--warmup", default=3, show_default=True, type=click.IntRange(1, 100), help="Warm-up launches per config.")
+@click.option("--warmup", default=3, show_default=True, type=WholeRange(1, 100), help="Warm-up launches per config.")
 @click.option("--warmup-ms", default=0.0, show_default=True, type=FiniteRange(0, 1000),
               help="Also keep warming up until this many milliseconds have passed (clocks of an idle GPU).")
-@click.option("--max-shapes", default=None, type=click.IntRange(1), help="Only the first N shapes of each preset.")
-@click.option("--max-configs", default=None, type=click.IntRange(1),
+@click.option("--max-shapes", default=None, type=WholeRange(1), help="Only the first N shapes of each preset.")
+@click.option("--max-configs", default=None, type=WholeRange(1),
               help="At most N legal configs per shape, evenly spread (a quick check).")
 @click.option("--gpus", "gpus_text", default=None, metavar="all|N|0,2,3",
               help="CUDA: one measuring process per GPU of this host, each pinned to its GPU, all timing at once "
@@ -143,8 +151,8 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     if gpus_text is not None and ray_address is not None:
         raise click.UsageError("--gpus and --ray exclude each other: Ray places one actor on every GPU itself")
     if gpus_text is not None:
-        t = gpus_text.strip().lower()
-        if t != "all" and not all(p.strip().isdigit() for p in t.split(",") if p.strip()) or not t.strip(","):
+        t = gpus_text.strip(" ").lower()  # digits 0-9 only, as every whole-number option (WholeRange)
+        if t != "all" and not all(_DIGITS.fullmatch(p.strip(" ")) for p in t.split(",") if p.strip(" ")) or not t.strip(","):
             raise click.BadParameter(f"cannot read {gpus_text!r}: use all, a count such as 2, or indices such as 0,2,3",
                                      param_hint="--gpus")
     if ray_address is not None:
@@ -218,8 +226,10 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
 @click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
 @click.option("--fraction", default=0.05, show_default=True, type=FiniteRange(0, 1, min_open=True),
               help="Share of this device's ok measurements to time again (chosen by key hash).")
-@click.option("--budget", default=None, help="Stop starting new measurements after this long (90s, 10m, 1h).")
-@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 64),
+@click.option("--budget", default=None,
+              help="Stop starting new measurements after this long: 90s, 10m, 1.5h (digits 0-9; units s, m, h in "
+                   "lower case).")
+@click.option("--jobs", "-j", default=1, show_default=True, type=WholeRange(1, 64),
               help="Processes that compile in parallel and measure in turn (CUDA).")
 @_timer_option
 @output_options
@@ -318,7 +328,8 @@ def summary(db, device, kernel, as_json) -> None:
               show_default=True, help="Where the profile bundle is published.")
 @click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (default: all measured).")
 @click.option("--collect", "collect_budget", default=None, metavar="BUDGET",
-              help="On a GPU machine, first collect this machine (full grid) for up to BUDGET (e.g. 30m).")
+              help="On a GPU machine, first collect this machine (full grid) for up to BUDGET (e.g. 30m; units s, "
+                   "m, h in lower case).")
 @click.option("--model", "model_name", default=None,
               help="Model variant to train and score (default: the default model; robust_fast trains about 1.4x faster).")
 @output_options
@@ -390,7 +401,8 @@ def _collect_first(budget: str):
 @cli.command()
 @db_option
 @click.option("--budget", default="30m", show_default=True,
-              help="Stop starting new measurements after this long (90s, 10m, 1h); run again to add more.")
+              help="Stop starting new measurements after this long: 90s, 10m, 1.5h (digits 0-9; units s, m, h in "
+                   "lower case); run again to add more.")
 @click.option("--out", "out_dir", type=GivenPath(file_okay=False, path_type=Path), default=Path("."),
               show_default=True, help="Directory the shard is written to.")
 @output_options

@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import os
+import re
 import select
 import signal
 import sys
@@ -25,13 +26,49 @@ import click
 
 from zmlx_pipeline.core import commits
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.files import utf8_problem
+from zmlx_pipeline.core.files import printable, utf8_problem
 
 
 def one_line(exc: BaseException) -> str:
-    """An error's message as one line: its first line (a wrapped library's text may run on), else its type."""
+    """An error's message as one line, all of it: a newline, ESC or other control character in it (a path's, or a
+    wrapped library's text that runs on over lines) written as an escape (\\n, \\x1b: core.files.printable), so
+    the reason after it is never cut off and nothing reaches the terminal raw; its type when it says nothing."""
     text = str(exc)
-    return text.splitlines()[0] if text.strip() else type(exc).__name__
+    return printable(text) if text.strip() else type(exc).__name__
+
+
+class OneLineError(ZmlxPipelineError, click.ClickException):
+    """What every click error of the CLI is shown as (CommandGroup turns each into one, outside the commands, so it
+    is never translated twice): one `Error:` line on stderr, control characters escaped (one_line), with the exit
+    status of the error it stands for (2 for a usage error, which names the command's --help in place of click's
+    usage text and blank line). A ZmlxPipelineError as every error class of the package is (tests/core)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(printable(message))
+        self.exit_code = exit_code
+
+    @classmethod
+    def of(cls, exc: click.ClickException) -> "OneLineError":
+        message = exc.format_message()
+        ctx = getattr(exc, "ctx", None)
+        if isinstance(exc, click.UsageError) and ctx is not None and ctx.command.get_help_option(ctx) is not None:
+            message = f"{message} ({ctx.command_path} {max(ctx.command.get_help_option_names(ctx), key=len)})"
+        return cls(message, exc.exit_code)
+
+    def show(self, file=None) -> None:
+        click.echo(f"Error: {self.format_message()}", file=file, err=True)
+
+
+@contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """Every click error raised inside (a usage error of any command, a command's own ClickException) re-raised as
+    its OneLineError; `zmlx-pipeline` alone still shows the help (click's NoArgsIsHelpError)."""
+    try:
+        yield
+    except (OneLineError, click.exceptions.NoArgsIsHelpError):
+        raise
+    except click.ClickException as exc:
+        raise OneLineError.of(exc) from None
 
 
 class OneValueCommand(click.Command):
@@ -70,6 +107,8 @@ class CommandGroup(click.Group):
     found damaged mid-command (DuckDB cannot read its file back) is the store's one CorruptStore line, and a stop
     (Ctrl-C, SIGTERM) that DuckDB turned into its own error is click's "Aborted!"; never a traceback. Anything
     else is a bug and propagates. Every command is a OneValueCommand (an option given twice is a usage error).
+    Every error, a usage error too, is one `Error:` line with its control characters escaped (OneLineError): a
+    usage error names the command's --help where click would print its usage text, and keeps exit status 2.
 
     stdout: a closed one is refused before any work ("cannot write to stdout", exit 1: the result would be lost
     unsaid); a reader that went away early (`zmlx-pipeline devices | head -1`) ends the command without a message
@@ -86,11 +125,16 @@ class CommandGroup(click.Group):
         super().add_command(cmd, name)
 
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
-        check_stdout()  # before --help, --version or any command
-        with _reader_may_go():  # the group's own --help and --version
-            return super().make_context(info_name, args, parent=parent, **extra)
+        with _one_line_errors():
+            check_stdout()  # before --help, --version or any command
+            with _reader_may_go():  # the group's own --help and --version
+                return super().make_context(info_name, args, parent=parent, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
+        with _one_line_errors():  # a subcommand's usage errors are raised in here too (its make_context)
+            return self._invoke(ctx)
+
+    def _invoke(self, ctx: click.Context) -> Any:
         commits.reset()
         try:
             with _reader_may_go():
@@ -101,16 +145,16 @@ class CommandGroup(click.Group):
                 click.echo(f"... {names} came after the work was done; it was finished, not stopped", err=True)
             return result
         except ZmlxPipelineError as exc:
-            raise click.ClickException(one_line(_store_damage(ctx, exc.__cause__) or exc)) from None
+            raise OneLineError(one_line(_store_damage(ctx, exc.__cause__) or exc)) from None
         except OSError as exc:
             where = f": {exc.filename}" if getattr(exc, "filename", None) else ""
-            raise click.ClickException(f"{exc.strerror or one_line(exc)}{where}") from None
+            raise OneLineError(f"{exc.strerror or one_line(exc)}{where}") from None
         except Exception as exc:  # noqa: BLE001 - only DuckDB's interruption and damage are handled here
             if _interrupted(exc):  # the transaction it stopped was rolled back; committed steps stay
                 raise click.Abort() from None
             damage = _store_damage(ctx, exc)
             if damage is not None:
-                raise click.ClickException(one_line(damage)) from None
+                raise OneLineError(one_line(damage)) from None
             raise
 
 
@@ -332,10 +376,39 @@ def check_filters(store, **filters: str | None) -> None:
                                        f"{', '.join(have) or 'none'} (see zmlx-pipeline summary)")
 
 
-class FiniteRange(click.FloatRange):
-    """click.FloatRange that also refuses nan and inf (a range check alone lets nan through)."""
+#: a whole number as the integer options take it: digits 0-9, a "-" the only sign (Python's int() would also take
+#: other scripts' digits, "1_000", a "+" and white space such as a newline around it)
+_WHOLE = re.compile(r"-?[0-9]+", re.ASCII)
+#: a number as the float options take it: digits 0-9 with a decimal point and an exponent, a "-" the only sign
+_DECIMAL = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", re.ASCII)
+
+
+def _plain(value: str) -> str:
+    """A typed number with the ordinary spaces around it left out (nothing else: a newline stays and is refused)."""
+    return value.strip(" ")
+
+
+class WholeRange(click.IntRange):
+    """click.IntRange of whole numbers written in digits 0-9 only (a "-" the only sign, ordinary spaces around it
+    allowed): `-j $'2\\n'`, `--k ３` (fullwidth) and `-j 1_0` are usage errors, as in --shape."""
 
     def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            if not _WHOLE.fullmatch(_plain(value)):
+                self.fail(f"{value!r} is not a whole number in digits 0-9", param, ctx)
+            value = _plain(value)
+        return super().convert(value, param, ctx)
+
+
+class FiniteRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and inf (a range check alone lets nan through) and a number not
+    written in digits 0-9 (as WholeRange)."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            if not _DECIMAL.fullmatch(_plain(value)):
+                self.fail(f"{value!r} is not a number in digits 0-9 (such as 0.5)", param, ctx)
+            value = _plain(value)
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
@@ -394,26 +467,29 @@ def output_options(fn: Callable) -> Callable:
 
 
 def _cell(value: Any) -> str:
+    """A value as a table cell: one line, a newline or ESC in it (a path's) escaped (core.files.printable)."""
     if value is None:
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, dict):
-        return " ".join(f"{k}={v}" for k, v in value.items())
+        return printable(" ".join(f"{k}={v}" for k, v in value.items()))
     if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
+        return printable(",".join(str(v) for v in value))
+    return printable(str(value))
 
 
 def render_table(rows: Sequence[dict], columns: Sequence[str] | None = None) -> str:
-    """A plain aligned text table of `rows` (dicts), columns in the given order."""
+    """A plain aligned text table of `rows` (dicts), columns in the given order; one line a row, whatever a cell
+    holds (_cell escapes its control characters)."""
     if not rows:
         return "(no rows)"
     columns = list(columns or rows[0].keys())
     cells = [[_cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    heads = [_cell(c) for c in columns]
+    widths = [max(len(h), *(len(row[i]) for row in cells)) for i, h in enumerate(heads)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
-    out = [line(columns), line(["-" * w for w in widths])]
+    out = [line(heads), line(["-" * w for w in widths])]
     out += [line(row) for row in cells]
     return "\n".join(out)
 
@@ -424,7 +500,7 @@ def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None, title: 
         click.echo(json.dumps(data, indent=2, default=str))
         return
     if title:
-        click.echo(title)
+        click.echo(printable(title))
     if isinstance(data, dict):
         data = [{"key": k, "value": v} for k, v in data.items()]
     click.echo(render_table(data, columns))
@@ -432,4 +508,4 @@ def emit(data: Any, as_json: bool, columns: Sequence[str] | None = None, title: 
 
 def progress_line(message: str) -> None:
     """A progress line of a long command, on stderr ("... " first, so it reads apart from the result)."""
-    click.echo(f"... {message}", err=True)
+    click.echo(f"... {printable(message)}", err=True)

@@ -10,6 +10,7 @@ import click
 from zmlx_pipeline.pipeline.cli_common import (
     GivenPath,
     OneValueCommand,
+    WholeRange,
     db_option,
     emit,
     final_step,
@@ -61,7 +62,8 @@ def parse_shape(text: str) -> dict[str, int] | list[int]:
 @click.command("publish", cls=OneValueCommand)
 @db_option
 @click.option("--to", "to_dir", required=True, type=GivenPath(file_okay=False, path_type=Path),
-              help="Directory to publish into: each bundle is a new version there, `latest` names the newest.")
+              help="Directory to publish into: each bundle is a new version there, `latest` names the newest. A new or "
+                   "empty directory, or an earlier publish's; one holding other files is refused.")
 @click.option("--model", "model_ids", multiple=True,
               help="Registered model id(s) to publish instead of the newest of their kernels.")
 @click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (default: every kernel with data).")
@@ -93,7 +95,7 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
               help="Bundle directory, publish directory (its latest), file:// or http(s) URL "
                    "(default: $ZMLX_PIPELINE_BUNDLE, "
                    "else the bundle shipped with the package).")
-@click.option("-k", "k", type=click.IntRange(1), default=None, help="Candidates to list (default: the kernel's pruning k).")
+@click.option("-k", "k", type=WholeRange(1), default=None, help="Candidates to list (default: the kernel's pruning k).")
 @output_options
 def lookup_cmd(kernel, shape_text, dtype, device, bundle_path, k, as_json) -> None:
     """The config the runtime would launch KERNEL with: evidence (how far the answer travelled), expected regret,

@@ -9,6 +9,7 @@ import click
 from zmlx_pipeline.pipeline.cli_common import (
     GivenPath,
     OneValueCommand,
+    WholeRange,
     db_option,
     emit,
     final_step,
@@ -23,13 +24,14 @@ from zmlx_pipeline.pipeline.cli_common import (
 @click.command(cls=OneValueCommand)
 @db_option
 @click.option("--out", "out", required=True, type=GivenPath(file_okay=False, path_type=Path),
-              help="Directory for index.html, the PNG figures and scores.json (created if missing).")
+              help="Directory for index.html, the PNG figures and scores.json: a new one (created), an empty one, or "
+                   "one an earlier report wrote; one holding other files is refused.")
 @click.option("--split", type=click.Choice(["shapes", "devices"]), default="shapes", show_default=True,
               help="Held-out shapes on seen devices, or leave one device out.")
 @click.option("--kernel", "-k", "kernel_names", multiple=True,
               help="Only these kernels (default: every kernel in the store).")
 @click.option("--model", default=None, help="Model variant to report (default: the default model).")
-@click.option("--heatmaps", default=2, show_default=True, type=click.IntRange(0, 10),
+@click.option("--heatmaps", default=2, show_default=True, type=WholeRange(0, 10),
               help="Config-space heatmaps per kernel.")
 @click.option("--refit", is_flag=True,
               help="Fit every fold, even where train recorded the held-out cases of the registered model and the "

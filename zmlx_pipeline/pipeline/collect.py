@@ -10,6 +10,7 @@ run stopped at any point (budget, Ctrl-C, kill -9) resumes where it stopped and 
 from __future__ import annotations
 
 import math
+import re
 
 import platform
 import time
@@ -367,17 +368,20 @@ def _mlx_version() -> str | None:
         return None
 
 
+#: a duration: a number in digits 0-9 (a decimal point allowed), then s, m or h in lower case (none: seconds);
+#: ordinary spaces around it and before the unit allowed
+_DURATION = re.compile(r" *([0-9]+(?:\.[0-9]*)?|\.[0-9]+) *([smh]?) *", re.ASCII)
+DURATION_FORMS = "e.g. 90s, 10m or 1.5h: a number in digits 0-9, then s, m or h in lower case (no unit: seconds)"
+
+
 def parse_duration(text: str) -> float:
-    """Seconds from '90', '90s', '10m', '1.5h'; ValueError with the accepted forms otherwise."""
-    t = text.strip().lower()
-    units = {"s": 1, "m": 60, "h": 3600}
-    try:
-        if t and t[-1] in units:
-            value = float(t[:-1]) * units[t[-1]]
-        else:
-            value = float(t)
-    except ValueError:
-        raise ValueError(f"cannot read duration {text!r}: use e.g. 90s, 10m or 1.5h") from None
+    """Seconds from '90', '90s', '10m', '1.5h'; ValueError with the accepted forms otherwise. Only digits 0-9 and
+    the lower-case units: '10M' is refused, not read as minutes (M reads as months or mega as well), and so are
+    other scripts' digits ('３０m'), a newline, '1_0m' and '1e3', which Python's float() would take."""
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise ValueError(f"cannot read duration {text!r}: use {DURATION_FORMS}")
+    value = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"duration {text!r} must be a positive, finite number of seconds, minutes or hours "
                          "(e.g. 90s, 10m or 1.5h)")

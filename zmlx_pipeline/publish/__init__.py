@@ -38,7 +38,8 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
     from zmlx_pipeline.publish.build import build_contents
 
     started = time.monotonic()
-    check_publish_dir(to_dir if versioned else Path(to_dir).parent)  # before minutes of building, not after
+    # before minutes of building, not after; versioned=False replaces to_dir itself, among its parent's files
+    check_publish_dir(to_dir) if versioned else check_publish_dir(Path(to_dir).parent, contents=False)
     # Many small fits and predictions: one thread each is several times faster than contending OpenMP pools.
     with threadpool_limits(limits=1):
         # the rankers are read and the time models fitted with the tables, in the builder's worker processes

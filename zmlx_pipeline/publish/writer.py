@@ -21,6 +21,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from datetime import datetime, timezone
@@ -128,9 +129,43 @@ def _check_links(root: Path) -> None:
                                "--to") from None
 
 
-def check_publish_dir(directory: str | os.PathLike) -> None:
+#: the name publish gives a version: its bundle id (creation time, content hash), ".N" after it for a second bundle
+#: of the same second and content prefix
+_VERSION_NAME = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}(\.[0-9]+)?", re.ASCII)
+
+
+def _foreign_entry(root: Path) -> str | None:
+    """The first name (sorted) in an existing publish directory that is neither `latest`, nor a version directory
+    (one named as publish names them, or holding a bundle's manifest), nor a dot-file (a write in progress, an
+    editor's or a VCS's file); None when there is none: the directory is empty or an earlier publish's."""
+    try:
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PublishError(f"cannot publish to {root}: cannot list it ({exc.strerror or exc}); choose another "
+                           "--to") from None
+    for entry in entries:
+        if entry.name.startswith(".") or entry.name == LATEST:  # `latest` is checked to be a file before this
+            continue
+        try:
+            version = entry.is_dir() and (_VERSION_NAME.fullmatch(entry.name) is not None
+                                          or _bundle_manifest(Path(entry.path)))
+        except OSError:
+            version = False
+        if not version:
+            return entry.name
+    return None
+
+
+def check_publish_dir(directory: str | os.PathLike, contents: bool = True) -> None:
     """Refuse a publish directory that cannot be written (a file or a broken link on its path, no permission) or
-    that is a published bundle or lies inside one (its new versions would never be read), before any work."""
+    that is a published bundle or lies inside one (its new versions would never be read), before any work.
+
+    `contents` (a directory to publish versions into): it must also be missing, empty, or an earlier publish's
+    (`latest` and version directories only, dot-files aside); one holding other files (data/ with its shards, the
+    store's directory, models/, a link to /etc) is refused, so a bundle and `latest` never land among them.
+    `contents=False` checks only where a bundle replaces a directory of its own (versioned=False)."""
     if not str(directory).strip():
         raise PublishError("cannot publish to '': name the directory to publish into with --to")
     root = Path(directory)
@@ -153,6 +188,10 @@ def check_publish_dir(directory: str | os.PathLike) -> None:
     if latest.exists() and not latest.is_file():
         raise PublishError(f"cannot publish to {root}: its {LATEST} is not a file (the pointer to the newest bundle); "
                            "remove it or choose another --to")
+    foreign = _foreign_entry(root) if contents else None
+    if foreign is not None:
+        raise PublishError(f"cannot publish to {root}: it holds other files (e.g. {foreign}); publish into a new or "
+                           "empty directory, or an earlier publish's (its latest and bundle versions only)")
     existing = next(p for p in (root, *root.parents) if p.exists())
     try:
         existing.joinpath(".zmlx-write-probe").mkdir()

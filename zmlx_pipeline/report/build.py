@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -76,18 +77,61 @@ def write_report(data: ReportData, out: Path, db: str = "", progress: Say | None
     (out / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
     index = out / "index.html"
     index.write_text(page_html(data, figures, db), encoding="utf-8")
+    _mark(out)  # a later report may write here again (build_report marked it before the work; a caller may not have)
     return {"index": str(index), "split": data.split, "model": data.model, "kernels": data.kernels,
             "cases": data.cases, "figures": written, "scores": str(out / "scores.json"), "reused": data.reused}
 
 
-def prepare_out(out: Path) -> Path:
-    """Create `out` (a directory) and check it is writable before any work is done."""
+#: the file a report leaves in its folder, so that a later report knows the folder for its own and writes there again
+REPORT_MARKER = ".zmlx-pipeline-report"
+#: what a report's page starts with (a folder an older report wrote, before the marker): its title
+_PAGE_TITLE = b"<title>zmlx-pipeline report"
+
+
+def _mark(out: Path) -> None:
+    (out / REPORT_MARKER).write_text("written by zmlx-pipeline report: a later report may replace the files here\n")
+
+
+def _an_earlier_report(out: Path) -> bool:
+    """Whether `out` holds a report: its marker, or (an older report's) an index.html whose page is a report's."""
+    if (out / REPORT_MARKER).is_file():
+        return True
+    page = out / "index.html"
+    if not page.is_file():  # a regular file only: a FIFO's read would block
+        return False
+    try:
+        with open(page, "rb") as fh:
+            return _PAGE_TITLE in fh.read(4096)
+    except OSError:
+        return False
+
+
+def check_out(out: Path) -> None:
+    """Refuse an --out that is an existing directory holding files a report did not write (a site's index.html, the
+    shards of data/, a store, a link to /etc): the report would replace or sit among them. A missing or empty
+    directory (dot-files aside) or one an earlier report wrote is fine. Nothing is written."""
     out = Path(out)
+    if not out.is_dir() or _an_earlier_report(out):
+        return  # missing (made later), or not a directory (prepare_out says so)
+    try:
+        names = sorted(e.name for e in os.scandir(out) if not e.name.startswith("."))
+    except OSError as exc:
+        raise ReportError(f"cannot write the report to {out}: cannot list it ({exc.strerror or exc}); "
+                          "pick a writable directory with --out") from None
+    if names:
+        raise ReportError(f"cannot write the report to {out}: it holds other files (e.g. {names[0]}), which the "
+                          "report's index.html, scores.json and figures would replace or sit among; pass --out a new "
+                          "or empty directory, or one an earlier report wrote")
+
+
+def prepare_out(out: Path) -> Path:
+    """Check `out` (check_out), create it (a directory) and mark it as a report's (REPORT_MARKER, which also
+    checks it is writable), before any work is done."""
+    out = Path(out)
+    check_out(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".zmlx-report-write-check"
-        probe.write_text("")
-        probe.unlink()
+        _mark(out)
     except OSError as exc:
         raise ReportError(f"cannot write the report to {out}: {exc.strerror or exc}; "
                           "pick a writable directory with --out") from None
@@ -98,17 +142,24 @@ def build_report(store, out: Path, split: str = "shapes", kernels=None, model: s
                  heatmaps_per_kernel: int = HEATMAPS_PER_KERNEL, db: str = "", jobs: int | None = None,
                  progress: Say | None = None, refit: bool = False) -> dict:
     """The whole report of the store under a split, written to `out` (index.html, PNGs, scores.json).
-    A report that fails leaves no directory it created itself (a folder it found is left as it was).
+    `out` must be missing, empty or an earlier report's (check_out: a folder of other files is refused before any
+    work). A report that fails leaves no directory it created itself (a folder it found is left as it was).
     `jobs`: worker processes for the folds (None: one per CPU); `progress` gets lines with an estimate
     of the time left; `refit` fits every fold even where train recorded the held-out cases (report_data)."""
     started = time.monotonic()
     created = [p for p in (Path(out), *Path(out).parents) if not p.exists()]
+    marked = (Path(out) / REPORT_MARKER).exists()
     out = prepare_out(out)
     with report_pool(store, kernels, jobs) as pool:  # the folds' workers draw the figures too
         try:
             data = report_data(store, split, kernels, model, heatmaps_per_kernel, jobs=jobs, progress=progress,
                                started=started, refit=refit, pool=pool)
         except BaseException:
+            if not marked:  # the folder is left as it was found: unmarked, or not there
+                try:
+                    (out / REPORT_MARKER).unlink()
+                except OSError:
+                    pass
             for directory in created:  # innermost first; rmdir refuses a folder that is not empty
                 try:
                     directory.rmdir()
