@@ -84,6 +84,19 @@ def test_a_path_with_a_newline_and_esc_through_the_real_cli_is_one_escaped_line(
     assert (odd / "x.parquet").read_bytes() == b"kept"
 
 
+def test_a_success_line_naming_a_path_with_a_newline_stays_one_line(tmp_path):
+    from zmlx_pipeline.data.store import Store
+
+    with Store(tmp_path / "s.duckdb"):
+        pass
+    odd = tmp_path / "nl\ndir"
+    odd.mkdir()
+    result = CliRunner().invoke(cli, ["export", "--db", str(tmp_path / "s.duckdb"), str(odd / "x.parquet")])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"wrote 0 measurements to {tmp_path}/nl\\ndir/x.parquet (")
+    assert result.output.count("\n") == 1 and (odd / "x.parquet").is_file()
+
+
 def test_a_table_cell_with_a_newline_stays_on_its_row():
     from zmlx_pipeline.pipeline.cli_common import render_table
 

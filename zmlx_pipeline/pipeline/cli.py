@@ -14,6 +14,7 @@ from zmlx_pipeline.core import commits
 from zmlx_pipeline.pipeline.stops import stops_wait_once_final, terminate_as_interrupt
 from zmlx_pipeline.data.records import DTYPES
 from zmlx_pipeline.pipeline import cli_models, cli_publish, cli_report
+from zmlx_pipeline.core.files import printable
 from zmlx_pipeline.pipeline.cli_common import (
     CommandGroup,
     FiniteRange,
@@ -286,7 +287,7 @@ def export(db, device, force, out) -> None:
     check_filters(store, device=device)
     with final_step():  # once the shard is renamed into place, a stop no longer hides it
         n = store.export_shard(out, device=device)
-    click.echo(f"wrote {n} measurements to {out} ({out.stat().st_size / 1024:.1f} KiB)")
+    click.echo(f"wrote {n} measurements to {printable(str(out))} ({out.stat().st_size / 1024:.1f} KiB)")
 
 
 @cli.command()
@@ -358,7 +359,7 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, model_name,
         return
     ing = result["ingest"]
     replaced = f", {ing['replaced']} replaced by newer timings" if ing.get("replaced") else ""
-    click.echo(f"ingested {ing['files']} shard(s) from {data_dir}: {ing['added']} new rows{replaced}, "
+    click.echo(f"ingested {ing['files']} shard(s) from {printable(str(data_dir))}: {ing['added']} new rows{replaced}, "
                f"{ing['skipped']} already present")
     click.echo("\nscores: regret@k = time of the best of the model's top k / measured best (geometric mean over held-out cases)")
     tied = ("model_tied@1", "best_baseline_tied@1")  # noise-aware scores (models/evaluate.py)
@@ -367,7 +368,7 @@ def run_main(db, data_dir, bundle_dir, kernel_names, collect_budget, model_name,
           for r in result["scores"]],
          False, ["split", "kernel", "cases", "model@1", "model@3", "model@5", "hit_2pct", "best_baseline@1", "baseline",
                  *tied, "tie_band"])
-    click.echo(f"\npublished {result['bundle']['bundle_id']} to {result['bundle']['path']}\n\nlookups:")
+    click.echo(f"\npublished {result['bundle']['bundle_id']} to {printable(str(result['bundle']['path']))}\n\nlookups:")
     emit([{**r, "shape": ",".join(f"{k}={v}" for k, v in r["shape"].items()),
            "config": ",".join(f"{k}={v}" for k, v in r["config"].items()),
            "expected_regret": None if r["expected_regret"] is None else f"{r['expected_regret']:.3f}"}
@@ -434,7 +435,7 @@ def contribute(db, budget, out_dir, as_json) -> None:
         emit(made.as_dict(), True)
         return
     left = made.collected.remaining
-    click.echo(f"wrote {made.rows} measurements of {made.device_id} to {made.path} "
+    click.echo(f"wrote {made.rows} measurements of {made.device_id} to {printable(str(made.path))} "
                f"({made.path.stat().st_size / 1024:.1f} KiB)"
                + (f"; {left} left, run the same command again to add them" if left else ""))
     if not made.known:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from zmlx_pipeline.core.files import printable
 from zmlx_pipeline.pipeline.cli_common import (
     GivenPath,
     OneValueCommand,
@@ -138,7 +139,7 @@ def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -
         return
     emit([_registry_line(r) for r in rows], False, _REGISTRY_COLUMNS)
     if rows:
-        click.echo(f"\n{len(rows)} model(s) registered in {store.path}; prune_k = configs the runtime times "
+        click.echo(f"\n{len(rows)} model(s) registered in {printable(str(store.path))}; prune_k = configs the runtime times "
                    "(held-out top k within 2% of the best in 95% of cases); regret@1 on held-out data")
 
 

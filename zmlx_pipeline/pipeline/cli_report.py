@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from zmlx_pipeline.core.files import printable
 from zmlx_pipeline.pipeline.cli_common import (
     GivenPath,
     OneValueCommand,
@@ -51,7 +52,7 @@ def report(db, out, split, kernel_names, model, heatmaps, refit, as_json) -> Non
     if as_json:
         emit(result, True)
         return
-    click.echo(f"wrote {result['index']}: {len(result['figures'])} figures, {result['cases']} held-out cases "
+    click.echo(f"wrote {printable(str(result['index']))}: {len(result['figures'])} figures, {result['cases']} held-out cases "
                f"of {len(result['kernels'])} kernel(s), split {result['split']}; open it in a browser")
 
 
