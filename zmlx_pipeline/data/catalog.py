@@ -1,4 +1,9 @@
-"""The device catalog (catalog.json) as typed rows, and name matching that never picks a wrong chip."""
+"""The device catalog (catalog.json) as typed rows, and name matching that never picks a wrong chip.
+
+Why one long module: every way a name becomes a row (an id, a core-limited id, a name as people write it, a
+reported name with a core count) shares the catalog's indexes and the rule that a name telling no one chip
+resolves to none; split apart, one path could guess where another refuses.
+"""
 
 from __future__ import annotations
 

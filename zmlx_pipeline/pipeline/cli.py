@@ -1,4 +1,8 @@
-"""The `zmlx-pipeline` command: each command parses, calls one library function, and formats."""
+"""The `zmlx-pipeline` command: each command parses, calls one library function, and formats.
+
+Why one long module: it holds the store and collection commands, each a few lines of options and formatting;
+the model, publish and report commands live in their own modules (cli_models, cli_publish, cli_report).
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@ holds only the result (what --json users parse).
 
 The command modules (cli.py, cli_models.py, cli_publish.py, cli_report.py) import only this module
 and register their commands on the group; none imports another.
+
+Why one long module: the one-line error formatting, the option types that refuse bad values and the table
+rendering are what makes every command behave alike; each command module reads them from this one place.
 """
 
 from __future__ import annotations
