@@ -526,3 +526,19 @@ def test_validate_catalog_checks_gpu_arch():
     assert "'x-7': gpu_arch generation 16 differs from the rest of family 'm3' (15)" in text
     assert "'x-8': generation 15 with 40 cores also names 'apple-m3-max-40c'" in text
     assert "'x-9': gpu_arch is for Apple rows only" in text
+
+
+@pytest.mark.parametrize("device_id, unit", [("apple-m3-8c@4sm", "GPU cores"),
+                                             ("apple-m3-max-40c@20sm", "GPU cores"),
+                                             ("amd-mi100@10sm", "compute units")])
+def test_a_core_limit_of_a_chip_whose_cores_are_no_sms_is_no_device(device_id, unit):
+    from zmlx_pipeline.data.catalog import UnknownDevice, core_limited_device, resolve_device
+
+    base, _, cores = device_id.partition("@")
+    says = (f"{device_id!r} limits {base} to {cores[:-2]} SMs, but its cores are {unit}, not SMs; a core limit "
+            "(@<N>sm, CUDA MPS) is only of an NVIDIA chip (give the chip's own id)")
+    for resolve in (core_limited_device, resolve_device):
+        with pytest.raises(UnknownDevice) as exc:
+            resolve(device_id)
+        assert type(exc.value) is UnknownDevice and str(exc.value) == says
+    assert resolve_device("nvidia-h200@66sm").core_limited_from == "nvidia-h200"

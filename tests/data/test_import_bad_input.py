@@ -84,6 +84,10 @@ def test_a_core_limited_id_imports_as_that_device(store, cache):
                           "is below the chip's count (give the chip's own id for the whole chip); `zmlx-pipeline "
                           "devices` lists them"),
     ("nvidia-h200@999sm", "--device 'nvidia-h200@999sm' limits nvidia-h200 to 999 SMs, but it has 132"),
+    ("apple-m3-8c@4sm", "--device 'apple-m3-8c@4sm' limits apple-m3-8c to 4 SMs, but its cores are GPU cores, not "
+                        "SMs; a core limit (@<N>sm, CUDA MPS) is only of an NVIDIA chip (give the chip's own id)"),
+    ("amd-mi100@10sm", "--device 'amd-mi100@10sm' limits amd-mi100 to 10 SMs, but its cores are compute units, not "
+                       "SMs; a core limit (@<N>sm, CUDA MPS) is only of an NVIDIA chip (give the chip's own id)"),
     ("nvidia-h200\u200b", "--device 'nvidia-h200\\u200b' holds a control or format character (U+200B); write the "
                           "name or id without it"),
     ("nvidia-h200\x00", "--device 'nvidia-h200\\x00' holds a control or format character (U+0000)"),
@@ -221,3 +225,13 @@ def test_a_parameter_no_reader_holds_is_refused(store, tmp_path, value, text, sa
                                         tune_params={"block_size_x": ["X"], "block_size_y": [1]}))
                     .replace('"X"', text).replace('"k,1"', json.dumps(f"{value},1")))
     assert import_refused(store, [path]) == f"cannot import {path}: config parameter {says}; nothing of it was stored"
+
+
+def test_a_device_map_value_limiting_an_apple_chips_sms_is_refused(store, cache, tmp_path):
+    mapping = tmp_path / "map.json"
+    mapping.write_text(json.dumps({"conv.json": "apple-m3-8c@4sm"}))
+    said = import_refused(store, [cache], device_map=mapping)
+    assert said.startswith(f"--device-map {mapping}: 'conv.json' -> ") and (
+        "'apple-m3-8c@4sm' limits apple-m3-8c to 4 SMs, but its cores are GPU cores, not SMs; a core limit (@<N>sm, "
+        "CUDA MPS) is only of an NVIDIA chip (give the chip's own id)") in said and "\n" not in said
+    assert store.devices() == []

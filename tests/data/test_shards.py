@@ -561,6 +561,10 @@ CATALOG_CONTRADICTIONS = {
     "core limit of the whole chip's count": (f"'{GPU}@132sm' AS device_id, 132 AS device_gpu_cores, '{GPU}' AS "
                                              "device_core_limited_from",
                                              f"device_id '{GPU}@132sm' limits {GPU} to 132 SMs, but it has 132"),
+    "core limit of an Apple chip, whose cores are no SMs": (
+        "'apple-m3-8c@4sm' AS device_id, 4 AS device_gpu_cores, 'apple-m3-8c' AS device_core_limited_from",
+        "device_id 'apple-m3-8c@4sm' limits apple-m3-8c to 4 SMs, but its cores are GPU cores, not SMs; a core limit "
+        "(@<N>sm, CUDA MPS) is only of an NVIDIA chip"),
     "core-limited id limited from nothing": (f"'{GPU}@66sm' AS device_id, 66 AS device_gpu_cores",
                                              f"device_core_limited_from is None, but {GPU}@66sm is limited from {GPU}; "
                                              "a core-limited device names the chip it is limited from"),
@@ -585,8 +589,8 @@ def test_device_columns_that_contradict_the_catalog_are_refused(case, store, mak
         for ingest in (ingest_shards, Store.ingest_shards, lambda store, paths: store.ingest_shard(paths[0])):
             with pytest.raises(BadShard) as info:
                 ingest(central, [bad])
-            tail = ("; a core limit is below the chip's count (the whole chip is its own id)" if "SMs" in says else
-                    "" if "core-limited device" in says else
+            tail = ("; a core limit is below the chip's count (the whole chip is its own id)" if "SMs, but it has" in
+                    says else "" if "core-limited device" in says or "CUDA MPS" in says else
                     "; a shard of a catalog device gives the catalog's figures (or none): correct its device_id or "
                     "that column")
             assert str(info.value) == (f"{bad}, row 1: {says}{tail} (5 more rows like it); nothing was ingested, the "

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from bundle_fixtures import TOY_CONFIGS, toy_best
-from zmlx_pipeline.runtime import BadLookup, bucket_of, candidates, load_bundle, predicted_config
+from zmlx_pipeline.runtime import BadLookup, UnknownDeviceError, bucket_of, candidates, load_bundle, predicted_config
 
 
 @pytest.fixture
@@ -136,8 +136,11 @@ def test_a_core_limit_no_table_holds_takes_its_chips_ranking_but_claims_neither_
     assert p.device == "nvidia-h100-sxm" and p.config == chip.config and p.candidates == chip.candidates
     assert p.evidence == "predicted" and p.predicted_us is None and p.expected_regret is None
     assert "answering for nvidia-h100-sxm" in p.note and "no table was made for nvidia-h100-sxm@66sm's core count" in p.note
-    whole = predicted_config("toy_scale", shape, "float16", device="nvidia-h100-sxm@132sm")  # every SM: the chip
-    assert (whole.device, whole.evidence, whole.predicted_us) == ("nvidia-h100-sxm", "measured", chip.predicted_us)
+    with pytest.raises(UnknownDeviceError) as exc:  # every SM: that is the chip's own id, as import refuses it
+        predicted_config("toy_scale", shape, "float16", device="nvidia-h100-sxm@132sm")
+    assert str(exc.value) == ("device 'nvidia-h100-sxm@132sm' limits nvidia-h100-sxm to all of its 132 SMs; a core "
+                              "limit is below the chip's count: give the chip's own id (nvidia-h100-sxm) for the "
+                              "whole chip")
 
 
 def test_a_core_limit_takes_the_table_nearest_its_core_count(real):

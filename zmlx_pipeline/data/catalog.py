@@ -22,6 +22,8 @@ from zmlx_pipeline.core.errors import ZmlxPipelineError
 VENDORS = ("apple", "nvidia", "amd")
 BACKENDS = ("metal", "cuda", "rocm")
 CORE_UNITS = ("gpu_cores", "sms", "cus")
+#: a core unit as a message says it
+CORE_UNIT_WORDS = {"gpu_cores": "GPU cores", "sms": "SMs", "cus": "compute units"}
 NUMERIC_FIELDS = (
     "gpu_cores",
     "memory_bandwidth_gbps",
@@ -360,11 +362,15 @@ CORE_LIMITED_ID = re.compile(r"(.+)@([1-9][0-9]*)sm")
 
 def core_limited_device(device_id: str) -> DeviceSpec | None:
     """The row of a core-limited id (`<catalog id>@<N>sm`, as collect names an MPS-limited run: with_core_limit);
-    None for text of another form; UnknownDevice when its base is no catalog id or N is not below the chip's count."""
+    None for text of another form; UnknownDevice when its base is no catalog id, is a chip whose cores are not SMs
+    (Apple, AMD: an MPS limit is NVIDIA's), or N is not below the chip's count."""
     limited = CORE_LIMITED_ID.fullmatch(device_id)
     if limited is None:
         return None
     base, cores = get_device(limited.group(1)), int(limited.group(2))
+    if base.core_unit != "sms" or base.vendor != "nvidia":
+        raise UnknownDevice(f"{device_id!r} limits {base.id} to {cores} SMs, but its cores are {CORE_UNIT_WORDS.get(base.core_unit, base.core_unit)}, not "
+                            "SMs; a core limit (@<N>sm, CUDA MPS) is only of an NVIDIA chip (give the chip's own id)")
     if cores >= base.gpu_cores:
         raise UnknownDevice(f"{device_id!r} limits {base.id} to {cores} SMs, but it has {base.gpu_cores}; a core "
                             "limit is below the chip's count (give the chip's own id for the whole chip)")

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from zmlx_pipeline.core.constraints import limit_values
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.keys import canonical_json
-from zmlx_pipeline.data.catalog import UnknownDevice, get_device
+from zmlx_pipeline.data.catalog import CORE_UNIT_WORDS, UnknownDevice, get_device
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
 from zmlx_pipeline.data.paths import UnreadableFolder, files_below, not_regular
 from zmlx_pipeline.data.records import (
@@ -319,6 +319,9 @@ def _catalog(device_id: Any, gpu_cores: Any, core_limited_from: Any, *values: An
     if spec is None:
         return None
     fix = "a shard of a catalog device gives the catalog's figures (or none): correct its device_id or that column"
+    if cores is not None and (spec.core_unit != "sms" or spec.vendor != "nvidia"):
+        return (f"device_id {device_id!r} limits {base} to {cores} SMs, but its cores are {CORE_UNIT_WORDS.get(spec.core_unit, spec.core_unit)}, not "
+                "SMs; a core limit (@<N>sm, CUDA MPS) is only of an NVIDIA chip")
     if cores is not None and cores >= spec.gpu_cores:
         return (f"device_id {device_id!r} limits {base} to {cores} SMs, but it has {spec.gpu_cores}; a core limit "
                 "is below the chip's count (the whole chip is its own id)")

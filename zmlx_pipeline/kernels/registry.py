@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import types
+import unicodedata
 from importlib.metadata import entry_points
 
 from zmlx_pipeline.core.errors import SHOWN_CHARS, UnknownKernel, shown
@@ -42,7 +43,28 @@ def _from_path(path: str) -> KernelSpec:
     if not isinstance(obj, KernelSpec):
         raise UnknownKernel(f"{shown(path)} is a {type(obj).__name__}, not a KernelSpec (or a function of {shown(module_name)} "
                             "that returns one)")
+    twin = _builtin_twin(obj)
+    if twin is not None:
+        raise UnknownKernel(f"{shown(path)} is a kernel named {shown(obj.name)}, the name of the built-in kernel "
+                            f"{twin!r} (names that differ only in case, white space or Unicode compatibility form are "
+                            "one name): give it a name of its own")
     return obj
+
+
+def _fold(name: str) -> str:
+    """A kernel name folded as the store compares names (data.records.fold_name): case, white space and NFKC."""
+    return "".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+def _builtin_twin(spec: KernelSpec) -> str | None:
+    """The built-in kernel whose name `spec` takes (or one differing only as _fold folds) when `spec` is not that
+    kernel itself; None otherwise. A user kernel named as a built-in would pass for it in every table."""
+    name = spec.name if isinstance(spec.name, str) else ""
+    twin = next((b for b in BUILTIN if _fold(b) == _fold(name)), None)
+    if twin is None:
+        return None
+    own = importlib.import_module(f"zmlx_pipeline.kernels.builtin.{twin}").SPEC
+    return None if spec is own or spec == own else twin
 
 
 def _entry_points() -> dict[str, str]:

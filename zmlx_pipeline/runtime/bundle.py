@@ -414,11 +414,11 @@ def read_regular(path: Path, limit: int) -> bytes:
 
 def cache_root() -> Path:
     """Where fetched bundles are kept: $ZMLX_PIPELINE_CACHE, else $XDG_CACHE_HOME or ~/.cache, /zmlx-pipeline/bundles."""
-    explicit = os.environ.get("ZMLX_PIPELINE_CACHE")
-    if explicit:
+    explicit = os.environ.get("ZMLX_PIPELINE_CACHE")  # empty or blank (only spaces): unset
+    if explicit and explicit.strip():
         return Path(home_expanded(explicit, "$ZMLX_PIPELINE_CACHE")) / "bundles"
     base = os.environ.get("XDG_CACHE_HOME")
-    base = home_expanded(base, "$XDG_CACHE_HOME") if base else str(Path.home() / ".cache")
+    base = home_expanded(base, "$XDG_CACHE_HOME") if base and base.strip() else str(Path.home() / ".cache")
     return Path(base) / "zmlx-pipeline" / "bundles"
 
 
@@ -743,7 +743,7 @@ def active_bundle(load_default: bool = True) -> Bundle | None:
     if _ACTIVE is None and load_default:
         env = os.environ.get("ZMLX_PIPELINE_BUNDLE")
         chosen: Bundle | None = None
-        if env:
+        if env and env.strip():  # empty or blank (only spaces): unset
             try:
                 chosen = read_bundle(env)
             except (BundleError, BadArgument) as exc:  # BadArgument: a location no bundle can be at (ftp://)

@@ -51,8 +51,9 @@ UNFIXED_GRID = (0, 0, 0)
 
 
 def cache_dir() -> Path:
-    explicit = os.environ.get("ZMLX_CACHE_DIR")
-    return Path(home_expanded(explicit, "$ZMLX_CACHE_DIR")) if explicit else Path.home() / ".cache" / "zmlx"
+    explicit = os.environ.get("ZMLX_CACHE_DIR")  # empty or blank (only spaces): unset
+    return (Path(home_expanded(explicit, "$ZMLX_CACHE_DIR")) if explicit and explicit.strip()
+            else Path.home() / ".cache" / "zmlx")
 
 
 def cache_path() -> Path:
@@ -108,7 +109,7 @@ def writable_path(path: str | os.PathLike | None = None) -> Path:
     target = checked_path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.close(os.open(str(target) + ".lock", os.O_RDWR | os.O_CREAT, 0o644))
+        os.close(os.open(str(target) + ".lock", os.O_RDWR | os.O_CREAT, 0o666))
     except OSError as exc:
         raise BadArgument(f"autotune cache {os.fspath(path if path is not None else target)!r:.80} cannot be written "
                           f"({exc.strerror or exc}): give the path of a file in a directory you can write") from None
@@ -360,7 +361,7 @@ def _locked(path: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - not on macOS or Linux
         yield
         return
-    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(str(path) + ".lock", os.O_RDWR | os.O_CREAT, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

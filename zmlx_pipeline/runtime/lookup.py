@@ -27,6 +27,7 @@ private table types, and the hot path after the first call is one dict lookup in
 from __future__ import annotations
 
 import math
+import unicodedata
 from collections.abc import Set
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -593,12 +594,20 @@ def _check_names(kernel: Any, device: Any) -> None:
 
 
 def check_device_id(bundle: Bundle | None, device: str, what: str = "device") -> None:
-    """BadLookup for a device id that names no device: a control character, or a core limit other than
-    `<chip>@<cores>sm` with 1 <= cores <= the chip's own (a device the bundle holds is taken as it is)."""
+    """BadLookup for a device id that names no device: empty or blank, a control character or text NFKC writes
+    otherwise (fullwidth), or a core limit other than `<chip>@<cores>sm` with 1 <= cores <= the chip's own (a device
+    the bundle holds is taken as it is); UnknownDeviceError for a core limit no device has: of a chip whose cores
+    are not SMs (Apple, AMD: MPS limits are NVIDIA's), or of all the chip's SMs (that is the chip's own id)."""
+    if not device.strip():
+        raise BadLookup(f"{what} must be a device id such as 'nvidia-h100-sxm'; got {device!r:.40}")
     if bundle is not None and (device in bundle.tables or device in bundle.profiles):
         return
     if not device.isprintable():
         raise BadLookup(f"{what} {device!r} holds a control character: give a device id such as 'nvidia-h200'")
+    normal = unicodedata.normalize("NFKC", device)
+    if normal != device:
+        raise BadLookup(f"{what} {device!r} holds characters Unicode writes otherwise (as {normal!r}); write it in "
+                        "plain characters")
     if "@" not in device:
         return
     base, _, limit = device.partition("@")
@@ -607,9 +616,16 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
         raise BadLookup(f"{what} {device!r}: a core limit is written <device>@<cores>sm with cores >= 1 "
                         f"(e.g. nvidia-h200@66sm)")
     prof = bundle.profiles.get(base) if bundle is not None else None
-    full = (prof or catalog_row(base) or {}).get("gpu_cores")
+    row = prof or catalog_row(base) or {}
+    full = row.get("gpu_cores")
+    if row and (row.get("core_unit") not in (None, "sms") or row.get("vendor") not in (None, "nvidia")):
+        raise UnknownDeviceError(f"{what} {device!r}: {base}'s cores are not SMs, and a core limit "
+                                 f"(@<N>sm, CUDA MPS) is only of an NVIDIA chip; give {base} itself")
     if isinstance(full, int) and int(digits) > full:
         raise BadLookup(f"{what} {device!r}: {base} has {full} cores, so a core limit is at most @{full}sm")
+    if isinstance(full, int) and int(digits) == full:
+        raise UnknownDeviceError(f"{what} {device!r} limits {base} to all of its {full} SMs; a core limit is below "
+                                 f"the chip's count: give the chip's own id ({base}) for the whole chip")
 
 
 def _nearest_limit(bundle: Bundle, base: str, device: str, row: Mapping[str, Any] | None) -> tuple[str, bool]:
@@ -855,7 +871,7 @@ def load_strictly(bundle: str | None) -> None:
         load_bundle(bundle, strict=True)
         return
     env = os.environ.get("ZMLX_PIPELINE_BUNDLE")
-    if env and active_bundle(load_default=False) is None:
+    if env and env.strip() and active_bundle(load_default=False) is None:  # empty or blank: unset
         try:
             load_bundle(env, strict=True)
         except BundleError as exc:

@@ -158,6 +158,11 @@ def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
     """
     expect_str(family, "family")
     expect_str(variant, "variant", optional=True)
+    if not family.strip():
+        from zmlx_pipeline.runtime.lookup import BadLookup
+
+        raise BadLookup(f"family must be a chip family such as 'M3' or a device id such as 'nvidia-h200'; "
+                        f"got {family!r:.40}")
     if not variant:  # then `family` may be a device id: refused as lookups refuse it
         _check_id(family, "family")
     records = profile_records()

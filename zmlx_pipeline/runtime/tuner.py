@@ -410,6 +410,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
             _warn_bad_entry(cache_path, f"{spec.name} {shape} {dtype} on {dkey}", problem)
         elif config is not None and config_id(config) in {config_id(c) for c in legal}:
             return TuneResult(spec.name, shape, dtype, config, "cache", hit.get("median_us"), legal=len(legal), key=key)
+    if use_cache and cache_path is None:  # the default ($ZMLX_CACHE_DIR): refused now, as a given path is
+        cache_file.writable_path(None)
     note = ""
     if configs is not None:
         # each given config as the legal config it equals, so 128.0 is launched and kept as the kernel's 128
