@@ -153,3 +153,24 @@ def test_values_without_a_safe_form_are_not_saved(features, tmp_path):
     with pytest.raises(ModelFileError, match="model.hook: values of type builtins.function"):
         save_model(ranker, tmp_path / "m.zmodel")
     assert not (tmp_path / "m.zmodel").exists()
+
+
+@pytest.mark.parametrize("kind", ["loop", "dangling"])
+def test_a_model_path_that_is_a_broken_symlink_says_so(tmp_path, kind):
+    """A symlink loop is named a loop, and a link to nothing names where it leads; never a bare "does not exist"."""
+    import os
+
+    path = tmp_path / "m.zmodel"
+    if kind == "loop":
+        os.symlink(path.name, path)  # the link leads to itself
+        says = (f"model file {path} is a symlink loop, not a model file: remove it and retrain with "
+                "`zmlx-pipeline train`")
+    else:
+        path.symlink_to(tmp_path / "gone.zmodel")
+        says = (f"model file {path} is a symlink to {tmp_path / 'gone.zmodel'}, which does not exist: fix or remove "
+                "the link, or retrain with `zmlx-pipeline train`")
+    for sha256 in (None, "sha256:" + "0" * 64):
+        with pytest.raises(ModelFileError) as refused:
+            load_model_file(path, sha256=sha256)
+        assert str(refused.value) == says
+    assert path.is_symlink() and not (tmp_path / "gone.zmodel").exists()

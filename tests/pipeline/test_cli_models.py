@@ -132,7 +132,6 @@ def test_a_tampered_model_file_fails_verification_in_one_line(filled):
 
 
 @pytest.mark.parametrize("args, message", [
-    (("evaluate", "--split", "random"), "Error: unknown split 'random'; expected one of shapes, devices\n"),
     (("evaluate", "--split", "shapes", "-k", "nope"), "Error: no ok measurements of kernel(s) nope; the store has rms\n"),
     (("evaluate", "--split", "shapes", "--model", "nope"), "Error: unknown model 'nope'"),
     (("train", "--kernel", "nope"), "Error: no ok measurements of kernel(s) nope; the store has rms\n"),
@@ -144,6 +143,29 @@ def test_errors_are_one_line(filled, args, message):
     result = invoke(*args)
     assert result.exit_code == 1, result.output
     assert result.output.startswith(message) and result.output.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--split", "random"), "Invalid value for '--split': 'random' is not one of 'shapes', 'devices', 'lodo'."),
+    (("--split", "nope"), "Invalid value for '--split': 'nope' is not one of 'shapes', 'devices', 'lodo'."),
+    (("--split", "shapes", "--k", "99999999999"),
+     "Invalid value for '--k': 99999999999 is not in the range 1<=x<=4096."),
+    (("--split", "shapes", "--k", "4097"), "Invalid value for '--k': 4097 is not in the range 1<=x<=4096."),
+])
+def test_an_unknown_split_or_a_k_past_the_cap_is_a_usage_error(filled, args, message):
+    """--split is one of the splits or their aliases and --k at most the runtime's prune-k cap (4096), each a usage
+    error (exit 2, one line) said before the store is read."""
+    result = invoke("evaluate", *args)
+    assert result.exit_code == 2, result.output
+    assert result.output == f"Error: {message} (cli evaluate --help)\n"
+
+
+def test_evaluate_split_choices_are_the_splits_and_their_aliases():
+    from zmlx_pipeline.models.folds import SPLIT_ALIASES, SPLITS
+    from zmlx_pipeline.pipeline.cli_models import EVALUATION_SPLITS
+    from zmlx_pipeline.runtime.contents import MAX_PRUNE_K
+
+    assert EVALUATION_SPLITS == (*SPLITS, *SPLIT_ALIASES) and MAX_PRUNE_K == 4096
 
 
 @pytest.mark.parametrize("command", [("evaluate", "--split", "shapes"), ("train",)])

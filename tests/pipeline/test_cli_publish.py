@@ -269,3 +269,65 @@ def test_publish_to_a_path_with_a_newline_keeps_each_table_row_on_one_line(tmp_p
                           "devices_with_tables", "profiles", "entries", "files", "bytes"]
     assert rows["latest"] == f"{tmp_path}/pt/new\\nline/latest"
     assert (to / "latest").read_text().strip() == rows["bundle_id"]
+
+
+@pytest.mark.parametrize("device, message", [
+    ("nope", "unknown device 'nope': neither a catalog id, a catalog device name nor a device of the store; see "
+             "zmlx-pipeline devices"),
+    ("nvidia-h200@0sm", "unknown device 'nvidia-h200@0sm': neither a catalog id, a catalog device name nor a device "
+                        "of the store; see zmlx-pipeline devices"),
+    ("nvidia-h200@066sm", "unknown device 'nvidia-h200@066sm': neither a catalog id, a catalog device name nor a "
+                          "device of the store; see zmlx-pipeline devices"),
+    ("Apple M1 Pro", "device 'Apple M1 Pro' does not name one chip; it may be apple-m1-pro-14c, apple-m1-pro-16c"),
+])
+def test_publish_of_an_unknown_device_is_refused_before_any_work(tmp_path, device, message, monkeypatch):
+    """--device is resolved before the models are loaded or fitted (it was said only after them), in one line
+    naming the candidates of an ambiguous name; nothing is written."""
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        fill_toy(store)
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("publish's work started")
+
+    monkeypatch.setattr("zmlx_pipeline.publish.load_models", no_work)
+    result = CliRunner().invoke(cli, ["publish", "--db", str(db), "--to", str(tmp_path / "out"), "--device", device])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.output == f"Error: {message}\n"
+    assert not (tmp_path / "out").exists()
+
+
+def test_publish_takes_a_device_name_and_a_store_device_the_catalog_lacks(tmp_path, monkeypatch):
+    """A catalog name resolves to its id; a device the store holds though the catalog lacks it is taken as it is."""
+    from zmlx_pipeline.publish.build import resolve_devices
+
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        fill_toy(store)
+        store.upsert_device({"device_id": "my-lab-gpu"})  # a device the catalog lacks
+        assert resolve_devices(store, ["H100 SXM5", "nvidia-h200", "my-lab-gpu", "nvidia-h100-sxm"]) == [
+            "nvidia-h100-sxm", "nvidia-h200", "my-lab-gpu"]
+
+
+@pytest.mark.parametrize("kind", ["notes", "link"])
+def test_publish_never_replaces_a_latest_it_did_not_write(tmp_path, kind):
+    """A user's file named `latest` (or a link of that name) in --to is refused in one line before any work, and
+    left as it was."""
+    db = tmp_path / "s.duckdb"
+    with Store(db) as store:
+        fill_toy(store)
+    to = tmp_path / "pub" / "a"
+    to.mkdir(parents=True)
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    if kind == "notes":
+        (to / "latest").write_text("my notes\n")
+    else:
+        (to / "latest").symlink_to(tmp_path / "notes.txt")
+    why = ("does not name a bundle version in the directory, so it is not an earlier publish's pointer"
+           if kind == "notes" else "is a symlink, not the pointer file to the newest bundle")
+    before = _tree(tmp_path / "pub")
+    result = CliRunner().invoke(cli, ["publish", "--db", str(db), "--to", str(to), "--device", "nvidia-h200"])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.output == f"Error: cannot publish to {to}: its latest {why}; remove it or choose another --to\n"
+    assert _tree(tmp_path / "pub") == before
+    assert (tmp_path / "notes.txt").read_text() == "my notes\n"

@@ -203,3 +203,63 @@ def test_a_missing_empty_or_earlier_publish_directory_takes_a_bundle(tmp_path):
     check_publish_dir(tmp_path / "pkg", contents=False)
     write_bundle(tmp_path / "pkg" / "default_bundle", {"kernels.json": {"a": 1}}, {"schema": "x"}, versioned=False)
     assert (tmp_path / "pkg" / "module.py").exists()
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): (os.readlink(p) if p.is_symlink() else p.read_bytes() if p.is_file() else None)
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("kind", ["notes", "link", "names nothing", "names a plain folder"])
+def test_a_latest_that_is_no_earlier_publish_pointer_is_refused_and_kept(tmp_path, kind):
+    """A user's file named `latest` (their notes, a link, a name of no bundle version there) is never replaced:
+    only the pointer swap_latest writes, naming a version directory that exists, is an earlier publish's."""
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    latest = pub / "latest"
+    if kind == "notes":
+        latest.write_text("my notes\n")
+    elif kind == "link":
+        (tmp_path / "elsewhere.txt").write_text("precious\n")
+        latest.symlink_to(tmp_path / "elsewhere.txt")
+    elif kind == "names nothing":
+        latest.write_text("20260101T000000Z-deadbeef\n")
+    else:
+        (pub / "20260101T000000Z-deadbeef").mkdir()
+        latest.write_text("20260101T000000Z-deadbeef\n")
+    why = {"notes": "does not name a bundle version in the directory, so it is not an earlier publish's pointer",
+           "link": "is a symlink, not the pointer file to the newest bundle",
+           "names nothing": "does not name a bundle version in the directory, so it is not an earlier publish's "
+                            "pointer",
+           "names a plain folder": "does not name a bundle version in the directory, so it is not an earlier "
+                                   "publish's pointer"}[kind]
+    before = _tree(tmp_path)
+    with pytest.raises(PublishError) as refused:
+        check_publish_dir(pub)
+    assert str(refused.value) == f"cannot publish to {pub}: its latest {why}; remove it or choose another --to"
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("kind", ["plain folder", "link to a folder", "link to a bundle"])
+def test_a_version_named_entry_that_is_no_bundle_version_is_refused(tmp_path, kind):
+    """An entry named like a version counts as one only as a real directory (not a link) holding a bundle's
+    manifest: a plain folder of that name, or a link of that name to an outside folder, is another file."""
+    pub = tmp_path / "pub"
+    pub.mkdir()
+    name = "20260101T000000Z-deadbeef"
+    if kind == "plain folder":
+        (pub / name).mkdir()
+        (pub / name / "mydata.txt").write_text("mine\n")
+    elif kind == "link to a folder":
+        (tmp_path / "outside").mkdir()
+        (tmp_path / "outside" / "mydata.txt").write_text("mine\n")
+        (pub / name).symlink_to(tmp_path / "outside")
+    else:
+        _, version = write_bundle(tmp_path / "other", {"kernels.json": {"a": 1}}, {})
+        (pub / name).symlink_to(version)
+    before = _tree(tmp_path)
+    with pytest.raises(PublishError) as refused:
+        check_publish_dir(pub)
+    assert str(refused.value) == (f"cannot publish to {pub}: it holds other files (e.g. {name}); publish into a new "
+                                  "or empty directory, or an earlier publish's (its latest and bundle versions only)")
+    assert _tree(tmp_path) == before

@@ -306,3 +306,64 @@ def test_figures_drawn_by_the_workers_are_the_figures_drawn_here(filled, tmp_pat
     assert page("here") == page("workers")
     assert len(lines) == len(there["figures"]) and lines[-1].endswith("done")
     assert all(re.search(r"\d+:\d\d elapsed", line) for line in lines)
+
+
+@pytest.mark.parametrize("kind", ["marker to a file outside", "dangling marker", "scores.json link",
+                                  "index.html link", "figure link"])
+def test_a_link_among_the_files_a_report_writes_is_refused_and_never_written_through(tmp_path, kind, monkeypatch):
+    """The marker counts only as a regular file (a link to a file outside, or to nothing, is refused: the report
+    would write through it and take the folder, with the user's files, for its own); and in an earlier report's
+    folder, a link named as a file the report writes (scores.json, index.html, a figure) is refused before any
+    work: nothing outside the folder is written or created."""
+    out = tmp_path / "rep"
+    out.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious outside\n")
+    name = {"marker to a file outside": REPORT_MARKER, "dangling marker": REPORT_MARKER,
+            "scores.json link": "scores.json", "index.html link": "index.html",
+            "figure link": "regret_curves.png"}[kind]
+    if kind.startswith("marker") or kind == "dangling marker":
+        (out / "precious.txt").write_text("mine\n")
+    else:
+        (out / REPORT_MARKER).write_text("an earlier report\n")
+    (out / name).symlink_to(tmp_path / "nothing-here" if kind == "dangling marker" else victim)
+    before = {p.name: (p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None)
+              for p in tmp_path.rglob("*")}
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the report's work started")
+
+    monkeypatch.setattr("zmlx_pipeline.report.build.report_data", no_work)
+    with pytest.raises(ReportError) as refused:
+        build_report(object(), out)
+    assert str(refused.value) == (
+        f"cannot write the report to {out}: its {name} is a symlink, which the report would write through or over; "
+        "remove it, or pass --out a new or empty directory")
+    assert victim.read_text() == "precious outside\n"
+    assert not (tmp_path / "nothing-here").exists()
+    assert {p.name: (p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None)
+            for p in tmp_path.rglob("*")} == before
+
+
+def test_report_files_replace_a_link_of_their_name_never_writing_through_it(tmp_path):
+    """Each file a report writes goes to a temp file in the folder and is renamed over its name: a link there (one
+    made after the check) is replaced itself, the file it led to left as it was."""
+    from matplotlib.figure import Figure
+
+    from zmlx_pipeline.report.build import _mark, _write
+    from zmlx_pipeline.report.figures import _save
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "rep"
+    out.mkdir()
+    for link in ("scores.json", REPORT_MARKER, "fig.png"):
+        (out / link).symlink_to(victim)
+    _write(out / "scores.json", "{}\n")
+    _mark(out)
+    _save(Figure(figsize=(1, 1)), out / "fig.png")
+    assert victim.read_text() == "precious\n"
+    for link in ("scores.json", REPORT_MARKER, "fig.png"):
+        assert (out / link).is_file() and not (out / link).is_symlink()
+    assert (out / "scores.json").read_text() == "{}\n"
+    assert sorted(p.name for p in out.iterdir()) == sorted(["scores.json", REPORT_MARKER, "fig.png"])

@@ -14,14 +14,20 @@ from typing import Any
 
 def write_text_atomic(path: Path, text: str, mode: int | None = None) -> None:
     """Write `text` to `path` atomically; `mode` sets the file's permissions (mkstemp makes it private)."""
+    write_bytes_atomic(path, text.encode("utf-8"), mode)
+
+
+def write_bytes_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Write `data` to `path` atomically (a temp file beside it, renamed over it: a link of that name is replaced,
+    never written through); `mode` sets the file's permissions (mkstemp makes it private)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         if mode is not None:
             os.chmod(tmp, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -18,6 +18,7 @@ rows, it is never refitted.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import hashlib
 import io
 import json
@@ -410,6 +411,16 @@ def load_model_file(path: str | os.PathLike, sha256: str | None = None, expect: 
     """
     source = Path(path)
     kind = not_regular_file(source)  # said without opening it: a FIFO would block the read, /dev/zero never end
+    if kind is not None and (kind == "missing" or kind.startswith("unreadable")) and source.is_symlink():
+        try:  # the link is there; what it leads to is not, or never ends
+            source.stat()
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ModelFileError(f"model file {source} is a symlink loop, not a model file: remove it and "
+                                     "retrain with `zmlx-pipeline train`") from None
+            if exc.errno == errno.ENOENT:
+                raise ModelFileError(f"model file {source} is a symlink to {os.readlink(source)}, which does not "
+                                     "exist: fix or remove the link, or retrain with `zmlx-pipeline train`") from None
     if kind == "missing":
         raise ModelFileError(f"model file {source} does not exist: retrain with `zmlx-pipeline train`")
     if kind is not None and kind.startswith("unreadable"):

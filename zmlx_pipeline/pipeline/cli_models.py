@@ -19,6 +19,12 @@ from zmlx_pipeline.pipeline.cli_common import (
     output_options,
     split_names,
 )
+from zmlx_pipeline.runtime.contents import MAX_PRUNE_K  # the runtime's cap on k: a larger k ranks nothing more
+
+
+#: --split's values: models/folds.py's SPLITS and SPLIT_ALIASES (named here: that module loads polars, and --help
+#: should not wait for it; tests/pipeline/test_cli_models.py checks they agree)
+EVALUATION_SPLITS = ("shapes", "devices", "lodo")
 
 
 def _fmt(value) -> str | None:
@@ -27,12 +33,13 @@ def _fmt(value) -> str | None:
 
 @click.command(cls=OneValueCommand)
 @db_option
-@click.option("--split", required=True, metavar="shapes|devices",
+@click.option("--split", required=True, type=click.Choice(EVALUATION_SPLITS),
               help="shapes: held-out shapes of measured devices; devices: leave one device out (alias lodo).")
 @click.option("--kernel", "-k", "kernel_names", multiple=True, help="Only these kernels (repeat or comma-separate).")
 @click.option("--model", "model_names", multiple=True,
               help="Model variant(s) to score (default: the default model, reported as method \"model\").")
-@click.option("--k", "ks", multiple=True, type=WholeRange(1), help="k of regret@k (default: 1, 3, 5).")
+@click.option("--k", "ks", multiple=True, type=WholeRange(1, MAX_PRUNE_K),
+              help=f"k of regret@k, 1 to {MAX_PRUNE_K} (default: 1, 3, 5).")
 @click.option("--jobs", "-j", type=WholeRange(1), default=None,
               help="Worker processes for the folds (default: one per CPU; 1: none). Results do not depend on it.")
 @click.option("--protocol", type=click.Choice(["nested", "fixed"]), default="nested", show_default=True,

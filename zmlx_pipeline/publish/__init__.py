@@ -40,6 +40,10 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
     started = time.monotonic()
     # before minutes of building, not after; versioned=False replaces to_dir itself, among its parent's files
     check_publish_dir(to_dir) if versioned else check_publish_dir(Path(to_dir).parent, contents=False)
+    if devices is not None:  # a device neither the catalog nor the store knows: said now, not after the fits
+        from zmlx_pipeline.publish.build import resolve_devices
+
+        devices = resolve_devices(store, devices)
     # Many small fits and predictions: one thread each is several times faster than contending OpenMP pools.
     with threadpool_limits(limits=1):
         # the rankers are read and the time models fitted with the tables, in the builder's worker processes

@@ -119,6 +119,32 @@ def device_records(store) -> dict[str, dict]:
     return out
 
 
+def resolve_devices(store, devices: Sequence[str]) -> list[str]:
+    """The ids of the devices a person named for publish's lookup tables (a catalog id, a device name as people
+    write it, or a device the store holds though the catalog lacks it), checked before any work: UnknownDevice for
+    one neither knows, AmbiguousDevice (listing the ids) for a name of several chips."""
+    from zmlx_pipeline.data.catalog import AmbiguousDevice, UnknownDevice, resolve_device
+
+    records = device_records(store)
+    out: list[str] = []
+    for name in devices:
+        if name in records:
+            out.append(name)
+            continue
+        try:
+            spec = resolve_device(name)
+        except AmbiguousDevice as exc:
+            raise UnknownDevice(f"device {name!r} does not name one chip; it may be {', '.join(exc.candidates)}") \
+                from None
+        except UnknownDevice:
+            spec = None
+        if spec is None or spec.id not in records:
+            raise UnknownDevice(f"unknown device {name!r}: neither a catalog id, a catalog device name nor a device "
+                                "of the store; see zmlx-pipeline devices")
+        out.append(spec.id)
+    return list(dict.fromkeys(out))
+
+
 def _limits_key(row: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
     """A device's constraint limits as a hashable key (devices alike in them share legal-config lists)."""
     return tuple(sorted(limit_values(row).items()))

@@ -21,8 +21,8 @@ import gzip
 import hashlib
 import json
 import os
-import re
 import shutil
+import stat
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -129,15 +129,25 @@ def _check_links(root: Path) -> None:
                                "--to") from None
 
 
-#: the name publish gives a version: its bundle id (creation time, content hash), ".N" after it for a second bundle
-#: of the same second and content prefix
-_VERSION_NAME = re.compile(r"[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}(\.[0-9]+)?", re.ASCII)
+def _is_version(root: Path, name: str) -> bool:
+    """Whether `name` in `root` is a bundle version: a real directory (not a symlink, whatever it leads to) holding
+    a bundle's manifest. A folder merely named like one, or a link of that name, is not."""
+    try:
+        if not stat.S_ISDIR(os.lstat(root / name).st_mode):
+            return False
+        if not stat.S_ISREG(os.lstat(root / name / MANIFEST).st_mode):
+            return False
+        manifest = json.loads((root / name / MANIFEST).read_bytes())
+    except (OSError, ValueError):
+        return False
+    # what make_manifest always writes (a publisher's fields may name another schema)
+    return isinstance(manifest, dict) and all(key in manifest for key in ("bundle_id", "files", "content_sha256"))
 
 
 def _foreign_entry(root: Path) -> str | None:
     """The first name (sorted) in an existing publish directory that is neither `latest`, nor a version directory
-    (one named as publish names them, or holding a bundle's manifest), nor a dot-file (a write in progress, an
-    editor's or a VCS's file); None when there is none: the directory is empty or an earlier publish's."""
+    (a real directory, not a link, holding a bundle's manifest), nor a dot-file (a write in progress, an editor's or
+    a VCS's file); None when there is none: the directory is empty or an earlier publish's."""
     try:
         entries = sorted(os.scandir(root), key=lambda e: e.name)
     except FileNotFoundError:
@@ -146,15 +156,44 @@ def _foreign_entry(root: Path) -> str | None:
         raise PublishError(f"cannot publish to {root}: cannot list it ({exc.strerror or exc}); choose another "
                            "--to") from None
     for entry in entries:
-        if entry.name.startswith(".") or entry.name == LATEST:  # `latest` is checked to be a file before this
+        if entry.name.startswith(".") or entry.name == LATEST:  # `latest` is checked before this
             continue
-        try:
-            version = entry.is_dir() and (_VERSION_NAME.fullmatch(entry.name) is not None
-                                          or _bundle_manifest(Path(entry.path)))
-        except OSError:
-            version = False
-        if not version:
+        if not _is_version(root, entry.name):
             return entry.name
+    return None
+
+
+#: the most a `latest` pointer written by swap_latest holds (a version's name and a newline)
+_MAX_LATEST_BYTES = 256
+
+
+def _latest_problem(root: Path) -> str | None:
+    """Why an existing `latest` in `root` is not an earlier publish's pointer (None: it is, or there is none): it
+    must be a regular file (not a link) holding the name of a version directory there, as swap_latest writes it."""
+    latest = root / LATEST
+    try:
+        st = os.lstat(latest)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink, not the pointer file to the newest bundle"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a file (the pointer to the newest bundle)"
+    if st.st_size > _MAX_LATEST_BYTES:
+        return "is not a publish's pointer to the newest bundle (it is too long to name a bundle version)"
+    try:
+        with open(latest, "rb") as fh:
+            text = fh.read(_MAX_LATEST_BYTES + 1).decode("utf-8")
+    except UnicodeDecodeError:
+        text = None
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    name = (text or "").strip()
+    if (text is None or not name or "/" in name or "\\" in name or name.startswith(".")
+            or not _is_version(root, name)):
+        return "does not name a bundle version in the directory, so it is not an earlier publish's pointer"
     return None
 
 
@@ -184,10 +223,14 @@ def check_publish_dir(directory: str | os.PathLike, contents: bool = True) -> No
     blocker = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         raise PublishError(f"cannot publish to {root}: {blocker} is a file, not a directory; choose another --to")
-    latest = root / LATEST
-    if latest.exists() and not latest.is_file():
-        raise PublishError(f"cannot publish to {root}: its {LATEST} is not a file (the pointer to the newest bundle); "
-                           "remove it or choose another --to")
+    if contents:
+        problem = _latest_problem(root)
+    else:  # the bundle replaces root whole: its `latest` is removed with it, never written through
+        latest = root / LATEST
+        problem = ("is not a file (the pointer to the newest bundle)"
+                   if latest.exists() and not latest.is_file() else None)
+    if problem is not None:
+        raise PublishError(f"cannot publish to {root}: its {LATEST} {problem}; remove it or choose another --to")
     foreign = _foreign_entry(root) if contents else None
     if foreign is not None:
         raise PublishError(f"cannot publish to {root}: it holds other files (e.g. {foreign}); publish into a new or "

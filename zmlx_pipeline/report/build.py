@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from pathlib import Path
+
+from zmlx_pipeline.core.files import current_umask, write_text_atomic
 
 from zmlx_pipeline.models.variants import DEFAULT_MODEL
 from zmlx_pipeline.models.pool import KernelPool
@@ -74,9 +77,10 @@ def write_report(data: ReportData, out: Path, db: str = "", progress: Say | None
                 steps.done(f"{what} drawn", weight)
     written = [name for name, _, _, _ in jobs]
     scores = {"split": data.split, "model": data.model, "results": table_rows(data.rows)}
-    (out / "scores.json").write_text(json.dumps(scores, indent=2) + "\n")
+    # each file replaced atomically: a link of its name is replaced itself, never written through
+    _write(out / "scores.json", json.dumps(scores, indent=2) + "\n")
     index = out / "index.html"
-    index.write_text(page_html(data, figures, db), encoding="utf-8")
+    _write(index, page_html(data, figures, db))
     _mark(out)  # a later report may write here again (build_report marked it before the work; a caller may not have)
     return {"index": str(index), "split": data.split, "model": data.model, "kernels": data.kernels,
             "cases": data.cases, "figures": written, "scores": str(out / "scores.json"), "reused": data.reused}
@@ -88,16 +92,30 @@ REPORT_MARKER = ".zmlx-pipeline-report"
 _PAGE_TITLE = b"<title>zmlx-pipeline report"
 
 
+def _write(path: Path, text: str) -> None:
+    """`text` written to a temp file beside `path`, then renamed over it (a link there is replaced, not followed)."""
+    write_text_atomic(path, text, mode=0o666 & ~current_umask())
+
+
 def _mark(out: Path) -> None:
-    (out / REPORT_MARKER).write_text("written by zmlx-pipeline report: a later report may replace the files here\n")
+    _write(out / REPORT_MARKER, "written by zmlx-pipeline report: a later report may replace the files here\n")
+
+
+def _regular_file(path: Path) -> bool:
+    """Whether `path` is a regular file itself (lstat: a symlink, even to a file, is not)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _an_earlier_report(out: Path) -> bool:
-    """Whether `out` holds a report: its marker, or (an older report's) an index.html whose page is a report's."""
-    if (out / REPORT_MARKER).is_file():
+    """Whether `out` holds a report: its marker, or (an older report's) an index.html whose page is a report's;
+    each only as a regular file, never a link."""
+    if _regular_file(out / REPORT_MARKER):
         return True
     page = out / "index.html"
-    if not page.is_file():  # a regular file only: a FIFO's read would block
+    if not _regular_file(page):  # a regular file only: a FIFO's read would block, a link leads elsewhere
         return False
     try:
         with open(page, "rb") as fh:
@@ -106,18 +124,32 @@ def _an_earlier_report(out: Path) -> bool:
         return False
 
 
+def _a_report_file(name: str) -> bool:
+    """Whether the report writes a file of this name (its marker, page, scores or a figure)."""
+    return name in (REPORT_MARKER, "index.html", "scores.json") or name.endswith(".png")
+
+
 def check_out(out: Path) -> None:
     """Refuse an --out that is an existing directory holding files a report did not write (a site's index.html, the
-    shards of data/, a store, a link to /etc): the report would replace or sit among them. A missing or empty
-    directory (dot-files aside) or one an earlier report wrote is fine. Nothing is written."""
+    shards of data/, a store, a link to /etc): the report would replace or sit among them; and one where a file
+    the report writes (its marker, index.html, scores.json, a figure) is a symlink or not a regular file. A missing
+    or empty directory (dot-files aside) or one an earlier report wrote is fine. Nothing is written."""
     out = Path(out)
-    if not out.is_dir() or _an_earlier_report(out):
+    if not out.is_dir():
         return  # missing (made later), or not a directory (prepare_out says so)
     try:
-        names = sorted(e.name for e in os.scandir(out) if not e.name.startswith("."))
+        entries = sorted(os.scandir(out), key=lambda e: e.name)
     except OSError as exc:
         raise ReportError(f"cannot write the report to {out}: cannot list it ({exc.strerror or exc}); "
                           "pick a writable directory with --out") from None
+    for entry in entries:
+        if _a_report_file(entry.name) and not _regular_file(out / entry.name):
+            what = "a symlink" if entry.is_symlink() else "not a regular file"
+            raise ReportError(f"cannot write the report to {out}: its {entry.name} is {what}, which the report "
+                              "would write through or over; remove it, or pass --out a new or empty directory")
+    if _an_earlier_report(out):
+        return
+    names = [e.name for e in entries if not e.name.startswith(".")]
     if names:
         raise ReportError(f"cannot write the report to {out}: it holds other files (e.g. {names[0]}), which the "
                           "report's index.html, scores.json and figures would replace or sit among; pass --out a new "

@@ -36,9 +36,16 @@ def _figure(width: float, height: float):
 
 
 def _save(fig, path: Path) -> Path:
-    path = Path(path)
-    fig.savefig(path, format="png", dpi=_DPI, facecolor="white")
-    return path
+    """The figure rendered, then written beside `path` and renamed over it: a link of that name is replaced, never
+    written through."""
+    import io
+
+    from zmlx_pipeline.core.files import current_umask, write_bytes_atomic
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=_DPI, facecolor="white")
+    write_bytes_atomic(Path(path), buffer.getvalue(), mode=0o666 & ~current_umask())
+    return Path(path)
 
 
 def _grid(n: int, cols: int = 3) -> tuple[int, int]:
