@@ -110,7 +110,7 @@ def test_a_table_cell_with_a_newline_stays_on_its_row():
     (["lookup", "rmsnorm", "--shape", "rows=1e3"],
      "Invalid value for --shape: 'rows=1e3': give the shape as DIM=N,DIM=N (e.g. rows=4096,cols=4096) or the dims' "
      "values in order (e.g. 4096,4096), N in digits 0-9 (zmlx-pipeline lookup --help)"),
-    (["evaluate"], "Missing option '--split'. (zmlx-pipeline evaluate --help)"),
+    (["evaluate"], "Missing option '--split'. Choose from: shapes, devices, lodo (zmlx-pipeline evaluate --help)"),
     (["publish"], "Missing option '--to'. (zmlx-pipeline publish --help)"),
     (["nope"], "No such command 'nope'. Did you mean 'noise'? (zmlx-pipeline --help)"),
     (["devices", "--vendor", "a\nb"],

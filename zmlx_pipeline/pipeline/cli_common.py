@@ -53,6 +53,8 @@ class OneLineError(ZmlxPipelineError, click.ClickException):
     @classmethod
     def of(cls, exc: click.ClickException) -> "OneLineError":
         message = exc.format_message()
+        if isinstance(exc, click.MissingParameter):  # click lists a choice's values one a line, each after a tab
+            message = re.sub(r":?\n\t", lambda m: ": " if m.group(0).startswith(":") else " ", message)
         ctx = getattr(exc, "ctx", None)
         if isinstance(exc, click.UsageError) and ctx is not None and ctx.command.get_help_option(ctx) is not None:
             message = f"{message} ({ctx.command_path} {max(ctx.command.get_help_option_names(ctx), key=len)})"
