@@ -109,6 +109,18 @@ def test_heatmaps_use_the_two_parameters_that_matter(reports):
     assert re.search(r"explained by TG \d+%, VEC \d+%", html)
 
 
+def _refused_before_work(monkeypatch, out) -> str:
+    """build_report's refusal of `out`, with the report's work made to fail if it ever started."""
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the report's work started")
+
+    monkeypatch.setattr("zmlx_pipeline.report.build.report_data", no_work)
+    with pytest.raises(ReportError) as refused:
+        build_report(object(), out)
+    return str(refused.value)
+
+
 def test_errors_are_one_line_report_errors(tmp_path):
     with Store(tmp_path / "empty.duckdb") as empty:
         with pytest.raises(ReportError, match="no ok measurements"):
@@ -159,13 +171,7 @@ def test_a_folder_of_other_files_is_refused_before_any_work_and_left_as_it_was(t
     out = tmp_path / "link" if kind == "link to a full folder" else folder
     before = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
 
-    def no_work(*args, **kwargs):
-        raise AssertionError("the report's work started")
-
-    monkeypatch.setattr("zmlx_pipeline.report.build.report_data", no_work)
-    with pytest.raises(ReportError) as refused:
-        build_report(object(), out)
-    assert str(refused.value) == (
+    assert _refused_before_work(monkeypatch, out) == (
         f"cannot write the report to {out}: it holds other files (e.g. {first}), which the report's index.html, "
         "scores.json and figures would replace or sit among; pass --out a new or empty directory, or one an earlier "
         "report wrote")
@@ -330,13 +336,7 @@ def test_a_link_among_the_files_a_report_writes_is_refused_and_never_written_thr
     before = {p.name: (p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None)
               for p in tmp_path.rglob("*")}
 
-    def no_work(*args, **kwargs):
-        raise AssertionError("the report's work started")
-
-    monkeypatch.setattr("zmlx_pipeline.report.build.report_data", no_work)
-    with pytest.raises(ReportError) as refused:
-        build_report(object(), out)
-    assert str(refused.value) == (
+    assert _refused_before_work(monkeypatch, out) == (
         f"cannot write the report to {out}: its {name} is a symlink, which the report would write through or over; "
         "remove it, or pass --out a new or empty directory")
     assert victim.read_text() == "precious outside\n"
