@@ -220,3 +220,21 @@ def test_a_file_gzipped_twice_or_compressed_otherwise_is_named_as_such(store, tm
     assert refused(store, [xz], "xz-compressed data") == (
         f"cannot import {xz}: xz-compressed data, not JSON: decompress it and import the result (gzip is read as it "
         "is); nothing of it was stored")
+
+
+# -- schema versions ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["1.0.0", "1.0.1", "1.1.0", "1.2.0"])
+def test_a_cache_of_any_schema_1_minor_version_imports(store, tmp_path, version):
+    path = write(tmp_path / "a.json", {**cache({64: 1.0, 128: 2.0}), "schema_version": version})
+    import_files(store, [path])
+    assert len(store.measurements()) == 2
+
+
+@pytest.mark.parametrize("make, kind", [(lambda v: {**cache({64: 1.0}), "schema_version": v}, "cache"),
+                                        (lambda v: {**t4([t4_result(64)]), "schema_version": v}, "T4")])
+def test_a_new_major_schema_or_a_version_that_is_no_version_is_refused(store, tmp_path, make, kind):
+    message = refused(store, [write(tmp_path / "a.json", make("2.0.0"))], f"Kernel Tuner {kind} schema '2.0.0'")
+    assert "reads schema 1.x" in message
+    refused(store, [write(tmp_path / "b.json", make(1.1))], "its schema_version '1.1' is not a version number")

@@ -43,7 +43,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple
 
-from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.errors import ZmlxPipelineError, shown
 from zmlx_pipeline.data.catalog import (
     AmbiguousDevice,
     DeviceSpec,
@@ -994,6 +994,26 @@ def _time_rewritten(entry: dict) -> bool:
     return abs(time - mean) > _TIME_MEAN_TOLERANCE * mean
 
 
+#: the major version of the Kernel Tuner cache and T4 schemas read here (cache 1.0.0, 1.0.1, 1.1.0; T4 1.0.0):
+#: a minor version adds fields, which are read as the entries' other fields are; a new major one may
+#: change what a field means, so it is refused rather than guessed
+SCHEMA_MAJOR = 1
+
+
+def _check_schema(path: Path, data: dict, kind: str) -> None:
+    """Refuse a file whose `schema_version` is not of a schema this reader knows (absent: an early cache)."""
+    version = data.get("schema_version")
+    if version is None:
+        return
+    match = re.fullmatch(r"(\d+)(\.\d+){0,2}", version) if isinstance(version, str) else None
+    if match is None:
+        raise _fail(path, f"its schema_version {shown(version)} is not a version number such as \"1.1.0\"")
+    if int(match.group(1)) != SCHEMA_MAJOR:
+        raise _fail(path, f"Kernel Tuner {kind} schema {shown(version)}, which this importer does not read (it reads "
+                          f"schema {SCHEMA_MAJOR}.x): upgrade zmlx-pipeline, or write the file with a Kernel Tuner "
+                          f"of schema {SCHEMA_MAJOR}.x")
+
+
 def _entries_cache(path: Path, data: dict) -> _Entries:
     """Configs and (status, timing, error) per entry of a Kernel Tuner cache file."""
     cache = data["cache"]
@@ -1270,8 +1290,10 @@ def _sections_of(path: Path, data: Any, t1: dict | None) -> tuple[str, list[_Ent
     if not isinstance(data, dict):
         raise _fail(path, "the top level is not a JSON object")
     if "cache" in data:
+        _check_schema(path, data, "cache")
         return FORMAT_CACHE, [_entries_cache(path, data)]
     if "results" in data:
+        _check_schema(path, data, "T4")
         return FORMAT_T4, [_entries_t4(path, data, t1)]
     if "Results" in data and isinstance(data.get("Metadata"), dict):
         from zmlx_pipeline.data.importers.ktt import entries_ktt
