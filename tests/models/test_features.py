@@ -98,6 +98,17 @@ def test_only_the_newest_kernel_version_is_used(store, make_measurement):
     assert f.kernel_version == "sha256:new" and set(f.frame["kernel_version"]) == {"sha256:new"}
 
 
+def test_the_registered_kernels_own_version_wins_over_a_later_one(store, make_measurement):
+    """A shard that claims a later version of a built-in kernel than its source cannot displace the
+    timings of the code that runs; without the registered version the newest one is used as before."""
+    from zmlx_pipeline.kernels.registry import get_kernel
+
+    own = get_kernel("rmsnorm").version
+    fill_rmsnorm(store, make_measurement, devices=(M3,), version=own)
+    fill_rmsnorm(store, make_measurement, devices=(M3,), version="sha256:fabricated")
+    assert store_features(store, kernels="rmsnorm")["rmsnorm"].kernel_version == own
+
+
 def test_errors_and_frames(store, make_measurement):
     fill_rmsnorm(store, make_measurement, devices=(M3,))
     with pytest.raises(FeatureError, match="no ok measurements of kernel\\(s\\) nope"):

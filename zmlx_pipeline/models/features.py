@@ -125,8 +125,13 @@ def _log2(expr: pl.Expr) -> pl.Expr:
     return expr.cast(pl.Float64).log(2)
 
 
-def _newest_version(df: pl.DataFrame) -> str:
-    """The kernel version measured most recently (old versions never mix with new timings)."""
+def _newest_version(df: pl.DataFrame, kernel: str) -> str:
+    """The registered kernel's own version when the rows hold it, else the version measured most
+    recently (old versions never mix with new timings, and a shard that claims a later version of a
+    built-in kernel than its source has cannot displace the timings of the code that runs)."""
+    spec = _registered(kernel)
+    if spec is not None and (df["kernel_version"] == spec.version).any():
+        return spec.version
     return df.group_by("kernel_version").agg(pl.col("measured_at").max()).sort(
         ["measured_at", "kernel_version"], descending=True
     )["kernel_version"][0]
@@ -164,7 +169,7 @@ def kernel_features(
                              & (pl.col("median_us") > 0))
     if df.is_empty():
         raise FeatureError(f"no ok measurements of kernel {kernel!r}")
-    version = _newest_version(df)
+    version = _newest_version(df, kernel)
     df = df.filter(pl.col("kernel_version") == version)
     df = df.select("device_id", "kernel", "kernel_version", "dtype", "shape_key", "shape", "config_key",
                    "config", "median_us", "extra")
