@@ -263,3 +263,17 @@ def test_a_version_named_entry_that_is_no_bundle_version_is_refused(tmp_path, ki
     assert str(refused.value) == (f"cannot publish to {pub}: it holds other files (e.g. {name}); publish into a new "
                                   "or empty directory, or an earlier publish's (its latest and bundle versions only)")
     assert _tree(tmp_path) == before
+
+
+def test_a_file_put_into_the_publish_directory_during_the_build_stops_the_commit(tmp_path):
+    """The directory is checked before the build and again at the commit: a user's file added in between gets no
+    bundle and no `latest` beside it, and the earlier publish stays as it was."""
+    root = tmp_path / "pub"
+    _, first = write_bundle(root, {"kernels.json": {"a": 1}}, {"schema": "x"})
+    check_publish_dir(root)  # what publish runs before its build
+    (root / "notes.txt").write_text("mine")  # then, during the build
+    before = sorted(p.name for p in root.iterdir()), (root / "latest").read_text()
+    with pytest.raises(PublishError, match="holds other files .*notes.txt"):
+        write_bundle(root, {"kernels.json": {"a": 2}}, {"schema": "x"})
+    assert (sorted(p.name for p in root.iterdir()), (root / "latest").read_text()) == before
+    assert (root / "latest").read_text().strip() == first.name

@@ -313,6 +313,9 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
                 shutil.rmtree(old, ignore_errors=True)
             fsync_dir(parent)
             return manifest, root
+        # checked again at the commit: a file put into the directory since the check before the build (which
+        # took minutes) must not get a `latest` beside it either
+        check_publish_dir(root)
         name = manifest["bundle_id"]
         final = root / name
         if final.exists():
