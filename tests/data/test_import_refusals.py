@@ -238,3 +238,15 @@ def test_a_new_major_schema_or_a_version_that_is_no_version_is_refused(store, tm
     message = refused(store, [write(tmp_path / "a.json", make("2.0.0"))], f"Kernel Tuner {kind} schema '2.0.0'")
     assert "reads schema 1.x" in message
     refused(store, [write(tmp_path / "b.json", make(1.1))], "its schema_version '1.1' is not a version number")
+
+
+def test_a_test_device_name_in_a_file_named_for_its_gpu_is_refused_naming_that_gpu_as_a_hint(store, tmp_path):
+    """Kernel Tuner's test runs write "Testing" or "arm" as the GPU: the file name's GPU is offered, never taken."""
+    message = refused(store, [write(tmp_path / "RTX_A4000.json", cache({64: 1.0}, device_name="Testing"))],
+                      "device 'Testing' is not in the catalog")
+    assert f"its file name names {A4000}: pass --device {A4000} if it ran there" in message
+    message = refused(store, [write(tmp_path / "run_14_iters.json", cache({64: 1.0}, device_name="arm"))],
+                      "device 'arm' is not in the catalog")
+    assert "file name names" not in message
+    import_files(store, [tmp_path / "RTX_A4000.json"], device=A4000)
+    assert len(store.measurements()) == 1

@@ -521,6 +521,19 @@ def test_a_cache_left_open_naming_an_entry_twice_is_refused(seeded, tmp_path):
     assert "the key '32,1' appears twice in one JSON object" in refused(seeded, path)
 
 
+@pytest.mark.parametrize("left_open", [False, True])
+def test_an_entry_written_twice_alike_is_read_once(seeded, tmp_path, left_open):
+    """A cache holding one entry twice, byte for byte (Kernel Tuner's dashboard test cache as published), says
+    nothing twice: it imports, once; the same key with another time is still refused (above)."""
+    text = _with_repeated_key(kt_cache({"16,1": entry(16, 1, 1.0), "32,1": entry(32, 1, 2.0)}), "cache", "32,1",
+                              entry(32, 1, 2.0))
+    path = write(tmp_path / "dup" / "A4000.json", {})
+    path.write_text(text.rstrip()[:-2] + "," if left_open else text)
+    before = len(seeded.measurements())
+    (row,) = import_files(seeded, [path])
+    assert row["rows"] == 2 and len(seeded.measurements()) == before + 2
+
+
 def test_a_gzipped_file_and_its_t4_metadata_naming_a_key_twice_are_refused(seeded, tmp_path):
     gz = tmp_path / "dup" / "A4000.json.gz"
     gz.parent.mkdir()
@@ -550,8 +563,9 @@ def test_the_cli_refuses_a_repeated_key_in_one_line_and_makes_no_store(tmp_path)
     db = tmp_path / "new.duckdb"
     result = CliRunner().invoke(cli, ["import", "--db", str(db), str(path)])
     assert result.exit_code == 1, result.output
-    assert result.output == (f"Error: cannot import {path}: the key '16,1' appears twice in one JSON object (only one "
-                             "value of a key can be kept); nothing of it was stored\n")
+    assert result.output == (f"Error: cannot import {path}: the key '16,1' appears twice in one JSON object, with "
+                             "different values (only one value of a key can be kept: remove the other); nothing of "
+                             "it was stored\n")
     assert not db.exists()
     result = CliRunner().invoke(cli, ["import", "--db", str(db), "--problem-size", '{"x": 1, "x": 2}', str(path)])
     assert result.exit_code == 2 and "the key 'x' appears twice" in result.output.splitlines()[-1]

@@ -70,6 +70,34 @@ def test_every_ktt_status_becomes_a_status_and_units_are_the_metadatas(store, tm
                         256: ("compile_error", None), 512: ("launch_error", None)}
 
 
+def profiled(result: dict, duration: float) -> dict:
+    """The run KTT's profile-based searcher repeats under the profiler: its computation carries ProfilingData."""
+    return {**result, "TotalDuration": duration, "ComputationResults": [
+        {"Duration": duration, "ProfilingData": {"Counters": [{"Name": "sm__warps_active", "Value": 1.0}],
+                                                 "RemainingProfilingRuns": 0}}]}
+
+
+def test_a_profiled_repeat_of_a_config_gives_way_to_its_plain_run(store, tmp_path):
+    """KTT's ProfileSearcher output as published: each config timed, then run again under the profiler. The plain
+    run is the config's time; a config only ever run under the profiler keeps that run (its one timing)."""
+    path = tmp_path / "profile_searcher.json"
+    path.write_text(json.dumps(ktt_doc([ktt_result(32, total=0.5), ktt_result(64, "ComputationFailed", 0.0),
+                                        profiled(ktt_result(32), 0.75), profiled(ktt_result(128), 2.0)])))
+    (row,) = import_files(store, [path])
+    assert (row["rows"], row["failed"], row["skipped"]) == (3, 1, 1)
+    by_block = {m["config"]["block"]: (m["status"], m["median_us"]) for m in store.measurements()}
+    assert by_block == {32: ("ok", 500.0), 64: ("launch_error", None), 128: ("ok", 2000.0)}
+
+
+def test_two_plain_runs_of_one_config_are_still_refused(store, tmp_path):
+    path = tmp_path / "twice.json"
+    path.write_text(json.dumps(ktt_doc([ktt_result(32, total=0.5), ktt_result(32, total=0.6),
+                                        profiled(ktt_result(32), 0.75)])))
+    with pytest.raises(ImportFileError, match="result 0 and result 1 are the same config"):
+        import_files(store, [path])
+    assert store.measurements() == []
+
+
 @pytest.mark.parametrize("doc, reason", [
     (ktt_doc([ktt_result(32)], unit="Minutes"), "KTT output with time unit 'Minutes'; KTT writes Nanoseconds"),
     (ktt_doc([ktt_result(32, status="Timeout")]), "result 0: unknown status 'Timeout' (KTT writes Ok,"),

@@ -198,22 +198,29 @@ def _float(text: str) -> float:
 
 
 class RepeatedKey(ZmlxPipelineError, ValueError):
-    """A JSON object naming one key twice, whose values json would resolve by keeping the last, dropping the rest."""
+    """A JSON object naming one key twice with different values, which json would resolve by keeping the last."""
 
     def __init__(self, key: str) -> None:
-        super().__init__(f"the key {key!r} appears twice in one JSON object (only one value of a key can be kept)")
+        super().__init__(f"the key {key!r} appears twice in one JSON object, with different values (only one value "
+                         "of a key can be kept: remove the other)")
         self.key = key
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Whether two JSON values are written alike (1 and 1.0, true and 1 differ; key order does not count)."""
+    return json.dumps(a, sort_keys=True, default=repr) == json.dumps(b, sort_keys=True, default=repr)
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
-    """json's object_pairs_hook: the object as a dict, RepeatedKey for a key it names twice."""
+    """json's object_pairs_hook: the object as a dict, RepeatedKey for a key it names twice with different values
+    (a copy of an entry written twice over, as a cache appended to again can hold, says nothing new)."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen and not _same_value(seen[key], value):
                 raise RepeatedKey(key)
-            seen.add(key)
+            seen.setdefault(key, value)
     return obj
 
 
@@ -291,9 +298,9 @@ def _read_open_cache(text: str) -> _OpenCache | None:
             if not _cut_off(text, err):
                 return None
             return _OpenCache({**data, "cache": cache}, text[start:].strip())
-        if key in cache:
+        if key in cache and not _same_value(cache[key], value):
             raise RepeatedKey(key)
-        cache[key] = value
+        cache.setdefault(key, value)
     return _OpenCache({**data, "cache": cache}, "")
 
 
@@ -720,6 +727,16 @@ def _chips_of_alternatives(name: str) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
+def _device_of_file_name(path: Path) -> str | None:
+    """The catalog id a file's name tells, if it tells one."""
+    for name in _names_from_file_name(path):
+        try:
+            return resolve_device(name).id
+        except UnknownDevice:  # AmbiguousDevice too: a hint names one chip or none
+            continue
+    return None
+
+
 def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
                     device_map: DeviceMap | None) -> tuple[DeviceSpec, str, str]:
     """(row, the name or key it was found by, how) for a file: --device, else the map, else the file itself."""
@@ -766,6 +783,10 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
     named = reported or _file_stem(path)
     within = devices_named_within(named)
     hint = f" (catalog devices whose names hold it: {', '.join(within)})" if within else ""
+    if reported and not within:  # a test name ("arm", "Testing") in a file named for its GPU: say so, never take it
+        by_file_name = _device_of_file_name(path)
+        if by_file_name is not None:
+            hint = f" (its file name names {by_file_name}: pass --device {by_file_name} if it ran there)"
     raise UnmatchedDevice(
         f"cannot import {path}: device {named!r} is not in the catalog{hint}; pass --device <catalog id> or "
         "--device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored"

@@ -3,11 +3,15 @@
 KTT writes `{"Metadata": {"Device", "TimeUnit", ...}, "Results": [...]}`; each result holds its
 `Configuration` as a list of `{"Name", "Value"}` pairs, its `Status` and its `TotalDuration` (the
 sum of its kernels' durations, in the metadata's time unit): one timing per config, no repetitions.
-It names no problem size. Its statuses and what they become are in `_KTT_STATUS`.
+It names no problem size. Its statuses and what they become are in `_KTT_STATUS`. KTT's profile-based
+searcher times each config, then runs it again under the profiler (that result's computations carry
+`ProfilingData`); the profiled repeat is no timing of the kernel as it runs, so a config timed both ways keeps
+its plain run.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,12 +54,19 @@ def entries_ktt(path: Path, data: dict) -> _Entries:
     if scale is None:
         raise _fail(path, f"KTT output with time unit {unit!r}; KTT writes Nanoseconds, Microseconds, "
                           "Milliseconds or Seconds")
-    configs, outcomes, kernels = [], [], set()
+    configs, outcomes, kernels, labels = [], [], set(), []
+    plain_runs = _plainly_timed(path, results)
+    skipped = 0
     for i, result in enumerate(results):
         where = f"result {i}"
         if not isinstance(result, dict):
             raise _fail(path, f"{where} is not an object")
-        configs.append(_configuration(path, where, result.get("Configuration")))
+        config = _configuration(path, where, result.get("Configuration"))
+        if _profiled(result) and _config_key(config) in plain_runs:
+            skipped += 1
+            continue
+        configs.append(config)
+        labels.append(where)
         status = _KTT_STATUS.get(str(result.get("Status")))
         if status is None:
             raise _fail(path, f"{where}: unknown status {result.get('Status')!r} (KTT writes "
@@ -70,5 +81,23 @@ def entries_ktt(path: Path, data: dict) -> _Entries:
     if len(kernels) > 1:
         raise _fail(path, f"KTT output of several kernels ({', '.join(sorted(kernels))}); "
                           "tune and write each kernel to a file of its own")
-    return _Entries(configs, outcomes, next(iter(kernels), ""), str(metadata.get("Device") or ""), None, 0, "ktt",
-                    labels=tuple(f"result {i}" for i in range(len(configs))))
+    return _Entries(configs, outcomes, next(iter(kernels), ""), str(metadata.get("Device") or ""), None, skipped,
+                    "ktt", labels=tuple(labels))
+
+
+def _profiled(result: Any) -> bool:
+    """Whether a KTT result is a run under the profiler (a computation of it carries ProfilingData)."""
+    computations = result.get("ComputationResults") if isinstance(result, dict) else None
+    return isinstance(computations, list) and any(isinstance(c, dict) and c.get("ProfilingData")
+                                                  for c in computations)
+
+
+def _config_key(config: dict) -> str:
+    return json.dumps(config, sort_keys=True, default=str)
+
+
+def _plainly_timed(path: Path, results: list) -> set[str]:
+    """The configs some result of the file ran without the profiler."""
+    return {_config_key(_configuration(path, f"result {i}", result.get("Configuration")))
+            for i, result in enumerate(results)
+            if isinstance(result, dict) and not _profiled(result)}
