@@ -109,17 +109,20 @@ FAMILY_ROWS = {
                            "gtx-titan", "gtx-titan-black", "gtx-770", "tesla-k10", "quadro-k6000"],
     ("nvidia", "maxwell"): ["gtx-750-ti", "gtx-960", "gtx-970", "gtx-980", "gtx-980-ti", "gtx-titan-x", "tesla-m40",
                             "tesla-m60",
-                            "tesla-m4"],
+                            "tesla-m4", "gtx-950", "quadro-m4000", "quadro-m5000", "quadro-m6000"],
     ("nvidia", "pascal"): ["gtx-1050-ti", "gtx-1060-6gb", "gtx-1070", "gtx-1070-ti", "gtx-1080", "gtx-1080-ti",
                            "titan-x-pascal",
                            "titan-xp", "p100-pcie-12gb", "p100-pcie-16gb", "p100-sxm2", "tesla-p40", "tesla-p4",
-                           "quadro-p4000", "quadro-p5000", "quadro-p6000"],
+                           "quadro-p4000", "quadro-p5000", "quadro-p6000", "gt-1030", "gtx-1050", "gtx-1050-3gb",
+                           "gtx-1060-3gb", "quadro-p400", "quadro-p600", "quadro-p620", "quadro-p2000",
+                           "quadro-p2200"],
     ("nvidia", "volta"): ["v100-pcie-16gb", "v100-pcie-32gb", "v100-sxm2-16gb", "v100-sxm2-32gb", "v100-sxm3-32gb",
                           "v100s-pcie", "titan-v", "quadro-gv100"],
     ("nvidia", "turing"): ["gtx-1650", "gtx-1650-super", "gtx-1660", "gtx-1660-ti", "gtx-1660-super", "rtx-2060",
                            "rtx-2060-super", "rtx-2070", "rtx-2070-super", "rtx-2080", "rtx-2080-super", "rtx-2080-ti",
                            "titan-rtx", "t4",
-                           "quadro-rtx-4000", "quadro-rtx-5000", "quadro-rtx-6000", "quadro-rtx-8000"],
+                           "quadro-rtx-4000", "quadro-rtx-5000", "quadro-rtx-6000", "quadro-rtx-8000", "gtx-1630",
+                           "gtx-1650-gddr6", "rtx-2060-12gb", "t400", "t600", "t1000"],
     ("nvidia", "ampere"): ["a100-pcie-40gb", "a100-pcie-80gb", "a100-sxm4-40gb", "a100-sxm4-80gb", "a800-sxm4-80gb",
                            "a800-pcie-80gb", "a10", "a10g", "a30", "a40",
                            "a2", "a16", "rtx-3050", "rtx-3060", "rtx-3060-ti", "rtx-3070", "rtx-3070-ti", "rtx-3080",
@@ -135,7 +138,8 @@ FAMILY_ROWS = {
                            "h800-pcie", "h20", "h200-nvl"],
     ("nvidia", "blackwell"): ["b200", "gb200", "b300", "gb300", "rtx-5050", "rtx-5060", "rtx-5060-ti", "rtx-5070",
                               "rtx-5070-ti", "rtx-5080", "rtx-5090",
-                              "rtx-pro-6000-blackwell", "rtx-pro-6000-blackwell-max-q"],
+                              "rtx-pro-6000-blackwell", "rtx-pro-6000-blackwell-max-q", "rtx-pro-4000-blackwell",
+                              "rtx-pro-4500-blackwell", "rtx-pro-5000-blackwell"],
     ("amd", "gcn4"): ["radeon-rx-580", "radeon-rx-590"],
     ("amd", "gcn5"): ["mi25", "mi50", "mi60", "radeon-vii", "radeon-pro-vii", "radeon-rx-vega-64", "radeon-rx-vega-56"],
     ("amd", "cdna1"): ["mi100"],
@@ -146,7 +150,8 @@ FAMILY_ROWS = {
                        "radeon-pro-w5700"],
     ("amd", "rdna2"): ["radeon-rx-6600", "radeon-rx-6600-xt", "radeon-rx-6650-xt", "radeon-rx-6700",
                        "radeon-rx-6700-xt", "radeon-rx-6750-xt", "radeon-rx-6800", "radeon-rx-6800-xt",
-                       "radeon-rx-6900-xt", "radeon-rx-6950-xt", "radeon-pro-w6600", "radeon-pro-w6800"],
+                       "radeon-rx-6900-xt", "radeon-rx-6950-xt", "radeon-pro-w6600", "radeon-pro-w6800",
+                       "radeon-rx-6400", "radeon-rx-6500-xt", "radeon-pro-v620"],
     ("amd", "rdna3"): ["radeon-rx-7600", "radeon-rx-7600-xt", "radeon-rx-7700-xt", "radeon-rx-7800-xt",
                        "radeon-rx-7900-gre", "radeon-rx-7900-xt", "radeon-rx-7900-xtx", "radeon-pro-w7600",
                        "radeon-pro-w7700", "radeon-pro-w7800", "radeon-pro-w7900"],
@@ -161,7 +166,7 @@ FAMILY_ARCHITECTURES = {
     "blackwell": {"sm_100", "sm_103", "sm_120"},
     "gcn4": {"gfx803"}, "gcn5": {"gfx900", "gfx906"}, "cdna1": {"gfx908"}, "cdna2": {"gfx90a"}, "cdna3": {"gfx942"},
     "cdna4": {"gfx950"},
-    "rdna1": {"gfx1010", "gfx1011", "gfx1012"}, "rdna2": {"gfx1030", "gfx1031", "gfx1032"},
+    "rdna1": {"gfx1010", "gfx1011", "gfx1012"}, "rdna2": {"gfx1030", "gfx1031", "gfx1032", "gfx1034"},
     "rdna3": {"gfx1100", "gfx1101", "gfx1102"}, "rdna4": {"gfx1200", "gfx1201"},
 }
 
@@ -171,16 +176,17 @@ FP32_LANES = {
     "sm_75": 64, "sm_80": 64, "sm_86": 128, "sm_87": 128, "sm_89": 128, "sm_90": 128, "sm_100": 128, "sm_103": 128,
     "sm_120": 128,
     "gfx803": 64, "gfx900": 64, "gfx906": 64, "gfx908": 64, "gfx90a": 64, "gfx942": 64, "gfx950": 128,
-    "gfx1010": 64, "gfx1012": 64, "gfx1030": 64, "gfx1031": 64, "gfx1032": 64,
+    "gfx1010": 64, "gfx1012": 64, "gfx1030": 64, "gfx1031": 64, "gfx1032": 64, "gfx1034": 64,
     "gfx1100": 128, "gfx1101": 128, "gfx1102": 128, "gfx1200": 128, "gfx1201": 128,
 }
 
 # (low, high) bounds a discrete NVIDIA/AMD GPU's figure lies in; a typo (an extra zero, MB for GB) falls outside.
+# The low ends are the smallest boards catalogued: Quadro P400 (2 SMs, 32 GB/s, 0.64 TFLOPS), Radeon RX 6400 (12 CUs).
 PLAUSIBLE = {
-    "memory_bandwidth_gbps": (80, 10_000), "clock_mhz": (700, 3_300), "fp32_tflops": (1.0, 200.0),
+    "memory_bandwidth_gbps": (25, 10_000), "clock_mhz": (700, 3_300), "fp32_tflops": (0.5, 200.0),
     "memory_gb": (2, 300), "l2_bytes": (512 * 1024, 256 * 2**20),
 }
-CORE_RANGE = {"sms": (5, 200), "cus": (20, 320)}
+CORE_RANGE = {"sms": (2, 200), "cus": (12, 320)}
 SPEC_FIELDS = {*NUMERIC_FIELDS, "architecture"}
 
 
@@ -329,6 +335,22 @@ def test_ids_are_unique_vendor_slugs():
         ("AMD Radeon RX 9070 XT", "amd-radeon-rx-9070-xt"),
         ("AMD Radeon(TM) PRO W7700", "amd-radeon-pro-w7700"),
         ("AMD Radeon RX 5700 XT", "amd-radeon-rx-5700-xt"),
+        ("NVIDIA GeForce GT 1030", "nvidia-gt-1030"),
+        ("NVIDIA GeForce GTX 950", "nvidia-gtx-950"),
+        ("NVIDIA GeForce GTX 1050", "nvidia-gtx-1050"),
+        ("NVIDIA GeForce GTX 1050 3GB", "nvidia-gtx-1050-3gb"),
+        ("NVIDIA GeForce GTX 1060 3GB", "nvidia-gtx-1060-3gb"),
+        ("NVIDIA GeForce GTX 1630", "nvidia-gtx-1630"),
+        ("NVIDIA GeForce RTX 2060 12GB", "nvidia-rtx-2060-12gb"),
+        ("Quadro P400", "nvidia-quadro-p400"),
+        ("Quadro M6000 24GB", "nvidia-quadro-m6000"),
+        ("NVIDIA T400 4GB", "nvidia-t400"),
+        ("NVIDIA T1000 8GB", "nvidia-t1000"),
+        ("NVIDIA RTX PRO 4000 Blackwell", "nvidia-rtx-pro-4000-blackwell"),
+        ("NVIDIA RTX PRO 5000 Blackwell", "nvidia-rtx-pro-5000-blackwell"),
+        ("AMD Radeon RX 6400", "amd-radeon-rx-6400"),
+        ("AMD Radeon RX 6500 XT", "amd-radeon-rx-6500-xt"),
+        ("AMD Radeon PRO V620", "amd-radeon-pro-v620"),
     ],
 )
 def test_driver_names_match_their_row(name, device_id):

@@ -213,6 +213,31 @@ def test_an_unknown_name_hints_at_the_rows_whose_names_hold_it():
         ("nvidia-rtx-5050", ["NVIDIA GeForce RTX 5050", "RTX_5050"]),
         ("amd-radeon-ai-pro-r9700", ["AMD Radeon AI PRO R9700", "Radeon AI PRO R9700", "R9700"]),
         ("nvidia-a10g", ["NVIDIA A10G", "A10G"]),
+        ("nvidia-gt-1030", ["NVIDIA GeForce GT 1030", "GeForce GT 1030", "GT1030", "GT_1030"]),
+        ("nvidia-gtx-950", ["NVIDIA GeForce GTX 950", "GTX950", "GTX_950"]),
+        ("nvidia-gtx-1050", ["NVIDIA GeForce GTX 1050", "GeForce GTX 1050", "GTX1050", "GTX 1050 2GB"]),
+        ("nvidia-gtx-1050-3gb", ["NVIDIA GeForce GTX 1050 3GB", "GTX_1050_3GB", "GTX1050 3GB"]),
+        ("nvidia-gtx-1060-3gb", ["NVIDIA GeForce GTX 1060 3GB", "GeForce GTX 1060 3GB", "GTX_1060_3GB"]),
+        ("nvidia-gtx-1630", ["NVIDIA GeForce GTX 1630", "GTX1630"]),
+        ("nvidia-gtx-1650-gddr6", ["NVIDIA GeForce GTX 1650 GDDR6", "GTX 1650 GDDR6", "GTX_1650_GDDR6"]),
+        ("nvidia-rtx-2060-12gb", ["NVIDIA GeForce RTX 2060 12GB", "RTX 2060 12GB", "RTX2060 12GB"]),
+        ("nvidia-quadro-p400", ["Quadro P400", "NVIDIA Quadro P400", "Quadro_P400"]),
+        ("nvidia-quadro-p600", ["Quadro P600", "NVIDIA Quadro P600"]),
+        ("nvidia-quadro-p620", ["Quadro P620", "NVIDIA Quadro P620"]),
+        ("nvidia-quadro-p2000", ["Quadro P2000", "NVIDIA Quadro P2000", "Quadro_P2000"]),
+        ("nvidia-quadro-p2200", ["Quadro P2200", "NVIDIA Quadro P2200"]),
+        ("nvidia-quadro-m4000", ["Quadro M4000", "NVIDIA Quadro M4000"]),
+        ("nvidia-quadro-m5000", ["Quadro M5000", "NVIDIA Quadro M5000"]),
+        ("nvidia-quadro-m6000", ["Quadro M6000", "Quadro M6000 24GB", "NVIDIA Quadro M6000"]),
+        ("nvidia-t400", ["NVIDIA T400", "NVIDIA T400 4GB", "T400"]),
+        ("nvidia-t600", ["NVIDIA T600", "T600"]),
+        ("nvidia-t1000", ["NVIDIA T1000", "NVIDIA T1000 8GB", "T1000"]),
+        ("nvidia-rtx-pro-4000-blackwell", ["NVIDIA RTX PRO 4000 Blackwell", "RTX_PRO_4000_Blackwell"]),
+        ("nvidia-rtx-pro-4500-blackwell", ["NVIDIA RTX PRO 4500 Blackwell", "RTX PRO 4500 Blackwell"]),
+        ("nvidia-rtx-pro-5000-blackwell", ["NVIDIA RTX PRO 5000 Blackwell", "RTX PRO 5000 Blackwell"]),
+        ("amd-radeon-rx-6400", ["AMD Radeon RX 6400", "Radeon RX 6400", "RX6400"]),
+        ("amd-radeon-rx-6500-xt", ["AMD Radeon RX 6500 XT", "RX 6500XT", "RX_6500_XT"]),
+        ("amd-radeon-pro-v620", ["AMD Radeon PRO V620", "Radeon Pro V620", "V620"]),
     ],
 )
 def test_each_added_row_resolves_from_its_common_spellings(device_id, names):
@@ -241,7 +266,9 @@ def test_fermi_names_are_unknown_never_a_later_chip(name):
     [("Jetson AGX Orin", {"nvidia-jetson-agx-orin-64gb", "nvidia-jetson-agx-orin-32gb"}),
      ("P100 PCIe", {"nvidia-p100-pcie-12gb", "nvidia-p100-pcie-16gb"}),
      ("gfx803", {"amd-radeon-rx-580", "amd-radeon-rx-590"}),
-     ("gfx906", {"amd-mi50", "amd-mi60", "amd-radeon-vii", "amd-radeon-pro-vii"})],
+     ("gfx906", {"amd-mi50", "amd-mi60", "amd-radeon-vii", "amd-radeon-pro-vii"}),
+     ("GTX 1060", {"nvidia-gtx-1060-6gb", "nvidia-gtx-1060-3gb"}),  # both cards carry their memory in the name
+     ("gfx1034", {"amd-radeon-rx-6400", "amd-radeon-rx-6500-xt"})],
 )
 def test_names_shared_by_added_rows_list_them_all(name, candidates):
     with pytest.raises(AmbiguousDevice) as info:
@@ -278,3 +305,58 @@ def test_laptop_rows_are_their_own_chips_beside_the_desktop_cards():
     # the laptop 3060 is a fuller GA106 than the desktop card, and a laptop 4090 is a desktop 4080's chip
     assert resolve_device("RTX 3060 Laptop GPU").gpu_cores == 30 > resolve_device("RTX 3060").gpu_cores
     assert resolve_device("RTX 4090 Laptop GPU").gpu_cores == resolve_device("RTX 4080").gpu_cores == 76
+
+
+@pytest.mark.parametrize(
+    "names",
+    # look-alikes: each name gives its own row, none the row of a neighbour
+    [{"NVIDIA GeForce GTX 1050": "nvidia-gtx-1050", "NVIDIA GeForce GTX 1050 3GB": "nvidia-gtx-1050-3gb",
+      "NVIDIA GeForce GTX 1050 Ti": "nvidia-gtx-1050-ti"},
+     {"NVIDIA GeForce GTX 1060 3GB": "nvidia-gtx-1060-3gb", "NVIDIA GeForce GTX 1060 6GB": "nvidia-gtx-1060-6gb"},
+     {"NVIDIA GeForce GTX 1650": "nvidia-gtx-1650", "NVIDIA GeForce GTX 1650 GDDR6": "nvidia-gtx-1650-gddr6",
+      "NVIDIA GeForce GTX 1650 SUPER": "nvidia-gtx-1650-super"},
+     {"NVIDIA GeForce RTX 2060": "nvidia-rtx-2060", "NVIDIA GeForce RTX 2060 12GB": "nvidia-rtx-2060-12gb",
+      "NVIDIA GeForce RTX 2060 SUPER": "nvidia-rtx-2060-super", "RTX 2060 6GB": "nvidia-rtx-2060"},
+     {"NVIDIA RTX PRO 6000 Blackwell Workstation Edition": "nvidia-rtx-pro-6000-blackwell",
+      "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition": "nvidia-rtx-pro-6000-blackwell-max-q"},
+     {"NVIDIA RTX PRO 4000 Blackwell": "nvidia-rtx-pro-4000-blackwell", "NVIDIA RTX 4000 Ada Generation":
+      "nvidia-rtx-4000-ada", "Quadro RTX 4000": "nvidia-quadro-rtx-4000",
+      "NVIDIA RTX 4000 SFF Ada Generation": "nvidia-rtx-4000-sff-ada"},
+     {"NVIDIA RTX A1000": "nvidia-rtx-a1000", "NVIDIA T1000": "nvidia-t1000"},
+     {"NVIDIA T400": "nvidia-t400", "NVIDIA T4": "nvidia-t4", "Tesla T4": "nvidia-t4"},
+     {"Quadro P400": "nvidia-quadro-p400", "Quadro P4000": "nvidia-quadro-p4000"},
+     {"Quadro P600": "nvidia-quadro-p600", "Quadro P620": "nvidia-quadro-p620", "Quadro P6000": "nvidia-quadro-p6000"},
+     {"AMD Radeon RX 6400": "amd-radeon-rx-6400", "AMD Radeon RX 6500 XT": "amd-radeon-rx-6500-xt",
+      "AMD Radeon RX 5500 XT": "amd-radeon-rx-5500-xt"}],
+)
+def test_look_alike_names_each_give_their_own_row(names):
+    for name, device_id in names.items():
+        assert resolve_device(name).id == device_id, name
+        assert match_device(name).id == device_id, name
+
+
+@pytest.mark.parametrize(
+    "name",
+    # boards the catalog lacks (figures not confirmed) beside look-alikes it has: never the look-alike
+    ["NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX PRO 6000 Blackwell", "Quadro P1000",
+     "NVIDIA RTX PRO 4000 Blackwell SFF Edition", "NVIDIA RTX PRO 4500 Blackwell Server Edition",
+     "NVIDIA GeForce RTX 3050 6GB", "NVIDIA RTX A400", "GTX 1050 4GB", "AMD Radeon RX 6500"],
+)
+def test_missing_boards_beside_their_look_alikes_match_nothing(name):
+    assert device_candidates(name) == () and match_device(name) is None
+    with pytest.raises(UnknownDevice) as info:
+        resolve_device(name)
+    assert not isinstance(info.value, AmbiguousDevice)
+
+
+def test_memory_variants_with_one_driver_name_keep_the_plain_name():
+    # the GTX 1650 GDDR6 reports "GeForce GTX 1650" like the GDDR5 card: the plain name stays the GDDR5 row, and the
+    # GDDR6 row (more bandwidth, lower clock, same 14 SMs) is reached only by its own name
+    plain, gddr6 = resolve_device("NVIDIA GeForce GTX 1650"), resolve_device("GTX 1650 GDDR6")
+    assert (plain.id, gddr6.id) == ("nvidia-gtx-1650", "nvidia-gtx-1650-gddr6")
+    assert plain.gpu_cores == gddr6.gpu_cores == 14 and gddr6.memory_bandwidth_gbps > plain.memory_bandwidth_gbps
+    # the GTX 1050 2GB and 3GB are different chips (5 and 6 SMs) and the driver names them apart ("GeForce GTX 1050",
+    # "GeForce GTX 1050 3GB"): the plain name is the 2 GB card, and a memory size no GTX 1050 has is none of them
+    assert resolve_device("NVIDIA GeForce GTX 1050").gpu_cores == 5
+    assert resolve_device("NVIDIA GeForce GTX 1050 3GB").gpu_cores == 6
+    assert device_candidates("GTX 1050 4GB") == ()
