@@ -76,6 +76,23 @@ def test_a_name_of_two_chips_stays_unknown_when_the_sm_count_does_not_tell(name,
     assert not found.known and found.spec is None and found.device_id.startswith("unknown-")
 
 
+@pytest.mark.parametrize("name, cores, device_id", [
+    ("NVIDIA GeForce GTX 1050", 5, "nvidia-gtx-1050"),
+    ("NVIDIA GeForce GTX 1050", 6, "nvidia-gtx-1050-3gb"),  # the driver leaves out the 3GB board's memory
+    ("NVIDIA GeForce GTX 1060", 9, "nvidia-gtx-1060-3gb"),
+    ("NVIDIA GeForce GTX 1060", 10, "nvidia-gtx-1060-6gb"),
+])
+def test_a_board_named_without_its_memory_is_told_by_its_sm_count(name, cores, device_id):
+    found = detect_device({"device_name": name, "architecture": "sm_61"}, backend="cuda", gpu_cores=cores)
+    assert (found.device_id, found.known, found.core_limited) == (device_id, True, False)
+
+
+def test_more_sms_than_the_named_chip_has_is_no_match_to_it():
+    """A count above the one row's full chip is another chip: never filed as that row (a count below is a limit)."""
+    found = detect_device({"device_name": "NVIDIA H200", "architecture": "sm_90"}, backend="cuda", gpu_cores=140)
+    assert (found.known, found.spec) == (False, None)
+
+
 def test_unknown_gpu_is_flagged_and_not_mapped():
     found = detect_device({"device_name": "NVIDIA Future GPU 9000", "architecture": "sm_120"}, backend="cuda", gpu_cores=200)
     assert not found.known and found.spec is None

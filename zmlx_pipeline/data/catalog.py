@@ -311,6 +311,8 @@ def _pick(candidates: tuple[DeviceSpec, ...], gpu_cores: int | None, full_chip: 
     """One row among a name's candidates: binned variants are told apart by core count; without one, None (a
     name of binned variants does not tell which), or the full chip when the caller asks for it (`full_chip`)."""
     if len(candidates) == 1 and candidates[0].vendor != "apple":
+        if gpu_cores is not None and gpu_cores > candidates[0].gpu_cores:
+            return None  # more cores than the chip has: another chip of that name (match_device_by_cores)
         return candidates[0]  # a reported core count below the row's is a core limit, handled by detect
     if gpu_cores is None:
         if len(candidates) == 1 or full_chip:
@@ -352,8 +354,16 @@ def match_device_by_cores(name: str, gpu_cores: int | None) -> DeviceSpec | None
     if gpu_cores is None:
         return None
     candidates, _ = _candidates(name)
-    same = {spec.id: spec for spec in candidates if spec.vendor != "apple" and spec.gpu_cores == gpu_cores}
-    return next(iter(same.values())) if len(same) == 1 else None
+    _, _, base, _ = _indexes()
+    vendors = _vendors_named(name)
+    # then the rows named with a memory size the driver leaves out ("GeForce GTX 1050" for the 3GB board)
+    alike = tuple(spec for spec in base.get(_qualified(name_tokens(name))[0], ())
+                  if not vendors or spec.vendor in vendors)
+    for rows in (candidates, alike):
+        same = {spec.id: spec for spec in rows if spec.vendor != "apple" and spec.gpu_cores == gpu_cores}
+        if same:
+            return next(iter(same.values())) if len(same) == 1 else None
+    return None
 
 
 #: a core-limited device id: a catalog id and the SMs the run was limited to (CUDA MPS), `nvidia-h200@66sm`
