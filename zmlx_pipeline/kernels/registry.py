@@ -35,14 +35,18 @@ def _from_path(path: str) -> KernelSpec:
         obj = getattr(module, attr or "SPEC")
     except AttributeError:
         raise UnknownKernel(f"module {shown(module_name)} has no attribute {shown(attr or 'SPEC')}") from None
-    if isinstance(obj, types.FunctionType) and getattr(obj, "__module__", None) == module.__name__:
+    factory = isinstance(obj, types.FunctionType) and getattr(obj, "__module__", None) == module.__name__
+    if factory:
         try:
             obj = obj()
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - a factory that fails is a kernel that cannot load
             raise UnknownKernel(f"{shown(path)} raised {type(exc).__name__} when called to make its KernelSpec") from None
     if not isinstance(obj, KernelSpec):
-        raise UnknownKernel(f"{shown(path)} is a {type(obj).__name__}, not a KernelSpec (or a function of {shown(module_name)} "
-                            "that returns one)")
+        if factory:
+            raise UnknownKernel(f"{shown(path)} is a function that returned {type(obj).__name__}, not a KernelSpec: "
+                                "make it return the KernelSpec, or name the spec itself")
+        raise UnknownKernel(f"{shown(path)} is {type(obj).__name__}, not a KernelSpec (or a function of "
+                            f"{shown(module_name)} that returns one)")
     twin = _builtin_twin(obj)
     if twin is not None:
         raise UnknownKernel(f"{shown(path)} is a kernel named {shown(obj.name)}, the name of the built-in kernel "

@@ -8,6 +8,8 @@ exactly like a built-in one.
 from __future__ import annotations
 
 import itertools
+import keyword
+import numbers
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +25,7 @@ from zmlx_pipeline.core.constraints import (  # noqa: F401 - Limits is part of t
     expression_names,
 )
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
-from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.errors import ZmlxPipelineError, shown
 
 #: names a constraint may use besides the config parameters and shape dimensions
 LIMIT_NAMES = ("max_threads", "simd_width", "tg_mem_bytes", "dtype_bytes", "cuda_arch")
@@ -44,6 +46,32 @@ class Launch:
     threadgroup: tuple[int, int, int]
     output_shapes: tuple[tuple[int, ...], ...]
     output_dtypes: tuple[str | None, ...] | None = None  # None: every output has the input dtype
+
+
+class CheckedLaunch:
+    """A kernel's `launch` function, checked on every call: what it returns must be a Launch, so a user kernel
+    whose launch returns something else fails in one line naming it (KernelSpecError), not later in whatever
+    reads `.grid` or `.threadgroup`. Equal to (and hashed as) the function it wraps."""
+
+    def __init__(self, fn: Callable[[Mapping[str, int], Mapping[str, int]], Launch], kernel: str) -> None:
+        self.__wrapped__ = fn
+        self.kernel = kernel
+
+    def __call__(self, config: Mapping[str, int], shape: Mapping[str, int]) -> Launch:
+        out = self.__wrapped__(config, shape)
+        if not isinstance(out, Launch):
+            raise KernelSpecError(f"kernel {shown(self.kernel)}: launch() returned {type(out).__name__}, not Launch: "
+                                  "return Launch(grid=..., threadgroup=..., output_shapes=...)")
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return self.__wrapped__ == (other.__wrapped__ if isinstance(other, CheckedLaunch) else other)
+
+    def __hash__(self) -> int:
+        return hash(self.__wrapped__)
+
+    def __repr__(self) -> str:
+        return f"CheckedLaunch({self.__wrapped__!r})"
 
 
 @dataclass(frozen=True)
@@ -169,6 +197,7 @@ class KernelSpec:
     def __post_init__(self) -> None:
         if not self.params:
             raise KernelSpecError(f"kernel {self.name!r} has an empty config space")
+        self._check_params()
         if self.threadgroup_param not in self.params:
             raise KernelSpecError(f"kernel {self.name!r}: threadgroup parameter {self.threadgroup_param!r} is not a parameter")
         for name in self.params:
@@ -198,6 +227,27 @@ class KernelSpec:
         leaks = prelude.foreign_tokens(self.body + self.helpers, None)
         if leaks:
             raise KernelSpecError(f"kernel {self.name!r}: body uses backend-specific token(s) {', '.join(leaks)}; use the prelude vocabulary")
+        launch = self.launch.__wrapped__ if isinstance(self.launch, CheckedLaunch) else self.launch
+        if callable(launch):  # (re)wrapped for this name: replace() may rename the kernel
+            object.__setattr__(self, "launch", CheckedLaunch(launch, self.name))
+
+    def _check_params(self) -> None:
+        """Each parameter an identifier with a list of whole numbers: MLX passes them as integer template arguments,
+        and the constraints are compiled as a function of them, so a string or bool value is refused here, by name,
+        not met as a TypeError when configs are enumerated."""
+        for name, values in self.params.items():
+            if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+                raise KernelSpecError(f"kernel {self.name!r}: parameter name {shown(name)} is not an identifier")
+            if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+                raise KernelSpecError(f"kernel {self.name!r}: parameter {name!r} is {type(values).__name__}, not a "
+                                      "list or tuple of whole numbers")
+            if not values:
+                raise KernelSpecError(f"kernel {self.name!r}: parameter {name!r} has no values")
+            for value in values:
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise KernelSpecError(f"kernel {self.name!r}: parameter {name!r} value {shown(value)} is "
+                                          f"{type(value).__name__}, not int: parameters are integer template "
+                                          "arguments of the kernel")
 
     def _check_features(self) -> None:
         allowed = set(self.params) | set(self.shape_grid.dims)
@@ -271,7 +321,9 @@ class KernelSpec:
 
         The constraints are one compiled `lambda <params>: (c1) and (c2) ...` whose globals are the shape
         and limits, called once per point of the config space: the autotuner enumerates a case's configs
-        on every first call, and this is a fraction of one eval per constraint and config."""
+        on every first call, and this is a fraction of one eval per constraint and config. The first legal
+        config's launch is worked out too, so a launch that returns no Launch is refused (KernelSpecError)
+        before a tune or collect times anything."""
         names = list(self.params)
         scope: dict[str, Any] = {**shape, **limits.env(dtype), "__builtins__": {}, "min": min, "max": max, "abs": abs}
         check = eval(self._conjunction(), scope)  # noqa: S307 - the author's own expressions, checked at construction
@@ -283,6 +335,13 @@ class KernelSpec:
                 ok = False
             if ok:
                 legal.append(dict(zip(names, combo)))
+        if legal and isinstance(self.launch, CheckedLaunch):
+            try:  # a launch that returns no Launch is refused at the first config, before anything is timed
+                self.launch(legal[0], shape)
+            except KernelSpecError:
+                raise
+            except Exception:  # noqa: BLE001 - a launch that raises is that config's launch error, when measured
+                pass
         return legal
 
     def _conjunction(self):
