@@ -174,7 +174,7 @@ def test_lookup_loads_neither_duckdb_polars_nor_scikit_learn(toy_bundle, subproc
 
 @pytest.mark.parametrize("args, code, message", [
     (["--shape", "rows=x"], 2, "DIM=N"),
-    (["--shape", "rows=0,cols=4"], 1, "must be a positive integer"),
+    (["--shape", "rows=0,cols=4"], 2, "must be a positive integer"),
     (["--shape", "rows=4,cols=4", "--bundle", "/no/such/bundle"], 1, "no such bundle directory"),
 ])
 def test_lookup_errors_are_one_line(toy_bundle, args, code, message):

@@ -155,6 +155,9 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     budget_s = _budget(budget)
     if gpus_text is not None and ray_address is not None:
         raise click.UsageError("--gpus and --ray exclude each other: Ray places one actor on every GPU itself")
+    if shard_dir is not None and ray_address is None:  # the shards are the Ray actors' output: alone, it means nothing
+        raise click.UsageError("--shards is only for --ray (the folder the Ray actors write their shards to): add "
+                               "--ray ADDRESS, or leave --shards out")
     if gpus_text is not None:
         t = gpus_text.strip(" ").lower()  # digits 0-9 only, as every whole-number option (WholeRange)
         if t != "all" and not all(_DIGITS.fullmatch(p.strip(" ")) for p in t.split(",") if p.strip(" ")) or not t.strip(","):

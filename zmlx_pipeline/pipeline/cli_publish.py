@@ -37,7 +37,7 @@ def bundle_location(ctx, param, value: str | None) -> str | None:
 
 
 #: --shape's two forms: DIM=N,DIM=N (named dims) or N,N (the kernel's dims in order); N whole, in ASCII digits
-#: (a sign only as "-", which the runtime refuses by name), a space allowed around a comma
+#: (a sign only as "-", which kernel_shape refuses by name), a space allowed around a comma
 _NAMED_SHAPE = re.compile(r" *[A-Za-z_][A-Za-z0-9_]*=-?[0-9]+( *, *[A-Za-z_][A-Za-z0-9_]*=-?[0-9]+)* *", re.ASCII)
 _VALUES_SHAPE = re.compile(r" *-?[0-9]+( *, *-?[0-9]+)* *", re.ASCII)
 SHAPE_FORMS = "DIM=N,DIM=N (e.g. rows=4096,cols=4096) or the dims' values in order (e.g. 4096,4096), N in digits 0-9"
@@ -57,6 +57,40 @@ def parse_shape(text: str) -> dict[str, int] | list[int]:
             raise click.BadParameter(f"{text!r}: {name} is given twice", param_hint="--shape")
         out[name] = int(value)
     return out
+
+
+def _shape_option(ctx, param, value: str | None):
+    """--shape parsed as click reads it (parse_shape), so a malformed one is a usage error before any work."""
+    return None if value is None else parse_shape(value)
+
+
+def kernel_shape(kernel: str, shape: dict[str, int] | list[int]) -> None:
+    """A usage error (exit 2, as a malformed --shape is) for a --shape that does not fit KERNEL's dims in the bundle
+    in use (names or count), naming the dims, or that holds a dim below 1 or above an array's largest. The dims are
+    the bundle's (the one --bundle names), so this runs in the command once it is loaded, not in the option's
+    callback; a kernel the bundle lacks is left to the lookup, which names the kernels it has."""
+    from zmlx_pipeline.runtime.bundle import active_bundle
+    from zmlx_pipeline.runtime.contents import MAX_DIM
+
+    def bad(why: str) -> click.BadParameter:
+        return click.BadParameter(why, param_hint="--shape")
+
+    bundle = active_bundle()
+    meta = bundle.kernels.get(kernel) if bundle is not None else None
+    dims = tuple(meta["dims"]) if isinstance(meta, dict) and isinstance(meta.get("dims"), list) else None
+    if isinstance(shape, list):
+        if dims is not None and len(shape) != len(dims):
+            raise bad(f"kernel {kernel!r} has dims {', '.join(dims)}; got {len(shape)} values")
+        named = dict(zip(dims or [f"d{i}" for i in range(len(shape))], shape))
+    else:
+        if dims is not None and set(shape) != set(dims):
+            raise bad(f"kernel {kernel!r} has dims {', '.join(dims)}; got {', '.join(shape)}")
+        named = shape
+    for dim, value in named.items():
+        if value < 1:
+            raise bad(f"shape dimension {dim}={value} must be a positive integer")
+        if value > MAX_DIM:
+            raise bad(f"shape dimension {dim}={value} is larger than an array dimension can be ({MAX_DIM})")
 
 
 @click.command("publish", cls=OneValueCommand)
@@ -87,7 +121,7 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
 
 @click.command("lookup", cls=OneValueCommand)
 @click.argument("kernel")
-@click.option("--shape", "shape_text", required=True, help="DIM=N,DIM=N (e.g. rows=4096,cols=4096), or the dims' values in order (e.g. 4096,4096); "
+@click.option("--shape", "shape", required=True, callback=_shape_option, help="DIM=N,DIM=N (e.g. rows=4096,cols=4096), or the dims' values in order (e.g. 4096,4096); "
                    "whole numbers in digits 0-9.")
 @click.option("--dtype", default="float16", show_default=True, help="float16, bfloat16 or float32.")
 @click.option("--device", default=None, help="Catalog device id (default: this machine's GPU).")
@@ -97,13 +131,15 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
                    "else the bundle shipped with the package).")
 @click.option("-k", "k", type=WholeRange(1), default=None, help="Candidates to list (default: the kernel's pruning k).")
 @output_options
-def lookup_cmd(kernel, shape_text, dtype, device, bundle_path, k, as_json) -> None:
+def lookup_cmd(kernel, shape, dtype, device, bundle_path, k, as_json) -> None:
     """The config the runtime would launch KERNEL with: evidence (how far the answer travelled), expected regret,
-    predicted time and candidates; exits 1 for an unknown kernel or dtype, or a shape no config is legal for."""
-    from zmlx_pipeline.runtime.lookup import lookup
+    predicted time and candidates; exits 1 for an unknown kernel or dtype, or a shape no config is legal for, and 2
+    for a --shape that does not fit the kernel's dims."""
+    from zmlx_pipeline.runtime.lookup import load_strictly, lookup
 
-    shape = parse_shape(shape_text)
-    result = lookup(kernel, shape, dtype, device=device, bundle=bundle_path, k=k)
+    load_strictly(bundle_path)  # once, here: the shape is checked against its dims, and the lookup answers from it
+    kernel_shape(kernel, shape)
+    result = lookup(kernel, shape, dtype, device=device, bundle=None, k=k)
     if result["config"] is None:
         raise click.ClickException(result["note"])
     if as_json:

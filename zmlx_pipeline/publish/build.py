@@ -121,9 +121,12 @@ def device_records(store) -> dict[str, dict]:
 
 def resolve_devices(store, devices: Sequence[str]) -> list[str]:
     """The ids of the devices a person named for publish's lookup tables (a catalog id, a device name as people
-    write it, or a device the store holds though the catalog lacks it), checked before any work: UnknownDevice for
-    one neither knows, AmbiguousDevice (listing the ids) for a name of several chips."""
-    from zmlx_pipeline.data.catalog import AmbiguousDevice, UnknownDevice, resolve_device
+    write it, or a device the store holds though the catalog lacks it, a measured core limit such as
+    `nvidia-h200@66sm` included), checked before any work: UnknownDevice for one neither knows, AmbiguousDevice
+    (listing the ids) for a name of several chips. A core limit the store never measured is refused saying so: a
+    table is made for a chip or a measured device, and a lookup answers such a limit from its chip's table (or its
+    nearest measured limit), so the chip's own id is what to publish."""
+    from zmlx_pipeline.data.catalog import CORE_LIMITED_ID, AmbiguousDevice, UnknownDevice, resolve_device
 
     records = device_records(store)
     out: list[str] = []
@@ -137,7 +140,14 @@ def resolve_devices(store, devices: Sequence[str]) -> list[str]:
             raise UnknownDevice(f"device {name!r} does not name one chip; it may be {', '.join(exc.candidates)}") \
                 from None
         except UnknownDevice:
+            limited = CORE_LIMITED_ID.fullmatch(name)
+            if limited is not None and limited.group(1) in records:  # a limit its chip cannot have: the reason
+                raise
             spec = None
+        if spec is not None and spec.core_limited_from and spec.id not in records:
+            raise UnknownDevice(f"device {name!r} is a core limit of {spec.core_limited_from} that the store holds no "
+                                "measurements of, which publish cannot build a table for (a lookup answers it from "
+                                f"its chip's table or nearest measured limit): give --device {spec.core_limited_from}")
         if spec is None or spec.id not in records:
             raise UnknownDevice(f"unknown device {name!r}: neither a catalog id, a catalog device name nor a device "
                                 "of the store; see zmlx-pipeline devices")

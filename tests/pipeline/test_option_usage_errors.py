@@ -1,0 +1,153 @@
+"""Option values a command cannot use are usage errors (exit 2, one `Error:` line naming the option and the command's
+--help), and an option that only means something with another is refused without it; nothing is written:
+
+- lookup --shape: every value it cannot use, its form or its fit to the kernel's dims (which the message names);
+- collect --shards without --ray;
+- publish --device of a core limit the store never measured (exit 1: publish cannot build its table; the reason and
+  the chip's own id are in the line).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zmlx_pipeline.pipeline.cli import cli
+
+
+def digest(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(autouse=True)
+def fresh_runtime():
+    """Each command starts as in a new process: no bundle loaded, no answer remembered."""
+    from zmlx_pipeline.runtime import bundle, lookup
+
+    bundle.reset()
+    lookup.clear_cache()
+    yield
+    bundle.reset()
+    lookup.clear_cache()
+
+
+def one_error_line(tmp_path: Path, args: list[str], code: int) -> str:
+    """The command's one line of output (checked: exit `code`, nothing on stdout, no file under tmp_path changed)."""
+    before = digest(tmp_path)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == code, (result.output, result.exception)
+    assert result.stdout == "" and "Traceback" not in result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    assert digest(tmp_path) == before
+    return lines[0]
+
+
+# -- lookup --shape --------------------------------------------------------------------------------------------
+
+SHAPES = [
+    ("4096,4096,1", "kernel 'rmsnorm' has dims rows, cols; got 3 values"),
+    ("4096", "kernel 'rmsnorm' has dims rows, cols; got 1 values"),
+    ("cols=4096", "kernel 'rmsnorm' has dims rows, cols; got cols"),
+    ("rows=4096,cols=4096,depth=2", "kernel 'rmsnorm' has dims rows, cols; got rows, cols, depth"),
+    ("rows=0,cols=4096", "shape dimension rows=0 must be a positive integer"),
+    ("rows=-1,cols=4096", "shape dimension rows=-1 must be a positive integer"),
+    ("4096,0", "shape dimension cols=0 must be a positive integer"),
+    ("rows=99999999999999999999,cols=4096", "shape dimension rows=99999999999999999999 is larger than an array "
+                                            "dimension can be (2147483647)"),
+    ("rows=4096,rows=8", "'rows=4096,rows=8': rows is given twice"),
+    ("4096,", "'4096,': give the shape as DIM=N,DIM=N"),
+]
+
+
+@pytest.mark.parametrize("text, says", SHAPES, ids=[t for t, _ in SHAPES])
+def test_every_shape_lookup_cannot_use_is_a_usage_error(tmp_path, monkeypatch, text, says):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, ["lookup", "rmsnorm", "--shape", text, "--device", "nvidia-h200"], code=2)
+    assert line.startswith(f"Error: Invalid value for --shape: {says}") and line.endswith(" lookup --help)")
+
+
+def test_the_dims_are_those_of_the_bundle_named_after_the_shape(tmp_path, monkeypatch):
+    """--bundle given after --shape: the shape is still checked against that bundle's kernel."""
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, ["lookup", "matmul", "--shape", "4096,4096", "--bundle", str(DEFAULT_BUNDLE_DIR)],
+                          code=2)
+    assert "kernel 'matmul' has dims M, N, K; got 2 values" in line
+
+
+def test_a_shape_that_fits_still_answers(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for text in ("4096,4096", "cols=4096, rows=4096"):
+        result = CliRunner().invoke(cli, ["lookup", "rmsnorm", "--shape", text, "--device", "nvidia-h200", "--json"])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["shape"] == {"rows": 4096, "cols": 4096}
+
+
+def test_an_unknown_kernel_is_still_exit_1_whatever_the_shape(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, ["lookup", "rmsnrom", "--shape", "1,2,3"], code=1)
+    assert line.startswith("Error: unknown kernel 'rmsnrom'")
+
+
+# -- collect --shards ------------------------------------------------------------------------------------------
+
+def test_shards_without_ray_is_a_usage_error_naming_both(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shards").mkdir()
+    line = one_error_line(tmp_path, ["collect", "--shards", str(tmp_path / "shards")], code=2)
+    assert line == ("Error: --shards is only for --ray (the folder the Ray actors write their shards to): add "
+                    "--ray ADDRESS, or leave --shards out (cli collect --help)")
+    assert not (tmp_path / "store.duckdb").exists()  # $ZMLX_PIPELINE_DB (conftest): no store made
+
+
+def test_collect_help_says_shards_is_for_ray():
+    result = CliRunner().invoke(cli, ["collect", "--help"])
+    assert result.exit_code == 0 and "--shards" in result.output and "With --ray" in result.output
+
+
+# -- publish --device of a core limit --------------------------------------------------------------------------
+
+@pytest.fixture
+def measured_limit_store(tmp_path, make_measurement):
+    """The default store holding rmsnorm on nvidia-h100-sxm@32sm (a measured core limit) and nothing else."""
+    from zmlx_pipeline.data.catalog import get_device
+    from zmlx_pipeline.data.store import Store, default_db_path
+
+    limit = get_device("nvidia-h100-sxm").with_core_limit(32)
+    with Store(default_db_path()) as store:
+        store.upsert_device({**limit.as_row(), "device_id": limit.id, "in_catalog": True})
+        store.record([make_measurement(device_id=limit.id, kernel="rmsnorm", shape={"rows": r, "cols": 512},
+                                       config={"TG": tg}, median_us=float(tg + r))
+                      for r in (1, 8) for tg in (32, 64)])
+    return default_db_path()
+
+
+def test_publish_refuses_a_core_limit_it_never_measured_saying_why(tmp_path, monkeypatch, measured_limit_store):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, ["publish", "--to", "bundles", "--device", "nvidia-h100-sxm@20sm"], code=1)
+    assert line == ("Error: device 'nvidia-h100-sxm@20sm' is a core limit of nvidia-h100-sxm that the store holds no "
+                    "measurements of, which publish cannot build a table for (a lookup answers it from its chip's "
+                    "table or nearest measured limit): give --device nvidia-h100-sxm")
+    assert not (tmp_path / "bundles").exists()
+
+
+def test_publish_says_why_a_core_limit_cannot_be(tmp_path, monkeypatch, measured_limit_store):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, ["publish", "--to", "bundles", "--device", "nvidia-h100-sxm@200sm"], code=1)
+    assert "limits nvidia-h100-sxm to 200 SMs, but it has 132" in line and "neither a catalog id" not in line
+
+
+def test_a_measured_core_limit_and_its_chip_are_publish_devices(measured_limit_store):
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.publish.build import resolve_devices
+
+    with Store(measured_limit_store) as store:
+        assert resolve_devices(store, ["nvidia-h100-sxm@32sm", "nvidia-h100-sxm"]) == ["nvidia-h100-sxm@32sm",
+                                                                                        "nvidia-h100-sxm"]
