@@ -394,10 +394,30 @@ def test_a_path_in_the_home_is_expanded_alike_for_bundles_and_for_the_autotune_c
     assert _tune(cache_path="~/tuned/autotune_v3.json", measure=measure, k=2).source == "cache"
 
 
-def test_an_unknown_kernel_type_answers_as_general_as_zmlx_does(zmlx):
+def test_an_unknown_kernel_type_is_refused_where_zmlx_answers_general_undocumented(zmlx):
+    """ZMLX documents only general, reduction and simd, and answers any other name as general; a typo would get
+    pooled candidates silently, so ours refuses it (test_unknown_chip_names_and_kernel_types.py)."""
+    from zmlx_pipeline.runtime import UnknownKernelType
+
     ours, theirs = _profile(), zmlx.device_profile.get_device_profile("M3", "Max")
     for kind in ("nope", ""):
-        assert rt.get_threadgroup_candidates_for_shape(ours, 4096, kind) == \
-            rt.get_threadgroup_candidates_for_shape(ours, 4096, "general")
+        with pytest.raises(UnknownKernelType, match="known types are"):
+            rt.get_threadgroup_candidates_for_shape(ours, 4096, kind)
         assert zmlx.device_profile.get_threadgroup_candidates_for_shape(theirs, 4096, kind) == \
             zmlx.device_profile.get_threadgroup_candidates_for_shape(theirs, 4096, "general")
+
+
+def test_a_kernel_path_tune_cannot_use_says_why_in_one_line(monkeypatch):
+    """What the import raised, and what the path names (a factory is named as such: the runtime calls nothing)."""
+    import sys
+    import types
+
+    module = types.ModuleType("zp_fake_kernels")
+    module.SPEC, module.X = (lambda: 1), 1
+    monkeypatch.setitem(sys.modules, "zp_fake_kernels", module)
+    for kernel, says in [("zp_fake_kernels:SPEC", "names a function, not a KernelSpec"),
+                         ("zp_fake_kernels:X", "names int, not a KernelSpec"),
+                         ("zp_no_such_module_zz:SPEC", "(ModuleNotFoundError: No module named 'zp_no_such_module_zz')")]:
+        with pytest.raises(rt.UnknownKernelError) as info:
+            _tune(kernel=kernel)
+        assert says in str(info.value) and "\n" not in str(info.value), str(info.value)

@@ -28,9 +28,12 @@ def test_a_measured_chip_has_measured_evidence_and_learned_threadgroups():
     assert p.learned["classes"]["row_reduction"]["evidence"] == "measured"
 
 
-def test_unknown_chips_get_a_generic_default_profile():
-    p = get_device_profile("Z9", "Mega")
-    assert (p.evidence, p.default_threadgroup, p.device_id) == ("default", 256, None)
+def test_unknown_chips_are_refused_not_given_a_profile_of_zeros():
+    """Once a generic profile of gpu_cores 0; now refused (test_unknown_chip_names_and_kernel_types.py)."""
+    from zmlx_pipeline.runtime import UnknownDeviceError
+
+    with pytest.raises(UnknownDeviceError, match="unknown chip family 'Z9'"):
+        get_device_profile("Z9", "Mega")
 
 
 def test_candidates_depend_on_the_size_and_kernel_type(toy_bundle):

@@ -127,8 +127,10 @@ def test_the_profile_lookups_refuse_a_device_they_cannot_answer_for():
     with pytest.raises(rt.UnknownDeviceError) as info:
         profile_table(["garbage-gpu"])
     assert str(info.value) == "no device 'garbage-gpu' in the bundle or the catalog; see zmlx-pipeline devices"
-    # ZMLX's (family, variant) form keeps its answers: the full chip of binned variants, a generic unknown pair
+    # ZMLX's (family, variant) form keeps its answers: the full chip of binned variants; an unknown pair is refused
+    # (test_unknown_chip_names_and_kernel_types.py), where it once got a generic profile of 0 cores
     assert rt.get_device_profile("M3", "Max").device_id == "apple-m3-max-40c"
     assert rt.get_device_profile("M3").device_id == "apple-m3-10c"
-    assert rt.get_device_profile("Z9", "Mega").evidence == "default"
+    with pytest.raises(rt.UnknownDeviceError, match=r"^unknown chip family 'Z9'"):
+        rt.get_device_profile("Z9", "Mega")
     assert len(rt.ALL_DEVICE_PROFILES) == 16

@@ -27,7 +27,8 @@ _EXPORTS = {
     "BadLookup": "lookup", "Prediction": "lookup", "bucket_of": "lookup", "candidates": "lookup",
     "predicted_config": "lookup",
     "BadArgument": "errors", "BadArgumentType": "errors", "RuntimeAPIError": "errors", "UnknownDtypeError": "errors",
-    "UnknownDeviceError": "errors", "UnknownKernelError": "errors", "UnknownName": "errors",
+    "UnknownDeviceError": "errors", "UnknownKernelError": "errors", "UnknownKernelType": "errors",
+    "UnknownName": "errors",
     "DeviceTuningProfile": "profiles", "get_current_device_profile": "profiles", "get_device_profile": "profiles",
     "get_threadgroup_candidates_for_shape": "profiles", "ALL_DEVICE_PROFILES": "profiles",
 }

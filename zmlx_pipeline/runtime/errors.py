@@ -31,6 +31,11 @@ class UnknownKernelError(UnknownName):
     "A kernel that is not in the active bundle"
 
 
+class UnknownKernelType(UnknownName, BadArgument):
+    """A kernel_type that is neither one of ZMLX's (general, reduction, simd) nor a learned kernel class: a
+    LookupError and a ValueError, so a caller catching either gets it"""
+
+
 class UnknownDtypeError(UnknownName):
     "A dtype the runtime has no tables for"
 

@@ -19,6 +19,11 @@ its time moved by the kernel's work, or left out.
 An unknown kernel or dtype, and a malformed argument, raise the runtime's own errors
 (runtime/errors.py), never a default answer.
 
+No answer claims more than the bundle holds: a built-in kernel is never answered with a config the
+built-in kernel lacks (the shipped bundle's record of its configs), `measured` needs the device among
+those the bundle measured the kernel on, and a core limit no table holds answers from the nearest
+limit of its chip that one does (evidence `predicted` at most).
+
 Why one long module: the answer is resolved once per (kernel, shape, dtype, device) from the same
 per-bundle tables (bucket, legality, travel from another chip, time, range); the steps share their
 private table types, and the hot path after the first call is one dict lookup in this module.
@@ -171,7 +176,7 @@ class _Kernel:
     """A kernel's metadata from kernels.json, with its configs as item tuples and constraints compiled."""
 
     __slots__ = ("name", "dims", "configs", "tg_param", "order", "prune_k", "constraints", "regret", "version",
-                 "trained", "dim_weights", "_constraints_text", "transfer", "work", "ranges", "bucket_shapes")
+                 "trained", "dim_weights", "_constraints_text", "transfer", "work", "ranges", "bucket_shapes", "known")
 
     def __init__(self, name: str, meta: dict) -> None:
         self.name = name
@@ -196,8 +201,12 @@ class _Kernel:
             ranges = {d: [min(s[d] for s in shapes), max(s[d] for s in shapes)]
                       for d in self.dims if shapes and all(d in s for s in shapes)}
         self.ranges: dict[str, tuple[int, int]] = {d: (int(lo), int(hi)) for d, (lo, hi) in ranges.items()}
+        #: the configs the built-in kernel of this name has (None: any config of the bundle), set by `_kernel`
+        self.known: frozenset[Items] | None = None
 
     def legal(self, items: Items, shape: dict, limits: dict) -> bool:
+        if self.known is not None and items not in self.known:
+            return False  # a config the built-in kernel does not have (TG=-64, TG=96): no constraint makes it legal
         if not self._constraints_text:
             return True
         if self.constraints is None:
@@ -226,7 +235,22 @@ def _kernel(bundle: Bundle, name: str) -> _Kernel | None:
     k = _KERNELS.get(name)
     if k is None and name in bundle.kernels:
         k = _KERNELS[name] = _Kernel(name, bundle.kernels[name])
+        k.known = _builtin_configs(k)
     return k
+
+
+def _builtin_configs(k: _Kernel) -> frozenset[Items] | None:
+    """The configs of the built-in kernel named as `k` (the shipped bundle's record of it) when `k` holds one it
+    lacks, so no answer is a config the kernel cannot run (a re-hashed bundle's TG=-64); None when every config of
+    `k` is the built-in's, or no built-in kernel has its name (the bundle's configs are all that is known)."""
+    from zmlx_pipeline.runtime.bundle import builtin_kernels
+
+    builtin = builtin_kernels().get(k.name)
+    configs = builtin.get("configs") if builtin is not None else None
+    if not isinstance(configs, list):
+        return None
+    known = frozenset(tuple(sorted(c.items())) for c in configs if isinstance(c, dict))
+    return None if known.issuperset(k.configs) else known
 
 
 def named_entry(value: Any) -> dict:
@@ -628,10 +652,11 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
                                  f"the chip's count: give the chip's own id ({base}) for the whole chip")
 
 
-def _nearest_limit(bundle: Bundle, base: str, device: str, row: Mapping[str, Any] | None) -> tuple[str, bool]:
-    """The table of `base` (the whole chip, or one of its core limits) nearest in core count to the core-limited
-    `device` (check_device_id has checked its form), and whether it has the same count (`@132sm` of a 132-core
-    chip is the chip)."""
+def nearest_limit(held: Iterable[str], base: str, device: str, row: Mapping[str, Any] | None) -> tuple[str, bool] | None:
+    """Of the `held` ids that are `base` (the whole chip) or a core limit of it, the one nearest in core count (log2)
+    to the core-limited `device` (check_device_id has checked its form), and whether it has the same count (`@132sm`
+    of a 132-core chip is the chip); None when none is held. Lookups take `held` from the bundle's tables, profiles
+    from its profiles, so both answer a limit never measured from the same nearest one."""
     def cores(table_id: str) -> int | None:
         if table_id == base:
             full = (row or {}).get("gpu_cores")
@@ -639,12 +664,21 @@ def _nearest_limit(bundle: Bundle, base: str, device: str, row: Mapping[str, Any
         limit = table_id.partition("@")[2]
         return int(limit[:-2]) if limit.endswith("sm") and limit[:-2].isdigit() and int(limit[:-2]) > 0 else None
 
+    candidates = [(t, cores(t)) for t in held if t == base or t.startswith(base + "@")]
+    if not candidates:
+        return None
     wanted = cores(device)
-    held = [(t, cores(t)) for t in bundle.tables if t == base or t.startswith(base + "@")]
     if wanted is None:
-        return base, False
-    table, n = min(held, key=lambda tc: (abs(math.log(tc[1] / wanted)) if tc[1] else math.inf, tc[0]))
+        return (base, False) if any(t == base for t, _ in candidates) else (min(candidates)[0], False)
+    table, n = min(candidates, key=lambda tc: (abs(math.log(tc[1] / wanted)) if tc[1] else math.inf, tc[0]))
     return table, n == wanted
+
+
+def _measured_on(bundle: Bundle, k: _Kernel, device: str) -> bool:
+    """Whether the bundle says `device` was measured for this kernel (its trained_devices, else the manifest's
+    measured_devices); an entry marked `measured` for any other device claims what was never timed."""
+    listed = k.trained or frozenset(bundle.manifest.get("measured_devices") or ())
+    return not listed or device in listed  # a bundle naming no measured device at all: nothing to check against
 
 
 def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: bool = True) -> Prediction:
@@ -676,19 +710,30 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
     note = ""
     limited = ""  # a core limit no table holds: what the answer says of it
     if tables is None:
+        if device_id in bundle.tables:  # held, but its table failed its checks (warned as it was read)
+            return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+                            f"the table of {device_id!r} in bundle {bundle.bundle_id} failed its checks and is not used")
         row = catalog_row(device_id)
-        base = row["id"] if row else None
-        if base and base != device_id and bundle.tables.get(base):
-            source, same = (base, True) if "@" not in device_id else _nearest_limit(bundle, base, device_id, row)
-            note = f"device {device_id!r} is not in the bundle; answering for {source}. "
-            if not same:
-                limited = (f"no table was made for {device_id}'s core count: {source}'s ranking, with no predicted "
-                           "time and no expected regret. ")
-            device_id, tables = source, _device_tables(bundle, source)
-        else:
+        base = row["id"] if row else device_id.partition("@")[0]
+        found = None
+        if base != device_id:
+            found = (nearest_limit(bundle.tables, base, device_id, row) if "@" in device_id
+                     else (base, True) if bundle.tables.get(base) else None)
+        if found is None:
             known_where = "in the catalog but not" if row else "not in the catalog, nor"
             return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
                             f"device {device_id!r} is {known_where} in bundle {bundle.bundle_id}")
+        source, same = found
+        tables = _device_tables(bundle, source)
+        if tables is None:
+            return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+                            f"device {device_id!r} is not in bundle {bundle.bundle_id}, and the table of {source} "
+                            "it would answer from failed its checks")
+        note = f"device {device_id!r} is not in the bundle; answering for {source}. "
+        if not same:
+            limited = (f"no table was made for {device_id}'s core count: {source}'s ranking, with no predicted "
+                       "time and no expected regret. ")
+        device_id = source
     table = tables.get((kernel, dtype_name))
     if table is None:
         return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
@@ -706,20 +751,28 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
     time_us, regret, evidence = r.entry["time_us"], r.entry["expected_regret"], r.entry["evidence"]
     if r.from_overall:
         evidence = "predicted" if evidence == "measured" else evidence
+    unmeasured = evidence == "measured" and not _measured_on(bundle, k, device_id)
+    if unmeasured:  # a table claiming a measurement the bundle never made: its ranking taken as the model's, its
+        # time and regret (a measured entry's 1.0) dropped, since nothing says where they came from
+        evidence, time_us, regret = "predicted", None, None
+        note += (f"the table marks this entry measured, but bundle {bundle.bundle_id} measured no {kernel} on "
+                 f"{device_id}: taken as a prediction, with no predicted time and no expected regret. ")
     dropped = r.from_overall or ranked[0] != k.configs[r.entry["best"]]  # the entry's time is another config's
     if dropped:
         time_us = None
     if evidence != "measured" and device_id not in k.trained:
-        evidence, source, basis, why = _travel(bundle, k, device_id, r.entry)
+        evidence, source, basis, why = _travel(bundle, k, device_id, {**r.entry, "evidence": evidence})
         if bundle.schema_version < 2:
             time_us = None  # a schema-1 time is the time model's guess for this chip, never scaled to it
-        if evidence == "extrapolated":
+        if unmeasured:
+            pass  # the note says why there is no regret and no time
+        elif evidence == "extrapolated":
             regret = r.entry["expected_regret"] if k.transfer.get(device_id) else None
             if regret is None:
                 why += "no expected regret: no architecture family was left out to validate such a jump. "
         elif regret is None:
             why += "no expected regret: no measured device was left out to validate it. "
-        note += why + _time_note(bundle, device_id, source, basis, time_us, dropped or bool(limited))
+        note += why + _time_note(bundle, device_id, source, basis, time_us, dropped or bool(limited) or unmeasured)
     if limited:  # another chip's evidence: its ranking is the best guess, its time and regret are not this one's
         evidence = "predicted" if evidence == "measured" else evidence
         time_us, regret = None, None

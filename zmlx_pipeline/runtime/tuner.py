@@ -10,7 +10,8 @@ pruned candidates for that case (top k, at most a fifth of the legal configs) ar
 against the kernel's reference and timed with the collect harness, and the fastest correct one
 is written to the cache. `device_aware=False` times every legal config instead (what an
 autotuner without a model has to do). Without a GPU backend nothing is timed: the bundle's
-predicted config is used, with one warning.
+predicted config is used, with one warning (when it is one of the case's legal configs; else the
+first legal one of its ranking, so no answer is a config the kernel cannot run).
 
 With no kernel named (ZMLX's plain `@autotune(warmup=..., iters=..., device_aware=True)` on a
 function taking `threadgroup=`), there is no reference to check against, so nothing is timed:
@@ -230,15 +231,18 @@ def _spec_at(path: str):
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # noqa: BLE001 - whatever importing it raised, SystemExit included
-        raise UnknownTunedKernel(f"cannot import {module_name!r} for kernel {path!r} ({type(exc).__name__}); "
-                                 "give an importable package.module:ATTR") from None
+        reason = " ".join(str(exc).split())[:200]
+        raise UnknownTunedKernel(f"cannot import {module_name!r} for kernel {path!r} ({type(exc).__name__}"
+                                 f"{': ' + plain(reason) if reason else ''}); fix that, or give an importable "
+                                 "package.module:ATTR") from None
     try:
         obj = getattr(module, attr or "SPEC", None)
     except Exception:  # noqa: BLE001 - a module __getattr__ that fails names no spec
         obj = None
     if not _is_spec(obj):
-        raise UnknownTunedKernel(f"kernel path {path!r} names a {type(obj).__name__}, not a KernelSpec: "
-                                 "name the spec object itself")
+        what = "a function" if callable(obj) and not isinstance(obj, type) else type(obj).__name__
+        raise UnknownTunedKernel(f"kernel path {path!r} names {what}, not a KernelSpec: name the spec object "
+                                 "itself (the runtime calls nothing a path names)")
     return obj
 
 
@@ -431,8 +435,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
                                              timer=timer)
     except Exception as exc:  # noqa: BLE001 - no GPU backend: answer from the bundle, time nothing
         pred = predicted_or_default(spec.name, shape, dtype, device=chip, detected=device is None)
-        config = pred.config if pred.evidence != "default" else cands[0]
-        warnings.warn(f"zmlx-pipeline autotune: nothing timed ({exc}); using the {pred.evidence} config", stacklevel=3)
+        config, how = _untimed_choice(pred, legal, cands[0] if pred.evidence == "default" else None)
+        warnings.warn(f"zmlx-pipeline autotune: nothing timed ({exc}); using {how}", stacklevel=3)
         return TuneResult(spec.name, shape, dtype, config, "predicted", legal=len(legal), key=key, note=str(exc))
     ahead = precompile or getattr(measure, "precompile", None)
     if ahead is not None:
@@ -453,8 +457,9 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         pred = predicted_or_default(spec.name, shape, dtype, device=chip, detected=device is None)
         why = ("no candidate passed the reference check with a time above 0 us" if any(
             t["status"] == "bad_time" for t in timed) else "no candidate passed the reference check")
-        return TuneResult(spec.name, shape, dtype, pred.config, "predicted", None, timed, len(legal), wall, key,
-                          f"{why}; using the predicted config (not cached)")
+        config, how = _untimed_choice(pred, legal)
+        return TuneResult(spec.name, shape, dtype, config, "predicted", None, timed, len(legal), wall, key,
+                          f"{why}; using {how} (not cached)")
     best = min(ok, key=lambda t: t["median_us"])
     if use_cache:
         launch = spec.launch(best["config"], shape)
@@ -464,6 +469,23 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         cache_file.save_entries(dkey, {key: value}, meta, cache_path, tuple(also))
     return TuneResult(spec.name, shape, dtype, dict(best["config"]), "timed", best["median_us"], timed, len(legal),
                       wall, key, note)
+
+
+def _untimed_choice(pred: Any, legal: list[dict], first: dict | None = None) -> tuple[dict, str]:
+    """The config to use when nothing was timed (or none passed), and how it was chosen: `first` when given (the
+    tuner's own first candidate), else the predicted config when it is one of this case's legal configs, else the
+    first legal one in the model's ranking, else the first legal one; never a config outside `legal` (a bundle's
+    pick may be illegal here: other limits, configs refused at launch, `threadgroups`). `legal` is never empty."""
+    by_id = {config_id(c): c for c in legal}
+    if first is not None and config_id(first) in by_id:
+        return dict(by_id[config_id(first)]), f"the {pred.evidence} config"
+    if pred.config is not None and config_id(pred.config) in by_id:
+        return dict(by_id[config_id(pred.config)]), f"the {pred.evidence} config"
+    for c in pred.top(10_000):
+        if config_id(c) in by_id:
+            return dict(by_id[config_id(c)]), (f"the first legal config of the {pred.evidence} ranking (its "
+                                               f"pick {pred.config} is not legal here)")
+    return dict(legal[0]), f"the first legal config (no {pred.evidence} pick is legal here)"
 
 
 def _cache_entry_problem(hit: Any, config: dict | None, params: Any, legal: list[dict]) -> str:
