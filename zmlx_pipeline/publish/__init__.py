@@ -60,7 +60,9 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
         "measured_devices": summary["measured_devices"],
         **(extra_manifest or {}),
     }
-    manifest, path = write_bundle(to_dir, files, fields, created=created, versioned=versioned)
+    # read back with the runtime's own checks before `latest` moves: a bundle the runtime would refuse is never
+    # published (a config value it cannot use, a registry row altered by hand)
+    manifest, path = write_bundle(to_dir, files, fields, created=created, versioned=versioned, verify=True)
     recorded = False
     if record and not getattr(store, "read_only", True) and hasattr(store, "record_bundle"):
         store.record_bundle(manifest["bundle_id"], models.model_id, str(Path(path).resolve()), manifest)

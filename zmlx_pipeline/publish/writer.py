@@ -255,14 +255,28 @@ def swap_latest(to_dir: Path, name: str) -> None:
 
 
 def write_bundle(to_dir: str | os.PathLike, files: Mapping[str, Any], fields: Mapping[str, Any],
-                 created: datetime | None = None, versioned: bool = True, compact: bool = False) -> tuple[dict, Path]:
+                 created: datetime | None = None, versioned: bool = True, compact: bool = False,
+                 verify: bool = False) -> tuple[dict, Path]:
     """Publish JSON files as a new version under `to_dir` (atomic, then `latest`); returns (manifest, path).
 
     `versioned=False` replaces `to_dir` itself with the bundle (for the package's default bundle);
-    `compact=True` stores every file gzip-compressed (schema 5).
+    `compact=True` stores every file gzip-compressed (schema 5); `verify`: see verify_written.
     """
     blobs = {name: encode(obj) for name, obj in files.items()}
-    return write_blobs(to_dir, blobs, fields, created=created, versioned=versioned, compact=compact)
+    return write_blobs(to_dir, blobs, fields, created=created, versioned=versioned, compact=compact, verify=verify)
+
+
+def verify_written(directory: Path, to_dir: Path, own_builtins: bool = False) -> None:
+    """Read a bundle just written, before it is committed, as the runtime reads it (hashes, index files, every device
+    table): PublishError in one line naming what it would refuse, so `latest` never moves to a bundle no lookup can
+    use. `own_builtins`: it is to be the package's default bundle, whose registered kernels are the built-in ones."""
+    from zmlx_pipeline.runtime.bundle import BundleError, check_tables, read_dir
+
+    try:
+        check_tables(read_dir(directory, source="the new bundle", builtin={} if own_builtins else None))
+    except BundleError as exc:
+        raise PublishError(f"cannot publish to {to_dir}: {exc}; the runtime would refuse it, so nothing was "
+                           "published (what was there is unchanged)") from None
 
 
 def rewrite_bundle(src: str | os.PathLike, dest: str | os.PathLike, compact: bool = True) -> tuple[dict, Path]:
@@ -283,11 +297,21 @@ def rewrite_bundle(src: str | os.PathLike, dest: str | os.PathLike, compact: boo
     return write_blobs(dest, blobs, fields, created=created, versioned=False, compact=compact, content_schema=content)
 
 
+def _remove_empty(made: list[Path]) -> None:
+    """Remove the directories a refused publish created (deepest first), each only while it is still empty."""
+    for directory in made:
+        try:
+            directory.rmdir()
+        except OSError:
+            return
+
+
 def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: Mapping[str, Any],
                 created: datetime | None = None, versioned: bool = True, compact: bool = False,
-                content_schema: int = BUNDLE_SCHEMA_VERSION) -> tuple[dict, Path]:
+                content_schema: int = BUNDLE_SCHEMA_VERSION, verify: bool = False) -> tuple[dict, Path]:
     """write_bundle for files already encoded: `blobs` maps each file's name to its JSON bytes, in the layout of
-    plain schema `content_schema` (an older bundle rewritten keeps its own)."""
+    plain schema `content_schema` (an older bundle rewritten keeps its own). `verify`: the files written are read
+    back with the runtime's checks (verify_written) before anything is replaced or `latest` moves."""
     created = created or datetime.now(timezone.utc).replace(microsecond=0)
     unpacked = {name + COMPRESSED_SUFFIX: len(blob) for name, blob in blobs.items()} if compact else None
     blobs = stored_blobs(blobs, compact)
@@ -295,6 +319,7 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
                              unpacked)
     root = Path(to_dir)
     parent = root if versioned else root.parent
+    made = [d for d in (parent, *parent.parents) if not os.path.lexists(d)]  # removed again if the bundle is refused
     try:
         parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".publish-", dir=parent))
@@ -303,6 +328,8 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
         raise PublishError(f"cannot write a bundle under {parent}: {exc.strerror or exc}") from None
     try:
         write_files(tmp, blobs, manifest)
+        if verify:
+            verify_written(tmp, root, own_builtins=not versioned)
         if not versioned:
             old = None
             if root.exists():
@@ -336,6 +363,10 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
             shutil.rmtree(final, ignore_errors=True)
             raise
         return manifest, final
+    except PublishError:  # already one line naming root (the directory changed since the check, a refused bundle)
+        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_empty(made)
+        raise
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise PublishError(f"cannot publish to {root}: {exc.strerror or exc}") from None

@@ -164,13 +164,30 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{plain(name)} is not a JSON number")
 
 
+class _RepeatedKey(Exception):
+    "An object of a bundle file names a key twice"
+
+
+def _unique_keys(pairs: list, dict: type = dict, len: Callable = len) -> dict:
+    """An object's pairs as a dict, refusing a key named twice (json's own dict would keep the last, silently)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set = set()
+        raise _RepeatedKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return obj
+
+
 def parse_json(raw: bytes, name: str, where: str) -> Any:
     """A bundle file's bytes parsed; BundleError (naming `where` and `name`) for anything that is no JSON the runtime
-    reads: a syntax error, NaN or Infinity, a number of thousands of digits, nesting deep enough to exhaust the stack."""
+    reads: a syntax error, NaN or Infinity, a number of thousands of digits, nesting deep enough to exhaust the stack,
+    an object naming a key twice (which of its values was meant cannot be told; a publisher never writes one)."""
     import json
 
     try:
-        return json.loads(raw, parse_constant=_no_constant)
+        return json.loads(raw, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except _RepeatedKey as exc:
+        raise BundleError(f"{plain(where)}: {plain(name)} names the key {str(exc.args[0])!r:.60} twice in one "
+                          "object") from None
     except ValueError as exc:
         raise BundleError(f"{plain(where)}: {plain(name)} is not valid JSON ({plain(exc)})") from None
     except RecursionError:
@@ -279,9 +296,10 @@ def _verify(name: str, data: bytes, entry: dict, source: str) -> None:
         raise BundleError(f"{plain(source)}: sha256 of {plain(name)} does not match the manifest (altered or corrupt)")
 
 
-def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str, int], bytes]) -> Bundle:
+def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str, int], bytes],
+           builtin: dict[str, dict] | None = None) -> Bundle:
     """Parse and check the manifest, read and verify every file (`read(name, limit)` reads at most `limit` + 1
-    bytes: the size the manifest gives it), and parse the index files."""
+    bytes: the size the manifest gives it), and parse the index files (`builtin`: as _check_contents takes it)."""
     manifest = parse_json(manifest_bytes, MANIFEST, source)
     files = _check_manifest(manifest, source)
     data: dict[str, bytes] = {}
@@ -295,22 +313,37 @@ def _build(source: str, root: Path, manifest_bytes: bytes, read: Callable[[str, 
         _verify(name, blob, entry, source)
         data[name] = blob
     bundle = Bundle(source, root, manifest, data)
-    _check_contents(bundle)
+    _check_contents(bundle, builtin)
     return bundle
 
 
-def _check_contents(bundle: Bundle) -> None:
+def _check_contents(bundle: Bundle, builtin: dict[str, dict] | None = None) -> None:
     """Checks beyond the hashes: every table file a device points at is in the manifest, and the index files hold
-    what the runtime reads (contents.py; a device's table is checked when it is first parsed)."""
+    what the runtime reads (contents.py; a device's table is checked when it is first parsed). `builtin`: the
+    built-in kernels a kernel of the same name must agree with (None: the shipped bundle's, builtin_kernels)."""
     from zmlx_pipeline.runtime.contents import index_problem
 
     for device, name in bundle.tables.items():
         if not isinstance(name, str) or bundle.stored_name(name) is None:
             raise BundleError(f"{plain(bundle.source)}: device {device!r} points at {name!r:.60}, "
                               "which the manifest does not list")
-    problem = index_problem(bundle.kernels, bundle.profiles, builtin_kernels())
+    problem = index_problem(bundle.kernels, bundle.profiles, builtin_kernels() if builtin is None else builtin,
+                            bundle.content_schema)
     if problem:
         raise BundleError(f"{plain(bundle.source)}: malformed index files: {problem}")
+
+
+def check_tables(bundle: Bundle) -> None:
+    """Parse and check every device table now, as a lookup checks one when first asked for it; BundleError for the
+    first the runtime cannot use. For a publisher, which must know the whole bundle is usable before `latest` moves."""
+    from zmlx_pipeline.runtime.contents import table_problem
+    from zmlx_pipeline.runtime.lookup import ENTRY_FIELDS
+
+    positional = ENTRY_FIELDS if bundle.schema_version in POSITIONAL_SCHEMAS else None
+    for device, name in sorted(bundle.tables.items()):
+        problem = table_problem(bundle.json(name), bundle.kernels, positional)
+        if problem:
+            raise BundleError(f"{plain(bundle.source)}: malformed table {plain(name)} of {plain(device)}: {problem}")
 
 
 _BUILTIN: dict[Path, dict[str, dict]] = {}
@@ -365,8 +398,9 @@ def resolve_dir(path: Path) -> Path:
     raise BundleError(f"{plain(path)}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
 
 
-def read_dir(path: str | os.PathLike, source: str | None = None) -> Bundle:
-    """A verified bundle from a local directory (or publish root); raises BundleError."""
+def read_dir(path: str | os.PathLike, source: str | None = None, builtin: dict[str, dict] | None = None) -> Bundle:
+    """A verified bundle from a local directory (or publish root); raises BundleError. `builtin`: the built-in
+    kernels its kernels must agree with (None: the shipped bundle's; {} for a bundle that is to be the shipped one)."""
     p = Path(home_expanded(os.fspath(path), "bundle location"))
     try:
         if not p.exists():
@@ -385,7 +419,7 @@ def read_dir(path: str | os.PathLike, source: str | None = None) -> Bundle:
         manifest_bytes = (root / MANIFEST).read_bytes()  # resolve_dir found it a regular file
     except OSError as exc:
         raise BundleError(f"{plain(root)}: cannot read manifest.json ({exc.strerror or exc})") from None
-    return _build(source or str(root), root, manifest_bytes, read)
+    return _build(source or str(root), root, manifest_bytes, read, builtin)
 
 
 def read_regular(path: Path, limit: int) -> bytes:
@@ -429,7 +463,8 @@ def _url_dir(url: str) -> Path:
 def _fetch(url: str, limit: int = MAX_FILE_BYTES, until: float | None = None) -> bytes:
     """The body at `url`, at most `limit` + 1 bytes of it, within FETCH_DEADLINE_S (and before the monotonic time
     `until`, the whole bundle's deadline); FetchError in one line for a server that errs, stalls, trickles past the
-    deadline, announces more than `limit` or redirects where we do not follow (see _opener)."""
+    deadline or redirects where we do not follow (see _opener); BundleError for one that announces more than
+    `limit` (the manifest's size of the file): it serves another file, which is invalid, not unreachable."""
     import http.client
     import socket
     import threading
@@ -461,9 +496,10 @@ def _fetch(url: str, limit: int = MAX_FILE_BYTES, until: float | None = None) ->
         with _opener(sockets).open(url, timeout=FETCH_TIMEOUT_S) as resp:
             announced = (resp.headers.get("Content-Length") or "").strip()
             if announced.isascii() and announced.isdigit() and int(announced) > limit:
-                raise FetchError(f"{plain(url)}: the server announces {int(announced)} bytes, more than "
-                                 f"the {limit} this "
-                                 "file may have")
+                # the server answered: what it serves is not the bundle's file (a verification error, as a wrong
+                # hash is), not an unreachable server, so a strict load never falls back to a cached copy for it
+                raise BundleError(f"{plain(url)}: the server announces {int(announced)} bytes, more than the {limit} "
+                                  "this file may have")
             size = 0
             while size <= limit:
                 part = resp.read1(min(1024**2, limit + 1 - size))

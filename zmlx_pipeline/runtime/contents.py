@@ -6,7 +6,9 @@ is loaded, a device's table when it is first parsed, and the first problem found
 line for the caller's BundleError. Every dim, bucket and count is bounded (a dim fits an array), every config
 sets exactly its kernel's parameters, every constraint is arithmetic the runtime evaluates, and a kernel named
 as a built-in one agrees with the built-in kernel (its dims, parameters and constraints), so no answer is a
-config the kernel cannot run. Standard library only.
+config the kernel cannot run. A config value is what the importer stores (a whole number, a fraction, text,
+a boolean, null: Kernel Tuner tunes "fast" and 0.5), but a built-in kernel's and every threadgroup size are
+whole numbers. Standard library only.
 
 Each kind is checked a column at a time (every entry's `best` at once, with C-level set, min and max), so a
 device table of thousands of entries costs about what parsing it does, not several times that; only a column
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from itertools import chain, repeat
 from operator import is_not
@@ -31,8 +34,15 @@ MAX_DIM = 2**31 - 1
 MAX_EXPONENT = MAX_DIM.bit_length()
 #: the most candidates a kernel's prune_k may ask for (the largest built-in config space is a few thousand)
 MAX_PRUNE_K = 4096
-#: the largest magnitude of a config parameter's value (a launch takes them as 32-bit integers)
+#: the largest magnitude of a built-in kernel's config value, and of any kernel's threadgroup size (a launch takes
+#: them as 32-bit integers)
 MAX_PARAM = 2**31 - 1
+#: the integers an imported kernel's config value may be: int64's, as the importer stores them (data/records.py)
+INT64 = (-2**63, 2**63 - 1)
+#: the most characters of a config value that is text (Kernel Tuner tunes strings such as "fast" and "safe")
+MAX_PARAM_TEXT = 256
+#: the content schema that gave every kernel its `measured_range` (publish/build.py); lookups mark a shape outside it
+MEASURED_RANGE_SCHEMA = 2
 
 #: (values of one kind, the kernel's number of configs) -> whether every value is usable
 Column = Callable[[list, int], bool]
@@ -47,13 +57,32 @@ def _whole(col: list, least: int, below: float = INF) -> bool:
     return not col or _types(col) <= {int} and min(col) >= least and max(col) < below
 
 
+def _of(col: list, kind: type) -> list:
+    return [v for v in col if type(v) is kind]
+
+
+def _config_values(col: list, n: int = 0) -> bool:
+    """Every value is one a config may hold, as the importer stores it (any kernel's; a built-in kernel's are
+    checked whole after): an int64 integer, a finite number, a boolean, null, or printable text of at most
+    MAX_PARAM_TEXT characters (what lookups hash, compare and print; a list or object is none of these)."""
+    kinds = _types(col)
+    if kinds == {int}:
+        return min(col) >= INT64[0] and max(col) <= INT64[1]
+    if not kinds <= {int, float, bool, str, type(None)}:
+        return False
+    ints, floats, texts = _of(col, int), _of(col, float), _of(col, str)
+    return (not ints or min(ints) >= INT64[0] and max(ints) <= INT64[1]) \
+        and all(map(math.isfinite, floats)) \
+        and (not texts or max(map(len, texts)) <= MAX_PARAM_TEXT and all(map(str.isprintable, texts)))
+
+
 #: atomic kind -> (column check, what a value must be)
 ATOMS: dict[str, tuple[Column, str]] = {
     "name": (lambda col, n: _types(col) <= {str}, "a string"),
     "count": (lambda col, n: _whole(col, 1, MAX_DIM + 1), f"a whole number from 1 to {MAX_DIM}"),
     "k": (lambda col, n: _whole(col, 1, MAX_PRUNE_K + 1), f"a whole number from 1 to {MAX_PRUNE_K}"),
-    "param": (lambda col, n: _whole(col, -MAX_PARAM, MAX_PARAM + 1),
-              f"a whole number from -{MAX_PARAM} to {MAX_PARAM}"),
+    "param": (_config_values, f"a whole number from -2**63 to 2**63-1, a finite number, a boolean, null or printable "
+                              f"text of at most {MAX_PARAM_TEXT} characters"),
     "size": (lambda col, n: _whole(col, 0), "a whole number >= 0"),
     # the parser refuses NaN, so min and max order every number; a whole number past the largest float is no time
     "number": (lambda col, n: not col or _types(col) <= {int, float} and min(col) >= 0
@@ -174,21 +203,27 @@ def _first(kind: str, named: Mapping[str, Any], n: int, where: str) -> str | Non
 
 
 def index_problem(kernels: Mapping[str, Any], profiles: Mapping[str, Any],
-                  builtin: Mapping[str, Any] | None = None) -> str | None:
+                  builtin: Mapping[str, Any] | None = None, schema: int | None = None) -> str | None:
     """The first field of kernels.json or profiles.json the runtime cannot use, as `file: where what`; None if none.
-    `builtin`: kernels.json entries of the built-in kernels, which a kernel of the same name must agree with."""
+    `builtin`: kernels.json entries of the built-in kernels, which a kernel of the same name must agree with.
+    `schema`: the bundle's content schema; from MEASURED_RANGE_SCHEMA on every kernel has a measured_range of each of
+    its dims (without one no shape would ever be marked outside the measured range)."""
     for name, meta in kernels.items():
         configs = meta.get("configs") if type(meta) is dict else None
         problem = _first("@kernel", {name: meta}, len(configs) if type(configs) is list else 0, "kernels.json: kernels")
         if problem:
             return problem
-        dims = set(meta["dims"])
-        if not dims or not set(meta.get("measured_range") or ()) <= dims \
+        dims, ranged = set(meta["dims"]), set(meta.get("measured_range") or ())
+        if not dims or not ranged <= dims \
                 or any(set(shape) != dims for shape in (meta.get("buckets") or {}).values()):
             return (f"kernels.json: kernels[{name}]: its measured_range and bucket shapes must use its dims "
                     f"({', '.join(sorted(dims))})")
+        if schema is not None and schema >= MEASURED_RANGE_SCHEMA and ranged != dims:
+            return (f"kernels.json: kernels[{name}] lacks the measured_range of {', '.join(sorted(dims - ranged))}, "
+                    f"which every kernel of a schema-{schema} bundle has for each of its dims")
         own = (builtin or {}).get(name)
-        problem = _kernel_problem(meta, own) or _builtin_problem(meta, own)
+        problem = _kernel_problem(meta, own, own is not None or meta.get("spec") == "registered") \
+            or _builtin_problem(meta, own)
         if problem:
             return f"kernels.json: kernels[{name}]{problem}"[:300]
     return _first("@profile", profiles, 0, "profiles.json: devices")
@@ -202,11 +237,13 @@ def _params(meta: Mapping[str, Any]) -> list[str]:
     return list(params or ())
 
 
-def _kernel_problem(meta: Mapping[str, Any], builtin: Mapping[str, Any] | None = None) -> str | None:
+def _kernel_problem(meta: Mapping[str, Any], builtin: Mapping[str, Any] | None = None,
+                    whole: bool = False) -> str | None:
     """Why a kernel's configs and constraints cannot be used together (`.field what`); None if they can: every
-    config sets exactly its parameters, and every constraint is whitelisted arithmetic over its parameters, dims
-    and the device limits (a constraint that cannot be evaluated would be skipped, letting any config pass). The
-    built-in kernel's own constraints are taken as they are: one the whitelist lacks an operator for is left to
+    config sets exactly its parameters with values the runtime uses (_values_problem; `whole`: a built-in kernel,
+    whose values are all whole numbers), and every constraint is whitelisted arithmetic over its numeric parameters,
+    dims and the device limits (a constraint that cannot be evaluated would be skipped, letting any config pass).
+    The built-in kernel's own constraints are taken as they are: one the whitelist lacks an operator for is left to
     the kernel's spec, as in the shipped bundle."""
     from zmlx_pipeline.core.constraints import UnsafeConstraint, compile_constraint, expression_names, limit_values
 
@@ -221,19 +258,49 @@ def _kernel_problem(meta: Mapping[str, Any], builtin: Mapping[str, Any] | None =
     tg = meta.get("threadgroup_param")
     if tg is not None and tg not in wanted:
         return f".threadgroup_param {tg!r:.40} is not one of its parameters ({', '.join(params)})"
+    problem = _values_problem(meta["configs"], tg, whole)
+    if problem:
+        return problem
     names = wanted | set(meta["dims"]) | set(limit_values(None)) | {"dtype_bytes"}
     own = set((builtin or {}).get("constraints") or ())
-    for i, text in enumerate(meta.get("constraints") or ()):
-        if text in own:
-            continue
+    texts = [(i, text) for i, text in enumerate(meta.get("constraints") or ()) if text not in own]
+    # a parameter holding text or null cannot be computed with: a constraint reading it would be skipped
+    unusable = {p for p in wanted if texts and not _types([c[p] for c in meta["configs"]]) <= {int, float, bool}}
+    for i, text in texts:
         try:
             compile_constraint(text)
-            unknown = expression_names(text) - names
+            read = expression_names(text)
         except (UnsafeConstraint, SyntaxError, ValueError, RecursionError, MemoryError) as exc:
             return f".constraints[{i}] {text!r:.60} cannot be evaluated ({exc})"
+        unknown = read - names
         if unknown:
             return f".constraints[{i}] {text!r:.60} reads {', '.join(sorted(unknown))}: neither a parameter, a dim " \
                    "nor a device limit"
+        if read & unusable:
+            return f".constraints[{i}] {text!r:.60} reads {', '.join(sorted(read & unusable))}, whose values are " \
+                   "not all numbers: it cannot be evaluated for every config"
+    return None
+
+
+def _values_problem(configs: Sequence[Mapping[str, Any]], tg: str | None, whole: bool) -> str | None:
+    """Why a kernel's config values cannot be used as the runtime uses them (`.configs[i][param] what`); None if they
+    can. A built-in kernel's values (`whole`) and any kernel's threadgroup sizes are whole numbers a launch takes
+    (lookups take a threadgroup's log2, the tuner its bit length); an imported kernel's other values may be any
+    `param` (text, a fraction, a boolean: what the importer stores). Checked a column at a time, walked on failure."""
+    if whole:
+        values = list(chain.from_iterable(map(dict.values, configs)))
+    elif tg is not None:
+        values = [c[tg] for c in configs]
+    else:
+        return None
+    if _whole(values, -MAX_PARAM, MAX_PARAM + 1):
+        return None
+    what = "a built-in kernel's parameter" if whole else "the threadgroup size"
+    for i, config in enumerate(configs):
+        for param, value in config.items():
+            if (whole or param == tg) and not (type(value) is int and -MAX_PARAM <= value <= MAX_PARAM):
+                return f".configs[{i}][{param}] must be a whole number from -{MAX_PARAM} to {MAX_PARAM} ({what}), " \
+                       f"not {_show(value)}"
     return None
 
 
