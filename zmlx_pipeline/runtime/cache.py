@@ -22,8 +22,9 @@ and merge into it, then replace it atomically, so two processes writing at once 
 entries and a reader never sees half a file. A cache path that is a symlink is written through to
 its target (the link stays), and a rewritten file keeps its permissions (a new one gets the umask's).
 A v3 file that cannot be read, or whose sections are not the objects (and lists) this layout has, reads as
-empty and is moved aside as `<name>.corrupt-<time>`, with a warning, by the next write; a file of a newer schema
-(a newer ZMLX's) is neither read nor rewritten, with one warning.
+empty and is moved aside as `<name>.corrupt-<time>` (`-2`, `-3`... after it in the same second: an earlier one is
+never replaced), with a warning, by the next write; a file of a newer schema (a newer ZMLX's) is neither read nor
+rewritten, with one warning. An entry that contradicts itself (a template parameter named twice) is no answer.
 $ZMLX_CACHE_DIR moves the directory (as in ZMLX).
 """
 
@@ -157,10 +158,34 @@ def entry_value(config: Mapping[str, Any], dtype: str, threadgroup: Any = None, 
     return {"tg": tg, "template": template, "config": dict(config), **extra}
 
 
+def contradiction(value: Any) -> str:
+    """Why an entry contradicts itself ("" when it does not): its `template` names a parameter twice, or gives one a
+    value its `config` does not (ZMLX launches with the template, we read the config). Such an entry is no answer:
+    which of its values was timed cannot be told. (Its `tg` is the launch's threadgroup, which a kernel spec may
+    derive from several parameters, so the entry alone cannot tell whether it disagrees with them.)"""
+    template = value.get("template") if isinstance(value, Mapping) else None
+    if not isinstance(template, list):
+        return ""
+    pairs = [pair for pair in template
+             if isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], str)]
+    seen: dict[str, Any] = {}
+    for name, given in pairs:
+        if name in seen:
+            return f"its template names {name!r:.40} twice ({seen[name]!r:.20} and {given!r:.20})"
+        seen[name] = given
+    config = value.get("config")
+    if isinstance(config, Mapping):
+        for name, given in seen.items():
+            if name != "T" and name in config and config[name] != given:
+                return f"its config gives {name!r:.40} {config[name]!r:.20}, its template {given!r:.20}"
+    return ""
+
+
 def config_of(value: Any, params: Any = None) -> dict | None:
     """The config an entry holds: its `config`, else rebuilt from its `template` pairs (all that is left once
-    ZMLX has re-saved it), keeping the names in `params` when given; None when it holds neither."""
-    if not isinstance(value, Mapping):
+    ZMLX has re-saved it), keeping the names in `params` when given; None when it holds neither, or contradicts
+    itself (contradiction: a parameter named twice), so it is a miss, never a hit with another config's time."""
+    if not isinstance(value, Mapping) or contradiction(value):
         return None
     if isinstance(value.get("config"), Mapping):
         return dict(value["config"])
@@ -386,15 +411,37 @@ def _current_for_write(p: Path) -> dict | None:
                 raise ValueError(problem)
             return _normalise(data, p.name)
         except (OSError, ValueError) as exc:
-            aside = p.with_name(f"{p.name}.corrupt-{int(time.time())}")
             try:
-                os.replace(p, aside)
-            except OSError:
-                pass
+                moved = f"moved aside to {plain(_move_aside(p).name)}"
+            except OSError as err:
+                moved = f"it could not be moved aside ({plain(err.strerror or err)}) and is replaced"
             warnings.warn(f"zmlx-pipeline: {plain(p)} could not be used as the autotune cache ({plain(exc)}); "
-                          f"moved aside to {plain(aside.name)}", stacklevel=3)
+                          f"{moved}", stacklevel=3)
             return _empty()
     return read_cache(p)
+
+
+#: the most `<name>.corrupt-<time>-<n>` names tried in one second before a move aside gives up
+MAX_ASIDE = 1000
+
+
+def _move_aside(p: Path) -> Path:
+    """Move an unusable cache file to `<name>.corrupt-<time>` (then `-2`, `-3`... when that name is taken: two moved
+    aside in one second both stay), a name reserved first with O_EXCL so that no existing file is ever replaced."""
+    stamp = int(time.time())
+    for n in range(1, MAX_ASIDE + 1):
+        aside = p.with_name(f"{p.name}.corrupt-{stamp}" + (f"-{n}" if n > 1 else ""))
+        try:
+            os.close(os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            continue
+        try:
+            os.replace(p, aside)  # onto the empty file reserved above, never onto another's
+        except OSError:
+            aside.unlink(missing_ok=True)
+            raise
+        return aside
+    raise FileExistsError(f"{MAX_ASIDE} files named {p.name}.corrupt-{stamp}... are there already")
 
 
 def _json_kind(value: Any) -> str:

@@ -492,7 +492,7 @@ def _cache_entry_problem(hit: Any, config: dict | None, params: Any, legal: list
     """Why a cache entry cannot be this case's answer ("" if it can): no complete config, a config that is not legal
     for the kernel and shape, or a `median_us` that is no time (ZMLX's own entries have none, which is fine)."""
     if config is None:
-        return "it holds no config with every parameter of the kernel"
+        return cache_file.contradiction(hit) or "it holds no config with every parameter of the kernel"
     if set(config) != set(params):
         return f"its config {config!r:.80} does not set exactly the kernel's parameters {', '.join(sorted(params))}"
     if config_id(config) not in {config_id(c) for c in legal}:
