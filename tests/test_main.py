@@ -43,3 +43,18 @@ def test_a_missing_module_outside_the_extra_is_not_blamed_on_it(monkeypatch):
 def test_python_dash_m_runs_the_cli():
     done = subprocess.run([sys.executable, "-m", "zmlx_pipeline", "--help"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "Usage: zmlx-pipeline" in done.stdout
+
+
+def test_a_warning_of_the_command_is_one_line(tmp_path):
+    """A warning (a strict lookup falling back to a cached bundle, say) prints as one `Warning:` line, not Python's
+    file:line header and source line."""
+    script = ("import warnings, sys\n"
+              "from zmlx_pipeline.pipeline import cli\n"
+              "from zmlx_pipeline.pipeline.cli_common import OneValueCommand\n"
+              "cli.cli.add_command(OneValueCommand('warn', callback=lambda: warnings.warn('server down;\\n"
+              "using the cached copy', UserWarning)))\n"
+              "sys.argv = ['zmlx-pipeline', 'warn']\n"
+              "cli.main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "Warning: server down; using the cached copy\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import click
@@ -500,8 +501,16 @@ for _commands in (cli_report, cli_publish, cli_models):  # report; publish, look
     _commands.register(cli)
 
 
+def one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """warnings.showwarning for the command: a warning is one line on stderr ("Warning: ..."), never Python's
+    file:line header and source line (a strict lookup that falls back to a cached bundle warns so)."""
+    text = printable(" ".join(str(message).split()))
+    print(f"Warning: {text}", file=file if file is not None else sys.stderr)
+
+
 def main() -> None:
     """Console-script entry point."""
+    warnings.showwarning = one_line_warning
     terminate_as_interrupt()
     stops_wait_once_final()
     try:
