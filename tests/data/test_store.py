@@ -439,21 +439,22 @@ def test_measured_keys_for_resume(store, make_measurement):
 
 
 def test_measurement_filters_and_arrow(store, make_measurement):
+    # not a built-in kernel's name: measurements_arrow refuses a built-in kernel's row of other parameters
     store.record([
-        make_measurement(config={"threadgroup": 64}),
-        make_measurement(config={"threadgroup": 128}, status="launch_error"),
-        make_measurement(dtype="float32"),
+        make_measurement(kernel="my_softmax", config={"threadgroup": 64}),
+        make_measurement(kernel="my_softmax", config={"threadgroup": 128}, status="launch_error"),
+        make_measurement(kernel="my_softmax", dtype="float32"),
         make_measurement(kernel="rmsnorm"),
-        make_measurement(device_id="nvidia-h100"),
+        make_measurement(kernel="my_softmax", device_id="nvidia-h100"),
     ])
     assert len(store.measurements()) == 5
     assert len(store.measurements(device=DEVICE)) == 4
-    assert len(store.measurements(device=DEVICE, kernel="softmax", dtype="float16")) == 2
-    assert len(store.measurements(status=["ok", "launch_error"], kernel="softmax")) == 4
+    assert len(store.measurements(device=DEVICE, kernel="my_softmax", dtype="float16")) == 2
+    assert len(store.measurements(status=["ok", "launch_error"], kernel="my_softmax")) == 4
     assert store.measurements(status=[]) == []
     with pytest.raises(TypeError, match="unknown filter 'colour'"):
         store.measurements(colour="red")
-    table = store.measurements_arrow(device=DEVICE, kernel="softmax")
+    table = store.measurements_arrow(device=DEVICE, kernel="my_softmax")
     assert table.num_rows == 3
     assert table.column_names == list(store_mod.MEASUREMENT_COLUMNS)
     assert set(table.column("dtype").to_pylist()) == {"float16", "float32"}

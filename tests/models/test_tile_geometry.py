@@ -19,9 +19,10 @@ H100 = "nvidia-h100-sxm"
 MATMUL_GEO = ("geo_log2_work_per_thread", "geo_log2_blocks", "geo_tile_waste", "geo_log2_blocks_per_core",
               "geo_log2_waves", "geo_wave_eff", "geo_last_wave_fill", "geo_log2_threads_per_core",
               "geo_log2_steps", "geo_step_waste", "geo_log2_tile_reuse")
-CONFIGS = [{"BM": 16, "BN": 128, "BK": 32, "TM": 4, "TN": 4, "TG": 128},
-           {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "TG": 256},
-           {"BM": 4, "BN": 64, "BK": 16, "TM": 1, "TN": 4, "TG": 64}]
+# legal matmul configs (the built-in kernel's parameters and constraints: the store's reads refuse any other)
+CONFIGS = [{"BM": 16, "BN": 128, "BK": 32, "TG": 128, "WM": 1, "WN": 4, "WG": 0, "STAGES": 4},
+           {"BM": 64, "BN": 64, "BK": 64, "TG": 256, "WM": 4, "WN": 2, "WG": 0, "STAGES": 2},
+           {"BM": 32, "BN": 64, "BK": 32, "TG": 64, "WM": 1, "WN": 2, "WG": 0, "STAGES": 4}]
 SHAPES = [{"M": 100, "N": 4096, "K": 1000}, {"M": 2048, "N": 4096, "K": 4096}]
 
 

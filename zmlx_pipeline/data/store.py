@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence, Union
 import duckdb
 
 from zmlx_pipeline.core.commits import commit_point
+from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.core.files import fsync_dir, printable, utf8_problem
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
@@ -261,6 +262,19 @@ HELDOUT_KS = tuple(range(1, 11))  # the regret@k columns of heldout_cases
 HELDOUT_KEY_COLUMNS = ("model_id", "data_fingerprint", "split", "protocol")
 HELDOUT_CASE_COLUMNS = ("method", "fold", "device_id", "kernel", "dtype", "shape_key",
                         *(f"r{k}" for k in HELDOUT_KS), "hit_rank", "configs", "pick_key")
+
+# What train records of a held-out case (metrics.case_regrets): regret@k is the best time among the method's top k
+# over the case's best, so finite, at least 1 and never above that of a smaller k; the first config within 2% of
+# the best is among the case's configs. (reason, SQL condition true for a row train could not have written)
+_HELDOUT_CHECKS = (
+    *((f"r{k} is {{r{k}!r}}, not a regret (a finite ratio of 1 or more: no pick is faster than the case's best)",
+       f"r{k} IS NULL OR NOT isfinite(r{k}) OR r{k} < 1 - 1e-9") for k in HELDOUT_KS),
+    *((f"r{k} is {{r{k}!r}}, above r{k - 1} {{r{k - 1}!r}} (the best of a top {k} is never slower than that of its "
+       f"top {k - 1})", f"r{k} > r{k - 1} * (1 + 1e-9)") for k in HELDOUT_KS[1:]),
+    ("configs is {configs!r}, not a count of 1 or more", "configs < 1"),
+    ("hit_rank is {hit_rank!r}, not a rank from 1 to the case's {configs} configs",
+     "hit_rank IS NULL OR hit_rank < 1 OR hit_rank > configs"),
+)
 
 # A shard row: the measurement columns, then its device (device_*) and run (run_*) columns.
 SHARD_DEVICE_COLUMNS = tuple(f"device_{c}" for c in DEVICE_COLUMNS if c != "device_id")
@@ -861,8 +875,27 @@ class Store:
             raise StoreError(f"cannot store device {row['device_id']!r}: {_first_line(err)}") from err
 
     def devices(self) -> list[dict]:
-        """All devices, by device_id, with `reported` parsed from JSON."""
-        return _dicts(self._conn.execute(f"SELECT {', '.join(DEVICE_COLUMNS)} FROM devices ORDER BY device_id"))
+        """All devices, by device_id, with `reported` parsed from JSON. Train, evaluate and publish read their specs
+        here, so a row export would refuse is refused first (_check_devices: CorruptStore, one line)."""
+        rows = _dicts(self._conn.execute(f"SELECT {', '.join(DEVICE_COLUMNS)} FROM devices ORDER BY device_id"),
+                      parse_json=False)
+        self._check_devices(rows)
+        for row in rows:
+            row["reported"] = _from_json(row["reported"])
+        return rows
+
+    def _check_devices(self, rows: Iterable[dict]) -> None:
+        """CorruptStore (one line, naming the row and the column) for a devices row (unparsed) whose figures a shard's
+        row may not give (_device_problem: a figure that is not a finite number above 0, `reported` that is not a JSON
+        object, a catalog chip's figure that is not the catalog's): only a change outside zmlx-pipeline puts one there,
+        and every feature and prediction of that device would be computed from it."""
+        for row in rows:
+            problem = _device_problem(row)
+            if problem is not None:
+                raise CorruptStore(
+                    f"store {self.path} holds a device row no ingest would take (devices table, "
+                    f"{printable(str(row['device_id']))}: {problem}), so nothing was read: it was changed outside "
+                    "zmlx-pipeline; restore it from a copy, or delete that row and ingest its shards again")
 
     # -- runs --------------------------------------------------------------------------------
 
@@ -1061,12 +1094,18 @@ class Store:
         (count,) = self._conn.execute(f"SELECT count(*) FROM measurements{any_bad}", params).fetchone()
         device, kernel, dtype, *values, bad = found
         row = dict(zip(fields, values))
+        raise self._bad_measurement((device, kernel, dtype, row["shape"], row["config"]), reasons[bad].format(**row),
+                                    count, what)
+
+    def _bad_measurement(self, key: Sequence[Any], reason: str, count: int, what: str = "read") -> CorruptStore:
+        """The one-line CorruptStore of a stored measurement (device, kernel, dtype, shape, config) that a check
+        refuses, and of how many rows share the reason."""
+        device, kernel, dtype, shape, config = (printable(str(v)) for v in key)
         more = f" ({count - 1} more rows like it)" if count > 1 else ""
-        raise CorruptStore(
+        return CorruptStore(
             f"store {self.path} holds a measurement no ingest would take ({device}, {kernel}, {dtype}, shape "
-            f"{row['shape']!s:.80}, config {row['config']!s:.80}: {reasons[bad].format(**row)}){more}, so nothing "
-            f"was {what}: it was changed outside zmlx-pipeline; restore it from a copy, or delete those rows and "
-            "ingest their shards again")
+            f"{shape:.80}, config {config:.80}: {reason}){more}, so nothing was {what}: it was changed outside "
+            "zmlx-pipeline; restore it from a copy, or delete those rows and ingest their shards again")
 
     def _measurements_sql(self, filters: dict[str, Any]) -> tuple[str, list[Any]]:
         """The filtered, ordered measurements query, after _check_stored of its rows."""
@@ -1087,9 +1126,31 @@ class Store:
         return rows
 
     def measurements_arrow(self, **filters: Any):
-        """Measurements as a pyarrow Table (shape, config, extra as JSON text); same filters as measurements()."""
+        """Measurements as a pyarrow Table (shape, config, extra as JSON text); same filters as measurements(). The
+        rows train, evaluate and publish learn from: each passes the checks export makes first (_check_read)."""
         sql, params = self._measurements_sql(filters)
-        return self._conn.sql(sql, params=params).to_arrow_table()
+        table = self._conn.sql(sql, params=params).to_arrow_table()
+        self._check_read(table)
+        return table
+
+    def _check_read(self, table) -> None:
+        """CorruptStore (one line, naming the row, the field and the fix) when a row of `table` (measurements_arrow's),
+        or its device's row, fails a check export makes of every row it writes (_read_problem, _check_devices): a
+        model must never learn from a row export refuses. Each check runs once per distinct value it reads."""
+        if table.num_rows == 0:
+            return
+        import pyarrow.compute as pc
+
+        ids = pc.unique(table["device_id"]).to_pylist()
+        devices = {r["device_id"]: r for r in _dicts(self._conn.execute(
+            f"SELECT {', '.join(DEVICE_COLUMNS)} FROM devices WHERE device_id IN ({', '.join('?' for _ in ids)})",
+            ids), parse_json=False)}
+        self._check_devices(devices.values())
+        found = _read_problem(table, devices)
+        if found is not None:
+            row, reason, count = found
+            key = [table[c][row].as_py() for c in ("device_id", "kernel", "dtype", "shape", "config")]
+            raise self._bad_measurement(key, reason, count)
 
     def summary(self, device: str | None = None, kernel: str | None = None) -> list[dict]:
         """One row per (device, kernel, dtype): measurements, by_status, shapes, shapes_ok."""
@@ -1181,11 +1242,38 @@ class Store:
 
     def heldout_cases(self, model_id: str, split: str, protocol: str):
         """A model's held-out cases under a split and protocol, as an Arrow table (HELDOUT_KEY_COLUMNS, then
-        HELDOUT_CASE_COLUMNS), in case order; empty when none were recorded."""
+        HELDOUT_CASE_COLUMNS), in case order; empty when none were recorded. Evaluate and publish report them as
+        the model's scores, so a row train could not have written is refused first (_check_heldout)."""
+        self._check_heldout(model_id, split, protocol)
         columns = ", ".join((*HELDOUT_KEY_COLUMNS, *HELDOUT_CASE_COLUMNS))
         return self._conn.sql(
             f"SELECT {columns} FROM heldout_cases WHERE model_id = ? AND split = ? AND protocol = ? "
             "ORDER BY method, device_id, kernel, dtype, shape_key", params=[model_id, split, protocol]).to_arrow_table()
+
+    def _check_heldout(self, model_id: str, split: str, protocol: str) -> None:
+        """CorruptStore (one line, naming the kernel, method and case, and the fix: train again) when a held-out case
+        row of the model holds what train never records (_HELDOUT_CHECKS: a regret that is missing, not finite,
+        below 1 or above the one of a smaller k, a hit_rank outside 1 to its case's configs): only a change outside
+        zmlx-pipeline puts one there, and evaluate would print it as the model's regret. One query over the rows."""
+        case = " ".join(f"WHEN {c} THEN {i}" for i, (_, c) in enumerate(_HELDOUT_CHECKS))
+        fields = ("kernel", "method", "fold", "device_id", "dtype", "shape_key", *(f"r{k}" for k in HELDOUT_KS),
+                  "hit_rank", "configs")
+        found = self._conn.execute(
+            f"SELECT {', '.join(fields)}, CASE {case} END, count(*) OVER () FROM heldout_cases WHERE model_id = ? "
+            f"AND split = ? AND protocol = ? AND ({' OR '.join(f'({c})' for _, c in _HELDOUT_CHECKS)}) "
+            "ORDER BY method, device_id, kernel, dtype, shape_key LIMIT 1", [model_id, split, protocol]).fetchone()
+        if found is None:
+            return
+        row = dict(zip(fields, found))
+        reason, count = _HELDOUT_CHECKS[found[-2]][0].format(**row), found[-1]
+        more = f" ({count - 1} more rows like it)" if count > 1 else ""
+        kernel = printable(str(row["kernel"]))
+        raise CorruptStore(
+            f"store {self.path} holds a held-out case train never records (model {printable(model_id)}, kernel "
+            f"{kernel}, method {printable(str(row['method']))}, fold {printable(str(row['fold']))}, case "
+            f"{printable(str(row['device_id']))} {printable(str(row['dtype']))} {row['shape_key']}: {reason}){more}, "
+            f"so its scores were not read: it was changed outside zmlx-pipeline; train the kernel again "
+            f"(`zmlx-pipeline train -k {kernel}`), or restore the store from a copy")
 
     def heldout_count(self, model_id: str, split: str, protocol: str) -> int:
         """How many held-out case rows a model has under a split and protocol."""
@@ -1578,6 +1666,142 @@ def bad_row(shard: Path, row: int, reason: str, count: int) -> str:
     """One line: which file and row, why, how many rows share the problem, and that nothing went in."""
     more = f" ({count - 1} more rows like it)" if count > 1 else ""
     return f"{shard}, row {int(row) + 1}: {reason}{more}; nothing was ingested, the store is unchanged"
+
+
+# --------------------------------------------------------------------------------------------
+# The checks of stored rows that are read to learn from: export's checks of a shard's rows (shards.py's _CHECKS
+# and _ROW_CHECKS, then the keys and parameter names _check_shard_rows checks), over a measurements table read
+# from the store and the devices rows it names, so that train, evaluate and publish never take a row export
+# refuses. A devices row is a shard's device_* columns; a run's columns are not read, and so not checked.
+
+_SHARD_DEVICE_SET = frozenset(SHARD_DEVICE_COLUMNS)
+_SHARD_RUN_SET = frozenset(SHARD_RUN_COLUMNS)
+
+
+def _is_device_check(columns: Sequence[str]) -> bool:
+    """A shard check of the device's own columns (with its id, and the run's, given as None here)."""
+    return (any(c in _SHARD_DEVICE_SET for c in columns)
+            and all(c == "device_id" or c in _SHARD_DEVICE_SET or c in _SHARD_RUN_SET for c in columns))
+
+
+def _store_words(reason: str) -> str:
+    """A shard check's reason in the store's words: devices columns by their own names (memory_bandwidth_gbps, not
+    device_memory_bandwidth_gbps), without the advice on writing a shard."""
+    reason = reason.split("; a shard of a catalog device")[0]
+    return re.sub(r"\bdevice_(" + "|".join(c[len("device_"):] for c in SHARD_DEVICE_COLUMNS) + r")\b", r"\1",
+                  printable(reason))
+
+
+def _device_problem(row: dict) -> str | None:
+    """Why a devices row (its columns, `reported` as stored text) could not come from a shard ingest takes: the
+    device checks of shards.py (figures, JSON, the catalog's figures of a catalog chip); None when it passes."""
+    from zmlx_pipeline.data import shards  # shards imports this module
+
+    values = {"device_id": row.get("device_id"), **{f"device_{c}": row.get(c) for c in DEVICE_COLUMNS}}
+    for columns, check in shards._CHECKS:
+        if _is_device_check(columns):
+            problem = check(*(values.get(c) for c in columns))
+            if problem is not None:
+                return _store_words(problem)
+    return None
+
+
+def _dim_names(shape: Any) -> Any:
+    """A shape's dim names (sorted), or the text itself when it is no JSON object."""
+    try:
+        value = json.loads(shape)
+    except (TypeError, ValueError, RecursionError):
+        return shape
+    return tuple(sorted(value)) if isinstance(value, dict) else shape
+
+
+def _read_problem(table, devices: dict[str, dict]) -> tuple[int, str, int] | None:
+    """(first row, reason, rows sharing it) of the first check of a shard's row that a row of `table` (measurement
+    columns, as measurements_arrow reads them) fails, or None. A check that also reads device columns takes them from
+    `devices` (devices rows by id, unparsed); every check runs once per distinct set of the values it reads."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from zmlx_pipeline.data import shards  # shards imports this module
+
+    held = set(table.column_names)
+    ids = pc.unique(table["device_id"]).to_pylist()
+    # checks that read a column only through a part of its value, judged once per part: a built-in kernel's
+    # constraints see a dtype's size (dtype_bytes), and its dims and parameters check sees a shape's dim names
+    standins: dict[Callable, dict[str, Callable[[Any], Any]]] = {
+        shards._legal: {"dtype": lambda dtype: DTYPE_BYTES.get(dtype, dtype)},
+        shards._builtin: {"shape": _dim_names},
+    }
+
+    def first(work, names: list[str], bad: dict) -> tuple[int, str, int]:
+        rows = [shards._key(k) for k in zip(*(work[c].to_pylist() for c in names))]
+        found = [i for i, k in enumerate(rows) if k in bad]
+        return found[0], _store_words(bad[rows[found[0]]]), len(found)
+
+    for columns, check in shards._CHECKS:
+        own = [c for c in columns if c in held]
+        device = [c for c in columns if c in _SHARD_DEVICE_SET]
+        if not own or _is_device_check(columns) or len(own) + len(device) < len(columns):
+            continue  # the devices row's own (_device_problem), or a column a store read has not (repeats)
+        work, names = table.select(own), list(own)
+        for column, part in standins.get(check, {}).items():  # one value of each part stands for the others
+            if column in own:
+                found = pc.unique(table[column]).to_pylist()
+                first_of: dict[Any, str] = {}
+                standing = [first_of.setdefault(part(v), v) for v in found]
+                at = pc.index_in(table[column], value_set=pa.array(found, pa.string()))
+                work = work.set_column(own.index(column), column, pc.take(pa.array(standing, pa.string()), at))
+        values: list[tuple] = [()]
+        if device:  # the device's values, as one group number per distinct set of them
+            groups: dict[tuple, int] = {}
+            number = [groups.setdefault(tuple((devices.get(d) or {}).get(c[len("device_"):]) for c in device),
+                                        len(groups)) for d in ids]
+            at = pc.index_in(table["device_id"], value_set=pa.array(ids, pa.string()))
+            work, names = work.append_column("_device", pc.take(pa.array(number, pa.int64()), at)), own + ["_device"]
+            values = list(groups)
+        distinct = work.group_by(names, use_threads=False).aggregate([])
+        keys = zip(*(distinct[c].to_pylist() for c in names))
+        if list(columns) == own + device:  # the usual order: the row's own values, then its device's
+            verdicts = ((key, check(*key[:len(own)], *values[key[-1] if device else 0])) for key in keys)
+        else:
+            where = [(0, own.index(c)) if c in own else (1, device.index(c)) for c in columns]
+            verdicts = ((key, check(*[key[i] if side == 0 else values[key[-1]][i] for side, i in where]))
+                        for key in keys)
+        bad = {shards._key(key): reason for key, reason in verdicts if reason is not None}
+        if bad:
+            return first(work, names, bad)
+    for columns, marks, reason in shards._ROW_CHECKS:
+        if set(columns) <= held:
+            found = pc.indices_nonzero(pc.fill_null(marks(table), False))
+            if len(found):
+                row = found[0].as_py()
+                return row, _store_words(reason(*(table[c][row].as_py() for c in columns))), len(found)
+    # a key is the hash of what it names, or two timings of one config would pass as two (_check_shard_rows)
+    for column, key_column in (("config", "config_key"), ("shape", "shape_key")):
+        pairs = table.select([column, key_column]).group_by([column, key_column], use_threads=False).aggregate([])
+        bad = {(text, key): f"{key_column} {key!r} is not the key of {column} {text}"
+               for text, key in zip(pairs[column].to_pylist(), pairs[key_column].to_pylist())
+               if mapping_key(json.loads(text)) != key}
+        if bad:
+            return first(table, [column, key_column], bad)
+    # every config of one kernel version names the same parameters (_check_shard_rows); the odd ones out are those
+    # of fewer rows
+    names = ["kernel", "kernel_version", "config"]
+    configs = table.select(names).group_by(names, use_threads=False).aggregate([([], "count_all")])
+    named: dict[tuple[str, str], dict[tuple[str, ...], int]] = {}
+    of: dict[tuple[str, str, str], tuple[str, ...]] = {}
+    for kernel, version, text, count in zip(*(configs[c].to_pylist() for c in [*names, "count_all"])):
+        params = of[(kernel, version, text)] = tuple(sorted(json.loads(text)))
+        seen = named.setdefault((kernel, version), {})
+        seen[params] = seen.get(params, 0) + count
+    for (kernel, version), seen in named.items():
+        if len(seen) > 1:
+            usual = max(seen, key=lambda p: (seen[p], p))
+            bad = {key: f"{kernel} ({version}) config names parameters {list(params)}, but its other configs name "
+                        f"{list(usual)}"
+                   for key, params in of.items() if key[:2] == (kernel, version) and params != usual}
+            return first(table, names, bad)
+    return None
 
 
 _INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",

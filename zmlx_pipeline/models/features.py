@@ -107,14 +107,16 @@ def family_generations() -> dict[str, int]:
 
 
 def devices_frame(store) -> pl.DataFrame:
-    """The store's devices as a polars frame of the spec columns (numbers as floats)."""
+    """The store's devices as a polars frame of the spec columns (numbers as floats); a row export would refuse is
+    CorruptStore (Store.devices checks each), so no feature is computed from it."""
     rows = store.devices()
     cols = list(_DEVICE_SCHEMA)
     return pl.DataFrame([{c: r.get(c) for c in cols} for r in rows], schema=_DEVICE_SCHEMA, orient="row")
 
 
 def measurements_frame(store, kernels=None, **filters) -> pl.DataFrame:
-    """The `ok` measurements (optionally of some kernels) as a polars frame, from Arrow."""
+    """The `ok` measurements (optionally of some kernels) as a polars frame, from Arrow; a row export would refuse
+    is CorruptStore (Store.measurements_arrow checks the rows it reads), so no model learns from it."""
     filters = {**filters, "status": "ok"}
     if kernels is not None:
         filters["kernel"] = [kernels] if isinstance(kernels, str) else list(kernels)
