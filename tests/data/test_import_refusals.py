@@ -237,7 +237,10 @@ def test_a_cache_of_any_schema_1_minor_version_imports(store, tmp_path, version)
 def test_a_new_major_schema_or_a_version_that_is_no_version_is_refused(store, tmp_path, make, kind):
     message = refused(store, [write(tmp_path / "a.json", make("2.0.0"))], f"Kernel Tuner {kind} schema '2.0.0'")
     assert "reads schema 1.x" in message
-    refused(store, [write(tmp_path / "b.json", make(1.1))], "its schema_version '1.1' is not a version number")
+    refused(store, [write(tmp_path / "b.json", make(1.1))], "its schema_version is float '1.1', not text naming a version")
+    refused(store, [write(tmp_path / "c.json", make("\u0661.0.0"))], "is not a version number")  # Arabic-Indic digit
+    assert "write the file again with a Kernel Tuner of schema 1.x" in refused(
+        store, [write(tmp_path / "d.json", make("0.9"))], f"Kernel Tuner {kind} schema '0.9'")
 
 
 def test_a_test_device_name_in_a_file_named_for_its_gpu_is_refused_naming_that_gpu_as_a_hint(store, tmp_path):

@@ -89,6 +89,16 @@ def test_a_profiled_repeat_of_a_config_gives_way_to_its_plain_run(store, tmp_pat
     assert by_block == {32: ("ok", 500.0), 64: ("launch_error", None), 128: ("ok", 2000.0)}
 
 
+def test_a_config_profiled_in_several_passes_keeps_its_last_pass(store, tmp_path):
+    """A profile of several passes writes a result per pass (RemainingProfilingRuns 1, then 0)."""
+    path = tmp_path / "passes.json"
+    path.write_text(json.dumps(ktt_doc([ktt_result(32, total=0.5), profiled(ktt_result(64), 0.9),
+                                        profiled(ktt_result(64), 0.8)])))
+    (row,) = import_files(store, [path])
+    assert (row["rows"], row["skipped"]) == (2, 1)
+    assert {m["config"]["block"]: m["median_us"] for m in store.measurements()} == {32: 500.0, 64: 800.0}
+
+
 def test_two_plain_runs_of_one_config_are_still_refused(store, tmp_path):
     path = tmp_path / "twice.json"
     path.write_text(json.dumps(ktt_doc([ktt_result(32, total=0.5), ktt_result(32, total=0.6),

@@ -1026,13 +1026,18 @@ def _check_schema(path: Path, data: dict, kind: str) -> None:
     version = data.get("schema_version")
     if version is None:
         return
-    match = re.fullmatch(r"(\d+)(\.\d+){0,2}", version) if isinstance(version, str) else None
+    if not isinstance(version, str):
+        raise _fail(path, f"its schema_version is {type(version).__name__} {shown(json.dumps(version))}, not text "
+                          "naming a version such as \"1.1.0\"")
+    match = re.fullmatch(r"([0-9]+)(\.[0-9]+){0,2}", version)
     if match is None:
         raise _fail(path, f"its schema_version {shown(version)} is not a version number such as \"1.1.0\"")
-    if int(match.group(1)) != SCHEMA_MAJOR:
+    major = int(match.group(1))
+    if major != SCHEMA_MAJOR:
+        fix = ("upgrade zmlx-pipeline, or write the file with a Kernel Tuner of schema 1.x" if major > SCHEMA_MAJOR
+               else "write the file again with a Kernel Tuner of schema 1.x")
         raise _fail(path, f"Kernel Tuner {kind} schema {shown(version)}, which this importer does not read (it reads "
-                          f"schema {SCHEMA_MAJOR}.x): upgrade zmlx-pipeline, or write the file with a Kernel Tuner "
-                          f"of schema {SCHEMA_MAJOR}.x")
+                          f"schema {SCHEMA_MAJOR}.x): {fix}")
 
 
 def _entries_cache(path: Path, data: dict) -> _Entries:

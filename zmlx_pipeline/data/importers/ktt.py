@@ -6,7 +6,8 @@ sum of its kernels' durations, in the metadata's time unit): one timing per conf
 It names no problem size. Its statuses and what they become are in `_KTT_STATUS`. KTT's profile-based
 searcher times each config, then runs it again under the profiler (that result's computations carry
 `ProfilingData`); the profiled repeat is no timing of the kernel as it runs, so a config timed both ways keeps
-its plain run.
+its plain run, and one only ever profiled keeps its last profiled result (a profile of several passes writes a
+result per pass).
 """
 
 from __future__ import annotations
@@ -56,13 +57,16 @@ def entries_ktt(path: Path, data: dict) -> _Entries:
                           "Milliseconds or Seconds")
     configs, outcomes, kernels, labels = [], [], set(), []
     plain_runs = _plainly_timed(path, results)
+    last_profiled = {_config_key(_configuration(path, f"result {i}", result.get("Configuration"))): i
+                     for i, result in enumerate(results) if isinstance(result, dict) and _profiled(result)}
     skipped = 0
     for i, result in enumerate(results):
         where = f"result {i}"
         if not isinstance(result, dict):
             raise _fail(path, f"{where} is not an object")
         config = _configuration(path, where, result.get("Configuration"))
-        if _profiled(result) and _config_key(config) in plain_runs:
+        key = _config_key(config)
+        if _profiled(result) and (key in plain_runs or last_profiled[key] != i):
             skipped += 1
             continue
         configs.append(config)
