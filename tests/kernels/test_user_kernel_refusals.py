@@ -56,6 +56,9 @@ BAD_LAUNCH = _variant("def launch(config, shape):\n", "def launch(config, shape)
     ({"TG": (64, 128), "VEC": 4}, "parameter 'VEC' is int, not a list or tuple of whole numbers"),
     ({"TG": (64, 128), "VEC": ()}, "parameter 'VEC' has no values"),
     ({"TG": (64, 128), "1VEC": (1, 2)}, "parameter name '1VEC' is not an identifier"),
+    ({"TG": (64, 64, 128), "VEC": (1,)}, "parameter 'TG' lists a value twice"),
+    ({"TG": (-64, 64), "VEC": (1,)}, "threadgroup parameter 'TG' value -64 is below 1"),
+    ({"TG": (64,), "VEC": (2**70,)}, f"parameter 'VEC' value {2**70} does not fit a template argument"),
 ])
 def test_a_parameter_that_is_not_a_list_of_ints_is_refused_naming_it(params, says):
     spec = get_kernel("rmsnorm")
@@ -69,6 +72,15 @@ def test_numpy_style_integers_are_parameters_too():
 
     spec = get_kernel("rmsnorm").replace(params={"TG": (np.int64(64), 128), "VEC": (1,), "ROWS": (1,)})
     assert [c["TG"] for c in spec.configs()] == [64, 128]
+    assert all(type(c["TG"]) is int for c in spec.configs())  # as the launch and the runtime take them
+
+
+def test_a_launch_giving_a_threadgroup_below_one_is_one_kernel_spec_error():
+    spec = get_kernel("rmsnorm")
+    bad = spec.replace(launch=lambda config, shape: Launch(grid=(64, 1, 1), threadgroup=(0, 1, 1),
+                                                           output_shapes=((1, 1),)))
+    with pytest.raises(KernelSpecError, match=r"launch\(\) of config .* gives threadgroup \(0, 1, 1\), not three whole"):
+        bad.launch(bad.configs()[0], {"rows": 64, "cols": 4096})
 
 
 def test_kernels_lists_no_kernel_with_string_parameters(user_module):

@@ -48,6 +48,10 @@ class Launch:
     output_dtypes: tuple[str | None, ...] | None = None  # None: every output has the input dtype
 
 
+#: the values an integer template argument of a kernel can hold (C++ int)
+TEMPLATE_INT = (-(2**31), 2**31 - 1)
+
+
 class CheckedLaunch:
     """A kernel's `launch` function, checked on every call: what it returns must be a Launch, so a user kernel
     whose launch returns something else fails in one line naming it (KernelSpecError), not later in whatever
@@ -62,6 +66,12 @@ class CheckedLaunch:
         if not isinstance(out, Launch):
             raise KernelSpecError(f"kernel {shown(self.kernel)}: launch() returned {type(out).__name__}, not Launch: "
                                   "return Launch(grid=..., threadgroup=..., output_shapes=...)")
+        for what in ("grid", "threadgroup"):
+            dims = getattr(out, what)
+            if (not isinstance(dims, (tuple, list)) or len(dims) != 3
+                    or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1 for d in dims)):
+                raise KernelSpecError(f"kernel {shown(self.kernel)}: launch() of config {dict(config)} gives {what} "
+                                      f"{dims!r:.60}, not three whole numbers >= 1")
         return out
 
     def __eq__(self, other: object) -> bool:
@@ -235,6 +245,7 @@ class KernelSpec:
         """Each parameter an identifier with a list of whole numbers: MLX passes them as integer template arguments,
         and the constraints are compiled as a function of them, so a string or bool value is refused here, by name,
         not met as a TypeError when configs are enumerated."""
+        changed: dict[str, tuple[int, ...]] = {}
         for name, values in self.params.items():
             if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
                 raise KernelSpecError(f"kernel {self.name!r}: parameter name {shown(name)} is not an identifier")
@@ -248,6 +259,20 @@ class KernelSpec:
                     raise KernelSpecError(f"kernel {self.name!r}: parameter {name!r} value {shown(value)} is "
                                           f"{type(value).__name__}, not int: parameters are integer template "
                                           "arguments of the kernel")
+                if not TEMPLATE_INT[0] <= int(value) <= TEMPLATE_INT[1]:
+                    raise KernelSpecError(f"kernel {self.name!r}: parameter {name!r} value {int(value)} does not fit "
+                                          "a template argument (a 32-bit int)")
+            whole = tuple(int(v) for v in values)  # numpy integers become ints: the launch and the runtime take ints
+            if len(set(whole)) != len(whole):
+                raise KernelSpecError(f"kernel {self.name!r}: parameter {name!r} lists a value twice "
+                                      f"({', '.join(str(v) for v in whole)})")
+            if name == self.threadgroup_param and min(whole) < 1:
+                raise KernelSpecError(f"kernel {self.name!r}: threadgroup parameter {name!r} value {min(whole)} is "
+                                      "below 1: a threadgroup holds at least one thread")
+            if any(type(v) is not int for v in values):
+                changed[name] = whole
+        if changed:
+            object.__setattr__(self, "params", {**self.params, **changed})
 
     def _check_features(self) -> None:
         allowed = set(self.params) | set(self.shape_grid.dims)
