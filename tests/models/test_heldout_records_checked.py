@@ -70,6 +70,11 @@ EVALUATE = ["evaluate", "--split", "shapes", "-k", "k", "--model", "prior", "-j"
     ("UPDATE heldout_cases SET r2 = r1 + 1 WHERE method = 'prior'", "above r1"),
     ("UPDATE heldout_cases SET hit_rank = configs + 1 WHERE method = 'prior'", "not a rank from 1 to the case's"),
     ("UPDATE heldout_cases SET hit_rank = 0 WHERE method = 'prior'", "hit_rank is 0, not a rank"),
+    # r@1 within 2% of the best means the first pick is the hit (rank 1), and a hit at rank 1 means r@1 is within 2%
+    ("UPDATE heldout_cases SET r1 = 1, r2 = 1, r3 = 1, r4 = 1, r5 = 1, r6 = 1, r7 = 1, r8 = 1, r9 = 1, r10 = 1, "
+     "hit_rank = least(configs, 3) WHERE method = 'prior' AND configs >= 2", "disagrees with the regrets"),
+    ("UPDATE heldout_cases SET r1 = 1.5, r2 = 1.5, r3 = 1.5, r4 = 1.5, r5 = 1.5, r6 = 1.5, r7 = 1.5, r8 = 1.5, "
+     "r9 = 1.5, r10 = 1.5, hit_rank = 1 WHERE method = 'prior'", "hit_rank 1 disagrees with the regrets"),
 ])
 def test_evaluate_refuses_records_train_never_writes(trained, tmp_path, monkeypatch, sql, says):
     monkeypatch.chdir(tmp_path)

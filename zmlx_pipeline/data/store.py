@@ -274,6 +274,13 @@ _HELDOUT_CHECKS = (
     ("configs is {configs!r}, not a count of 1 or more", "configs < 1"),
     ("hit_rank is {hit_rank!r}, not a rank from 1 to the case's {configs} configs",
      "hit_rank IS NULL OR hit_rank < 1 OR hit_rank > configs"),
+    # hit_rank is the first rank within 2% of the best, so r{hit_rank} is within 2% and every r{k} before it is not
+    ("hit_rank {hit_rank!r} disagrees with the regrets (the first config within 2% of the best is where r@k first "
+     "drops to 1.02 or below)",
+     f"(hit_rank <= {HELDOUT_KS[-1]} AND (CASE hit_rank "
+     + " ".join(f"WHEN {k} THEN r{k}" for k in HELDOUT_KS) + " END) > 1.0201) OR (hit_rank > 1 AND (CASE "
+     + " ".join(f"WHEN hit_rank = {k + 1} THEN r{k}" for k in HELDOUT_KS[:-1])
+     + f" ELSE r{HELDOUT_KS[-1]} END) < 1.0199)"),
 )
 
 # A shard row: the measurement columns, then its device (device_*) and run (run_*) columns.

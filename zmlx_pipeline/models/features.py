@@ -20,6 +20,10 @@ kernels (TG, VEC, ROWS, ...) and imported ones (block_size_x, tile_size_y, ...) 
   (`geometry_declared`); one inferred from parameter names only the models that opt in.
 Targets: natural log of the median time (`log_time`) and per-case normalised ones that devices
 of different speed share (`log_rel`, `log_med`, `rank_pct`; see case_targets).
+
+Why one long module: every column above is derived from the same joined frame and named by the same prefixes,
+which the models, publish's candidate rows and the derived features read; split, each part would re-derive the
+frame's column lists.
 """
 
 from __future__ import annotations
@@ -179,7 +183,9 @@ def kernel_features(
     df, params = _unnest_json(df, "config", "c_")
     missing = set(df["device_id"].unique()) - set(devices["device_id"])
     if missing:
-        raise FeatureError(f"devices {', '.join(sorted(missing))} have no row in the devices table")
+        raise FeatureError(f"devices {', '.join(sorted(missing))} have no row in the devices table (rows recorded "
+                           "without their device, or a store changed outside zmlx-pipeline): ingest their shards "
+                           "again, or restore the store from a copy")
     df = df.join(devices, on="device_id", how="left")
     if screen:
         df = drop_implausible(df, bytes_moved or declared_bytes_moved(kernel))

@@ -29,6 +29,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.core.files import write_text_atomic
 from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError, home_expanded, plain
 
@@ -164,8 +165,8 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{plain(name)} is not a JSON number")
 
 
-class _RepeatedKey(Exception):
-    "An object of a bundle file names a key twice"
+class _RepeatedKey(ZmlxPipelineError):
+    "An object of a bundle file names a key twice (caught here and reported as the file's BundleError)"
 
 
 def _unique_keys(pairs: list, dict: type = dict, len: Callable = len) -> dict:

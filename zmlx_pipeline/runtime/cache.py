@@ -26,6 +26,9 @@ empty and is moved aside as `<name>.corrupt-<time>` (`-2`, `-3`... after it in t
 never replaced), with a warning, by the next write; a file of a newer schema (a newer ZMLX's) is neither read nor
 rewritten, with one warning. An entry that contradicts itself (a template parameter named twice) is no answer.
 $ZMLX_CACHE_DIR moves the directory (as in ZMLX).
+
+Why one long module: reading, migrating, merging and writing the file share its layout, its lock and the entry
+checks, and ZMLX's re-saves must round-trip through all of them; split, each part would re-state the layout.
 """
 
 from __future__ import annotations
