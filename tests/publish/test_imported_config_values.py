@@ -70,6 +70,17 @@ def test_a_kernel_tuned_over_text_and_fractions_is_published_and_answered(mix_bu
     assert all(c in CONFIGS for c in other.top(4))
 
 
+def test_tune_says_an_imported_kernel_has_no_source_to_time(mix_bundle, tmp_path):
+    from zmlx_pipeline.runtime import UnknownKernelError, tune
+
+    load_bundle(mix_bundle[1], strict=True)
+    with pytest.raises(UnknownKernelError) as info:
+        tune(KERNEL, SHAPE, "float32", device="nvidia-h200", cache_path=str(tmp_path / "c.json"),
+             measure=lambda *a: ("ok", 1.0))
+    assert "is in the bundle from imported measurements, with no source here" in str(info.value)
+    assert "predicted_config" in str(info.value) and not (tmp_path / "c.json").exists()
+
+
 def test_the_lookup_command_answers_such_a_kernel(mix_bundle):
     from zmlx_pipeline.pipeline.cli import cli
 

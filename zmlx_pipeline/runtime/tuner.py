@@ -198,6 +198,16 @@ def _is_spec(obj: Any) -> bool:
         return False
 
 
+def _bundle_kernels() -> dict:
+    """The kernels of the active bundle; empty when none can be loaded (a message then says less, nothing breaks)."""
+    try:
+        from zmlx_pipeline.runtime.bundle import active_bundle
+
+        return active_bundle().kernels
+    except Exception:  # noqa: BLE001 - only a message depends on it
+        return {}
+
+
 def _spec(kernel: Any):
     if _is_spec(kernel):
         return kernel
@@ -214,6 +224,11 @@ def _spec(kernel: Any):
     try:
         spec = kernel_provider().get_kernel(kernel)
     except UnknownKernel as exc:
+        if kernel in _bundle_kernels():  # imported data (Kernel Tuner): ranked in the bundle, no source here
+            raise UnknownTunedKernel(
+                f"kernel {plain(kernel)} is in the bundle from imported measurements, with no source here to compile "
+                "and time: predicted_config, candidates and `zmlx-pipeline lookup` answer it; tune takes a kernel "
+                "this package can launch (a registered name, a module:attr path or a KernelSpec)") from None
         raise UnknownTunedKernel(str(exc)) from None
     if not _is_spec(spec):
         raise UnknownTunedKernel(f"kernel {kernel!r} resolves to a {type(spec).__name__}, not a KernelSpec")
