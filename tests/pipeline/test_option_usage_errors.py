@@ -11,29 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from zmlx_pipeline.pipeline.cli import cli
+sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+
+from bundle_fixtures import fresh_runtime  # noqa: E402,F401 - autouse: no bundle loaded, no answer remembered
+from zmlx_pipeline.pipeline.cli import cli  # noqa: E402
 
 
 def digest(root: Path) -> dict[str, str]:
     return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-@pytest.fixture(autouse=True)
-def fresh_runtime():
-    """Each command starts as in a new process: no bundle loaded, no answer remembered."""
-    from zmlx_pipeline.runtime import bundle, lookup
-
-    bundle.reset()
-    lookup.clear_cache()
-    yield
-    bundle.reset()
-    lookup.clear_cache()
 
 
 def one_error_line(tmp_path: Path, args: list[str], code: int) -> str:
