@@ -194,3 +194,31 @@ def test_features_of_other_devices_are_unchanged_by_the_generation(store, make_m
     fill_rmsnorm(store, make_measurement, devices=(A100, "nvidia-h100-sxm"))
     f = store_features(store)["rmsnorm"]
     assert "dev_gpu_generation" not in f.frame.columns and not any("generation" in c for c in f.features)
+
+
+def test_a_list_or_object_parameter_of_an_imported_kernel_is_one_category(store, make_measurement):
+    """Kernel Tuner lets a parameter hold a list or an object (its own test caches do): the frame reads each value as
+    its canonical JSON text, a category, where polars would fail to cast the nested column."""
+    add_devices(store, A100)
+    store.record([make_measurement(device_id=A100, kernel="lk", shape={"x": 4096},
+                                   config={"bs": bs, "lst": lst}, median_us=1.0 + bs / 64 + len(lst))
+                  for bs in (32, 64) for lst in ([1, 2], [3])]
+                 + [make_measurement(device_id=A100, kernel="ok", shape={"x": 4096}, config={"bs": 32, "o": {"a": 1}},
+                                     median_us=2.0)])
+    f = store_features(store)["lk"]
+    assert sorted(set(f.frame["cfg_lst"].to_list())) == ["[1, 2]", "[3]"] and "cfg_lst" in f.categorical
+    assert store_features(store)["ok"].frame["cfg_o"].to_list() == ['{"a": 1}']
+
+
+def test_publish_refuses_a_kernel_whose_configs_hold_a_list_before_any_work(store, make_measurement):
+    from types import SimpleNamespace
+
+    from zmlx_pipeline.publish.build import _check_scalar_configs
+    from zmlx_pipeline.publish.writer import PublishError
+
+    add_devices(store, A100)
+    store.record([make_measurement(device_id=A100, kernel="lk", shape={"x": 4096}, config={"bs": 32, "lst": [1, 2]},
+                                   median_us=2.0)])
+    models = SimpleNamespace(kernels={"lk": SimpleNamespace(features=store_features(store)["lk"])})
+    with pytest.raises(PublishError, match="kernel 'lk': its parameter 'lst' holds \\[1, 2\\], a list or object"):
+        _check_scalar_configs(models)

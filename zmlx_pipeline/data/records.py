@@ -154,27 +154,23 @@ INT64 = (-2**63, 2**63 - 1)
 
 
 def _value_problem(value: Any) -> str | None:
-    """Why a config value cannot be stored as written: an integer outside int64, a float that is not finite (NaN,
-    inf: no JSON, and equal to no other), or a list or object (the models read, and bundles carry, one scalar per
-    parameter)."""
+    """Why a config value (or a number inside a list or object of one) cannot be stored as written: an integer
+    outside int64, or a float that is not finite (NaN, inf: no JSON, and equal to no other)."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return None
     if isinstance(value, int):
         return None if INT64[0] <= value <= INT64[1] else "is an integer outside int64 (-2**63 to 2**63-1)"
     if isinstance(value, float):
         return None if math.isfinite(value) else "is not a finite number"
-    kind = "an object" if isinstance(value, Mapping) else "a list" if isinstance(value, (list, tuple)) else None
-    if kind is not None:
-        return (f"is {kind}: a parameter value is one number, text, boolean or null (the models read one value "
-                "per parameter); import a copy whose parameters hold single values")
-    return f"is {type(value).__name__}, not a JSON value"
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    return next((p for p in map(_value_problem, items) if p is not None), None)
 
 
 def config_problem(config: Any) -> str | None:
-    """Why a config is unusable: not a non-empty mapping of parameter names to values. Any JSON scalar may be one
-    (an imported kernel's parameter may be negative, zero, a float, text, a boolean or null, kept as written), but
-    for an integer outside int64 or a number that is not finite; a built-in kernel's are positive integers
-    (data/importers/builtin_kernels.py)."""
+    """Why a config is unusable: not a non-empty mapping of parameter names to values. Any JSON value may be one
+    (an imported kernel's parameter may be negative, zero, a float, text, a list, an object or null, kept as
+    written), but for an integer outside int64 or a number that is not finite; a built-in kernel's are positive
+    integers (data/importers/builtin_kernels.py)."""
     if not isinstance(config, Mapping) or not config:
         return f"config {config!r} is not an object of parameter values"
     for name, value in config.items():

@@ -154,6 +154,11 @@ def _unnest_json(df: pl.DataFrame, column: str, prefix: str) -> tuple[pl.DataFra
         raise FeatureError(f"column {column} does not hold JSON objects")
     keys = [f.name for f in decoded.dtype.fields]
     wide = distinct.with_columns(decoded.alias("_j")).unnest("_j").rename({k: prefix + k for k in keys})
+    nested = [k for k in keys if wide[prefix + k].dtype.is_nested()]
+    if nested:  # a list or object value (an imported kernel's) is one category: its canonical JSON text
+        objects = [json.loads(text) for text in wide[column].to_list()]
+        wide = wide.with_columns([pl.Series(prefix + k, [None if o.get(k) is None else json.dumps(o[k], sort_keys=True)
+                                                         for o in objects], dtype=pl.String) for k in nested])
     return df.join(wide, on=column, how="left", maintain_order="left"), keys
 
 

@@ -554,6 +554,23 @@ def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.D
     return {name: built[name] for name in sorted(built)}
 
 
+def _check_scalar_configs(models: ModelSet) -> None:
+    """Refuse, before any work, a kernel whose configs hold a list or object value (an imported kernel may): a
+    bundle's lookups compare configs value by value, so such a kernel cannot be published; the others can."""
+    import json
+
+    from zmlx_pipeline.publish.writer import PublishError
+
+    for kernel, km in models.kernels.items():
+        for text in km.features.frame["config"].unique().to_list():
+            bad = next(((k, v) for k, v in json.loads(text).items() if isinstance(v, (list, dict))), None)
+            if bad is not None:
+                raise PublishError(f"cannot publish kernel {kernel!r}: its parameter {bad[0]!r} holds "
+                                   f"{json.dumps(bad[1])[:40]}, a list or object, which a bundle cannot carry "
+                                   "(lookups compare one value per parameter); publish the other kernels with "
+                                   "--kernel")
+
+
 def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None,
                    progress: Progress | None = None, jobs: int | None = None,
                    started: float | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -569,6 +586,7 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
             from zmlx_pipeline.data.catalog import UnknownDevice
 
             raise UnknownDevice(f"no catalog or store device {', '.join(map(repr, unknown))}: see zmlx-pipeline devices")
+    _check_scalar_configs(models)
     frame = all_devices_frame(store)
     kernel_tables = build_kernels(models, records, frame, devices, progress, jobs, started)
     measured_devices = set()
