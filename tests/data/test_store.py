@@ -601,7 +601,7 @@ def _heldout_frame(methods=("model", "nearest_shape"), shapes=("a", "b")):
     import polars as pl
 
     rows = [{"method": m, "fold": "shapes-0", "device_id": DEVICE, "kernel": "softmax", "dtype": "float16",
-             "shape_key": s, **{f"r{k}": 1.0 + 0.5 / k + i for k in store_mod.HELDOUT_KS},
+             "shape_key": s, **{f"r{k}": 1.5 + i if k < 2 + i else 1.0 for k in store_mod.HELDOUT_KS},
              "hit_rank": 2 + i, "configs": 6, "pick_key": f"cfg-{m}-{s}"}
             for i, m in enumerate(methods) for s in shapes]
     return pl.DataFrame(rows, schema_overrides={"hit_rank": pl.Int64, "configs": pl.Int64})
@@ -612,7 +612,7 @@ def test_heldout_cases_round_trip_with_named_fields_and_replace_per_split(store)
     store.add_heldout_cases("m1", "sha256:ab", "devices", "nested", _heldout_frame(methods=("model",)))
     got = store.heldout_cases("m1", "shapes", "nested").to_pylist()
     assert len(got) == 4 and got[0]["model_id"] == "m1" and got[0]["data_fingerprint"] == "sha256:ab"
-    assert got[0]["method"] == "model" and got[0]["r1"] == 1.5 and got[0]["r10"] == 1.05
+    assert got[0]["method"] == "model" and got[0]["r1"] == 1.5 and got[0]["r10"] == 1.0
     assert got[0]["hit_rank"] == 2 and got[0]["pick_key"] == "cfg-model-a"
     # recording the split again replaces its rows and leaves the other split alone
     store.add_heldout_cases("m1", "sha256:cd", "shapes", "nested", _heldout_frame(shapes=("a",)))

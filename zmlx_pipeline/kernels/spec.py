@@ -266,9 +266,6 @@ class KernelSpec:
             if len(set(whole)) != len(whole):
                 raise KernelSpecError(f"kernel {self.name!r}: parameter {name!r} lists a value twice "
                                       f"({', '.join(str(v) for v in whole)})")
-            if name == self.threadgroup_param and min(whole) < 1:
-                raise KernelSpecError(f"kernel {self.name!r}: threadgroup parameter {name!r} value {min(whole)} is "
-                                      "below 1: a threadgroup holds at least one thread")
             if any(type(v) is not int for v in values):
                 changed[name] = whole
         if changed:
