@@ -56,17 +56,18 @@ def entries_ktt(path: Path, data: dict) -> _Entries:
         raise _fail(path, f"KTT output with time unit {unit!r}; KTT writes Nanoseconds, Microseconds, "
                           "Milliseconds or Seconds")
     configs, outcomes, kernels, labels = [], [], set(), []
-    plain_runs = _plainly_timed(path, results)
-    last_profiled = {_config_key(_configuration(path, f"result {i}", result.get("Configuration"))): i
-                     for i, result in enumerate(results) if isinstance(result, dict) and _profiled(result)}
-    skipped = 0
+    parsed = []  # (config, its key, profiled) per result, read once
     for i, result in enumerate(results):
-        where = f"result {i}"
         if not isinstance(result, dict):
-            raise _fail(path, f"{where} is not an object")
-        config = _configuration(path, where, result.get("Configuration"))
-        key = _config_key(config)
-        if _profiled(result) and (key in plain_runs or last_profiled[key] != i):
+            raise _fail(path, f"result {i} is not an object")
+        config = _configuration(path, f"result {i}", result.get("Configuration"))
+        parsed.append((config, _config_key(config), _profiled(result)))
+    plain_runs = {key for _, key, profiled in parsed if not profiled}
+    last_profiled = {key: i for i, (_, key, profiled) in enumerate(parsed) if profiled}
+    skipped = 0
+    for i, (result, (config, key, profiled)) in enumerate(zip(results, parsed)):
+        where = f"result {i}"
+        if profiled and (key in plain_runs or last_profiled[key] != i):
             skipped += 1
             continue
         configs.append(config)
@@ -99,9 +100,3 @@ def _profiled(result: Any) -> bool:
 def _config_key(config: dict) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
-
-def _plainly_timed(path: Path, results: list) -> set[str]:
-    """The configs some result of the file ran without the profiler."""
-    return {_config_key(_configuration(path, f"result {i}", result.get("Configuration")))
-            for i, result in enumerate(results)
-            if isinstance(result, dict) and not _profiled(result)}
