@@ -98,9 +98,9 @@ def test_no_geometry_for_kernels_without_named_axes(store, make_measurement):
     from zmlx_pipeline.data.catalog import get_device as spec_of
 
     store.upsert_device({**spec_of(A100).as_row(), "device_id": A100, "in_catalog": True})
-    store.record([make_measurement(device_id=A100, kernel="rmsnorm", shape={"rows": r, "cols": 4096},
-                                   config={"TG": tg}, median_us=float(tg + r)) for r in (1, 64) for tg in (64, 256)])
-    f = store_features(store)["rmsnorm"]
+    store.record([make_measurement(device_id=A100, kernel="norm_imported", shape={"rows": r, "cols": 4096},
+                                   config={"TG": tg, "ROWS": 1}, median_us=float(tg + r)) for r in (1, 64) for tg in (64, 256)])
+    f = store_features(store)["norm_imported"]
     assert f.geometry == () and not [c for c in f.frame.columns if c.startswith("geo_")]
     assert f.frame["rank_pct"].to_list() and f.frame["log_med"].null_count() == 0
 

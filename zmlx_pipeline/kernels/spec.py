@@ -93,12 +93,15 @@ class TileAxes:
       (one threadgroup per tile: ceil(dim / extent) of them along it);
     - threads: the params whose product is the threads of one threadgroup;
     - steps: shape dim -> the params whose product is the step a threadgroup loops over that dim
-      in (a reduction: K of a matmul), empty when none.
+      in (a reduction: K of a matmul), empty when none;
+    - seen: whether the models of a device measured in training read the geometry too (True), or only
+      the models of a new device, whose core count is what the geometry carries over (False).
     """
 
     grid: Mapping[str, tuple[str, ...]]
     threads: tuple[str, ...]
     steps: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    seen: bool = True
 
     def names(self) -> tuple[set[str], set[str]]:
         """(shape dims, params) the declaration refers to."""

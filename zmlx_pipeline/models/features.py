@@ -29,7 +29,7 @@ frame's column lists.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -89,6 +89,16 @@ class KernelFeatures:
     # the geometry comes from the kernel's own declaration (KernelSpec.tiles): the default models use
     # it (shared_features); one inferred from Kernel Tuner parameter names stays opt-in (it hurt there)
     geometry_declared: bool = False
+    # a declared geometry is read by the models of devices seen in training too (TileAxes.seen); False: by
+    # the models of new devices only (SeenUnseenRanker's seen members get `for_seen_devices()`)
+    geometry_seen: bool = True
+
+    def for_seen_devices(self) -> "KernelFeatures":
+        """These features as the models of a device seen in training read them: without a declared geometry
+        that is meant for new devices only (geometry_seen False)."""
+        if self.geometry_seen or not self.geometry_declared:
+            return self
+        return replace(self, geometry=(), geometry_declared=False, geometry_seen=True)
 
     @property
     def features(self) -> tuple[str, ...]:
@@ -316,6 +326,7 @@ def kernel_features(
         threadgroup_param=next((p for p in THREADGROUP_PARAMS if p in thread_params), None),
         devices=devices.filter(pl.col("device_id").is_in(df["device_id"].unique().to_list())),
         geometry=tuple(geometry), geometry_declared=declared is not None and bool(geometry),
+        geometry_seen=declared is None or declared.seen,
     )
 
 

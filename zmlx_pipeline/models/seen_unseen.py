@@ -21,7 +21,8 @@ class SeenUnseenRanker(Ranker):
     training devices out (only its unseen setting is fitted). The seen members see every feature,
     the device specs included, so on a measured device they learn its own order of the configs; on a
     new device such a model extrapolates from a handful of training devices, which the ensemble's
-    similarity-weighted members do better (notes/learning.md).
+    similarity-weighted members do better (notes/learning.md). A launch geometry the kernel declares for
+    new devices only (TileAxes.seen False) is left out of the seen members' features.
 
     Like CVEnsembleRanker it takes `only` ("seen" or "unseen": fit just that part, and refuse rows of
     the other kind) and `fixed` (selection() of another fit: the unseen ensemble skips its inner
@@ -58,8 +59,9 @@ class SeenUnseenRanker(Ranker):
             raise ModelError(f"setting {only!r}: expected seen, unseen or None")
         self.train_devices = sorted(train["device_id"].unique().to_list())
         self.seen_rankers = {}
+        seen_features = self.features.for_seen_devices()
         for m in ([] if only == "unseen" else self.seen_names):
-            ranker = _variants().make_ranker(self.features, m)
+            ranker = _variants().make_ranker(seen_features, m)
             if hasattr(ranker, "only"):  # an ensemble member: only its seen setting is read here
                 fixed = (self.fixed or {}).get("seen", {}).get(m)
                 if fixed:

@@ -6,7 +6,7 @@ h is stored in the input dtype and the norm is taken of that rounded h (what the
 
 from __future__ import annotations
 
-from zmlx_pipeline.kernels.builtin.rmsnorm import EPS, ROW_CONSTRAINTS, ROW_PARAMS, row_launch
+from zmlx_pipeline.kernels.builtin.rmsnorm import EPS, ROW_CONSTRAINTS, ROW_PARAMS, ROW_TILES, row_launch
 from zmlx_pipeline.kernels.spec import KernelSpec, load_grid
 
 # ROWS rows per threadgroup, S = TG / ROWS threads per row, VEC contiguous elements per access.
@@ -99,6 +99,7 @@ SPEC = KernelSpec(
     constraints=ROW_CONSTRAINTS,
     shape_grid=load_grid("add_rmsnorm"),
     launch=launch,
+    tiles=ROW_TILES,
     make_inputs=make_inputs,
     reference=reference,
     # read x, r, w; write h, y

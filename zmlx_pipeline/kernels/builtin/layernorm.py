@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zmlx_pipeline.kernels.builtin.rmsnorm import ROW_CONSTRAINTS, ROW_PARAMS, row_launch
+from zmlx_pipeline.kernels.builtin.rmsnorm import ROW_CONSTRAINTS, ROW_PARAMS, ROW_TILES, row_launch
 from zmlx_pipeline.kernels.spec import Feature, KernelSpec, load_grid
 
 EPS = 1e-5
@@ -106,6 +106,7 @@ SPEC = KernelSpec(
     constraints=ROW_CONSTRAINTS,
     shape_grid=load_grid("layernorm"),
     launch=row_launch,
+    tiles=ROW_TILES,
     make_inputs=make_inputs,
     reference=reference,
     # read x, w, b; write y

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zmlx_pipeline.kernels.spec import KernelSpec, Launch, load_grid
+from zmlx_pipeline.kernels.spec import KernelSpec, Launch, TileAxes, load_grid
 
 EPS = 1e-5
 
@@ -57,6 +57,12 @@ ROW_CONSTRAINTS = (
 ROW_PARAMS = {"TG": (32, 64, 128, 256, 512, 1024), "VEC": (1, 2, 4, 8), "ROWS": (1, 2, 4)}
 
 
+# One threadgroup of TG threads per ROWS rows: the launch geometry relative to the device's cores (blocks per
+# core, waves), read by the models of new devices only; for a device measured in training it did not help
+# (notes/learning.md, "Launch geometry of the row kernels").
+ROW_TILES = TileAxes(grid={"rows": ("ROWS",)}, threads=("TG",), seen=False)
+
+
 def row_launch(config, shape, n_outputs=1):
     """One threadgroup per ROWS rows; the grid counts threads and is a whole number of threadgroups."""
     groups = -(-shape["rows"] // config["ROWS"])
@@ -99,6 +105,7 @@ SPEC = KernelSpec(
     constraints=ROW_CONSTRAINTS,
     shape_grid=load_grid("rmsnorm"),
     launch=row_launch,
+    tiles=ROW_TILES,
     make_inputs=make_inputs,
     reference=reference,
     bytes_moved=lambda s, b: (2 * s["rows"] * s["cols"] + s["cols"]) * b,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zmlx_pipeline.kernels.builtin.rmsnorm import ROW_CONSTRAINTS, ROW_PARAMS, row_launch
+from zmlx_pipeline.kernels.builtin.rmsnorm import ROW_CONSTRAINTS, ROW_PARAMS, ROW_TILES, row_launch
 from zmlx_pipeline.kernels.spec import KernelSpec, load_grid
 
 # ROWS rows per threadgroup, S = TG / ROWS threads per row, VEC contiguous elements per access.
@@ -129,6 +129,7 @@ SPEC = KernelSpec(
     constraints=ROW_CONSTRAINTS,
     shape_grid=load_grid("softmax"),
     launch=row_launch,
+    tiles=ROW_TILES,
     make_inputs=make_inputs,
     reference=reference,
     # read x once, write y (a row longer than the register cache is read twice, mostly from L2;

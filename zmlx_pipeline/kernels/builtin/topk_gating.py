@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from zmlx_pipeline.kernels.spec import Feature, KernelSpec, Launch, load_grid
+from zmlx_pipeline.kernels.spec import Feature, KernelSpec, Launch, TileAxes, load_grid
 
 # The comparator everywhere: (va, ia) before (vb, ib) when va > vb, or equal values and ia < ib.
 BODY = r"""
@@ -198,6 +198,8 @@ SPEC = KernelSpec(
     constraints=CONSTRAINTS,
     shape_grid=load_grid("topk_gating"),
     launch=launch,
+    # one threadgroup per TOKENS tokens: the geometry for new devices only, as the row kernels'
+    tiles=TileAxes(grid={"tokens": ("TOKENS",)}, threads=("TG",), seen=False),
     make_inputs=make_inputs,
     reference=reference,
     # logits read once; float32 weights and int32 indices written
