@@ -29,6 +29,7 @@ def test_a_cache_with_two_precisions_becomes_two_dtypes_of_one_kernel(store):
         '{"MWG": 16, "VWM": 1}', '{"MWG": 32, "VWM": 1}'}
     assert len({m["kernel_version"] for m in store.measurements()}) == 1
     assert store.runs()[0]["settings"]["dtype_from"] == "PRECISION"
+    assert "dtype_assumed" not in store.runs()[0]["settings"]
 
 
 def kt_cache(name: str, values: list, extra_param: str | None = None) -> dict:
@@ -65,6 +66,9 @@ def test_a_type_parameter_whose_values_name_no_data_type_stays_a_parameter(store
     path.write_text(json.dumps(kt_cache("TYPE", [0, 2])))
     import_files(store, [path])
     assert sorted((m["config"]["TYPE"], m["dtype"]) for m in store.measurements()) == [(0, "float32"), (2, "float32")]
+    # a file that names no data type is taken as single precision, and its run says the dtype was assumed
+    settings = store.runs()[0]["settings"]
+    assert settings["dtype_assumed"] == "float32" and "dtype_from" not in settings
 
 
 @pytest.mark.parametrize("name, values, extra, reason", [

@@ -20,6 +20,7 @@ from zmlx_pipeline.pipeline.cli import cli
 
 # the shared reference data sits beside the repository (../shared), in CI as in every checkout
 DATASETS = Path(zmlx_pipeline.__file__).resolve().parents[2] / "shared/datasets/kernel-tuner"
+NO_GPU = "the file names no GPU (its device name is empty or absent), and its file name"
 A100 = "nvidia-a100-pcie-40gb"
 
 
@@ -746,7 +747,8 @@ def test_a_file_name_is_never_cut_down_to_another_chip(seeded, tmp_path):
     assert parse_file(path).device.id == "nvidia-rtx-3060-laptop"
     # a laptop chip the catalog lacks is refused, never read as the desktop card
     path = write(tmp_path / "k" / "RTX_3050_laptop.json", kt_cache({"16,1": entry()}, device_name=""))
-    assert "device 'RTX_3050_laptop' is not in the catalog; pass --device" in refused(seeded, path)
+    # and its hint never names the desktop chip: "laptop" belongs to the name
+    assert f"{NO_GPU} 'RTX_3050_laptop' is no catalog device; pass --device" in refused(seeded, path)
     hinted = write(tmp_path / "k" / "b.json", kt_cache({"16,1": entry()}, device_name="NVIDIA H100 SXM5 64GB"))
     h100s = ", ".join(spec.id for spec in load_catalog() if spec.id.startswith("nvidia-h100-"))
     assert (f"device 'NVIDIA H100 SXM5 64GB' is not in the catalog (catalog devices whose names hold it: {h100s}); "
@@ -859,6 +861,34 @@ def test_a_directory_tree_laid_out_as_the_benchmark_hub_imports_in_one_call(stor
     assert str(t4_file) in {r["file"] for r in rows}
 
 
+@pytest.mark.parametrize("file_name, word, chip", [
+    ("convolution_MI250X.json", "MI250X", "amd-mi250x"),  # <kernel>_<GPU>, as published with an empty device_name
+    ("gemm_RTX_2070_SUPER_run1.json", "RTX 2070 SUPER", "nvidia-rtx-2070-super"),
+    ("dedisp_RTX_A4000.json", "RTX A4000", "nvidia-rtx-a4000"),
+])
+def test_a_file_named_for_its_kernel_and_gpu_is_refused_naming_the_chip_to_pass(seeded, tmp_path, file_name, word,
+                                                                               chip):
+    path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""))
+    before = snapshot(seeded)
+    assert refused(seeded, path) == (
+        f"cannot import {path}: {NO_GPU} {path.name.removesuffix('.json')!r} is no catalog device (its word "
+        f"{word!r} is {chip}: pass --device {chip} if it ran there); pass --device <catalog id> or --device-map FILE "
+        "(`zmlx-pipeline devices` lists the ids); nothing of it was stored")
+    assert snapshot(seeded) == before
+    # the hint's fix works
+    assert import_files(seeded, [path], device=chip)[0]["device"] == chip
+
+
+@pytest.mark.parametrize("file_name", ["RTX_3050_laptop.json",  # "laptop" belongs to a name: never the desktop card
+                                       "GTX_580.json",  # never the RX 580
+                                       "A100_vs_MI250X.json",  # two chips
+                                       "hotspot_A100.json"])  # four A100 rows
+def test_no_chip_is_hinted_where_the_file_name_does_not_tell_one(seeded, tmp_path, file_name):
+    path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""))
+    message = refused(seeded, path)
+    assert "if it ran there" not in message and "is no catalog device; pass --device <catalog id>" in message
+
+
 def test_a_batch_maps_each_files_gpu_and_an_unmapped_file_stores_none_of_them(seeded, tmp_path):
     folder = tmp_path / "runs"
     for name in ("node1.json", "node2.json", "bench.json"):
@@ -869,7 +899,7 @@ def test_a_batch_maps_each_files_gpu_and_an_unmapped_file_stores_none_of_them(se
                                       "--problem-size", "1024", str(folder)])
     assert result.exit_code == 1
     assert result.output == (
-        f"Error: cannot import {folder / 'bench.json'}: device 'bench' is not in the catalog; pass --device "
+        f"Error: cannot import {folder / 'bench.json'}: {NO_GPU} 'bench' is no catalog device; pass --device "
         "<catalog id> or --device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored\n")
     assert snapshot(seeded) == before
     write(mapping, {"node*.json": "nvidia-a100-sxm4-80gb", "bench.json": "nvidia-rtx-3060-laptop"})
@@ -994,7 +1024,7 @@ def test_a_run_killed_mid_entry_imports_its_complete_entries(store, tmp_path):
 def test_published_files_that_name_no_gpu_say_what_to_pass(store, tmp_path):
     assert "device 'Testing' is not in the catalog; pass --device <catalog id> or --device-map FILE" in refused(
         store, WILD / "small_cache_1.0.0.json")
-    assert ("device 't4_cache_invalids' is not in the catalog; pass --device <catalog id> or --device-map FILE"
+    assert (f"{NO_GPU} 't4_cache_invalids' is no catalog device; pass --device <catalog id> or --device-map FILE"
             in refused(store, WILD / "t4_cache_invalids.json"))
     assert refused(store, WILD / "convolution_MI50.json") == (
         f"cannot import {WILD / 'convolution_MI50.json'}: device 'AMD Instinct MI50/MI60' names several chips (it "
@@ -1080,9 +1110,9 @@ def test_a_t4_gpu_named_beside_the_format_is_the_t4(store, tmp_path, file_name):
 def test_a_fermi_gpu_is_refused_saying_what_to_pass_never_matched(seeded, tmp_path, name, file_name):
     # Fermi (GTX 580, Tesla C20x0) predates the catalog's Kepler-to-Blackwell span; GTX 580 is not the RX 580
     path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=name))
-    named = name or file_name.removesuffix(".json")
+    said = f"device {name!r} is not in the catalog" if name else f"{NO_GPU} {file_name.removesuffix('.json')!r} is no catalog device"
     assert refused(seeded, path) == (
-        f"cannot import {path}: device {named!r} is not in the catalog; pass --device <catalog id> or "
+        f"cannot import {path}: {said}; pass --device <catalog id> or "
         "--device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored")
 
 

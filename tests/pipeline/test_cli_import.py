@@ -238,7 +238,8 @@ def test_files_of_other_kernels_named_after_their_gpu_import_with_no_device_opti
     fermi = write(tmp_path / "gemm" / "GTX_580.json", key_only_cache(""))
     result = invoke("import", "--db", db, fermi)
     assert result.exit_code == 1 and contents(db) == before
-    assert result.output == (f"Error: cannot import {fermi}: device 'GTX_580' is not in the catalog; pass --device "
+    assert result.output == (f"Error: cannot import {fermi}: the file names no GPU (its device name is empty or absent), "
+                             "and its file name 'GTX_580' is no catalog device; pass --device "
                              "<catalog id> or --device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it "
                              "was stored\n")
 

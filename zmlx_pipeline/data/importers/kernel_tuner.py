@@ -29,6 +29,7 @@ readers can come to read one measurement two ways.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import gzip
 import hashlib
 import io
@@ -50,6 +51,7 @@ from zmlx_pipeline.data.catalog import (
     UnknownDevice,
     devices_named_within,
     hidden_character_problem,
+    load_catalog,
     name_tokens,
     resolve_device,
 )
@@ -787,10 +789,48 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
         by_file_name = _device_of_file_name(path)
         if by_file_name is not None:
             hint = f" (its file name names {by_file_name}: pass --device {by_file_name} if it ran there)"
+    if not reported:  # `convolution_MI250X.json`: the kernel's name beside the GPU's; a hint, never a match
+        word = _chip_word_of_file_name(path)
+        hint = f" (its word {word[0]!r} is {word[1]}: pass --device {word[1]} if it ran there)" if word else hint
+        raise UnmatchedDevice(
+            f"cannot import {path}: the file names no GPU (its device name is empty or absent), and its file name "
+            f"{named!r} is no catalog device{hint}; pass --device <catalog id> or --device-map FILE "
+            "(`zmlx-pipeline devices` lists the ids); nothing of it was stored"
+        )
     raise UnmatchedDevice(
         f"cannot import {path}: device {named!r} is not in the catalog{hint}; pass --device <catalog id> or "
         "--device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored"
     )
+
+
+def _chip_word_of_file_name(path: Path) -> tuple[str, str] | None:
+    """(words, catalog id) where a run of words of the file name names one chip, every other word of it is foreign to
+    device names (`convolution_MI250X` -> MI250X, amd-mi250x) and no other run names another chip; None otherwise
+    (`RTX_3050_laptop`: "laptop" belongs to the name, and the desktop RTX 3050 is not it). A hint for a message only."""
+    words = [w for w in re.split(r"[-_\s]+", _file_stem(path)) if w]
+    vocabulary = _device_name_words()
+    found: dict[str, str] = {}
+    for size in (3, 2, 1):
+        for i in range(len(words) - size + 1):
+            run = " ".join(words[i:i + size])
+            rest = words[:i] + words[i + size:]
+            if run.lower() in _FILE_NAME_WORDS or any(
+                    not name_tokens(w) or set(name_tokens(w)) & vocabulary for w in rest):
+                continue
+            try:
+                spec = resolve_device(run)
+            except UnknownDevice:  # AmbiguousDevice too
+                continue
+            if not any(run in longer for longer in found):  # "RTX 2070 SUPER" already holds "RTX 2070"
+                found.setdefault(run, spec.id)
+    ids = set(found.values())
+    return next(iter(found.items())) if len(ids) == 1 else None
+
+
+@functools.lru_cache(maxsize=1)
+def _device_name_words() -> frozenset[str]:
+    """Every word of a catalog device's name or alias, as name_tokens writes it."""
+    return frozenset(t for spec in load_catalog() for label in (spec.name, *spec.aliases) for t in name_tokens(label))
 
 
 # ------------------------------------------------------------------------------------------
@@ -1435,6 +1475,8 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
         source["section"] = entries.section
     if split.parameter is not None:
         source["dtype_from"] = split.parameter
+    else:  # no parameter picks it: Kernel Tuner's usual single precision, said so in the run's settings
+        source["dtype_assumed"] = DTYPE
     if shape_from == NO_PROBLEM_SIZE and entries.problem_size is not None:
         source["problem_size_in_file"] = entries.problem_size
     if filled:
