@@ -102,3 +102,26 @@ def test_a_default_bundle_that_would_be_refused_leaves_the_one_there(toy_store, 
         publish(store, out, versioned=False, record=False, evaluate=False, devices=["nvidia-h200"])
     assert _tree(tmp_path) == before and not [n for n in os.listdir(tmp_path) if n.startswith(".")]
     assert json.loads((out / "manifest.json").read_text())["schema_version"] == 4
+
+
+def test_the_package_default_bundle_is_checked_against_its_own_built_in_kernels(tmp_path):
+    """A bundle written as the package's default holds the built-in kernels themselves: their own constraints (topk
+    gating's power-of-two test uses `&`, which the runtime does not evaluate) are taken as they are, as the runtime
+    takes the shipped bundle's; rewriting the shipped bundle in place with the check on goes through."""
+    import shutil
+
+    from zmlx_pipeline.publish.writer import rewrite_bundle, verify_written, write_blobs
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR, read_dir, registered_kernels
+
+    shipped = tmp_path / "shipped"
+    shutil.copytree(DEFAULT_BUNDLE_DIR, shipped)
+    own = registered_kernels(shipped)
+    assert any("&" in c for c in own["topk_gating"]["constraints"])
+    verify_written(shipped, shipped, own_builtins=True)
+    bundle = read_dir(shipped)
+    blobs = {name: bundle.data(name) for name in bundle.logical_names()}
+    fields = {k: v for k, v in bundle.manifest.items() if k in ("bundle_id", "source_shards", "data_fingerprint")}
+    out = tmp_path / "default_bundle"
+    manifest, path = write_blobs(out, blobs, fields, versioned=False, compact=True, verify=True)
+    assert path == out and registered_kernels(out) == own
+    assert rewrite_bundle(out, out)[1] == out

@@ -270,11 +270,13 @@ def verify_written(directory: Path, to_dir: Path, own_builtins: bool = False) ->
     """Read a bundle just written, before it is committed, as the runtime reads it (hashes, index files, every device
     table): PublishError in one line naming what it would refuse, so `latest` never moves to a bundle no lookup can
     use. `own_builtins`: it is to be the package's default bundle, whose registered kernels are the built-in ones."""
-    from zmlx_pipeline.runtime.bundle import BundleError, check_tables, read_dir
+    from zmlx_pipeline.runtime.bundle import BundleError, check_tables, read_dir, registered_kernels
 
     try:
-        check_tables(read_dir(directory, source="the new bundle", builtin={} if own_builtins else None))
-    except BundleError as exc:
+        # the default bundle is read against its own built-in kernels, as the runtime reads it once shipped
+        builtin = registered_kernels(directory) if own_builtins else None
+        check_tables(read_dir(directory, source="the new bundle", builtin=builtin))
+    except (BundleError, OSError) as exc:
         raise PublishError(f"cannot publish to {to_dir}: {exc}; the runtime would refuse it, so nothing was "
                            "published (what was there is unchanged)") from None
 

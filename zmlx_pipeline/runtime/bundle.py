@@ -357,12 +357,17 @@ def builtin_kernels() -> dict[str, dict]:
     root = DEFAULT_BUNDLE_DIR
     if root not in _BUILTIN:
         try:
-            kernels = _shipped_kernels(root)
+            _BUILTIN[root] = registered_kernels(root)
         except (BundleError, OSError):
-            kernels = {}  # the default bundle's own load says what is wrong with it
-        _BUILTIN[root] = {name: meta for name, meta in kernels.items()
-                          if type(meta) is dict and meta.get("spec") == "registered"}
+            _BUILTIN[root] = {}  # the default bundle's own load says what is wrong with it
     return _BUILTIN[root]
+
+
+def registered_kernels(root: Path) -> dict[str, dict]:
+    """The kernels.json entries a bundle directory published from registered specs (name -> entry), read from its
+    manifest and kernels.json alone (the hash checked): what a bundle about to be shipped holds as built-in."""
+    return {name: meta for name, meta in _shipped_kernels(root).items()
+            if type(meta) is dict and meta.get("spec") == "registered"}
 
 
 def _shipped_kernels(root: Path) -> dict:
