@@ -169,8 +169,9 @@ def test_a_t4_objective_that_is_no_time_is_never_read_as_one(store, tmp_path):
 
 
 def test_a_file_that_names_no_gpu_asks_for_a_device(store, tmp_path):
-    with pytest.raises(ImportFileError, match="device 'coulomb_2080_full_search_space_converted' is not in the "
-                                              "catalog.*pass --device <catalog id> or --device-map FILE"):
+    with pytest.raises(ImportFileError, match="the file names no GPU .*its file name "
+                                              "'coulomb_2080_full_search_space_converted' is no catalog device; "
+                                              "pass --device <catalog id> or --device-map FILE"):
         import_files(store, [WILD / "coulomb_2080_full_search_space_converted.json"])
 
 
