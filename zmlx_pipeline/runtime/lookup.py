@@ -32,6 +32,7 @@ private table types, and the hot path after the first call is one dict lookup in
 from __future__ import annotations
 
 import math
+import threading
 import unicodedata
 from collections.abc import Set
 from typing import Any, Iterable, Mapping, Sequence
@@ -214,28 +215,51 @@ class _Kernel:
         return self.constraints.legal(dict(items), shape, limits)
 
 
-_KERNELS: dict[str, _Kernel] = {}
-_TABLES: dict[str, dict[tuple[str, str], _Table] | None] = {}
-_MEMO: dict[tuple, dict[tuple, Prediction]] = {}
-_REMEMBERED = 0
+class _State:
+    """What lookups keep of one bundle: its parsed kernels and device tables and the answers resolved from it. A
+    lookup takes one state and reads only from it, so a `load_bundle` in another thread never mixes two bundles."""
+
+    __slots__ = ("bundle", "kernels", "tables", "memo", "remembered")
+
+    def __init__(self, bundle: Bundle | None) -> None:
+        self.bundle = bundle
+        self.kernels: dict[str, _Kernel] = {}
+        self.tables: dict[str, dict[tuple[str, str], _Table] | None] = {}
+        self.memo: dict[tuple, dict[tuple, Prediction]] = {}
+        self.remembered = 0
+
+
+#: the state of the active bundle, replaced (never cleared in place) when another bundle is loaded
+_STATE = _State(None)
+_RESET_LOCK = threading.Lock()
 
 
 def _reset(_bundle: Bundle | None = None) -> None:
-    global _REMEMBERED
-    _KERNELS.clear()
-    _TABLES.clear()
-    _MEMO.clear()
-    _REMEMBERED = 0
+    global _STATE
+    # the bundle active now, not the one passed: of two load_bundle calls racing, the last state set is the last
+    # bundle's (the lock orders the resets; lookups never take it)
+    with _RESET_LOCK:
+        _STATE = _State(active_bundle(load_default=False))
 
 
 on_change(_reset)
 
 
-def _kernel(bundle: Bundle, name: str) -> _Kernel | None:
-    k = _KERNELS.get(name)
-    if k is None and name in bundle.kernels:
-        k = _KERNELS[name] = _Kernel(name, bundle.kernels[name])
+def _state() -> _State:
+    """The state of the active bundle (loading the default bundle when none is loaded yet)."""
+    bundle = active_bundle()
+    state = _STATE
+    if state.bundle is not bundle:  # another thread's load_bundle between the two reads: this answer is resolved
+        state = _State(bundle)      # from `bundle` alone and remembered nowhere
+    return state
+
+
+def _kernel(state: _State, name: str) -> _Kernel | None:
+    k = state.kernels.get(name)
+    if k is None and name in state.bundle.kernels:
+        k = _Kernel(name, state.bundle.kernels[name])
         k.known = _builtin_configs(k)
+        state.kernels[name] = k
     return k
 
 
@@ -270,13 +294,14 @@ def _parse_key(text: str) -> tuple[int, ...]:
     return tuple(int(v) for v in text.split(","))
 
 
-def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table] | None:
+def _device_tables(state: _State, device: str) -> dict[tuple[str, str], _Table] | None:
     """(kernel, dtype) -> table for one device, parsed from its (verified) file on first use."""
-    if device in _TABLES:
-        return _TABLES[device]
+    if device in state.tables:
+        return state.tables[device]
+    bundle = state.bundle
     name = bundle.tables.get(device)
     if name is None:
-        _TABLES[device] = None
+        state.tables[device] = None
         return None
     out: dict[tuple[str, str], _Table] = {}
     # an older bundle's entries are lists: named once here, so every later read is by name
@@ -305,9 +330,9 @@ def _device_tables(bundle: Bundle, device: str) -> dict[tuple[str, str], _Table]
         warnings.warn(f"zmlx-pipeline: bundle {plain(bundle.bundle_id)}: the table of {plain(device)} is "
                       f"unusable ({exc}); "
                       "answering with catalog defaults", BundleWarning, stacklevel=4)
-        _TABLES[device] = None
+        state.tables[device] = None
         return None
-    _TABLES[device] = out
+    state.tables[device] = out
     return out
 
 
@@ -681,13 +706,17 @@ def _measured_on(bundle: Bundle, k: _Kernel, device: str) -> bool:
     return not listed or device in listed  # a bundle naming no measured device at all: nothing to check against
 
 
-def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: bool = True) -> Prediction:
-    """One answer; `named` False for a device this process detected rather than one a caller named (a GPU the
-    catalog does not know then answers with the default instead of being refused)."""
+def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: bool = True,
+             state: _State | None = None) -> Prediction:
+    """One answer, wholly from one bundle's state (the active one when None); `named` False for a device this
+    process detected rather than one a caller named (a GPU the catalog does not know then answers with the default
+    instead of being refused)."""
     _check_names(kernel, device)
-    bundle = active_bundle()
+    if state is None:
+        state = _state()
+    bundle = state.bundle
     dtype_name = _dtype_name(dtype)
-    k = _kernel(bundle, kernel) if bundle is not None else None
+    k = _kernel(state, kernel) if bundle is not None else None
     if bundle is not None and k is None:
         raise UnknownKernelError(f"unknown kernel {shown(kernel)}: bundle {bundle.bundle_id} has {known(bundle.kernels)}")
     shape_map = _shape_dict(k, shape)
@@ -706,7 +735,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
         return _default(None, kernel, None, device_id, dtype_name, shape_map, "no bundle loaded")
     if device_id is None:
         return _default(bundle, kernel, k, None, dtype_name, shape_map, why_not)
-    tables = _device_tables(bundle, device_id)
+    tables = _device_tables(state, device_id)
     note = ""
     limited = ""  # a core limit no table holds: what the answer says of it
     if tables is None:
@@ -724,7 +753,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
             return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
                             f"device {device_id!r} is {known_where} in bundle {bundle.bundle_id}")
         source, same = found
-        tables = _device_tables(bundle, source)
+        tables = _device_tables(state, source)
         if tables is None:
             return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
                             f"device {device_id!r} is not in bundle {bundle.bundle_id}, and the table of {source} "
@@ -797,7 +826,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
 
 
 def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "float32",
-                     device: str | None = None, *, _get=_MEMO.get) -> Prediction:
+                     device: str | None = None) -> Prediction:
     """The config to launch `kernel` with on this shape and dtype (and device: None = this process's GPU).
 
     `shape` is a mapping of the kernel's dims ({"rows": 4096, "cols": 4096}) or their values in
@@ -816,7 +845,9 @@ def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtyp
     unset. The device this process detects is never refused: a GPU the catalog does not know answers
     with the catalog default (evidence `default`).
     """
-    # Remembered answers: one small dict per (kernel, dtype, device, dim names), keyed by the dims' values.
+    # Remembered answers: one small dict per (kernel, dtype, device, dim names), keyed by the dims' values, in the
+    # state of the bundle they were resolved from (taken once: a load_bundle meanwhile replaces it, never changes it).
+    memo = _STATE.memo
     try:
         try:
             values = tuple(shape.values())  # type: ignore[union-attr]
@@ -826,7 +857,7 @@ def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtyp
                 shape = in_order(shape)
             values = tuple(shape)
             names = None
-        inner = _get((kernel, dtype, device, names))
+        inner = memo.get((kernel, dtype, device, names))
         hit = inner.get(values) if inner is not None else None
     except TypeError:  # not iterable, or unhashable: _resolve says what is wrong with it
         return _resolve(kernel, shape, dtype, device)
@@ -866,16 +897,17 @@ def _check_values(names: tuple | None, values: tuple) -> None:
 
 
 def _remember(kernel: str, shape: Any, dtype: Any, device: str | None, names, values) -> Prediction:
-    global _REMEMBERED
-    hit = _resolve(kernel, shape, dtype, device)
-    if _REMEMBERED >= _MEMO_LIMIT:
-        _MEMO.clear()
-        _REMEMBERED = 0
+    """Resolve an answer and keep it in the state of the bundle it came from (only that bundle's lookups read it)."""
+    state = _state()
+    hit = _resolve(kernel, shape, dtype, device, state=state)
+    if state.remembered >= _MEMO_LIMIT:
+        state.memo.clear()
+        state.remembered = 0
     try:
-        _MEMO.setdefault((kernel, dtype, device, names), {})[values] = hit
+        state.memo.setdefault((kernel, dtype, device, names), {})[values] = hit
     except TypeError:  # a value that is no dict key (a 0-d array): answered, each time anew
         return hit
-    _REMEMBERED += 1
+    state.remembered += 1
     return hit
 
 

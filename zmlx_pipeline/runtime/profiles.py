@@ -318,11 +318,17 @@ def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
     return profile_for_device(family)  # a device of the bundle (a core limit it holds no profile of)
 
 
-@functools.lru_cache(maxsize=1)
 def get_current_device_profile() -> DeviceTuningProfile:
     """The profile of this process's GPU (detected once; `get_current_device_profile.cache_clear()` forgets
     it, as in ZMLX); a generic default profile when it cannot be told (a GPU the catalog does not know). BadLookup
     or UnknownDeviceError when $ZMLX_PIPELINE_DEVICE names a device lookups refuse (empty or blank: unset)."""
+    return _current_profile(active_bundle())
+
+
+@functools.lru_cache(maxsize=1)
+def _current_profile(_bundle: object) -> DeviceTuningProfile:
+    """get_current_device_profile's answer, kept per bundle: a profile worked out from one bundle is never
+    returned once another bundle is active (a load_bundle in another thread)."""
     device_id, _, from_env = current_device()
     if device_id:
         _check_id(device_id, "$ZMLX_PIPELINE_DEVICE")
@@ -330,6 +336,10 @@ def get_current_device_profile() -> DeviceTuningProfile:
             _check_known(device_id, "$ZMLX_PIPELINE_DEVICE")
     return profile_for_device(device_id) if device_id else _generic()
 
+
+get_current_device_profile.cache_clear = _current_profile.cache_clear  # type: ignore[attr-defined]
+get_current_device_profile.cache_info = _current_profile.cache_info  # type: ignore[attr-defined]
+get_current_device_profile.cache_parameters = _current_profile.cache_parameters  # type: ignore[attr-defined]
 
 #: the chips ZMLX lists in ALL_DEVICE_PROFILES: every family with every variant ("" is the base chip)
 ZMLX_CHIPS = tuple((family, variant) for family in ("M1", "M2", "M3", "M4") for variant in ("", "Pro", "Max", "Ultra"))
