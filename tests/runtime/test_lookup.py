@@ -413,3 +413,16 @@ def test_a_shape_given_as_an_iterator_is_read_once_and_answered(remembered):
     assert lookup("rmsnorm", iter([4096, 2048]), "float16", device="nvidia-h200")["shape"] == p.shape
     with pytest.raises(BadLookup, match="got 3 values"):
         predicted_config("rmsnorm", iter([1, 2, 3]), "float16", device="nvidia-h200")
+
+
+def test_a_mapping_whose_iteration_differs_from_its_values_order_is_answered_for_its_own_shape_alone():
+    class SortedKeys(dict):  # iterates its names sorted, while values() keeps the order they were given in
+        def __iter__(self):
+            return iter(sorted(dict.keys(self)))
+
+    truth = predicted_config("rmsnorm", {"rows": 4096, "cols": 16}, "float16", device="nvidia-h200")
+    assert truth.config is None and truth.evidence == "none"
+    odd = predicted_config("rmsnorm", SortedKeys(rows=16, cols=4096), "float16", device="nvidia-h200")
+    assert odd.shape == {"rows": 16, "cols": 4096} and odd.config is not None
+    later = predicted_config("rmsnorm", {"cols": 16, "rows": 4096}, "float16", device="nvidia-h200")
+    assert later.shape == {"cols": 16, "rows": 4096} and later.config is None and later.evidence == "none"

@@ -850,6 +850,8 @@ def predicted_config(kernel: str, shape: Mapping[str, int] | Sequence[int], dtyp
     memo = _STATE.memo
     try:
         try:
+            if type(shape) is not dict and isinstance(shape, Mapping):
+                shape = dict(shape.items())  # names and values from one pass: its iteration may differ from values()
             values = tuple(shape.values())  # type: ignore[union-attr]
             names = tuple(shape)
         except AttributeError:
