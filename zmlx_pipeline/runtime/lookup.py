@@ -623,8 +623,23 @@ def _rep_shape(k: _Kernel, table: _Table, r: "Ranked", values: tuple[int, ...]) 
     return {d: 1 << e for d, e in zip(k.dims, r.bucket_key)}
 
 
-def _moved_by_work(bundle: Bundle, k: _Kernel, device: str, dtype: str, time_us: float, rep: Mapping[str, int] | None,
-                   shape: Mapping[str, int]) -> float | None:
+def _in_range_time(k: _Kernel, table: _Table, shape: Mapping[str, int]) -> tuple[float | None, dict | None]:
+    """(time, shape) of the entry inside the measured range nearest `shape`: at `shape` clamped into the range, its
+    measured entry, else its bucket's when that bucket's shape lies in the range; (None, None) when there is none."""
+    near = {d: min(max(v, k.ranges[d][0]), k.ranges[d][1]) if d in k.ranges else v for d, v in shape.items()}
+    values = tuple(near[d] for d in k.dims)
+    entry = table.measured.get(values)
+    if entry is not None:
+        return entry["time_us"], near
+    key = bucket_of(values)
+    entry, rep = table.buckets.get(key), k.bucket_shapes.get(",".join(str(e) for e in key))
+    if entry is None or rep is None or _outside(k, rep):
+        return None, None
+    return entry["time_us"], rep
+
+
+def _moved_by_work(bundle: Bundle, k: _Kernel, device: str, dtype: str, time_us: float | None,
+                   rep: Mapping[str, int] | None, shape: Mapping[str, int]) -> float | None:
     """A time predicted at `rep` moved to `shape` by the roofline bound of each on this chip (None without work terms)."""
     terms = (k.work or {}).get(dtype) or {}
     if rep is None or not terms:
@@ -808,7 +823,10 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
         note += limited
     outside = _outside(k, shape_map)
     if outside and time_us is not None and evidence != "measured":
-        time_us = _moved_by_work(bundle, k, device_id, dtype_name, time_us, _rep_shape(k, table, r, values), shape_map)
+        rep = _rep_shape(k, table, r, values)
+        if rep is not None and _outside(k, rep):  # the entry's time is the time model's guess beyond what was measured
+            time_us, rep = _in_range_time(k, table, shape_map)
+        time_us = _moved_by_work(bundle, k, device_id, dtype_name, time_us, rep, shape_map)
     if outside:
         spans = ", ".join(f"{d} {k.ranges[d][0]}-{k.ranges[d][1]}" for d in outside)
         note += (f"outside the measured range ({spans}): "

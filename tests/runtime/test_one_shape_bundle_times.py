@@ -1,0 +1,56 @@
+"""A bundle measured at one shape: a shape outside that range has its time moved by the kernel's work from the
+measured point, whichever side of the range it lies on."""
+
+import polars as pl
+import pytest
+
+from bundle_fixtures import SMOKE_SHARD
+from zmlx_pipeline.runtime import load_bundle, predicted_config
+
+DEVICE = "nvidia-h100-sxm@32sm"  # the device the shard measured
+MEASURED = {"rows": 4096, "cols": 16384}
+
+
+@pytest.fixture(scope="module")
+def one_shape(tmp_path_factory):
+    from zmlx_pipeline.data.shards import ingest_shards
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.publish import publish
+
+    root = tmp_path_factory.mktemp("one-shape")
+    shard = root / "one.parquet"
+    pl.read_parquet(SMOKE_SHARD).filter((pl.col("kernel") == "rmsnorm") & (pl.col("dtype") == "float16")
+                                        & (pl.col("shape") == '{"cols":16384,"rows":4096}')).write_parquet(shard)
+    with Store(root / "one.duckdb") as store:
+        ingest_shards(store, [shard])
+        publish(store, root / "bundles", kernels=["rmsnorm"], devices=["nvidia-h100-sxm"])
+    return root / "bundles"
+
+
+@pytest.mark.parametrize("shape", [{"rows": 4096, "cols": 4096}, {"rows": 1, "cols": 4096}, {"rows": 512, "cols": 16384},
+                                   {"rows": 65536, "cols": 16384}])
+def test_a_shape_outside_a_one_shape_range_has_the_measured_time_moved_by_its_work(one_shape, shape):
+    from zmlx_pipeline.kernels.registry import get_kernel
+
+    bundle = load_bundle(one_shape, strict=True)
+    assert bundle.kernels["rmsnorm"]["measured_range"] == {"rows": [4096, 4096], "cols": [16384, 16384]}
+    measured = predicted_config("rmsnorm", MEASURED, "float16", device=DEVICE)
+    assert measured.evidence == "measured" and measured.predicted_us > 0
+    p = predicted_config("rmsnorm", shape, "float16", device=DEVICE)
+    assert p.outside_range and p.evidence == "predicted"
+    assert "time moved by the kernel's work" in p.note
+    spec = get_kernel("rmsnorm")  # memory-bound: the measured time times the bytes ratio
+    want = measured.predicted_us * spec.bytes_moved(shape, 2) / spec.bytes_moved(MEASURED, 2)
+    assert p.predicted_us == pytest.approx(want, rel=1e-3)
+
+
+def test_a_device_never_measured_moves_its_time_from_the_bucket_of_the_measured_shape(one_shape):
+    from zmlx_pipeline.kernels.registry import get_kernel
+
+    load_bundle(one_shape, strict=True)
+    at_measured = predicted_config("rmsnorm", MEASURED, "float16", device="nvidia-h100-sxm")
+    quarter = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h100-sxm")
+    assert at_measured.outside_range == () and quarter.outside_range == ("cols",)
+    spec = get_kernel("rmsnorm")
+    ratio = spec.bytes_moved({"rows": 4096, "cols": 4096}, 2) / spec.bytes_moved(MEASURED, 2)
+    assert quarter.predicted_us == pytest.approx(at_measured.predicted_us * ratio, rel=1e-3)
