@@ -397,3 +397,36 @@ def test_a_usable_cached_entry_is_answered_without_a_warning(real, tmp_path):
     assert (first.source, first.config, first.median_us) == ("cache", good, 12.5)
     assert zmlx_saved in _legal(other)
     assert (second.source, second.config, second.median_us) == ("cache", zmlx_saved, None) and not measure.calls
+
+
+def test_a_winner_the_full_disk_cannot_cache_is_launched_with_one_warning(real, tmp_path, monkeypatch):
+    import errno
+    import warnings
+
+    import zmlx_pipeline.runtime.cache as cache
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(cache, "write_json_atomic", full)
+    path = tmp_path / "c.json"
+    measure = FakeMeasure()
+
+    @autotune("rmsnorm", warmup=1, iters=2, device=H200, measure=measure, cache_path=str(path),
+              shape=lambda x, config=None: {"rows": x[0], "cols": x[1]}, dtype=lambda x, config=None: "float16")
+    def rmsnorm(x, config=None):
+        return config
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = rmsnorm((3000, 2048))
+        assert got == rmsnorm.last.config and rmsnorm.last.source == "timed"
+        assert rmsnorm.last.note == "not cached: No space left on device"
+        assert rmsnorm((1000, 4096)) == rmsnorm.last.config  # another winner: launched, not warned about again
+        result = tune("rmsnorm", {"rows": 500, "cols": 1024}, "float16", device=H200, measure=FakeMeasure(),
+                      cache_path=str(path))
+    assert result.source == "timed" and result.config in _legal({"rows": 500, "cols": 1024})
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and said[0].startswith(f"zmlx-pipeline autotune: {path}: the winner of rmsnorm ")
+    assert "was not cached (No space left on device); it is used all the same" in said[0]
+    assert not path.exists()

@@ -8,7 +8,7 @@ On a call with no explicit config, the wrapper's shape and dtype are looked up i
 cache (`~/.cache/zmlx/autotune_v3.json`, this chip and MLX version); on a miss, the bundle's
 pruned candidates for that case (top k, at most a fifth of the legal configs) are checked
 against the kernel's reference and timed with the collect harness, and the fastest correct one
-is written to the cache. `device_aware=False` times every legal config instead (what an
+is written to the cache (when the disk cannot keep it, it is launched all the same, with one warning). `device_aware=False` times every legal config instead (what an
 autotuner without a model has to do). Without a GPU backend nothing is timed: the bundle's
 predicted config is used, with one warning (when it is one of the case's legal configs; else the
 first legal one of its ranking, so no answer is a config the kernel cannot run).
@@ -481,7 +481,11 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         value = cache_file.entry_value(best["config"], dtype, launch.threadgroup, median_us=best["median_us"],
                                        candidates_timed=len(timed), legal_configs=len(legal), source="autotune",
                                        grid=list(launch.grid), tuned_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
-        cache_file.save_entries(dkey, {key: value}, meta, cache_path, tuple(also))
+        try:
+            cache_file.save_entries(dkey, {key: value}, meta, cache_path, tuple(also))
+        except OSError as exc:  # a full disk: the winner is still launched, only not kept for the next process
+            note = (note + "; " if note else "") + _warn_not_saved(cache_path, f"{spec.name} {shape} {dtype} on {dkey}",
+                                                                   exc)
     return TuneResult(spec.name, shape, dtype, dict(best["config"]), "timed", best["median_us"], timed, len(legal),
                       wall, key, note)
 
@@ -535,6 +539,22 @@ def _warn_bad_entry(cache_path: str | None, case: str, problem: str) -> None:
                       f"({problem}); timing "
                       "it again, and the new winner replaces it (other such entries of this file are not warned about)",
                       stacklevel=3)
+
+
+#: cache files (resolved paths) a winner could not be saved to in this process (warned about once each)
+_NOT_SAVED_WARNED: set[str] = set()
+
+
+def _warn_not_saved(cache_path: str | None, case: str, exc: OSError) -> str:
+    """Say once per cache file that a winner could not be written to it (a full disk); returns the result's note."""
+    where = _path_key(cache_path)
+    why = plain(exc.strerror or exc)
+    if where not in _NOT_SAVED_WARNED:
+        _NOT_SAVED_WARNED.add(where)
+        warnings.warn(f"zmlx-pipeline autotune: {plain(where)}: the winner of {case} was not cached ({why}); it "
+                      "is used all the same, and timed again by the next process (later winners this file cannot "
+                      "keep are not warned about)", stacklevel=3)
+    return f"not cached: {why}"
 
 
 def _measured(result: Any, config: Mapping[str, Any]) -> tuple:
@@ -606,6 +626,7 @@ def forget_refusals() -> None:
     _WARNED.clear()
     _CONFIRMED.clear()
     _BAD_ENTRY_WARNED.clear()
+    _NOT_SAVED_WARNED.clear()
 
 
 def _evaluate(out: Any) -> None:
