@@ -672,3 +672,41 @@ def test_a_redirect_that_is_not_followed_says_why_and_asks_for_the_final_url(to,
     assert isinstance(error, BundleError) and "\n" not in str(error)
     assert re.fullmatch(rf"{server.url}/b/manifest.json: HTTP 302, a redirect not followed \(.*{why}.*\): redirects "
                         r"are followed only to http\(s\) URLs, at most 10; give the bundle's final URL", str(error))
+
+
+def test_a_fetch_the_full_disk_cannot_cache_leaves_no_temp_dir_and_the_next_sweeps_stale_ones(toy_bundle,
+                                                                                              isolated_home,
+                                                                                              monkeypatch):
+    import errno
+    import os
+    import time
+
+    from zmlx_pipeline.runtime.bundle import STALE_FETCH_S, _url_dir
+
+    real_write = Path.write_bytes
+    written = []
+
+    def fills_up(self, data):  # the first file fits, the second finds the disk full
+        if written:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(self)
+        return real_write(self, data)
+
+    with _Server(_serve_bundle(latest_dir(toy_bundle[1]), "")) as server:
+        url = server.url + "/b"
+        monkeypatch.setattr(Path, "write_bytes", fills_up)
+        with pytest.warns(BundleWarning, match=r"verified but not cached \(\[Errno 28\] No space left on device\)"):
+            fetched = load_bundle(url, strict=True)
+        monkeypatch.setattr(Path, "write_bytes", real_write)
+        top = _url_dir(url)
+        assert fetched.bundle_id == read_dir(latest_dir(toy_bundle[1])).bundle_id and written
+        assert not list(top.glob(".fetch-*"))  # the half-written one is gone
+        stale, fresh = top / ".fetch-died", top / ".fetch-writing"  # an earlier run's, and another process's now
+        for d in (stale, fresh):
+            (d / "devices").mkdir(parents=True)
+            (d / "kernels.json").write_text("{}")
+        old = time.time() - STALE_FETCH_S - 60
+        os.utime(stale, (old, old))
+        assert load_bundle(url, strict=True).root.parent == top
+    assert sorted(p.name for p in top.glob(".fetch-*")) == [".fetch-writing"]
+    assert (top / (top / "latest").read_text().strip() / "manifest.json").is_file()

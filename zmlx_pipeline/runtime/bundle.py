@@ -61,6 +61,9 @@ FETCH_TIMEOUT_S = 20.0
 FETCH_DEADLINE_S = 60.0
 #: a bundle is a few hundred files: without a limit on their sum, a server slow on each could take hours
 FETCH_BUNDLE_DEADLINE_S = 300.0
+#: a `.fetch-*` temp directory older than this was left by a fetch that died (a full disk, a killed process): the
+#: next fetch of that URL removes it (one being written by another process now is younger)
+STALE_FETCH_S = 3600.0
 #: redirects followed per fetch (only to http(s) URLs); past them the fetch fails asking for the final URL
 MAX_REDIRECTS = 10
 #: the most bytes read of a listed file whose size the manifest does not give (schema 1 may not), of a fetched
@@ -632,14 +635,18 @@ def fetch_url(url: str) -> Bundle:
 
 
 def _store_cached(url: str, bundle: Bundle, manifest_bytes: bytes, files: dict[str, bytes]) -> Path:
-    """Write a verified remote bundle into the cache: a temp dir renamed into place, then `latest` swapped."""
+    """Write a verified remote bundle into the cache: a temp dir renamed into place, then `latest` swapped. A temp
+    dir that could not be completed is removed, and those of earlier fetches that died are swept first."""
+    import shutil
     import tempfile
 
     top = _url_dir(url)
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in bundle.bundle_id) or "bundle"
     final = top / name
+    tmp: Path | None = None
     try:
         top.mkdir(parents=True, exist_ok=True)
+        _sweep_stale_fetches(top)
         if not (final / MANIFEST).is_file() or (final / MANIFEST).read_bytes() != manifest_bytes:
             tmp = Path(tempfile.mkdtemp(prefix=".fetch-", dir=top))
             for rel, blob in files.items():
@@ -649,15 +656,30 @@ def _store_cached(url: str, bundle: Bundle, manifest_bytes: bytes, files: dict[s
             (tmp / MANIFEST).write_bytes(manifest_bytes)
             (tmp / "source_url").write_text(url + "\n", encoding="utf-8")
             if final.exists():
-                import shutil
-
                 shutil.rmtree(final, ignore_errors=True)
             os.replace(tmp, final)
+            tmp = None
         write_text_atomic(top / LATEST, name + "\n")
     except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
         warnings.warn(f"zmlx-pipeline: bundle {plain(url)} verified but not cached "
                       f"({plain(exc)})", BundleWarning, stacklevel=3)
     return final
+
+
+def _sweep_stale_fetches(top: Path) -> None:
+    """Remove the `.fetch-*` temp dirs under `top` untouched for STALE_FETCH_S (left by fetches that died)."""
+    import shutil
+    import time
+
+    cutoff = time.time() - STALE_FETCH_S
+    for old in top.glob(".fetch-*"):
+        try:
+            if old.is_dir() and not old.is_symlink() and old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:  # gone meanwhile (another process swept it), or unreadable: nothing to do here
+            pass
 
 
 def cached_copy(url: str) -> Bundle:
