@@ -203,6 +203,59 @@ def test_a_store_whose_free_blocks_duckdb_cut_off_still_opens(tmp_path, make_mea
         assert len(s.measurements()) == 49
 
 
+CHILD_CAPPED_INGEST = textwrap.dedent(
+    """
+    import resource, signal, sys
+    from zmlx_pipeline.pipeline.cli import main
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails (EFBIG), as on a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), resource.RLIM_INFINITY))
+    sys.argv[1:] = ["ingest", "--db", sys.argv[2], sys.argv[3]]
+    main()
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGXFSZ"), reason="needs a file-size limit (RLIMIT_FSIZE)")
+def test_a_checkpoint_the_disk_refused_keeps_the_rows_and_is_said(tmp_path, make_measurement, subprocess_env):
+    """The WAL is written but the checkpoint's first new block is not: the file ends inside a block while its header
+    still names the old ones, and the log beside it holds the commit. Every command reads all of it, the command
+    that wrote says so in one warning line, and the next writer moves the log in."""
+    path = tmp_path / "s.duckdb"
+    with Store(path) as s:
+        s.record([make_measurement(shape={"rows": r, "cols": 4096}) for r in range(1, 50)])
+    size = path.stat().st_size
+    shard = Path(__file__).resolve().parents[2] / "data" / "nvidia-h100-sxm-32sm.parquet"
+    out = subprocess.run([sys.executable, "-c", CHILD_CAPPED_INGEST, str(size + 100_000), str(path), str(shard)],
+                         env=subprocess_env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    warning = [line for line in out.stderr.splitlines() if line.startswith("Warning:")]
+    assert len(warning) == 1 and warning[0].startswith(
+        f"Warning: store {path}: its changes are kept in its write-ahead log {path}.wal but could not be written "
+        "into the store file ("), out.stderr
+    assert (path.stat().st_size - 3 * 4096) % (256 * 1024) and Path(f"{path}.wal").stat().st_size > 0
+    for flags in ({"read_only": True}, {}):
+        with Store(path, **flags) as s:
+            assert len(s.measurements()) == 49 + 2081
+    assert not Path(f"{path}.wal").exists() and (path.stat().st_size - 3 * 4096) % (256 * 1024) == 0
+    with Store(path, read_only=True) as s:
+        assert len(s.measurements()) == 49 + 2081
+
+
+def test_a_store_cut_inside_its_blocks_is_damage_even_beside_a_write_ahead_log(tmp_path, make_measurement):
+    source = _filled_store(tmp_path / "whole.duckdb", make_measurement)
+    con = duckdb.connect(str(source))
+    con.execute("PRAGMA disable_checkpoint_on_shutdown")
+    con.execute("INSERT INTO filler SELECT range AS i, 'x' AS s FROM range(10)")
+    con.close()
+    whole = source.read_bytes()
+    path = tmp_path / "cut.duckdb"
+    path.write_bytes(whole[:len(whole) // 2])
+    Path(f"{path}.wal").write_bytes(Path(f"{source}.wal").read_bytes())
+    with pytest.raises(CorruptStore, match="is damaged .*restore it from a copy or pass another --db$"):
+        Store(path, read_only=True)
+    assert path.read_bytes() == whole[:len(whole) // 2]
+
+
 def test_only_an_unreadable_store_file_is_damage(tmp_path):
     path = tmp_path / "s.duckdb"
     path.write_bytes(b"")

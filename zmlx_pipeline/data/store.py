@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import uuid
+import warnings
 from contextlib import contextmanager, nullcontext, suppress
 from functools import lru_cache
 from datetime import datetime, timedelta, timezone
@@ -549,11 +550,28 @@ def _same_file(a: Path, b: Path) -> bool:
 _DUCKDB_BLOCKS_START = 3 * 4096
 
 
+def wal_path(path: Path) -> Path:
+    """The write-ahead log DuckDB keeps beside a store: committed writes not yet checkpointed into its file."""
+    return path.with_name(path.name + ".wal")
+
+
+def _read_every_block(con: duckdb.DuckDBPyConnection) -> None:
+    """Read every column of every table once (DuckDB checks each block it reads), raising DuckDB's error for a
+    block that is not there or reads back wrong."""
+    tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE database_name = current_database() "
+                         "AND schema_name = 'main'").fetchall()
+    for (table,) in tables:
+        quoted = '"' + table.replace('"', '""') + '"'
+        con.execute(f"SELECT count(*), bit_xor(hash({quoted})) FROM main.{quoted}").fetchone()
+
+
 def _check_whole(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     """CorruptStore when the file cannot hold the blocks its header lists (a copy cut short), read at once from
     DuckDB's own block counts, so a command fails before its work, not midway or (summary) never. DuckDB writes
-    whole blocks and cuts only free ones off the end of its file: a file ending inside a block, or missing more
-    blocks than are free, lost data."""
+    whole blocks and cuts only free ones off the end of its file: missing more blocks than are free lost data, and
+    so does a file ending inside a block, unless a write-ahead log lies beside it: a checkpoint that stopped
+    midway (a full disk) leaves a part block at the end while its header still names the old blocks and the log
+    holds what it was writing, so there every block is read once and only a read that fails is damage."""
     try:
         block_size, blocks, free = con.execute(
             "SELECT block_size, total_blocks, free_blocks FROM pragma_database_size() "
@@ -562,10 +580,34 @@ def _check_whole(con: duckdb.DuckDBPyConnection, path: Path) -> None:
     except (duckdb.Error, OSError, TypeError):  # no such row or no file: the schema check that follows says why
         return
     held, partial = divmod(max(size - _DUCKDB_BLOCKS_START, 0), int(block_size))
-    if partial or int(blocks) - held > int(free):
+    missing = int(blocks) - held > int(free)
+    if partial and not missing:
+        try:
+            logged = wal_path(path).stat().st_size > 0
+        except OSError:
+            logged = False
+        if logged:
+            _read_every_block(con)  # a block that cannot be read raises DuckDB's error, which the caller calls damage
+            return
+    if partial or missing:
         raise CorruptStore(f"store {path} is damaged (cut short: its file holds {size} bytes, too few for the "
                            f"{int(blocks) - int(free)} blocks of {block_size} bytes it uses): restore it from a copy "
                            "or pass another --db")
+
+
+def _checkpoint(con: duckdb.DuckDBPyConnection, path: Path) -> None:
+    """Move the write-ahead log into the store file; when that fails (a full disk) warn in one line: nothing is
+    lost, as every commit is in the log, which DuckDB reads back on each open until a later checkpoint succeeds."""
+    try:
+        con.execute("CHECKPOINT")
+    except duckdb.Error as err:
+        text = _first_line(err)
+        if "Failed to create checkpoint" not in text:
+            return  # not the checkpoint's own failure (an earlier fatal error, another open transaction)
+        why = re.sub(r"^.*?Failed to create checkpoint because of error: ", "", text)
+        warnings.warn(f"store {path}: its changes are kept in its write-ahead log {wal_path(path)} but could not be "
+                      f"written into the store file ({why}); commands read them from the log, and the next command "
+                      "that writes the store moves them in once the disk has room", stacklevel=3)
 
 
 def _encodable(path: Path) -> None:
@@ -677,10 +719,15 @@ class Store:
         return f"Store({str(self.path)!r}, {mode}{', closed' if self._con is None else ''})"
 
     def close(self) -> None:
-        """Close the connection (idempotent); the file lock goes with the last connection."""
+        """Close the connection (idempotent); the file lock goes with the last connection. A writable store is
+        checkpointed first, so a checkpoint the disk refuses is said, not passed over as DuckDB's own close does."""
         if self._con is not None:
             con, self._con = self._con, None
-            con.close()
+            try:
+                if not self.read_only:
+                    _checkpoint(con, self.path)
+            finally:
+                con.close()
 
     @property
     def _conn(self) -> duckdb.DuckDBPyConnection:
