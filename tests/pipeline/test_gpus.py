@@ -48,6 +48,14 @@ def test_a_bad_selection_says_what_to_give(text, count, fragment):
         parse_gpus(text, count=count, visible="")
 
 
+@pytest.mark.parametrize("text", ["99999999999999999999", str(2 ** 40), "5"])
+def test_a_count_above_the_hosts_gpus_is_refused_before_any_list_is_made(text):
+    """Checked against the host first: a huge count is the same one line, not an overflow or a list of that size."""
+    with pytest.raises(GpuSelectionError) as err:
+        parse_gpus(text, count=2, visible="")
+    assert str(err.value) == f"--gpus {text}: this host has GPUs 0..1"
+
+
 def _tasks():
     spec = get_kernel("rmsnorm")
     configs = [{"TG": tg, "VEC": 1, "ROWS": 1} for tg in (32, 64, 128, 256)]

@@ -60,6 +60,7 @@ def parse_gpus(text: str, count: int | None = None, visible: str | None = None) 
     names = [v.strip() for v in visible.split(",") if v.strip()] if visible else [str(i) for i in range(count)]
     names = names[:count] if count else []
     t = text.strip().lower()
+    n = 0  # a count asked for, checked against the host's GPUs before its list is made
     try:
         if t == "all":
             picked = list(range(len(names)))
@@ -69,15 +70,17 @@ def parse_gpus(text: str, count: int | None = None, visible: str | None = None) 
             n = int(t)
             if n < 1:
                 raise GpuSelectionError(f"--gpus {text}: give at least 1 GPU")
-            picked = list(range(n))
+            picked = []
     except ValueError as exc:
         if isinstance(exc, GpuSelectionError):
             raise
         raise GpuSelectionError(f"cannot read --gpus {text!r}: use all, a count such as 2, or indices such as 0,2,3") from None
     if not names:
         raise GpuSelectionError("no CUDA GPU visible to this process (--gpus needs the MLX CUDA backend)")
+    if n:
+        picked = list(range(min(n, len(names))))
     bad = [i for i in picked if not 0 <= i < len(names)]
-    if bad or not picked:
+    if bad or not picked or n > len(names):
         raise GpuSelectionError(f"--gpus {text}: this host has GPUs 0..{len(names) - 1}")
     if len(set(picked)) != len(picked):
         raise GpuSelectionError(f"--gpus {text} names a GPU twice")
