@@ -131,6 +131,30 @@ def test_a_tampered_model_file_fails_verification_in_one_line(filled):
     assert [r["verified"] == "ok" for r in rows] == [True, False]  # newest first: every file was checked
 
 
+def test_a_model_file_the_disk_refuses_is_named_in_the_one_line(filled, tmp_path, monkeypatch):
+    """A full disk while the model is written: the line says which file could not be saved, nothing is registered
+    and no part file is left."""
+    import errno
+    import zipfile
+
+    real = zipfile.ZipFile.writestr
+
+    def full(self, *args, **kwargs):  # a file on disk; the model's arrays are zipped in memory first
+        if self.filename:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(zipfile.ZipFile, "writestr", full)
+    folder = tmp_path / "models_here"
+    result = invoke("train", "--models-dir", folder)
+    assert result.exit_code == 1, result.output
+    last = result.output.splitlines()[-1]
+    assert last.startswith(f"Error: cannot save the model file {folder}/rms-") and last.endswith(
+        ".zmodel: No space left on device; free space there or choose another --models-dir"), last
+    assert [p for p in folder.iterdir() if p.suffix == ".zmodel" or ".tmp-" in p.name] == []
+    assert invoke("models").output.startswith("Error: no trained model in store ")
+
+
 @pytest.mark.parametrize("args, message", [
     (("evaluate", "--split", "shapes", "-k", "nope"), "Error: no ok measurements of kernel(s) nope; the store has rms\n"),
     (("evaluate", "--split", "shapes", "--model", "nope"), "Error: unknown model 'nope'"),

@@ -209,15 +209,18 @@ def save_model(ranker: Ranker, path: str | os.PathLike, meta: dict | None = None
     root = writer.encode(ranker, "model")
     manifest = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": meta or {}, "root": root}
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
             z.writestr("manifest.json", json.dumps(manifest, sort_keys=True))
             for name, data in writer.blobs.items():
                 z.writestr(name, data, compress_type=zipfile.ZIP_STORED)
         digest = file_sha256(tmp)
         os.replace(tmp, target)
+    except OSError as exc:  # a full disk: the line names the file, not only the OS's words
+        raise ModelFileError(f"cannot save the model file {target}: {exc.strerror or exc}; free space there or "
+                             "choose another --models-dir") from None
     finally:
         tmp.unlink(missing_ok=True)
     return digest
@@ -229,9 +232,14 @@ PENDING_PREFIX = ".pending-"  # a list of model files a running train saved and 
 def mark_pending(folder: Path, path: Path, store_path: str | os.PathLike) -> None:
     """Note (before saving it) a model file this process is about to save for the store at `store_path`, so that a
     killed run's file is found, and removed only by a train of that same store (stores may share a folder)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{PENDING_PREFIX}{os.getpid()}", "a", encoding="utf-8") as fh:
-        fh.write(f"{_store_key(store_path)}\t{path.name}\n")
+    pending = folder / f"{PENDING_PREFIX}{os.getpid()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(pending, "a", encoding="utf-8") as fh:
+            fh.write(f"{_store_key(store_path)}\t{path.name}\n")
+    except OSError as exc:
+        raise ModelFileError(f"cannot save models in {folder} (writing {pending.name}): {exc.strerror or exc}; "
+                             "free space there or choose another --models-dir") from None
 
 
 def _store_key(store_path: str | os.PathLike) -> str:
