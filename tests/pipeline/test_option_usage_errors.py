@@ -2,7 +2,7 @@
 --help), and an option that only means something with another is refused without it; nothing is written:
 
 - lookup --shape: every value it cannot use, its form or its fit to the kernel's dims (which the message names);
-- collect --shards without --ray;
+- collect --shards without --ray, and a --preset the chosen kernels lack (the message names their presets);
 - publish --device of a core limit the store never measured (exit 1: publish cannot build its table; the reason and
   the chip's own id are in the line).
 """
@@ -97,6 +97,16 @@ def test_shards_without_ray_is_a_usage_error_naming_both(tmp_path, monkeypatch):
     assert line == ("Error: --shards is only for --ray (the folder the Ray actors write their shards to): add "
                     "--ray ADDRESS, or leave --shards out (cli collect --help)")
     assert not (tmp_path / "store.duckdb").exists()  # $ZMLX_PIPELINE_DB (conftest): no store made
+
+
+@pytest.mark.parametrize("kernels, says", [((), "the kernels have smoke, full, thin"),
+                                           (("-k", "rmsnorm"), "kernel rmsnorm has smoke, full, thin")])
+def test_an_unknown_preset_is_a_usage_error_naming_the_presets(tmp_path, monkeypatch, kernels, says):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, ["collect", "--db", str(tmp_path / "s.duckdb"), "--preset", "nope", *kernels],
+                          code=2)
+    assert line == f"Error: Invalid value for --preset: no shape preset 'nope'; {says} (cli collect --help)"
+    assert not (tmp_path / "s.duckdb").exists()
 
 
 def test_collect_help_says_shards_is_for_ray():

@@ -63,6 +63,21 @@ def _kernels(kernel_names: tuple[str, ...]):
     return specs, {s.name: (n if ":" in n else s.name) for s, n in zip(specs, names or [s.name for s in specs])}
 
 
+def _check_preset(specs, preset: str, kernel_names: tuple[str, ...]) -> None:
+    """A usage error (exit 2) for a --preset one of the chosen kernels lacks, naming the presets there are: the
+    presets of every chosen kernel, or, where they differ, of the first kernel that lacks it."""
+    lacking = [s for s in specs if preset not in s.shape_grid.presets]
+    if not lacking:
+        return
+    first = lacking[0]
+    if all(s.shape_grid.presets == first.shape_grid.presets for s in specs) and not kernel_names:
+        where = "the kernels have"
+    else:
+        where = f"kernel {first.name} has"
+    raise click.BadParameter(f"no shape preset {preset!r}; {where} {', '.join(first.shape_grid.presets)}",
+                             param_hint="--preset")
+
+
 @click.group(cls=CommandGroup)
 @click.version_option(__version__, prog_name="zmlx-pipeline")
 def cli() -> None:
@@ -168,6 +183,7 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
         from zmlx_pipeline.pipeline import ray_collect
 
         specs, refs = _kernels(kernel_names)
+        _check_preset(specs, preset, kernel_names)
         with store_to_fill(db, keep_filled=True) as store:  # a refusal (no Ray, no cluster) leaves no new store
             out = ray_collect.collect_on_ray(
                 store, specs, refs, address=ray_address, shard_dir=shard_dir or ray_collect.default_shard_dir(store.path),
@@ -184,8 +200,7 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     unknown = [d for d in dtypes if d not in DTYPES]
     if unknown:
         raise click.BadParameter(f"unknown dtype {', '.join(unknown)}; known: {', '.join(DTYPES)}", param_hint="--dtypes")
-    for spec in specs:  # an unknown preset is refused before the GPU is looked for (KernelSpecError names the presets)
-        spec.shape_grid.shapes(preset)
+    _check_preset(specs, preset, kernel_names)  # before the GPU is looked for
     device = detect_device()
     if device.backend not in ("cuda", "metal"):
         raise click.ClickException(
