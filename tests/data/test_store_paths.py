@@ -123,3 +123,32 @@ def test_a_shard_path_that_is_not_utf8_is_refused_naming_it_and_the_fix(tmp_path
                                              r"as UTF-8 in this locale: .*; nothing was written$"):
             source.export_shard(tmp_path / f"{NOT_UTF8}-out.parquet")
     assert not [p for p in tmp_path.iterdir() if "out" in os.fsencode(p.name).decode("utf-8", "replace")]
+
+
+# -- a URL as the store: refused before DuckDB (which would fetch it through an extension it downloads) -----------------
+
+@pytest.mark.parametrize("url, scheme", [("s3://bucket/x.duckdb", "s3"), ("http://127.0.0.1:1/x.duckdb", "http"),
+                                         ("file:///tmp/x.duckdb", "file")])
+def test_a_store_path_that_is_a_url_is_refused_as_not_a_local_file(tmp_path, monkeypatch, shard, url, scheme):
+    monkeypatch.chdir(tmp_path)
+    before = listing(tmp_path)
+    says = f"is a URL ({scheme}:), not a file: the store must be a local file path; pass one with --db or $ZMLX_PIPELINE_DB"
+    for args, env in ((["ingest", "--db", url, shard], None), (["summary"], {"ZMLX_PIPELINE_DB": url}),
+                      (["ingest", shard], {"ZMLX_PIPELINE_DB": url})):
+        assert one_line(args, says, env=env).startswith(f"Error: store path {Path(url)} ")
+    with pytest.raises(StoreError, match=r"is a URL \(s3:\)"):
+        Store("s3://bucket/x.duckdb", read_only=True)
+    assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("name", ["md:x.duckdb", "abc:x.duckdb", ":memory:", "C:/x.duckdb", "C://y.duckdb",
+                                  "dir:a/s.duckdb"])
+def test_a_store_path_with_a_colon_that_is_no_url_is_a_local_file(tmp_path, monkeypatch, shard, name):
+    """DuckDB reads `name:` as a database type (md: would download MotherDuck's extension) and :memory: as no file;
+    the store is the local file so named."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["ingest", "--db", name, str(shard)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / name).is_file()
+    with Store(name, read_only=True) as s:
+        assert len(s.measurements()) == 1

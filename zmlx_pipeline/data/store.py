@@ -617,10 +617,28 @@ def _encodable(path: Path) -> None:
         raise StoreError(f"{problem}; nothing was written")
 
 
+#: a URL's scheme, as a path keeps it (Path folds `s3://` to `s3:/`); one letter is a drive (C:/), not a scheme
+_URL_LIKE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/")
+
+
+def _duckdb_name(path: Path) -> str:
+    """The path as DuckDB is given it: a relative path whose first part holds a colon starts with ./, as DuckDB
+    reads `name:...` as a database type to load an extension for (md:, s3:), or `:memory:` as no file."""
+    text = str(path)
+    if not path.is_absolute() and ":" in path.parts[0]:
+        return os.path.join(".", text)
+    return text
+
+
 def _check_store_path(path: Path) -> None:
-    """Refuse, saying what to pass instead, a store path that cannot be a store file: a directory, a FIFO, a device,
-    a socket or a symlink loop (which would otherwise read as DuckDB's raw I/O error, hang on the FIFO, or read as
-    'no store there'), before DuckDB opens it."""
+    """Refuse, saying what to pass instead, a store path that cannot be a store file: a URL (which DuckDB would
+    fetch through an extension it downloads), a directory, a FIFO, a device, a socket or a symlink loop (which would
+    otherwise read as DuckDB's raw I/O error, hang on the FIFO, or read as 'no store there'), before DuckDB opens
+    it."""
+    url = _URL_LIKE.match(str(path))
+    if url is not None:
+        raise StoreError(f"store path {path} is a URL ({url.group(1)}:), not a file: the store must be a local file path; "
+                         "pass one with --db or $ZMLX_PIPELINE_DB")
     try:
         _encodable(path)
         mode = path.stat().st_mode
@@ -652,13 +670,13 @@ def _connect(path: Path, read_only: bool, create: bool = True) -> duckdb.DuckDBP
         make_parent(path, "store")
     _check_duckdb_header(path)
     try:
-        return in_utc(duckdb.connect(str(path), read_only=read_only))
+        return in_utc(duckdb.connect(_duckdb_name(path), read_only=read_only))
     except duckdb.Error as err:
         if not (read_only and "different configuration" in str(err)):
             raise _open_error(path, err, read_only) from err
     # This process already holds the store writable: share that instance; Store still refuses writes.
     try:
-        return in_utc(duckdb.connect(str(path)))
+        return in_utc(duckdb.connect(_duckdb_name(path)))
     except duckdb.Error as err:
         raise _open_error(path, err) from err
 
