@@ -193,3 +193,26 @@ def test_ktt_tables_without_parameter_names_are_refused_saying_what_to_write(tmp
     result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "s.duckdb"), "--device", A4000, str(path)])
     assert result.exit_code == 1
     assert result.output == f"Error: cannot import {path}: {reason}; nothing of it was stored\n"
+
+
+SCRIPT = ("import json, sys\n"
+          "def main(path, out):\n"
+          "    data = json.load(open(path))\n"
+          "    print(data, file=sys.stderr)\n")
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("convert.py", SCRIPT, "not valid JSON: Expecting value at offset 0 (line 1, column 1)"),
+    ("note.txt", "one, two\nthree\n", "not valid JSON: Expecting value at offset 0 (line 1, column 1)"),
+    ("header-only.csv", "a,b,c\n", "not valid JSON: Expecting value at offset 0 (line 1, column 1)"),
+    ("results.csv", "block;time\n32;1.5\n64;\"2,5\"\n", "a CSV table, not JSON"),
+], ids=["script", "prose", "one line", "semicolons"])
+def test_only_a_file_that_reads_as_a_table_is_called_csv(tmp_path, name, text, says):
+    """Lines that split evenly at commas or semicolons are a table; other text (a script) is only not JSON."""
+    path = tmp_path / name
+    path.write_text(text)
+    result = CliRunner().invoke(cli, ["import", "--db", str(tmp_path / "s.duckdb"), "--device", A4000, str(path)])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: cannot import {path}: {says}") and result.output.count("\n") == 1
+    assert result.output.endswith("; nothing of it was stored\n")
+    assert ("CSV" in result.output) == says.startswith("a CSV")

@@ -28,6 +28,7 @@ readers can come to read one measurement two ways.
 
 from __future__ import annotations
 
+import csv
 import fnmatch
 import functools
 import gzip
@@ -407,11 +408,30 @@ def _refuse_other_tables(path: Path, text: str) -> None:
     if head.startswith("<"):
         raise _fail(path, "XML, not JSON (KTT's XML output?); write the results as JSON (KTT: OutputFormat::JSON) "
                           "and import that")
-    first = head.splitlines()[0] if head else ""
-    if "," in first and not head.startswith(("{", "[")):
+    if not head.startswith(("{", "[")) and _looks_like_csv(head):
         raise _fail(path, "a CSV table, not JSON (KTT's or BAT's CSV output?): its columns name no device or time "
                           "unit, nor which are tuning parameters; write the results as JSON (KTT: OutputFormat::JSON) "
                           "and import that")
+
+
+#: lines read to tell a CSV table from other text
+CSV_SNIFF_LINES = 20
+
+
+def _looks_like_csv(text: str) -> bool:
+    """Whether text reads as a table: its first lines (two at least) split into the same number of fields, two or
+    more, at commas or at semicolons; source code or prose splits unevenly, and is only called not JSON."""
+    lines = [line for line in text.splitlines()[:CSV_SNIFF_LINES] if line.strip()]
+    if len(lines) < 2:
+        return False
+    for delimiter in ",;":
+        try:
+            widths = {len(row) for row in csv.reader(lines, delimiter=delimiter)}
+        except csv.Error:
+            continue
+        if len(widths) == 1 and min(widths) >= 2:
+            return True
+    return False
 
 
 def _quantiles(values: list[float]) -> tuple[float, float, float]:
