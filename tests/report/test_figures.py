@@ -25,6 +25,20 @@ def _rows(kernel: str, method: str, values, cases: int = 4) -> list[dict]:
             for k, v in enumerate(values, start=1)]
 
 
+def test_a_kernel_named_in_glyphs_the_font_lacks_is_drawn_without_a_warning_per_glyph(tmp_path):
+    """The figure is kept (the missing glyphs drawn as boxes); the font's per-glyph warnings are not passed on."""
+    import warnings
+
+    name = "my kernel ünï 名前"
+    rows = _rows(name, "ensemble", [1.2, 1.05, 1.01, 1.0])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert_png(regret_curves_figure(rows, ["ensemble"], tmp_path / "curves.png", "shapes"))
+        assert_png(heatmap_figure(HeatmapData(title=f"{name} on d", x_param="TG", x_values=[64, 128],
+                                              times_us=[[3.0, 2.0]], best=(0, 1)), tmp_path / "map.png"))
+    assert [str(w.message) for w in caught if "Glyph" in str(w.message)] == []
+
+
 def test_figures_are_valid_pngs(tmp_path):
     rows = (_rows("a", "ensemble", [1.2, 1.05, 1.01, 1.0]) + _rows("a", "chip_default", [1.5, 1.3, 1.2, 1.1])
             + _rows("a", "other_device_best", [None] * 4) + _rows("b", "ensemble", [None] * 4))

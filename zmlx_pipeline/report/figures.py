@@ -37,13 +37,17 @@ def _figure(width: float, height: float):
 
 def _save(fig, path: Path) -> Path:
     """The figure rendered, then written beside `path` and renamed over it: a link of that name is replaced, never
-    written through."""
+    written through. A character the font lacks (a kernel named in CJK) is drawn as a box without a warning per
+    glyph: the command's warnings are its own one-line ones."""
     import io
+    import warnings
 
     from zmlx_pipeline.core.files import current_umask, write_bytes_atomic
 
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=_DPI, facecolor="white")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
+        fig.savefig(buffer, format="png", dpi=_DPI, facecolor="white")
     write_bytes_atomic(Path(path), buffer.getvalue(), mode=0o666 & ~current_umask())
     return Path(path)
 
