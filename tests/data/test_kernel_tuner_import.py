@@ -865,6 +865,8 @@ def test_a_directory_tree_laid_out_as_the_benchmark_hub_imports_in_one_call(stor
     ("convolution_MI250X.json", "MI250X", "amd-mi250x"),  # <kernel>_<GPU>, as published with an empty device_name
     ("gemm_RTX_2070_SUPER_run1.json", "RTX 2070 SUPER", "nvidia-rtx-2070-super"),
     ("dedisp_RTX_A4000.json", "RTX A4000", "nvidia-rtx-a4000"),
+    ("MI250X_vector_add.json", "MI250X", "amd-mi250x"),  # the file's own kernel name after the GPU's
+    ("vector_add_RTX_3070_Mobile.json", "RTX 3070 Mobile", "nvidia-rtx-3070-laptop"),
 ])
 def test_a_file_named_for_its_kernel_and_gpu_is_refused_naming_the_chip_to_pass(seeded, tmp_path, file_name, word,
                                                                                chip):
@@ -882,11 +884,19 @@ def test_a_file_named_for_its_kernel_and_gpu_is_refused_naming_the_chip_to_pass(
 @pytest.mark.parametrize("file_name", ["RTX_3050_laptop.json",  # "laptop" belongs to a name: never the desktop card
                                        "GTX_580.json",  # never the RX 580
                                        "A100_vs_MI250X.json",  # two chips
-                                       "hotspot_A100.json"])  # four A100 rows
+                                       "hotspot_A100.json",  # four A100 rows
+                                       # a word after the chip may make it another part: never the one it qualifies
+                                       "vector_add_RTX_4070_Notebook.json", "vector_add_RTX_2060_MaxQ.json",
+                                       "vector_add_RTX_4090_D.json", "vector_add_RX_6800_M.json",
+                                       "vector_add_H100_SXM_66sm.json", "gemm_nvidia-h200-32sm.json",
+                                       "vector_add_H100_SXM_MIG_1g.10gb.json", "H100_PCIe_94GB.json",
+                                       "RTX_3050_OEM.json", "MI250X_GCD.json", "RX_580_2048SP.json",
+                                       "laptop_RTX_3050.json"])  # a word of device names before it
 def test_no_chip_is_hinted_where_the_file_name_does_not_tell_one(seeded, tmp_path, file_name):
     path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""))
     message = refused(seeded, path)
-    assert "if it ran there" not in message and "is no catalog device; pass --device <catalog id>" in message
+    assert NO_GPU in message and "is no catalog device" in message
+    assert "if it ran there" not in message and "pass --device <catalog id> or --device-map FILE" in message
 
 
 def test_a_batch_maps_each_files_gpu_and_an_unmapped_file_stores_none_of_them(seeded, tmp_path):

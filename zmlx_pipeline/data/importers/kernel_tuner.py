@@ -107,6 +107,7 @@ _TIME_MEAN_TOLERANCE = 0.01
 _FAILED_TIME_MS = 1e20
 # Words in a data file's name that describe the file, not the GPU (A100_T4.json.gz, A6000_original.json.gz).
 _FILE_NAME_WORDS = ("t4", "original", "extended", "results", "metadata", "cache", "output")
+_RUN_WORD = re.compile(r"(?i)(run|rep|repeat|trial|try|iter|seed|take)\d*")  # `..._run1.json`: a run of the file
 # Where a T4 metadata file (Kernel Tuner's store_metadata_file) names the GPU: nvidia-smi's product name,
 # or one of rocm-smi's card fields (their spelling varies between rocm-smi versions).
 _ROCM_NAME_FIELDS = ("card series", "device name", "marketing name")
@@ -760,7 +761,7 @@ def _device_of_file_name(path: Path) -> str | None:
 
 
 def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
-                    device_map: DeviceMap | None) -> tuple[DeviceSpec, str, str]:
+                    device_map: DeviceMap | None, kernel: str = "") -> tuple[DeviceSpec, str, str]:
     """(row, the name or key it was found by, how) for a file: --device, else the map, else the file itself."""
     if device is not None:
         return device, device.id, "--device"
@@ -810,7 +811,7 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
         if by_file_name is not None:
             hint = f" (its file name names {by_file_name}: pass --device {by_file_name} if it ran there)"
     if not reported:  # `convolution_MI250X.json`: the kernel's name beside the GPU's; a hint, never a match
-        word = _chip_word_of_file_name(path)
+        word = _chip_word_of_file_name(path, kernel)
         hint = f" (its word {word[0]!r} is {word[1]}: pass --device {word[1]} if it ran there)" if word else hint
         raise UnmatchedDevice(
             f"cannot import {path}: the file names no GPU (its device name is empty or absent), and its file name "
@@ -823,28 +824,29 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
     )
 
 
-def _chip_word_of_file_name(path: Path) -> tuple[str, str] | None:
-    """(words, catalog id) where a run of words of the file name names one chip, every other word of it is foreign to
-    device names (`convolution_MI250X` -> MI250X, amd-mi250x) and no other run names another chip; None otherwise
-    (`RTX_3050_laptop`: "laptop" belongs to the name, and the desktop RTX 3050 is not it). A hint for a message only."""
+def _chip_word_of_file_name(path: Path, kernel: str = "") -> tuple[str, str] | None:
+    """(words, catalog id) where the file name ends in a run of words that names one chip, every word before it is
+    foreign to device names (`convolution_MI250X` -> MI250X, amd-mi250x) and every word after it describes the file
+    or is the kernel's (`gemm_RTX_2070_SUPER_run1`); None otherwise. Any other word after the chip may qualify it
+    (`RTX_4070_Notebook`, `H100_SXM_66sm`, `RTX_4090_D`, `MI250X_GCD` are other parts), and one before it that device
+    names use may too (`laptop_RTX_3050`). A hint for a message only, so it never names a chip it is not sure of."""
     words = [w for w in re.split(r"[-_\s]+", _file_stem(path)) if w]
+    kernel_words = {w.lower() for w in re.split(r"[-_\s]+", kernel) if w}
+    while words and (words[-1].lower() in _FILE_NAME_WORDS or words[-1].lower() in kernel_words
+                     or "=" in words[-1] or _RUN_WORD.fullmatch(words[-1])):
+        words.pop()
     vocabulary = _device_name_words()
-    found: dict[str, str] = {}
-    for size in (3, 2, 1):
-        for i in range(len(words) - size + 1):
-            run = " ".join(words[i:i + size])
-            rest = words[:i] + words[i + size:]
-            if run.lower() in _FILE_NAME_WORDS or any(
-                    not name_tokens(w) or set(name_tokens(w)) & vocabulary for w in rest):
-                continue
-            try:
-                spec = resolve_device(run)
-            except UnknownDevice:  # AmbiguousDevice too
-                continue
-            if not any(run in longer for longer in found):  # "RTX 2070 SUPER" already holds "RTX 2070"
-                found.setdefault(run, spec.id)
-    ids = set(found.values())
-    return next(iter(found.items())) if len(ids) == 1 else None
+    for size in (4, 3, 2, 1):  # the longest run that names a chip: "RTX 2070 SUPER", never its "2070 SUPER"
+        if size > len(words):
+            continue
+        run, before = " ".join(words[-size:]), words[:-size]
+        if any(not name_tokens(w) or set(name_tokens(w)) & vocabulary for w in before):
+            return None
+        try:
+            return run, resolve_device(run).id
+        except UnknownDevice:  # AmbiguousDevice too
+            continue
+    return None
 
 
 @functools.lru_cache(maxsize=1)
@@ -1451,7 +1453,7 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
     problem = name_problem("kernel name", name)
     if problem is not None:
         raise _fail(path, f"{problem}; give the file a kernel_name")
-    spec, matched_name, device_from = _resolve_device(path, reported, device, device_map)
+    spec, matched_name, device_from = _resolve_device(path, reported, device, device_map, name)
     shape, shape_from = _problem_size(path, entries.problem_size, t1, problem_size,
                                       list(dict.fromkeys(k for c in configs for k in c)))
     filled = _defaults_for_subspace(configs, t1)
