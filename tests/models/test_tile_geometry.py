@@ -51,6 +51,9 @@ def test_matmul_declares_its_tiles():
         get_kernel("matmul").replace(tiles=TileAxes(grid={"M": ("BQ",)}, threads=("TG",)))
     with pytest.raises(KernelSpecError, match="unknown name.*rows"):
         get_kernel("matmul").replace(tiles=TileAxes(grid={"rows": ("BM",)}, threads=("TG",)))
+    for seen in ("no", "False", 0, None):  # a truthy "no" would hand the geometry to seen devices' models too
+        with pytest.raises(KernelSpecError, match="seen must be True or False"):
+            get_kernel("rmsnorm").replace(tiles=TileAxes(grid={"rows": ("ROWS",)}, threads=("TG",), seen=seen))
     # it is no part of the generated code: timings stay valid
     assert get_kernel("matmul").replace(tiles=None).version == get_kernel("matmul").version
 

@@ -233,6 +233,9 @@ class KernelSpec:
             if unknown or not self.tiles.grid or not self.tiles.threads:
                 raise KernelSpecError(f"kernel {self.name!r}: tiles need grid dims and thread params of this kernel"
                                       + (f"; unknown name(s) {', '.join(unknown)}" if unknown else ""))
+            if not isinstance(self.tiles.seen, bool):  # "no" would read as True: seen devices' models get it too
+                raise KernelSpecError(f"kernel {self.name!r}: tiles' seen must be True or False, not "
+                                      f"{self.tiles.seen!r}")
         unknown_ext = [e for e in self.extensions if e not in prelude.EXTENSIONS]
         if unknown_ext:
             raise KernelSpecError(f"kernel {self.name!r}: unknown prelude extension(s) {', '.join(unknown_ext)}; "
