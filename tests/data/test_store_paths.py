@@ -141,6 +141,21 @@ def test_a_store_path_that_is_a_url_is_refused_as_not_a_local_file(tmp_path, mon
     assert listing(tmp_path) == before
 
 
+@pytest.mark.parametrize("name", ["x\\y.duckdb", "C:\\Users\\x\\store.duckdb", "a\\.duckdb"])
+def test_a_store_path_with_a_backslash_is_refused_as_duckdb_would_open_another_file(tmp_path, monkeypatch, shard,
+                                                                                      name):
+    """DuckDB turns x\\y.duckdb into x/y.duckdb: ingest would write one file and every later command look at another."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x").mkdir()
+    before = listing(tmp_path)
+    says = "holds a backslash, which DuckDB reads as a folder separator: write the path with / (or name the file"
+    for args, env in ((["ingest", "--db", name, shard], None), (["summary"], {"ZMLX_PIPELINE_DB": name})):
+        assert one_line(args, says, env=env).startswith(f"Error: store path {name} ")
+    with pytest.raises(StoreError, match="holds a backslash"):
+        Store(name)
+    assert listing(tmp_path) == before
+
+
 @pytest.mark.parametrize("name", ["md:x.duckdb", "abc:x.duckdb", ":memory:", "C:/x.duckdb", "C://y.duckdb",
                                   "dir:a/s.duckdb"])
 def test_a_store_path_with_a_colon_that_is_no_url_is_a_local_file(tmp_path, monkeypatch, shard, name):

@@ -639,6 +639,9 @@ def _check_store_path(path: Path) -> None:
     if url is not None:
         raise StoreError(f"store path {path} is a URL ({url.group(1)}:), not a file: the store must be a local file path; "
                          "pass one with --db or $ZMLX_PIPELINE_DB")
+    if os.sep == "/" and "\\" in str(path):  # DuckDB opens x\y.duckdb as x/y.duckdb: not the file checked here
+        raise StoreError(f"store path {path} holds a backslash, which DuckDB reads as a folder separator: write the "
+                         "path with / (or name the file without \\) in --db or $ZMLX_PIPELINE_DB")
     try:
         _encodable(path)
         mode = path.stat().st_mode
