@@ -426,3 +426,24 @@ def test_a_mapping_whose_iteration_differs_from_its_values_order_is_answered_for
     assert odd.shape == {"rows": 16, "cols": 4096} and odd.config is not None
     later = predicted_config("rmsnorm", {"cols": 16, "rows": 4096}, "float16", device="nvidia-h200")
     assert later.shape == {"cols": 16, "rows": 4096} and later.config is None and later.evidence == "none"
+
+
+@pytest.mark.parametrize("device, dtype", [("nvidia-h100-sxm", "float16"), ("nvidia-h100-sxm", "float32"),
+                                           ("nvidia-h200", "float16")])
+def test_a_shape_past_the_range_is_timed_from_the_edge_at_its_own_other_dims(device, dtype):
+    """moe_combine's tokens end at 16384 and its nearest published bucket past them is of another hidden size: twice
+    the tokens at hidden 2048 is the edge's time moved by the work, never a faster guess from hidden 4096."""
+    from zmlx_pipeline.kernels.registry import get_kernel
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+    bundle = load_bundle(DEFAULT_BUNDLE_DIR, strict=True)
+    assert bundle.kernels["moe_combine"]["measured_range"]["tokens"][1] == 16384
+    spec, size = get_kernel("moe_combine"), {"float16": 2, "float32": 4}[dtype]
+    edge = predicted_config("moe_combine", {"tokens": 16384, "k": 2, "hidden": 2048}, dtype, device=device)
+    assert edge.outside_range == () and edge.predicted_us > 0
+    for tokens in (32768, 65536):
+        shape = {"tokens": tokens, "k": 2, "hidden": 2048}
+        p = predicted_config("moe_combine", shape, dtype, device=device)
+        assert p.outside_range == ("tokens",)
+        work = spec.bytes_moved(shape, size) / spec.bytes_moved({**shape, "tokens": 16384}, size)
+        assert p.predicted_us == pytest.approx(edge.predicted_us * work, rel=2e-3) and p.predicted_us > edge.predicted_us

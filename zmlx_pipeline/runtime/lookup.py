@@ -625,7 +625,8 @@ def _rep_shape(k: _Kernel, table: _Table, r: "Ranked", values: tuple[int, ...]) 
 
 def _in_range_time(k: _Kernel, table: _Table, shape: Mapping[str, int]) -> tuple[float | None, dict | None]:
     """(time, shape) of the entry inside the measured range nearest `shape`: at `shape` clamped into the range, its
-    measured entry, else its bucket's when that bucket's shape lies in the range; (None, None) when there is none."""
+    measured entry, else its bucket's (a published bucket, else the model's ranking at the bucket's power-of-two
+    point) when that bucket's shape lies in the range; (None, None) when there is none."""
     near = {d: min(max(v, k.ranges[d][0]), k.ranges[d][1]) if d in k.ranges else v for d, v in shape.items()}
     values = tuple(near[d] for d in k.dims)
     entry = table.measured.get(values)
@@ -633,7 +634,9 @@ def _in_range_time(k: _Kernel, table: _Table, shape: Mapping[str, int]) -> tuple
         return entry["time_us"], near
     key = bucket_of(values)
     entry, rep = table.buckets.get(key), k.bucket_shapes.get(",".join(str(e) for e in key))
-    if entry is None or rep is None or _outside(k, rep):
+    if entry is None or rep is None:  # no published bucket there: the model's ranking at its power-of-two point
+        entry, rep = table.between.get(key), {d: 1 << e for d, e in zip(k.dims, key)}
+    if entry is None or _outside(k, rep):
         return None, None
     return entry["time_us"], rep
 
@@ -824,8 +827,11 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
     outside = _outside(k, shape_map)
     if outside and time_us is not None and evidence != "measured":
         rep = _rep_shape(k, table, r, values)
-        if rep is not None and _outside(k, rep):  # the entry's time is the time model's guess beyond what was measured
-            time_us, rep = _in_range_time(k, table, shape_map)
+        near_time, near = _in_range_time(k, table, shape_map)
+        if near_time is not None:  # the range's edge at this shape's other dims, not a bucket of another size of them
+            time_us, rep = near_time, near
+        elif rep is not None and _outside(k, rep):  # the entry's time is the time model's guess beyond the range
+            time_us, rep = None, None
         time_us = _moved_by_work(bundle, k, device_id, dtype_name, time_us, rep, shape_map)
     if outside:
         spans = ", ".join(f"{d} {k.ranges[d][0]}-{k.ranges[d][1]}" for d in outside)
