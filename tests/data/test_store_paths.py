@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from zmlx_pipeline.data.shards import BadShard, ingest_shards
+from zmlx_pipeline.data.shards import BadShard, ingest_shards, query_shards
 from zmlx_pipeline.data.store import Store, StoreError, default_db_path
 from zmlx_pipeline.pipeline.cli import cli
 
@@ -167,3 +167,31 @@ def test_a_store_path_with_a_colon_that_is_no_url_is_a_local_file(tmp_path, monk
     assert (tmp_path / name).is_file()
     with Store(name, read_only=True) as s:
         assert len(s.measurements()) == 1
+
+
+# -- a shard whose name holds a glob character: that one file, never another its name matches as a pattern -------------
+
+@pytest.mark.parametrize("name, decoy", [("h200[1].parquet", "h2001.parquet"), ("a*b.parquet", "axb.parquet"),
+                                         ("q?.parquet", "qq.parquet"), ("c{1,2}.parquet", "c1.parquet")])
+def test_a_shard_named_with_glob_characters_is_read_as_that_one_file(tmp_path, make_measurement, name, decoy):
+    """DuckDB's read_parquet takes [ ] * ? { } as a pattern: `h200[1].parquet` would store `h2001.parquet`'s rows."""
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    for file, kernel, n in ((name, "wanted", 3), (decoy, "decoy", 2)):
+        with Store(tmp_path / f"{kernel}.duckdb") as source:
+            source.record([make_measurement(kernel=kernel, shape={"rows": 64 * (i + 1), "cols": 4096})
+                           for i in range(n)])
+            source.export_shard(folder / file)
+    with Store(tmp_path / "store.duckdb") as store:
+        ingest_shards(store, [folder / name])
+        assert sorted(m["kernel"] for m in store.measurements()) == ["wanted"] * 3
+    assert [r["kernel"] for r in query_shards(folder / name)] == ["wanted"]  # one file, read in place
+
+
+def test_a_shard_folder_named_with_glob_characters_is_read_alone(tmp_path, make_measurement):
+    for folder, kernel in (("run[1]", "wanted"), ("run1", "decoy")):
+        (tmp_path / folder).mkdir()
+        with Store(tmp_path / f"{kernel}.duckdb") as source:
+            source.record([make_measurement(kernel=kernel)])
+            source.export_shard(tmp_path / folder / "s.parquet")
+    assert [r["kernel"] for r in query_shards(tmp_path / "run[1]")] == ["wanted"]

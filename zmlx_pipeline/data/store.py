@@ -1455,14 +1455,14 @@ class Store:
             check_shard(shard)
             columns = _shard_columns(con, shard)
             con.execute("CREATE TEMP TABLE _zmlx_shard AS SELECT * FROM read_parquet(?, file_row_number = true)",
-                        [str(shard)])
+                        [_one_file(shard)])
             _check_shard_rows(con, shard, columns)
         except BadShard as err:
             found = re.match(re.escape(str(shard)) + r", row (\d+): (.*); nothing was ingested", str(err))
             if found is None:
                 raise StoreError(f"cannot export a shard of store {self.path}: {_first_line(err)}") from None
             key = con.execute("SELECT device_id, kernel, dtype, shape, config FROM read_parquet(?) LIMIT 1 OFFSET ?",
-                              [str(shard), int(found.group(1)) - 1]).fetchone()
+                              [_one_file(shard), int(found.group(1)) - 1]).fetchone()
             raise StoreError(
                 f"cannot export a shard of store {self.path}: it holds a measurement no ingest would take ({', '.join(map(str, key))}: "
                 f"{found.group(2)}), so nothing was exported: it was changed outside zmlx-pipeline; restore it from a "
@@ -1548,7 +1548,7 @@ class Store:
         )
         con.execute(
             "CREATE OR REPLACE TEMP TABLE _zmlx_shard AS SELECT * FROM read_parquet(?, file_row_number = true)",
-            [str(shard)],
+            [_one_file(shard)],
         )
         try:
             _check_shard_rows(con, shard, columns)
@@ -1920,7 +1920,7 @@ def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> dict[str, str
     if problem is not None:
         raise BadShard(f"{problem}; nothing was ingested, the store is unchanged")
     try:
-        described = con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [str(shard)]).fetchall()
+        described = con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [_one_file(shard)]).fetchall()
     except duckdb.Error as err:
         raise BadShard(f"{shard} is not a readable Parquet shard ({_first_line(err, shard)}): re-export it") from err
     import pyarrow.parquet as pq
@@ -1964,10 +1964,22 @@ def check_shard_columns(shard: str | os.PathLike) -> dict[str, str]:
         con.close()
 
 
+#: characters DuckDB's file readers take as a glob pattern (`h200[1].parquet` would read `h2001.parquet`)
+_GLOB_CHARS = re.compile(r"([\[\]*?{}])")
+
+
+def _one_file(path: str | os.PathLike) -> str:
+    """A path as DuckDB's read_parquet reads that one file: each glob character in a one-character class."""
+    return _GLOB_CHARS.sub(r"[\1]", str(path))
+
+
 def query_shards(directory: str | os.PathLike, device: str | None = None, kernel: str | None = None) -> list[dict]:
     """Summary (same rows as Store.summary) over a directory of shards, read in place."""
     source = Path(directory)
-    pattern = str(source / "*.parquet") if source.is_dir() else str(source)
+    if source.is_dir():
+        pattern = os.path.join(_one_file(source), "*.parquet")
+    else:  # a file that exists is that file; a name of none may be a pattern (shards/*-h200.parquet)
+        pattern = _one_file(source) if source.exists() else str(source)
     if not source.is_dir() and not any(ch in pattern for ch in "*?[") and not source.exists():
         raise BadShard(f"{source}: no such shard directory or file")
     where, params = _where({"device": device, "kernel": kernel})

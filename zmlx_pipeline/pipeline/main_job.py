@@ -77,7 +77,8 @@ def check_kernels(store, data_dir: str | os.PathLike, kernels: Sequence[str] | N
 
         try:
             for path in shard_paths(data_dir):
-                known.update(pl.read_parquet(path, columns=["kernel"])["kernel"].unique().to_list())
+                with open(path, "rb") as file:  # a file, never a glob: `h200[1].parquet` is that one shard
+                    known.update(pl.read_parquet(file, columns=["kernel"])["kernel"].unique().to_list())
         except Exception:  # noqa: BLE001 - a shard that cannot be read is the ingest's to refuse, with its reason
             return
     missing = [k for k in kernels if k not in known]
