@@ -891,7 +891,8 @@ def test_a_file_named_for_its_kernel_and_gpu_is_refused_naming_the_chip_to_pass(
                                        "vector_add_H100_SXM_66sm.json", "gemm_nvidia-h200-32sm.json",
                                        "vector_add_H100_SXM_MIG_1g.10gb.json", "H100_PCIe_94GB.json",
                                        "RTX_3050_OEM.json", "MI250X_GCD.json", "RX_580_2048SP.json",
-                                       "laptop_RTX_3050.json"])  # a word of device names before it
+                                       "laptop_RTX_3050.json",  # a word of device names before it
+                                       "notebook_RTX_4070.json", "MaxQ_RTX_2060.json", "sms=66_H100_SXM.json"])
 def test_no_chip_is_hinted_where_the_file_name_does_not_tell_one(seeded, tmp_path, file_name):
     path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""))
     message = refused(seeded, path)
@@ -1259,6 +1260,28 @@ def test_a_byte_order_mark_and_repetitions_in_a_t4_measurement_are_read(tmp_path
 def test_file_names_of_published_files_name_their_gpu(tmp_path, file_name, device_id):
     path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""), gz=file_name.endswith(".gz"))
     assert parse_file(path).device.id == device_id
+
+
+@pytest.mark.parametrize("file_name, kernel, hint", [
+    ("axpy_d_RTX_4090_D.json", "axpy_d", None),  # the kernel's "d" is no licence to drop the GPU's D
+    ("gemm_RTX_2070_SUPER.json", "gemm_super", "nvidia-rtx-2070-super"),  # nor its "super" the card's SUPER
+    ("RTX_2070_SUPER_gemm_super.json", "gemm_super", "nvidia-rtx-2070-super"),  # the whole kernel name after it
+])
+def test_only_the_kernels_whole_name_after_the_chip_is_passed_over(seeded, tmp_path, file_name, kernel, hint):
+    path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name="", kernel_name=kernel))
+    message = refused(seeded, path)
+    assert (f"pass --device {hint} if it ran there" in message) if hint else ("if it ran there" not in message)
+
+
+@pytest.mark.parametrize("file_name", ["H100_SXM_sms=66.json", "H100_SXM_mps=50.json", "H100_SXM_num_sm=32.json",
+                                       "H100_SXM_active_thread_percentage=50.json"])
+def test_a_file_name_setting_that_limits_the_gpu_is_never_dropped_as_a_run_setting(seeded, tmp_path, file_name):
+    """`f=bruteforce` describes the run; `sms=66` is a core-limited GPU, never the whole H100 it is a part of."""
+    path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=""))
+    before = snapshot(seeded)
+    message = refused(seeded, path)
+    assert NO_GPU in message and "nvidia-h100-sxm if it ran there" not in message
+    assert snapshot(seeded) == before
 
 
 def test_a_time_written_over_its_repetitions_is_the_timing(store, tmp_path):

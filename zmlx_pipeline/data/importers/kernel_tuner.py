@@ -107,6 +107,10 @@ _TIME_MEAN_TOLERANCE = 0.01
 _FAILED_TIME_MS = 1e20
 # Words in a data file's name that describe the file, not the GPU (A100_T4.json.gz, A6000_original.json.gz).
 _FILE_NAME_WORDS = ("t4", "original", "extended", "results", "metadata", "cache", "output")
+#: the key of a `key=value` file-name word that limits the GPU (`H100_SXM_sms=66`): part of the device, never dropped
+_LIMIT_KEY = re.compile(r"(?i)(n|num)?(sms?|mps|cores?|cus?|ctas?|gpcs?|tpcs?|mig|partition|limit|percentage|pct|percent)")
+#: words that make a chip another part wherever they stand in a file name (`notebook_RTX_4070` is no desktop card)
+_QUALIFIER_WORDS = frozenset({"notebook", "laptop", "mobile", "maxq", "oem", "mig", "gcd", "embedded", "engineering"})
 _RUN_WORD = re.compile(r"(?i)(run|rep|repeat|trial|try|iter|seed|take)\d*")  # `..._run1.json`: a run of the file
 # Where a T4 metadata file (Kernel Tuner's store_metadata_file) names the GPU: nvidia-smi's product name,
 # or one of rocm-smi's card fields (their spelling varies between rocm-smi versions).
@@ -615,6 +619,12 @@ def _file_stem(path: Path) -> str:
     return name
 
 
+def _run_setting(word: str) -> bool:
+    """A `key=value` word of a file name that describes the run (`f=bruteforce`, `i=0`), not one that limits its GPU."""
+    key, eq, _ = word.partition("=")
+    return bool(eq) and not _LIMIT_KEY.fullmatch(key)
+
+
 def _names_from_file_name(path: Path) -> list[str]:
     """The GPU a file is named after: `A100_T4.json.gz` -> A100, `A6000_original.json.gz` -> A6000,
     `A4000_f=bruteforce_i=0.json` -> A4000.
@@ -626,7 +636,7 @@ def _names_from_file_name(path: Path) -> list[str]:
     stem = _file_stem(path)
     words = [w for w in re.split(r"[-_\s]+", stem) if w]
     dropped: set[str] = set()
-    while len(words) > 1 and (words[-1].lower() in _FILE_NAME_WORDS or "=" in words[-1]):
+    while len(words) > 1 and (words[-1].lower() in _FILE_NAME_WORDS or _run_setting(words[-1])):
         dropped.add(words.pop().lower())  # "=" marks a run's setting (A100_f=bruteforce_i=0.json), never a GPU's
     if len(words) == 1 and words[0].lower() in _FILE_NAME_WORDS and words[0].lower() not in dropped:
         return []
@@ -831,16 +841,22 @@ def _chip_word_of_file_name(path: Path, kernel: str = "") -> tuple[str, str] | N
     (`RTX_4070_Notebook`, `H100_SXM_66sm`, `RTX_4090_D`, `MI250X_GCD` are other parts), and one before it that device
     names use may too (`laptop_RTX_3050`). A hint for a message only, so it never names a chip it is not sure of."""
     words = [w for w in re.split(r"[-_\s]+", _file_stem(path)) if w]
-    kernel_words = {w.lower() for w in re.split(r"[-_\s]+", kernel) if w}
-    while words and (words[-1].lower() in _FILE_NAME_WORDS or words[-1].lower() in kernel_words
-                     or "=" in words[-1] or _RUN_WORD.fullmatch(words[-1])):
-        words.pop()
+    kernel_words = [w.lower() for w in re.split(r"[-_\s]+", kernel) if w]
+    while words:
+        n = len(kernel_words)
+        if n and len(words) > n and [w.lower() for w in words[-n:]] == kernel_words:  # all of the kernel's name
+            del words[-n:]
+        elif words[-1].lower() in _FILE_NAME_WORDS or _run_setting(words[-1]) or _RUN_WORD.fullmatch(words[-1]):
+            words.pop()
+        else:
+            break
     vocabulary = _device_name_words()
     for size in (4, 3, 2, 1):  # the longest run that names a chip: "RTX 2070 SUPER", never its "2070 SUPER"
         if size > len(words):
             continue
         run, before = " ".join(words[-size:]), words[:-size]
-        if any(not name_tokens(w) or set(name_tokens(w)) & vocabulary for w in before):
+        if any(not name_tokens(w) or set(name_tokens(w)) & vocabulary or w.lower() in _QUALIFIER_WORDS
+               or ("=" in w and not _run_setting(w)) for w in before):
             return None
         try:
             return run, resolve_device(run).id
