@@ -74,6 +74,9 @@ def test_declared_features_are_checked_when_the_kernel_is_built():
         spec.replace(features={"TG": "TG * 2"})
     with pytest.raises(KernelSpecError, match="feature 'p'"):
         spec.replace(features={"p": "TG ** 2"})
+    for flag in ("no", "False", 0, None):  # a truthy "no" would put the feature in the per-device models
+        with pytest.raises(KernelSpecError, match="per_device must be True or False"):
+            spec.replace(features={"share": Feature("TG * 2", per_device=flag)})
     # a feature describes the config, not the code: the kernel's version does not move
     assert spec.replace(features={}).version == spec.version
 

@@ -292,6 +292,9 @@ class KernelSpec:
             if unknown:
                 raise KernelSpecError(f"kernel {self.name!r}: feature {name!r} = {text!r} uses unknown name(s) "
                                       f"{', '.join(sorted(unknown))}: only parameters and shape dims")
+            if isinstance(feature, Feature) and not isinstance(feature.per_device, bool):  # "no" would read as True
+                raise KernelSpecError(f"kernel {self.name!r}: feature {name!r}: per_device must be True or False, "
+                                      f"not {feature.per_device!r}")
 
     def derived_features(self) -> dict[str, Feature]:
         """The declared features, each as a Feature (a plain expression is read by every model)."""
