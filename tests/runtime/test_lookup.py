@@ -447,3 +447,34 @@ def test_a_shape_past_the_range_is_timed_from_the_edge_at_its_own_other_dims(dev
         assert p.outside_range == ("tokens",)
         work = spec.bytes_moved(shape, size) / spec.bytes_moved({**shape, "tokens": 16384}, size)
         assert p.predicted_us == pytest.approx(edge.predicted_us * work, rel=2e-3) and p.predicted_us > edge.predicted_us
+
+
+@pytest.mark.parametrize("device", ["nvidia-h100-pcie", "nvidia-h200", "apple-m3-max-40c"])
+def test_past_the_measured_range_a_larger_shape_is_never_predicted_faster(device):
+    """Every built-in kernel of the shipped bundle, each dim pushed past its range's top with the others at the low
+    end, a power of two near the middle or the top of theirs: the quoted times grow with the work from the edge's."""
+    import itertools
+    import math
+
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+    bundle = load_bundle(DEFAULT_BUNDLE_DIR, strict=True)
+    checked = 0
+    for kernel, meta in sorted(bundle.kernels.items()):
+        ranges = meta.get("measured_range") or {}
+        points = {d: sorted({lo, 1 << round(math.log2(lo * hi) / 2), hi}) for d, (lo, hi) in ranges.items()}
+        for dim, (_lo, hi) in ranges.items():
+            others = [d for d in ranges if d != dim]
+            for values in itertools.product(*(points[d] for d in others)):
+                base, times = dict(zip(others, values)), []
+                for value in (hi, hi + 1, hi * 3 // 2, hi * 2, hi * 4):
+                    p = predicted_config(kernel, {**base, dim: value}, "float16", device=device)
+                    if p.config is None:  # no config is legal there (topk_gating's k above its KMAX): no time either
+                        assert p.predicted_us is None
+                        continue
+                    assert (p.outside_range == ()) == (value == hi), (kernel, dim, value)
+                    times.append(p.predicted_us)
+                given = [t for t in times if t is not None]
+                assert given == sorted(given), (kernel, base, dim, times)
+                checked += len(given) > 1
+    assert checked >= 60  # most kernels, dims and points quote times there

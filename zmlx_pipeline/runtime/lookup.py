@@ -613,34 +613,6 @@ def _num(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else str(value)
 
 
-def _rep_shape(k: _Kernel, table: _Table, r: "Ranked", values: tuple[int, ...]) -> dict[str, int] | None:
-    """The shape an entry's time was predicted at: the measured shape, the bucket's published one, or the
-    power-of-two point of a between entry."""
-    if table.measured.get(values) is r.entry:
-        return dict(zip(k.dims, values))
-    if table.buckets.get(r.bucket_key) is r.entry:
-        return k.bucket_shapes.get(",".join(str(e) for e in r.bucket_key))
-    return {d: 1 << e for d, e in zip(k.dims, r.bucket_key)}
-
-
-def _in_range_time(k: _Kernel, table: _Table, shape: Mapping[str, int]) -> tuple[float | None, dict | None]:
-    """(time, shape) of the entry inside the measured range nearest `shape`: at `shape` clamped into the range, its
-    measured entry, else its bucket's (a published bucket, else the model's ranking at the bucket's power-of-two
-    point) when that bucket's shape lies in the range; (None, None) when there is none."""
-    near = {d: min(max(v, k.ranges[d][0]), k.ranges[d][1]) if d in k.ranges else v for d, v in shape.items()}
-    values = tuple(near[d] for d in k.dims)
-    entry = table.measured.get(values)
-    if entry is not None:
-        return entry["time_us"], near
-    key = bucket_of(values)
-    entry, rep = table.buckets.get(key), k.bucket_shapes.get(",".join(str(e) for e in key))
-    if entry is None or rep is None:  # no published bucket there: the model's ranking at its power-of-two point
-        entry, rep = table.between.get(key), {d: 1 << e for d, e in zip(k.dims, key)}
-    if entry is None or _outside(k, rep):
-        return None, None
-    return entry["time_us"], rep
-
-
 def _moved_by_work(bundle: Bundle, k: _Kernel, device: str, dtype: str, time_us: float | None,
                    rep: Mapping[str, int] | None, shape: Mapping[str, int]) -> float | None:
     """A time predicted at `rep` moved to `shape` by the roofline bound of each on this chip (None without work terms)."""
@@ -826,13 +798,11 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
         note += limited
     outside = _outside(k, shape_map)
     if outside and time_us is not None and evidence != "measured":
-        rep = _rep_shape(k, table, r, values)
-        near_time, near = _in_range_time(k, table, shape_map)
-        if near_time is not None:  # the range's edge at this shape's other dims, not a bucket of another size of them
-            time_us, rep = near_time, near
-        elif rep is not None and _outside(k, rep):  # the entry's time is the time model's guess beyond the range
-            time_us, rep = None, None
-        time_us = _moved_by_work(bundle, k, device_id, dtype_name, time_us, rep, shape_map)
+        # the time this lookup quotes at the nearest point inside the range (the shape clamped into it), moved by
+        # the work: never a bucket's of another size of the other dims, nor the time model's guess beyond the range
+        near = {d: min(max(v, k.ranges[d][0]), k.ranges[d][1]) if d in k.ranges else v for d, v in shape_map.items()}
+        edge = _resolve(kernel, near, dtype, device, named, state).predicted_us
+        time_us = _moved_by_work(bundle, k, device_id, dtype_name, edge, near, shape_map) if edge else None
     if outside:
         spans = ", ".join(f"{d} {k.ranges[d][0]}-{k.ranges[d][1]}" for d in outside)
         note += (f"outside the measured range ({spans}): "
