@@ -180,13 +180,40 @@ def test_where_the_training_devices_agree_their_winner_leads_only_on_thin_eviden
     np.testing.assert_array_equal(ample.score(test), plain.score(test))
 
 
+def test_from_one_training_device_its_fastest_leads_and_the_top_k_is_hedged_as_on_thin_evidence(
+        many_shapes, misleading_rank):
+    """One measured device (a single Kernel Tuner file): no inner fold, no evidence at all. For a new device its
+    measured fastest leads every case it measured, however the models rank (the shared one is made to put the
+    slowest first here), and the config it measured fastest most often is among the top 2 of a shape it did not."""
+    frame = many_shapes.frame.filter(pl.col("device_id").is_in(DEVICES[:2]))
+    train = frame.filter((pl.col("device_id") == DEVICES[0]) & (pl.col("shape_key") != frame["shape_key"][0]))
+    test = frame.filter(pl.col("device_id") == DEVICES[1])
+    ranker = make_ranker(many_shapes, "unseen_unanimous")
+    ranker.only = "unseen"
+    ranker.fit(train)
+    assert ranker.policy_unseen == {"mode": "model", "baseline": None, "hedges": ["most_common_best"],
+                                    "design": "blend", "evidence": "thin", "inner": {"cases": 0}}
+    regrets = case_regrets(test, ranker.score(test), ks=(1, 2))
+    measured = regrets["shape_key"].is_in(train["shape_key"].unique().to_list())
+    assert regrets.filter(measured)["r1"].to_list() == [1.0] * 7  # TG 24, fastest on every device
+    assert regrets.filter(~measured)["r2"].to_list() == [1.0]  # the fleet-wide winner, hedged in at rank 2
+    hedged = make_ranker(many_shapes, "unseen_hedged")
+    hedged.only = "unseen"
+    assert (case_regrets(test, hedged.fit(train).score(test), ks=(1,))["r1"] > 1.0).all()  # without the rule
+
+
 def test_devices_that_disagree_have_no_winner(one_shape):
     frame = one_shape.frame
     flipped = frame.with_columns(  # one device now finds TG 32 fastest
         pl.when((pl.col("device_id") == DEVICES[0]) & (pl.col("cfg_TG") == 32)).then(0.1)
         .otherwise(pl.col("median_us")).alias("median_us"))
     assert unanimous_winners(flipped).is_empty()
-    assert unanimous_winners(frame.filter(pl.col("device_id") == DEVICES[0])).is_empty()  # one device is no fleet
+    # one device alone: its own fastest per case (no model fitted on its rows can tell another device from it)
+    alone = frame.filter(pl.col("device_id") == DEVICES[0])
+    fastest = alone.sort("median_us").group_by(["dtype", "shape_key"]).agg(pl.col("config_key").first())
+    assert unanimous_winners(alone).rows() == fastest.select("dtype", "shape_key", "config_key").sort(
+        ["dtype", "shape_key"]).rows()
+    assert not unanimous_winners(flipped.filter(pl.col("device_id") == DEVICES[0])).is_empty()
     assert unanimous_winners(frame).height == 1
 
 

@@ -18,7 +18,8 @@ k interleaves), except where the inner folds hold fewer than `thin_cases` cases:
 interleaves the lead with the `thin_hedges` baselines a priori (the fleet-wide winners), since a
 choice made on a dozen cases is noise, and, with `unanimous`, a config that was the fastest on every
 training device that measured the case's shape and dtype (two at least) goes first: where the whole
-measured fleet agrees, no model is needed. The ensemble's weights are still chosen there; with `settled` they
+measured fleet agrees, no model is needed. Where one device is all the training rows hold, its fastest goes first:
+no device feature varies in them, so no model fitted on them can rank another device differently. The ensemble's weights are still chosen there; with `settled` they
 are not (equal weights, no inner fit), which lost two of 26 thin settings to a baseline and is not the default.
 notes/ranker-selection.md compares the variants.
 """
@@ -57,12 +58,15 @@ def case_ranks(frame: pl.DataFrame, scores: np.ndarray) -> np.ndarray:
 
 def unanimous_winners(train: pl.DataFrame) -> pl.DataFrame:
     """Per (dtype, shape_key) measured on two training devices or more, the config that was the fastest on every one
-    of them (cases where the devices disagree are left out); ties within a device go to the lower config_key."""
+    of them (cases where the devices disagree are left out); ties within a device go to the lower config_key. Where
+    the training rows hold one device, its fastest per case: a model fitted on one device's rows sees no device
+    feature vary, so it can tell no other device from it, and that device's measurement beats its fit of them."""
     best = (train.sort(["median_us", "config_key"]).group_by(["device_id", "dtype", "shape_key"], maintain_order=True)
             .agg(pl.col("config_key").first()))
     agree = best.group_by(["dtype", "shape_key"]).agg(pl.col("config_key").n_unique().alias("_u"),
                                                       pl.col("config_key").first(), pl.len().alias("_n"))
-    return agree.filter((pl.col("_u") == 1) & (pl.col("_n") >= 2)).select("dtype", "shape_key", "config_key").sort(
+    least = 1 if train["device_id"].n_unique() == 1 else 2
+    return agree.filter((pl.col("_u") == 1) & (pl.col("_n") >= least)).select("dtype", "shape_key", "config_key").sort(
         ["dtype", "shape_key"])
 
 
@@ -145,8 +149,8 @@ class TransferRankRanker(CVEnsembleRanker):
 
     def _select(self, train: pl.DataFrame, split: str) -> tuple[list[float], bool, float | None, dict]:
         """CVEnsembleRanker's selection (its inner folds score the rank member too: `_names`); for the devices
-        split `_guard_policy` below also chooses the design. A single training device (no inner fold) or no
-        guard baseline leaves the default design and no hedges. With `settled`, inner folds of fewer than
+        split `_guard_policy` below also chooses the design. No guard baseline leaves the default design and no
+        hedges; a single training device (no inner fold) is thin evidence (the a priori policy, with `thin_cases`). With `settled`, inner folds of fewer than
         `thin_cases` cases choose nothing, the ensemble's weights included: equal weights, no hedging of its
         own, the a priori policy, and no inner fit is made."""
         if split == "devices" and self.settled and self.thin_cases:
@@ -156,9 +160,12 @@ class TransferRankRanker(CVEnsembleRanker):
                     self._thin_policy({"cases": cases})
         self._selecting = split
         try:
-            return super()._select(train, split)
+            weights, hedge, loss, policy = super()._select(train, split)
         finally:
             self._selecting = None
+        if split == "devices" and self.thin_cases and loss is None:  # no inner fold (one training device): the
+            policy = self._thin_policy({"cases": 0})  # thinnest evidence of all, hedged a priori as thin evidence is
+        return weights, hedge, loss, policy
 
     def _guard_policy(self, per_fold, ranks, model_k, base_k, first, last) -> dict:
         """The design, then the lead and hedges of the guard for it (or, on thin evidence, the a priori ones).
