@@ -478,3 +478,20 @@ def test_past_the_measured_range_a_larger_shape_is_never_predicted_faster(device
                 assert given == sorted(given), (kernel, base, dim, times)
                 checked += len(given) > 1
     assert checked >= 60  # most kernels, dims and points quote times there
+
+
+def test_a_bucket_whose_shape_was_measured_with_its_pick_is_timed_from_that_measurement():
+    """matmul's float16 bucket 2^11 x 2^12 x 2^12 on the H200 publishes the time model's 1027 us, while its own shape,
+    2048 x 4096 x 4096, measured 150.4 us with the same config: M=2047 is that measurement moved by the work."""
+    from zmlx_pipeline.kernels.registry import get_kernel
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+    bundle = load_bundle(DEFAULT_BUNDLE_DIR, strict=True)
+    table = bundle.json(bundle.tables["nvidia-h200"])["kernels"]["matmul"]["float16"]
+    assert table["buckets"]["11,12,12"]["time_us"] > 5 * table["measured"]["2048,4096,4096"]["time_us"]
+    at = predicted_config("matmul", {"M": 2048, "N": 4096, "K": 4096}, "float16", device="nvidia-h200")
+    near = predicted_config("matmul", {"M": 2047, "N": 4096, "K": 4096}, "float16", device="nvidia-h200")
+    assert at.evidence == "measured" and near.evidence == "predicted" and near.config == at.config
+    spec = get_kernel("matmul")
+    work = spec.flops({"M": 2047, "N": 4096, "K": 4096}) / spec.flops({"M": 2048, "N": 4096, "K": 4096})
+    assert near.predicted_us == pytest.approx(at.predicted_us * work, rel=2e-3)

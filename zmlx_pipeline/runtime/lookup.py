@@ -613,6 +613,20 @@ def _num(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else str(value)
 
 
+def _anchored_time(bundle: Bundle, k: _Kernel, table: _Table, r: "Ranked", device: str, dtype: str,
+                   shape: Mapping[str, int], time_us: float) -> float:
+    """A published bucket's time, or its shape's measurement when that shape was measured with the same best config
+    (the time model's guess can be far from it: matmul's 2048x4096x4096 bucket), moved to `shape` by the work."""
+    if table.buckets.get(r.bucket_key) is not r.entry:
+        return time_us
+    rep = k.bucket_shapes.get(",".join(str(e) for e in r.bucket_key))
+    measured = table.measured.get(tuple(rep.get(d) for d in k.dims)) if isinstance(rep, dict) else None
+    if measured is None or measured.get("best") != r.entry.get("best") or not measured.get("time_us"):
+        return time_us
+    moved = _moved_by_work(bundle, k, device, dtype, measured["time_us"], rep, shape)
+    return moved if moved else measured["time_us"]
+
+
 def _moved_by_work(bundle: Bundle, k: _Kernel, device: str, dtype: str, time_us: float | None,
                    rep: Mapping[str, int] | None, shape: Mapping[str, int]) -> float | None:
     """A time predicted at `rep` moved to `shape` by the roofline bound of each on this chip (None without work terms)."""
@@ -779,6 +793,8 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
     dropped = r.from_overall or ranked[0] != k.configs[r.entry["best"]]  # the entry's time is another config's
     if dropped:
         time_us = None
+    elif evidence != "measured" and time_us is not None:
+        time_us = _anchored_time(bundle, k, table, r, device_id, dtype_name, shape_map, time_us)
     if evidence != "measured" and device_id not in k.trained:
         evidence, source, basis, why = _travel(bundle, k, device_id, {**r.entry, "evidence": evidence})
         if bundle.schema_version < 2:
