@@ -495,3 +495,56 @@ def test_a_bucket_whose_shape_was_measured_with_its_pick_is_timed_from_that_meas
     spec = get_kernel("matmul")
     work = spec.flops({"M": 2047, "N": 4096, "K": 4096}) / spec.flops({"M": 2048, "N": 4096, "K": 4096})
     assert near.predicted_us == pytest.approx(at.predicted_us * work, rel=2e-3)
+
+
+@pytest.mark.parametrize("device", ["nvidia-h100-pcie", "nvidia-h200", "apple-m3-max-40c"])
+def test_below_the_measured_range_no_time_is_quoted_under_the_least_the_chip_was_quoted(device):
+    """Every built-in kernel of the shipped bundle, each dim pushed below its range's bottom: a quoted time is never
+    under the least time any kernel is quoted on the chip (a launch's fixed cost), where the work alone would quote
+    picoseconds; a shape whose moved time stays above it keeps it."""
+    import itertools
+    import math
+
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+    bundle = load_bundle(DEFAULT_BUNDLE_DIR, strict=True)
+    tables = bundle.json(bundle.tables[device])["kernels"]
+    least = min(e["time_us"] for per_dtype in tables.values() for t in per_dtype.values()
+                for part in ("measured", "buckets") for e in (t.get(part) or {}).values() if e.get("time_us"))
+    dropped = kept = 0
+    for kernel, meta in sorted(bundle.kernels.items()):
+        ranges = meta.get("measured_range") or {}
+        points = {d: sorted({lo, 1 << round(math.log2(lo * hi) / 2), hi}) for d, (lo, hi) in ranges.items()}
+        for dim, (lo, _hi) in ranges.items():
+            if lo < 2:
+                continue
+            others = [d for d in ranges if d != dim]
+            for values in itertools.product(*(points[d] for d in others)):
+                for value in (lo // 2, max(1, lo // 64)):
+                    p = predicted_config(kernel, {**dict(zip(others, values)), dim: value}, "float16", device=device)
+                    if p.config is None:
+                        continue
+                    assert dim in p.outside_range
+                    if p.predicted_us is None:
+                        dropped += "it would take less than the least time quoted for any kernel" in p.note
+                    else:
+                        assert p.predicted_us >= least * (1 - 1e-3), (kernel, dim, value, p.predicted_us)
+                        kept += 1
+    assert dropped >= 5 and kept >= 5  # both happen: tiny shapes lose their time, moderate ones keep it
+
+
+def test_a_matmul_below_the_range_keeps_its_moved_time_until_it_would_beat_a_launch():
+    from zmlx_pipeline.kernels.registry import get_kernel
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+    load_bundle(DEFAULT_BUNDLE_DIR, strict=True)
+    spec = get_kernel("matmul")
+    edge = predicted_config("matmul", {"M": 1, "N": 4096, "K": 4096}, "float16", device="nvidia-h200")
+    half = predicted_config("matmul", {"M": 1, "N": 2048, "K": 4096}, "float16", device="nvidia-h200")
+    assert edge.outside_range == () and half.outside_range == ("N",)
+    work = spec.bytes_moved({"M": 1, "N": 2048, "K": 4096}, 2) / spec.bytes_moved({"M": 1, "N": 4096, "K": 4096}, 2)
+    assert half.predicted_us == pytest.approx(edge.predicted_us * work, rel=2e-3)
+    tiny = predicted_config("matmul", {"M": 16, "N": 64, "K": 64}, "float16", device="nvidia-h200")
+    assert tiny.config is not None and tiny.predicted_us is None and tiny.outside_range == ("K", "N")
+    assert "no predicted time: moved by the work it would take less than the least time quoted for any kernel on " \
+           "nvidia-h200" in tiny.note

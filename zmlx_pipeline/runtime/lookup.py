@@ -154,13 +154,22 @@ class _Table:
     """One (device, kernel, dtype): measured shapes and model buckets, as ready answers; `between` holds the
     model's rankings at power-of-two points between the grid's buckets (only ever merged, never alone)."""
 
-    __slots__ = ("measured", "buckets", "bucket_keys", "between")
+    __slots__ = ("measured", "buckets", "bucket_keys", "between", "_floor")
 
     def __init__(self, measured: dict, buckets: dict, between: dict | None = None) -> None:
         self.measured = measured
         self.buckets = buckets
         self.bucket_keys = sorted(buckets)
         self.between = between or {}
+        self._floor: float | None = None
+
+    def floor_us(self) -> float | None:
+        """The least time the table quotes, measured or published (None when no entry has a time): over a chip's
+        tables, about what a launch costs there however little work it is given."""
+        if self._floor is None:
+            times = [e.get("time_us") for part in (self.measured, self.buckets) for e in part.values()]
+            self._floor = min((t for t in times if isinstance(t, (int, float)) and t > 0), default=0.0)
+        return self._floor or None
 
     def nearest(self, values: tuple[int, ...], n: int = 1,
                 weights: Sequence[float] | None = None) -> list[tuple[int, ...]]:
@@ -812,17 +821,25 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
         evidence = "predicted" if evidence == "measured" else evidence
         time_us, regret = None, None
         note += limited
-    outside = _outside(k, shape_map)
+    outside, under = _outside(k, shape_map), ""
     if outside and time_us is not None and evidence != "measured":
         # the time this lookup quotes at the nearest point inside the range (the shape clamped into it), moved by
         # the work: never a bucket's of another size of the other dims, nor the time model's guess beyond the range
         near = {d: min(max(v, k.ranges[d][0]), k.ranges[d][1]) if d in k.ranges else v for d, v in shape_map.items()}
         edge = _resolve(kernel, near, dtype, device, named, state).predicted_us
         time_us = _moved_by_work(bundle, k, device_id, dtype_name, edge, near, shape_map) if edge else None
+        floor = min((f for f in (t.floor_us() for t in tables.values()) if f is not None), default=None)
+        if time_us is not None and floor is not None and time_us < floor:
+            # a launch's fixed cost, which no shape this small was measured to show, rules below the least time any
+            # kernel is quoted on this chip: the work alone would quote picoseconds for a 1x1x1 matmul
+            time_us = None
+            under = (f"moved by the work it would take less than the least time quoted for any kernel on "
+                     f"{device_id} ({floor:.4g} us), a launch's fixed cost, which no shape this small measured. ")
     if outside:
         spans = ", ".join(f"{d} {k.ranges[d][0]}-{k.ranges[d][1]}" for d in outside)
         note += (f"outside the measured range ({spans}): "
-                 + ("time moved by the kernel's work. " if time_us is not None else "no predicted time. "))
+                 + ("time moved by the kernel's work. " if time_us is not None
+                    else f"no predicted time: {under}" if under else "no predicted time. "))
     cfg = dict(ranked[0])
     return Prediction(
         kernel, device_id, dtype_name, shape_map, dict(zip(k.dims, (1 << e if e >= 0 else 1 for e in bucket_key))),
