@@ -153,3 +153,15 @@ def test_a_measured_core_limit_and_its_chip_are_publish_devices(measured_limit_s
     with Store(measured_limit_store) as store:
         assert resolve_devices(store, ["nvidia-h100-sxm@32sm", "nvidia-h100-sxm"]) == ["nvidia-h100-sxm@32sm",
                                                                                         "nvidia-h100-sxm"]
+
+
+# -- train / evaluate --jobs -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", [["train"], ["evaluate", "--split", "shapes"]])
+@pytest.mark.parametrize("jobs", ["65", "9223372036854775807", "99999999999999999999", "0"])
+def test_a_worker_count_past_what_a_pool_can_start_is_a_usage_error(tmp_path, monkeypatch, command, jobs):
+    """A count C cannot hold overflowed in the pool (a traceback), and any other started that many processes."""
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, [*command, "--db", str(tmp_path / "s.duckdb"), "-j", jobs], code=2)
+    assert "Invalid value for '--jobs' / '-j'" in line and "1<=x<=64" in line
+    assert not (tmp_path / "s.duckdb").exists()

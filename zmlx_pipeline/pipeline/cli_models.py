@@ -40,7 +40,7 @@ def _fmt(value) -> str | None:
               help="Model variant(s) to score (default: the default model, reported as method \"model\").")
 @click.option("--k", "ks", multiple=True, type=WholeRange(1, MAX_PRUNE_K),
               help=f"k of regret@k, 1 to {MAX_PRUNE_K} (default: 1, 3, 5).")
-@click.option("--jobs", "-j", type=WholeRange(1), default=None,
+@click.option("--jobs", "-j", type=WholeRange(1, 64), default=None,
               help="Worker processes for the folds (default: one per CPU; 1: none). Results do not depend on it.")
 @click.option("--protocol", type=click.Choice(["nested", "fixed"]), default="nested", show_default=True,
               help="nested: every choice of the model (weights, hedging, fallback) is made inside each fold's "
@@ -128,7 +128,7 @@ def _band_line(noise: dict) -> str:
 @click.option("--model", "model_name", default=None, help="Model variant (default: the default model).")
 @click.option("--models-dir", type=GivenPath(file_okay=False, path_type=Path), default=None,
               help="Where model files go (default: models/ next to the store).")
-@click.option("--jobs", "-j", type=WholeRange(1), default=None,
+@click.option("--jobs", "-j", type=WholeRange(1, 64), default=None,
               help="Worker processes for the fits and held-out folds (default: one per CPU; 1: none).")
 @output_options
 def train(db, kernel_names, device_ids, model_name, models_dir, jobs, as_json) -> None:
