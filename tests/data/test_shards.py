@@ -368,6 +368,17 @@ BAD_ROWS = {
     "repeat of -1": ("""'[{"run_id":"r","median_us":-1,"measured_at":"2026-01-01 00:00:00"}]' AS repeats""", "TRUE",
                      "a repeat needs a finite positive median_us, not -1"),
     "repeats not json": ("'not json' AS repeats", "_n = 4", "repeats is not a JSON list"),
+    "repeat in the future": ("""'[{"run_id":"r","median_us":1.5,"measured_at":"2999-01-01 00:00:00"}]' AS repeats""",
+                             "TRUE", "a repeat's measured_at 2999-01-01 00:00:00 is in the future"),
+    "repeat of 1990": ("""'[{"run_id":"r","median_us":1.5,"measured_at":"1990-01-01 00:00:00"}]' AS repeats""", "TRUE",
+                       "a repeat's measured_at 1990-01-01 00:00:00 is before 2000-01-01"),
+    "repeat of 1e300 us": ("""'[{"run_id":"r","median_us":1e300,"measured_at":"2026-01-01 00:00:00"}]' AS repeats""",
+                           "status = 'ok'", "a repeat's median_us 1e+300 is more than 1000x from the row's"),
+    "repeat of a millionth": ("""'[{"run_id":"r","median_us":1e-9,"measured_at":"2026-01-01 00:00:00"}]' AS repeats""",
+                              "status = 'ok'", "a repeat's median_us 1e-09 is more than 1000x from the row's"),
+    "repeat of the row's own run": (
+        """'[{"run_id":"' || run_id || '","median_us":1.5,"measured_at":"2026-01-01 00:00:00"}]' AS repeats""",
+        "TRUE", "is the row's own run: a repeat is the key timed again in another run"),
     # the device's figures and JSON, which every later step reads
     "device reported not json": ("'not json{' AS device_reported", "TRUE", "device_reported must be a JSON object"),
     "device reported nested too deep": (f"'{'[' * 100000}' AS device_reported", "TRUE",

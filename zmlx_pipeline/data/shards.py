@@ -37,6 +37,8 @@ from zmlx_pipeline.data.records import (
     shortened,
 )
 from zmlx_pipeline.data.store import (
+    FUTURE_SKEW,
+    MEASURED_FLOOR,
     SHARD_COLUMNS,
     SHARD_REQUIRED,
     BadShard,
@@ -185,21 +187,40 @@ def _out_of_spread(table: pa.Table) -> pa.Array:
     return pc.and_(pc.and_(pc.and_(*usable[:2]), usable[2]), pc.or_(pc.less(median, p10), pc.greater(median, p90)))
 
 
-def _repeats(text: Any) -> str | None:
-    """Why a row's repeats (a JSON list of {run_id, median_us, measured_at}, as export writes them) are unusable."""
+#: how far a repeat's median may lie from its row's, either way: the same config timed again on the same chip
+#: differs by its noise (a few percent, 2x at the noisiest), never by three orders of magnitude
+REPEAT_RATIO = 1000.0
+
+
+def _repeats(text: Any, run_id: Any = None, median_us: Any = None) -> str | None:
+    """Why a row's repeats (a JSON list of {run_id, median_us, measured_at}, as export writes them) are unusable: a
+    repeat is another run's timing of the row's key, stamped as rows are (from 2000 to now), and near its median."""
     if text is None:
         return None
     repeats = _json(text)
     if not isinstance(repeats, list):
         return f"repeats is not a JSON list: {text!r:.200}"
+    latest = datetime.now(timezone.utc).replace(tzinfo=None) + FUTURE_SKEW
     for rep in repeats:
         named = isinstance(rep, dict) and name_problem("run_id", rep.get("run_id")) is None
         if not named or not isinstance(rep.get("measured_at"), str):
             return f"a repeat is not an object of run_id, median_us and measured_at: {rep!r:.200}"
-        if not _timestamp(rep["measured_at"]):
+        when = _timestamp(rep["measured_at"])
+        if when is None:
             return f"a repeat's measured_at is not a timestamp: {rep['measured_at']!r:.60}"
+        if when < datetime.fromisoformat(MEASURED_FLOOR):
+            return (f"a repeat's measured_at {rep['measured_at']:.40} is before {MEASURED_FLOOR}, earlier than any "
+                    "timing this tool made")
+        if when > latest:
+            return f"a repeat's measured_at {rep['measured_at']:.40} is in the future"
         if not _finite(rep.get("median_us")) or rep["median_us"] <= 0:
             return f"a repeat needs a finite positive median_us, not {rep.get('median_us')!r}"
+        if rep["run_id"] == run_id:
+            return (f"a repeat's run_id {shortened(run_id)} is the row's own run: a repeat is the key timed again "
+                    "in another run")
+        if _finite(median_us) and median_us > 0 and not 1 / REPEAT_RATIO <= rep["median_us"] / median_us <= REPEAT_RATIO:
+            return (f"a repeat's median_us {rep['median_us']!r} is more than {REPEAT_RATIO:g}x from the row's "
+                    f"{median_us!r}: no timing of the same config on the same chip differs that much")
     return None
 
 
@@ -222,12 +243,13 @@ def _kernel(kernel: Any) -> str | None:
     return None
 
 
-def _timestamp(text: str) -> bool:
+def _timestamp(text: str) -> datetime | None:
+    """The naive UTC time a text stamps (None when it is no ISO timestamp); an offset is taken into UTC."""
     try:
-        datetime.fromisoformat(text)
+        when = datetime.fromisoformat(text)
     except ValueError:
-        return False
-    return True
+        return None
+    return when.astimezone(timezone.utc).replace(tzinfo=None) if when.tzinfo else when
 
 
 def _builtin(kernel: Any, shape: Any, config: Any) -> str | None:
@@ -350,7 +372,7 @@ _CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
     (("dtype",), _dtype),
     (("shape",), _shape),
     (("config",), _config),
-    (("repeats",), _repeats),
+    (("repeats", "run_id", "median_us"), _repeats),
     (("kernel", "shape", "config"), _builtin),
     (("kernel", "status", "dtype", "shape", "config", *_LIMIT_COLUMNS.values()), _legal),
     ((*_DEVICE_NUMBERS, *_DEVICE_OBJECTS), _device),
