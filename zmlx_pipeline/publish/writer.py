@@ -114,6 +114,19 @@ def _bundle_manifest(directory: Path) -> bool:
     return isinstance(manifest, dict) and manifest.get("schema") == BUNDLE_SCHEMA
 
 
+def published_place(path: str | os.PathLike) -> str | None:
+    """Why other files must not be written at `path` (a directory, or the folder of a file to write): it is a published
+    bundle or lies inside one (the bundle would no longer be what its manifest hashed), or it is a publish directory
+    (`latest` and its versions: every later publish would refuse the directory); None where neither holds."""
+    root = Path(path)
+    inside = next((p for p in (root, *root.parents) if _bundle_manifest(p)), None)
+    if inside is not None:
+        return f"{inside} is a published bundle" if inside == root else f"it is inside the published bundle {inside}"
+    if (root / LATEST).is_file() and _latest_problem(root) is None:
+        return f"{root} is a publish directory (its {LATEST} names the newest bundle there)"
+    return None
+
+
 def _check_links(root: Path) -> None:
     """Refuse a publish path through a symlink that leads nowhere (a loop, or a link to nothing): creating the
     directory would fail with a bare "File exists"."""
