@@ -25,6 +25,10 @@ def digest(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def _positional_cfg(x, w, cfg, /):
+    return cfg
+
+
 def _profile():
     return rt.get_device_profile("M3", "Max")
 
@@ -160,6 +164,13 @@ CASES = [  # (what, call, the runtime's error class)
     ("autotune refusals int", lambda: rt.autotune("rmsnorm", refusals=5), rt.BadArgumentType),
     ("autotune device int", lambda: rt.autotune("rmsnorm", device=5), rt.BadArgumentType),
     ("autotune config_arg int", lambda: rt.autotune("rmsnorm", config_arg=5), rt.BadArgumentType),
+    ("autotune config_arg empty", lambda: rt.autotune("rmsnorm", config_arg=""), rt.BadArgumentType),
+    ("autotune config_arg not a name", lambda: rt.autotune("rmsnorm", config_arg="my config"), rt.BadArgumentType),
+    ("autotune config_arg a keyword", lambda: rt.autotune("rmsnorm", config_arg="lambda"), rt.BadArgumentType),
+    ("autotune config_arg the function lacks",
+     lambda: rt.autotune("rmsnorm", config_arg="cfg")(lambda x, w, config=None: config), rt.AutotuneError),
+    ("autotune config_arg only positional",
+     lambda: rt.autotune("rmsnorm", config_arg="cfg")(_positional_cfg), rt.AutotuneError),
     ("autotune shape int", lambda: rt.autotune("rmsnorm", shape=5), rt.BadArgumentType),
     ("autotune threadgroups str", lambda: rt.autotune("rmsnorm", threadgroups="ab"), rt.BadArgumentType),
     ("autotune decorating an int", lambda: rt.autotune("rmsnorm")(5), rt.BadArgumentType),
@@ -421,3 +432,9 @@ def test_a_kernel_path_tune_cannot_use_says_why_in_one_line(monkeypatch):
         with pytest.raises(rt.UnknownKernelError) as info:
             _tune(kernel=kernel)
         assert says in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("fn", [lambda x, w, cfg=None: cfg, lambda x, w, *, cfg=None: cfg, lambda x, w, **kw: kw])
+def test_a_config_arg_the_function_takes_by_keyword_is_accepted(fn):
+    tuned = rt.autotune("rmsnorm", config_arg="cfg")(fn)
+    assert tuned.config_arg == "cfg"

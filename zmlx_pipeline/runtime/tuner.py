@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import keyword
 import math
 import numbers
 import operator
@@ -274,6 +275,23 @@ def _optional(name: str, value: Any, kinds: tuple[type, ...] | None, what: str) 
         raise BadArgumentType(f"{name} must be {what} or None, not {type(value).__name__} ({value!r:.60})")
 
 
+def _check_takes(fn: Callable, name: str) -> None:
+    """AutotuneError, when the function is decorated, for a config_arg the function cannot take as a keyword (it
+    used to be a bare TypeError at its first call); a function whose signature cannot be read is taken on trust."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    if name not in params or params[name].kind not in kinds:
+        raise AutotuneError(f"{getattr(fn, '__name__', 'the function')} takes no keyword argument {name!r}, which "
+                            "config_arg names: give config_arg the name of its config (or threadgroup) parameter")
+
+
 def _check_options(*, warmup: Any = 3, iters: Any = 10, k: Any = None, configs: Any = None, threadgroups: Any = None,
                    device: Any = None, cache_path: Any = None, measure: Any = None, precompile: Any = None,
                    timer: Any = "chain", shape: Any = None, dtype: Any = None, config_arg: Any = None,
@@ -290,6 +308,9 @@ def _check_options(*, warmup: Any = 3, iters: Any = 10, k: Any = None, configs: 
         _optional(name, value, None, "a function")
     _optional("device", device, (str,), "a device id")
     _optional("config_arg", config_arg, (str,), "a keyword name")
+    if config_arg is not None and (not config_arg.isidentifier() or keyword.iskeyword(config_arg)):
+        raise BadArgumentType(f"config_arg must name a keyword argument of the function, such as 'config'; got "
+                              f"{config_arg!r:.60}")
     _optional("cache_path", cache_path, (str, os.PathLike), "a file path")
     if cache_path is not None:
         cache_file.checked_path(cache_path)
@@ -798,6 +819,8 @@ class AutotunedKernel:
         self.warmup, self.iters, self.device_aware, self.k = warmup, iters, device_aware, k
         self.shape_fn, self.dtype_fn, self.configs = shape, dtype, configs
         self.config_arg = config_arg
+        if config_arg is not None:
+            _check_takes(fn, config_arg)
         self.measure, self.cache_path, self.device = measure, cache_path, device
         self.threadgroups = threadgroups
         self.refusals = tuple(refusals)
