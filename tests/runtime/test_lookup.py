@@ -119,13 +119,18 @@ def test_an_unknown_dtype_is_an_error_that_lists_the_known_ones(toy, dtype):
         predicted_config("toy_scale", {"rows": 64, "cols": 4096}, dtype, device="nvidia-h200")
 
 
-def test_an_unknown_named_device_is_refused_and_a_missing_table_falls_back_to_the_catalog_default(toy):
-    from zmlx_pipeline.runtime import UnknownDeviceError
+def test_an_unknown_named_device_is_refused_and_so_is_a_dtype_the_kernel_was_never_measured_in(toy):
+    """toy_scale is no built-in kernel, and was measured in float16 alone: the bundle holds no float32 table of it
+    for any device, so a float32 lookup is an error, never the catalog default of a kernel that may not exist so."""
+    from zmlx_pipeline.runtime import UnknownDeviceError, UnknownDtypeError
 
     with pytest.raises(UnknownDeviceError, match="^unknown device 'my-own-gpu': neither a catalog id"):
         predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="my-own-gpu")
-    t = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float32", device="nvidia-h200")
-    assert t.evidence == "default" and "no float32 table" in t.note
+    assert toy.kernels["toy_scale"]["dtypes"] == ["float16"]
+    with pytest.raises(UnknownDtypeError, match=r"^kernel 'toy_scale' has no float32 tables in bundle \S+: it was "
+                                                r"measured in float16 only$"):
+        predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float32", device="nvidia-h200")
+    assert predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h200").config
 
 
 def test_a_core_limit_no_table_holds_takes_its_chips_ranking_but_claims_neither_its_time_nor_its_regret(toy):
@@ -548,3 +553,18 @@ def test_a_matmul_below_the_range_keeps_its_moved_time_until_it_would_beat_a_lau
     assert tiny.config is not None and tiny.predicted_us is None and tiny.outside_range == ("K", "N")
     assert "no predicted time: moved by the work it would take less than the least time quoted for any kernel on " \
            "nvidia-h200" in tiny.note
+
+
+def test_a_default_answer_of_a_kernel_without_a_threadgroup_parameter_says_what_it_chose(toy):
+    """Kernel Tuner kernels name no threadgroup parameter: the default is the first legal config of the kernel's
+    ranking, and the note says so rather than claiming the config nearest the catalog's threadgroup."""
+    from zmlx_pipeline.runtime.lookup import _default, _Kernel
+
+    meta = {**toy.kernels["toy_scale"], "threadgroup_param": None}
+    k = _Kernel("toy_scale", meta)
+    p = _default(toy, "toy_scale", k, "nvidia-h200", "float16", {"rows": 64, "cols": 4096}, "no table here")
+    assert p.note == "no table here: the first legal config of the kernel's ranking"
+    assert p.config == dict(k.configs[k.order[0]]) and p.threadgroup is None
+    named = _default(toy, "toy_scale", _Kernel("toy_scale", toy.kernels["toy_scale"]), "nvidia-h200", "float16",
+                     {"rows": 64, "cols": 4096}, "no table here")
+    assert named.note.startswith("no table here: the config nearest ")

@@ -186,7 +186,8 @@ class _Kernel:
     """A kernel's metadata from kernels.json, with its configs as item tuples and constraints compiled."""
 
     __slots__ = ("name", "dims", "configs", "tg_param", "order", "prune_k", "constraints", "regret", "version",
-                 "trained", "dim_weights", "_constraints_text", "transfer", "work", "ranges", "bucket_shapes", "known")
+                 "trained", "dim_weights", "_constraints_text", "transfer", "work", "ranges", "bucket_shapes", "known",
+                 "dtypes")
 
     def __init__(self, name: str, meta: dict) -> None:
         self.name = name
@@ -198,6 +199,8 @@ class _Kernel:
         self.regret = meta.get("expected_regret") or {}
         self.version = meta.get("version")
         self.trained = frozenset(meta.get("trained_devices") or ())
+        #: the dtypes the bundle has tables of for this kernel (None: a bundle that does not say)
+        self.dtypes: tuple[str, ...] | None = tuple(meta["dtypes"]) if meta.get("dtypes") else None
         weights = meta.get("dim_weights") or {}
         self.dim_weights = tuple(float(weights.get(d, 1.0)) for d in self.dims) if weights else None
         self._constraints_text = list(meta.get("constraints") or ())
@@ -485,8 +488,9 @@ def _default(bundle: Bundle | None, kernel: str, k: _Kernel | None, device: str 
     if k.tg_param:
         legal.sort(key=lambda items: abs(math.log2(max(1, dict(items).get(k.tg_param, tg))) - math.log2(tg)))
     cfg = dict(legal[0])
+    chosen = f"the config nearest {source} ({tg})" if k.tg_param else "the first legal config of the kernel's ranking"
     return Prediction(kernel, device, dtype, shape, None, legal[: max(k.prune_k, 1)], None, None, "default",
-                      f"{why}: the config nearest {source} ({tg})", cfg.get(k.tg_param) if k.tg_param else None,
+                      f"{why}: {chosen}", cfg.get(k.tg_param) if k.tg_param else None,
                       k.prune_k, bundle_id, k.version, _outside(k, shape))
 
 
@@ -732,6 +736,9 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
     k = _kernel(state, kernel) if bundle is not None else None
     if bundle is not None and k is None:
         raise UnknownKernelError(f"unknown kernel {shown(kernel)}: bundle {bundle.bundle_id} has {known(bundle.kernels)}")
+    if k is not None and k.dtypes is not None and dtype_name not in k.dtypes:
+        raise UnknownDtypeError(f"kernel {shown(kernel)} has no {dtype_name} tables in bundle {bundle.bundle_id}: "
+                                f"it was measured in {known(k.dtypes)} only")
     shape_map = _shape_dict(k, shape)
     if device is None:
         device_id, why_not, from_env = current_device()
