@@ -77,3 +77,19 @@ def test_a_limit_is_answered_from_the_nearest_held_limit_when_the_whole_chip_has
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert (out["device"], out["evidence"], out["config"]) == ("nvidia-h100-sxm@32sm", "predicted", pred.config)
+
+
+@pytest.mark.parametrize("device", ["nvidia-h100-sxm@20sm", "nvidia-h100-sxm@66sm", "nvidia-h100-sxm@80sm",
+                                    "nvidia-h100-sxm@100sm", "nvidia-h100-sxm@131sm"])
+def test_a_limit_nearer_the_whole_chip_than_any_table_is_answered_by_profiles_as_by_lookups(limits_only, device):
+    """The whole H100 has a profile (every catalog chip has one) but no table, only catalog defaults: a profile of a
+    limit nearer it in core count than to the measured @32sm comes from @32sm, as the lookup's answer does."""
+    load_bundle(limits_only, strict=True)
+    pred = predicted_config("rmsnorm", SHAPE, "float16", device=device)
+    prof = get_device_profile(device)
+    assert pred.device == "nvidia-h100-sxm@32sm"
+    assert (prof.answered_from, prof.evidence) == ("nvidia-h100-sxm@32sm", "predicted")
+    assert prof.default_threadgroup == get_device_profile("nvidia-h100-sxm@32sm").default_threadgroup
+    result = CliRunner().invoke(cli, ["profiles", "--device", device, "--bundle", str(limits_only), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["answered_from"] == "nvidia-h100-sxm@32sm"

@@ -191,7 +191,11 @@ def _limited_record(device_id: str, records: Mapping[str, dict]) -> dict | None:
         return None
     cores = int(limit[:-2])
     row = records.get(base) or catalog_row(base)
-    found = nearest_limit(records, base, device_id, row)
+    # the nearest of those with a lookup table, as lookups choose (a whole chip's profile of catalog defaults is no
+    # nearer evidence than a measured limit's), else the nearest profile
+    bundle = active_bundle()
+    tabled = [d for d in records if bundle is not None and d in bundle.tables]
+    found = nearest_limit(tabled, base, device_id, row) or nearest_limit(records, base, device_id, row)
     if found is None:
         if row is None:
             return None
