@@ -541,3 +541,23 @@ def test_body_matches_reference_in_cpu_emulation(name, shape, config, tmp_path):
             np.testing.assert_array_equal(o, r, err_msg=out_name)
         else:
             np.testing.assert_allclose(o, r, rtol=1e-4, atol=1e-5, err_msg=out_name)
+
+
+@pytest.mark.parametrize("device, legal", [("nvidia-t4", False), ("nvidia-v100-sxm2-32gb", False),
+                                           ("nvidia-gtx-1080-ti", False), ("nvidia-a100-sxm4-80gb", True),
+                                           ("nvidia-rtx-4090", True), ("nvidia-h100-sxm", True),
+                                           ("apple-m3-max-40c", True)])
+def test_matmul_runs_on_cuda_from_ampere_on(device, legal):
+    """Its CUDA body's cp.async copies and m16n8k16 MMAs exist from sm_80 on: an older NVIDIA GPU has no legal
+    config (and the shipped bundle's lookup says so), Metal and every newer GPU keep theirs."""
+    from zmlx_pipeline.data.catalog import get_device
+    from zmlx_pipeline.kernels.registry import get_kernel
+    from zmlx_pipeline.runtime import predicted_config
+
+    spec, shape = get_kernel("matmul"), {"M": 512, "N": 4096, "K": 4096}
+    limits = Limits.from_device_row(get_device(device).as_row())
+    assert bool(spec.legal_configs(shape, "bfloat16", limits)) is legal
+    p = predicted_config("matmul", shape, "bfloat16", device=device)
+    assert (p.config is not None) is legal
+    if not legal:
+        assert p.evidence == "none" and "cuda_arch == 0 or cuda_arch >= 80" in p.note

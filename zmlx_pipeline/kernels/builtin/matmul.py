@@ -166,6 +166,9 @@ CONSTRAINTS = (
     "TG <= max_threads",
     # the warp-level matrix ops assume 32-lane SIMD groups
     "simd_width == 32",
+    # on CUDA the body's cp.async copies and m16n8k16 MMAs (bf16 among them) exist from sm_80 (Ampere) on, its
+    # ldmatrix loads from sm_75: an older NVIDIA GPU (Turing, Volta, Pascal) cannot compile it
+    "cuda_arch == 0 or cuda_arch >= 80",
     # -- the warp-MMA path (WG == 0), on every device --
     "WG == 1 or (BM % (16 * WM) == 0 and BN % (16 * WN) == 0)",
     # accumulator registers: at most 16 tiles of 16x16 a warp (8 for float32, whose operands
