@@ -180,6 +180,14 @@ def test_names_come_repeated_or_comma_separated():
     assert split_names(("a,b", " c ", ",")) == ["a", "b", "c"]
 
 
+def test_a_name_given_twice_is_taken_once_in_the_order_first_given():
+    """`evaluate --model robust --model robust` printed every row twice."""
+    assert split_names(("robust", "robust,ensemble", " robust ")) == ["robust", "ensemble"]
+    result = CliRunner().invoke(cli, ["kernels", "-k", "rmsnorm", "-k", "softmax,rmsnorm", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [k["name"] for k in json.loads(result.output)] == ["rmsnorm", "softmax"]
+
+
 def test_an_unknown_kernel_through_the_real_cli_is_one_line(tmp_path):
     result = CliRunner().invoke(cli, ["kernels", "-k", "rmsnrom"])
     assert result.exit_code == 1

@@ -165,3 +165,11 @@ def test_a_worker_count_past_what_a_pool_can_start_is_a_usage_error(tmp_path, mo
     line = one_error_line(tmp_path, [*command, "--db", str(tmp_path / "s.duckdb"), "-j", jobs], code=2)
     assert "Invalid value for '--jobs' / '-j'" in line and "1<=x<=64" in line
     assert not (tmp_path / "s.duckdb").exists()
+
+
+@pytest.mark.parametrize("device", ["", " ", "\t"])
+def test_a_blank_lookup_device_is_a_usage_error_as_other_commands_device_is(tmp_path, monkeypatch, device):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, ["lookup", "rmsnorm", "--shape", "4096,4096", "--device", device], code=2)
+    assert line.startswith("Error: Invalid value for '--device': ") and "names no device" in line
+    assert line.endswith("(cli lookup --help)")

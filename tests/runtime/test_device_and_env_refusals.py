@@ -125,3 +125,13 @@ def test_the_lock_file_is_made_as_the_umask_leaves_it_like_the_cache_file(tmp_pa
     for lock in (tmp_path / "autotune_v3.json.lock", tmp_path / "other" / "autotune_v3.json.lock"):
         assert stat.S_IMODE(lock.stat().st_mode) == 0o664
     assert stat.S_IMODE((tmp_path / "autotune_v3.json").stat().st_mode) == 0o664
+
+
+@pytest.mark.parametrize("device", ["nvidia-h200@133sm", "nvidia-h200@99999999999999999999sm"])
+def test_a_core_limit_above_the_chips_count_names_the_largest_that_is_one(device):
+    """The largest core limit is one SM below the chip's count (all of them is the chip's own id, refused as such)."""
+    with pytest.raises(BadLookup) as exc:
+        predicted_config("rmsnorm", SHAPE, "float16", device=device)
+    assert str(exc.value) == (f"device {device!r}: nvidia-h200 has 132 cores, so a core limit is at most @131sm "
+                              "(all 132 is the chip itself: nvidia-h200)")
+    assert predicted_config("rmsnorm", SHAPE, "float16", device="nvidia-h200@131sm").config is not None

@@ -451,9 +451,10 @@ class GivenPath(click.Path):
 
 
 def split_names(values: tuple[str, ...]) -> list[str]:
-    """Accepts repeated options and comma-separated lists alike; an option given with no name in it (`-k ""`)
-    is a usage error, not "all": leaving the option out is how to ask for all."""
-    names = [v.strip() for item in values for v in item.split(",") if v.strip()]
+    """Accepts repeated options and comma-separated lists alike, each name once in the order first given (a model
+    named twice is scored once); an option given with no name in it (`-k ""`) is a usage error, not "all": leaving
+    the option out is how to ask for all."""
+    names = list(dict.fromkeys(v.strip() for item in values for v in item.split(",") if v.strip()))
     if values and not names:
         raise click.UsageError(f"{', '.join(map(repr, values))} names nothing: give a name, or leave the option out "
                                "for all")

@@ -119,12 +119,21 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
                                  "kernels", "devices_with_tables", "profiles", "entries", "files", "bytes")}, False)
 
 
+def _device_option(ctx, param, value):
+    """A blank --device is a usage error, as the other commands' --device is: leaving it out asks for this GPU."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(f"{value!r} names no device: give a device id such as nvidia-h200, or leave "
+                                 "--device out for this machine's GPU")
+    return value
+
+
 @click.command("lookup", cls=OneValueCommand)
 @click.argument("kernel")
 @click.option("--shape", "shape", required=True, callback=_shape_option, help="DIM=N,DIM=N (e.g. rows=4096,cols=4096), or the dims' values in order (e.g. 4096,4096); "
                    "whole numbers in digits 0-9.")
 @click.option("--dtype", default="float16", show_default=True, help="float16, bfloat16 or float32.")
-@click.option("--device", default=None, help="Catalog device id (default: this machine's GPU).")
+@click.option("--device", default=None, callback=_device_option,
+              help="Catalog device id (default: this machine's GPU).")
 @click.option("--bundle", "bundle_path", default=None, callback=bundle_location,
               help="Bundle directory, publish directory (its latest), file:// or http(s) URL "
                    "(default: $ZMLX_PIPELINE_BUNDLE, "
