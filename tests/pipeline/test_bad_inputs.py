@@ -221,6 +221,7 @@ ERRORS = [  # exit 1: the command refuses the input in one line that says why
     (("summary", "--kernel", "rmsnrom"), "no measurements of kernel 'rmsnrom'"),
     (("summary", "--db", "no-such.duckdb"), "no store at no-such.duckdb"),
     (("noise",), "no repeated timings"),
+    (("noise", "--json"), "no repeated timings"),  # as the table says it, not an empty list with exit 0
     (("noise", "--device", "nvidia-h2000"), "no measurements of device 'nvidia-h2000'"),
     (("run", "--data", "emptydata"), "no .parquet shard"),
     (("run", "--data", "data", "--bundle-dir", "plainfile/bundles"), "plainfile is a file"),

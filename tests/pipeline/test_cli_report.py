@@ -63,7 +63,8 @@ def test_report_on_the_smoke_shard(smoke_db, tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--split", "devices"], "Error: no held-out cases under --split devices: it needs two devices"),
+    (["--split", "devices"], "Error: no held-out cases under --split devices: it needs two devices that measured the "
+                             "same kernel (try --split shapes)"),
     (["--kernel", "nope"], "Error: no ok measurements of kernel(s) nope"),
     (["--model", "nope"], "Error: unknown model 'nope'"),
 ])

@@ -142,7 +142,7 @@ def test_errors_are_one_line_report_errors(tmp_path):
         fill_store(one, devices=("nvidia-rtx-a4000",))
         with pytest.raises(ReportError, match="no ok measurements of kernel"):
             build_report(one, tmp_path / "out", kernels=["nope"])
-        with pytest.raises(ReportError, match="no held-out cases under --split devices"):
+        with pytest.raises(ReportError, match=r"no held-out cases under --split devices: .* \(try --split shapes\)"):
             build_report(one, tmp_path / "out", split="devices")
         blocker = tmp_path / "a-file"
         blocker.write_text("")
@@ -367,3 +367,18 @@ def test_report_files_replace_a_link_of_their_name_never_writing_through_it(tmp_
         assert (out / link).is_file() and not (out / link).is_symlink()
     assert (out / "scores.json").read_text() == "{}\n"
     assert sorted(p.name for p in out.iterdir()) == sorted(["scores.json", REPORT_MARKER, "fig.png"])
+
+
+@pytest.mark.parametrize("split", ["devices", "shapes"])
+def test_a_store_of_one_shape_on_one_device_says_neither_split_has_cases(tmp_path, make_measurement, split):
+    """The other split has no cases either, so the message does not send the user there."""
+    from zmlx_pipeline.data.catalog import get_device
+
+    with Store(tmp_path / "one-shape.duckdb") as one:
+        one.upsert_device({**get_device("nvidia-rtx-a4000").as_row(), "device_id": "nvidia-rtx-a4000",
+                           "in_catalog": True})
+        one.record([make_measurement(device_id="nvidia-rtx-a4000", kernel="rowk", shape={"rows": 8, "cols": 1024},
+                                     config={"TG": tg}, median_us=float(tg)) for tg in (32, 64, 128)])
+        with pytest.raises(ReportError, match=rf"no held-out cases under --split {split}: .* \(neither split has any: "
+                                              r"measure more shapes or devices\)$"):
+            build_report(one, tmp_path / "out", split=split)

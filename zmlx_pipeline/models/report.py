@@ -319,8 +319,10 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
         if not any(plans.values()):
             need = "two devices that measured the same kernel" if public_split == "devices" \
                 else "a kernel measured at two or more shapes on one device"
-            raise ReportError(f"no held-out cases under --split {public_split}: it needs {need} "
-                              f"(try the other split)")
+            other = "shapes" if public_split == "devices" else "devices"
+            other_has = any(fold_plan(f, evaluation_split(other)) for f in features.values())
+            hint = f"try --split {other}" if other_has else "neither split has any: measure more shapes or devices"
+            raise ReportError(f"no held-out cases under --split {public_split}: it needs {need} ({hint})")
         recorded = ev.recorded_for(store, features, may, split_eval, PROTOCOL, model, CURVE_KS)
         pool.attach(features)
         done = _score_folds(pool, features, plans, split_eval, model, progress, started, recorded=set(recorded))

@@ -288,7 +288,7 @@ def noise(db, device, as_json) -> None:
     store = open_store(db, read_only=True)
     check_filters(store, device=device)
     rows = noise_summary(store, device=device)
-    if not rows and not as_json:
+    if not rows:  # with --json too, as `models` says it has nothing to list
         raise click.ClickException("no repeated timings in the store: run `zmlx-pipeline repeat` on the GPU first")
     if as_json:
         emit(rows, True)
