@@ -670,6 +670,17 @@ def test_damage_met_mid_command_is_the_stores_one_line(home, monkeypatch):
 
 # -- paths that cannot be what they are given as --------------------------------------------------------------
 
+@pytest.mark.parametrize("db", ["emptydir/x/..", "emptydir/x/y/../.."])
+def test_a_store_path_that_names_a_directory_by_dots_is_refused_before_anything_is_made(home, db):
+    """x/.. is the folder holding x: opening it used to make x first, then call the folder a damaged store."""
+    (home / "emptydir").mkdir()
+    result = run_cli(home, "ingest", "--db", db, str(SMALL_SHARD))
+    assert_one_line_error(result)
+    assert f"store path {db} names a directory, not a store file: pass a file (e.g. " in result.output
+    assert list((home / "emptydir").iterdir()) == []
+
+
+
 def test_a_store_path_that_is_a_directory_or_a_symlink_loop_says_so(home):
     (home / "loop_a").symlink_to(home / "loop_b")
     (home / "loop_b").symlink_to(home / "loop_a")

@@ -642,6 +642,11 @@ def _check_store_path(path: Path) -> None:
     if os.sep == "/" and "\\" in str(path):  # DuckDB opens x\y.duckdb as x/y.duckdb: not the file checked here
         raise StoreError(f"store path {path} holds a backslash, which DuckDB reads as a folder separator: write the "
                          "path with / (or name the file without \\) in --db or $ZMLX_PIPELINE_DB")
+    if str(path).rstrip("/").endswith(("/..", "/.")) or str(path).rstrip("/") in ("..", ".", "") \
+            or str(path).endswith("/"):
+        # a folder however it resolves (x/.. names the folder holding x, and opening it made x first)
+        raise StoreError(f"store path {path} names a directory, not a store file: pass a file (e.g. "
+                         f"{Path(os.path.normpath(path)) / 'store.duckdb'}) with --db or $ZMLX_PIPELINE_DB")
     try:
         _encodable(path)
         mode = path.stat().st_mode
