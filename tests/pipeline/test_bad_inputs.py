@@ -670,6 +670,17 @@ def test_damage_met_mid_command_is_the_stores_one_line(home, monkeypatch):
 
 # -- paths that cannot be what they are given as --------------------------------------------------------------
 
+@pytest.mark.parametrize("db", ["store.duckdb ", " store.duckdb", "store.duckdb\t"])
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_a_store_file_name_with_white_space_at_an_end_is_refused(home, db, how):
+    """$ZMLX_PIPELINE_DB="store.duckdb " made a second store beside store.duckdb, and no message showed the space."""
+    args, env = (["--db", db], None) if how == "option" else ([], {"ZMLX_PIPELINE_DB": db})
+    result = run_cli(home, "ingest", *args, str(SMALL_SHARD), env=env)
+    assert_one_line_error(result)
+    assert f"store path {db!r} has white space at the start or end of its file name" in result.output
+    assert not (home / db).exists()
+
+
 @pytest.mark.parametrize("db", ["emptydir/x/..", "emptydir/x/y/../.."])
 def test_a_store_path_that_names_a_directory_by_dots_is_refused_before_anything_is_made(home, db):
     """x/.. is the folder holding x: opening it used to make x first, then call the folder a damaged store."""

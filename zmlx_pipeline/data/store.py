@@ -642,6 +642,11 @@ def _check_store_path(path: Path) -> None:
     if os.sep == "/" and "\\" in str(path):  # DuckDB opens x\y.duckdb as x/y.duckdb: not the file checked here
         raise StoreError(f"store path {path} holds a backslash, which DuckDB reads as a folder separator: write the "
                          "path with / (or name the file without \\) in --db or $ZMLX_PIPELINE_DB")
+    if path.name != path.name.strip():
+        # "x.duckdb " is another file than x.duckdb, and nothing in a message shows the space
+        raise StoreError(f"store path {str(path)!r} has white space at the start or end of its file name, which makes "
+                         f"it another file than {path.name.strip()!r}: write the name without it in --db or "
+                         "$ZMLX_PIPELINE_DB")
     if str(path).rstrip("/").endswith(("/..", "/.")) or str(path).rstrip("/") in ("..", ".", "") \
             or str(path).endswith("/"):
         # a folder however it resolves (x/.. names the folder holding x, and opening it made x first)
