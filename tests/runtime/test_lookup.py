@@ -260,7 +260,9 @@ def test_a_shape_no_config_is_legal_for_returns_no_config_and_says_so(real, shap
     assert (p.config, p.evidence, p.candidates, p.predicted_us, p.threadgroup) == (None, "none", [], None, None)
     text = ",".join(f"{d}={v}" for d, v in shape.items())
     assert p.note.startswith(f"no config of 'rmsnorm' is legal for {text} float16")
-    assert "cols % VEC == 0" in p.note and "\n" not in p.note
+    # the rule every config breaks, not all of the kernel's constraints (VEC=1 passes cols % VEC == 0)
+    assert p.note.endswith("(every config breaks: (TG // ROWS) * VEC <= cols)") and "\n" not in p.note
+    assert "cols % VEC == 0" not in p.note
     assert p.as_dict()["config"] is None
 
 
@@ -568,3 +570,15 @@ def test_a_default_answer_of_a_kernel_without_a_threadgroup_parameter_says_what_
     named = _default(toy, "toy_scale", _Kernel("toy_scale", toy.kernels["toy_scale"]), "nvidia-h200", "float16",
                      {"rows": 64, "cols": 4096}, "no table here")
     assert named.note.startswith("no table here: the config nearest ")
+
+
+def test_where_no_one_constraint_rules_out_every_config_all_of_them_are_named():
+    from zmlx_pipeline.runtime.lookup import _Kernel, _no_legal
+
+    k = _Kernel("pair", {"dims": ["n"], "configs": [{"A": 1}, {"A": 2}],
+                         "constraints": ["A == 1 or n > 5", "A == 2 or n > 5", "A >= 1"]})
+    p = _no_legal(None, "pair", k, "nvidia-h200", "float16", {"n": 1})
+    assert p.config is None and p.note == ("no config of 'pair' is legal for n=1 float16 on nvidia-h200 (constraints: "
+                                           "A == 1 or n > 5; A == 2 or n > 5; A >= 1)")
+    k = _Kernel("pair", {"dims": ["n"], "configs": [{"A": 1}, {"A": 2}], "constraints": ["A >= n", "A >= 1"]})
+    assert _no_legal(None, "pair", k, None, "float16", {"n": 3}).note.endswith("(every config breaks: A >= n)")

@@ -37,7 +37,7 @@ import unicodedata
 from collections.abc import Set
 from typing import Any, Iterable, Mapping, Sequence
 
-from zmlx_pipeline.core.constraints import ConstraintSet, limit_values
+from zmlx_pipeline.core.constraints import ConstraintSet, UnsafeConstraint, compile_constraint, limit_values
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.errors import shown
 from zmlx_pipeline.runtime.bundle import (
@@ -461,12 +461,33 @@ def _default_tg(bundle: Bundle | None, device: str | None) -> tuple[int, str]:
 
 def _no_legal(bundle: Bundle | None, kernel: str, k: _Kernel, device: str | None, dtype: str,
               shape: dict) -> Prediction:
-    """The answer for a shape no config of the kernel is legal for: no config, and the constraints that rule."""
-    rules = "; ".join(k._constraints_text) or "none published"
+    """The answer for a shape no config of the kernel is legal for: no config, and the constraints that rule (those
+    every config breaks, where some do: matmul's `cuda_arch >= 80` on a T4; else all of them)."""
+    limits = _limits(bundle, device, dtype)
+    every = [text for text in k._constraints_text if _broken_by_all(text, k, shape, limits)]
+    rules = ("every config breaks: " + "; ".join(every) if every
+             else "constraints: " + ("; ".join(k._constraints_text) or "none published"))
     where = f" on {device}" if device else ""
     return Prediction(kernel, device, dtype, shape, None, (), None, None, "none",
-                      f"no config of {kernel!r} is legal for {_shape_text(shape)} {dtype}{where} "
-                      f"(constraints: {rules})", None, k.prune_k, bundle.bundle_id if bundle else None, k.version)
+                      f"no config of {kernel!r} is legal for {_shape_text(shape)} {dtype}{where} ({rules})",
+                      None, k.prune_k, bundle.bundle_id if bundle else None, k.version)
+
+
+def _broken_by_all(text: str, k: "_Kernel", shape: Mapping[str, int], limits: Mapping[str, int]) -> bool:
+    """Whether no config of the kernel passes this one constraint here (False where it cannot be judged)."""
+    try:
+        check = compile_constraint(text)
+    except UnsafeConstraint:
+        return False
+    for items in k.configs:
+        try:
+            if check({**limits, **shape, **dict(items)}):
+                return False
+        except ZeroDivisionError:
+            continue
+        except (KeyError, TypeError, ValueError, OverflowError):
+            return False
+    return True
 
 
 def _shape_text(shape: Mapping[str, int]) -> str:
