@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 
 from bundle_fixtures import build_toy, latest_dir  # noqa: E402
 from zmlx_pipeline.pipeline.cli import cli  # noqa: E402
-from zmlx_pipeline.publish.writer import published_place  # noqa: E402
+from zmlx_pipeline.runtime.bundle import published_place  # noqa: E402
 
 
 @pytest.fixture(scope="module")

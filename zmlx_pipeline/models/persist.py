@@ -264,7 +264,7 @@ def _alive(pid: int) -> bool:
 def check_models_dir(folder: Path) -> None:
     """Make the folder model files go into, and prove it takes a file, before any fit: ModelFileError (one line)
     when it cannot (a file on its path, no permission, a read-only or special file system)."""
-    from zmlx_pipeline.publish.writer import published_place
+    from zmlx_pipeline.runtime.bundle import published_place
 
     blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:

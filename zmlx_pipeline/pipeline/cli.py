@@ -304,7 +304,7 @@ def noise(db, device, as_json) -> None:
 @click.argument("out", type=GivenPath(dir_okay=False, path_type=Path))
 def export(db, device, force, out) -> None:
     """Write the store's measurements as one Parquet shard (zstd), for ingest elsewhere."""
-    from zmlx_pipeline.publish.writer import published_place
+    from zmlx_pipeline.runtime.bundle import published_place
 
     if not force and (out.exists() or out.is_symlink()):
         raise click.ClickException(f"{out} exists: pass --force to replace it, or choose another path")

@@ -39,6 +39,7 @@ from zmlx_pipeline.runtime.bundle import (
     COMPRESSED_SUFFIX,
     LATEST,
     MANIFEST,
+    holds_bundle,
 )
 
 #: manifest fields make_manifest writes itself; the rest are the publisher's and survive a rewrite
@@ -103,28 +104,6 @@ def write_files(directory: Path, blobs: Mapping[str, bytes], manifest: dict) -> 
     (directory / MANIFEST).write_bytes(encode(manifest))
     _fsync_file(directory / MANIFEST)
     fsync_dir(directory)
-
-
-def _bundle_manifest(directory: Path) -> bool:
-    """Whether a directory holds a published bundle's manifest (what a reader takes it for, ahead of any `latest`)."""
-    try:
-        manifest = json.loads((directory / MANIFEST).read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(manifest, dict) and manifest.get("schema") == BUNDLE_SCHEMA
-
-
-def published_place(path: str | os.PathLike) -> str | None:
-    """Why other files must not be written at `path` (a directory, or the folder of a file to write): it is a published
-    bundle or lies inside one (the bundle would no longer be what its manifest hashed), or it is a publish directory
-    (`latest` and its versions: every later publish would refuse the directory); None where neither holds."""
-    root = Path(path)
-    inside = next((p for p in (root, *root.parents) if _bundle_manifest(p)), None)
-    if inside is not None:
-        return f"{inside} is a published bundle" if inside == root else f"it is inside the published bundle {inside}"
-    if (root / LATEST).is_file() and _latest_problem(root) is None:
-        return f"{root} is a publish directory (its {LATEST} names the newest bundle there)"
-    return None
 
 
 def _check_links(root: Path) -> None:
@@ -222,14 +201,14 @@ def check_publish_dir(directory: str | os.PathLike, contents: bool = True) -> No
         raise PublishError("cannot publish to '': name the directory to publish into with --to")
     root = Path(directory)
     _check_links(root)
-    if _bundle_manifest(root):  # a reader of root takes its manifest, never `latest`
+    if holds_bundle(root):  # a reader of root takes its manifest, never `latest`
         raise PublishError(f"cannot publish to {root}: it is a published bundle (it holds {MANIFEST}), not a "
                            f"directory to publish into; pass its parent ({root.parent}), the directory whose "
                            f"{LATEST} names the newest bundle, or a new directory")
     if (root / MANIFEST).exists():
         raise PublishError(f"cannot publish to {root}: it holds a {MANIFEST} that is no bundle's, which a reader of "
                            f"the directory would take for its bundle's and never follow {LATEST}; choose another --to")
-    inside = next((p for p in root.parents if _bundle_manifest(p)), None)
+    inside = next((p for p in root.parents if holds_bundle(p)), None)
     if inside is not None:
         raise PublishError(f"cannot publish to {root}: it is inside the published bundle {inside}; pass the "
                            f"directory that holds that bundle ({inside.parent}) or a new directory")

@@ -407,6 +407,36 @@ def resolve_dir(path: Path) -> Path:
     raise BundleError(f"{plain(path)}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
 
 
+def published_place(path: str | os.PathLike) -> str | None:
+    """Why other files must not be written at `path` (a directory, or the folder of a file to write): it is a published
+    bundle or lies inside one (the bundle would no longer be what its manifest hashed), or it is a publish directory
+    whose `latest` names a bundle there (every later publish would refuse the directory); None where neither holds."""
+    root = Path(path)
+    inside = next((p for p in (root, *root.parents) if holds_bundle(p)), None)
+    if inside is not None:
+        return f"{inside} is a published bundle" if inside == root else f"it is inside the published bundle {inside}"
+    latest = root / LATEST
+    try:
+        name = latest.read_bytes()[:MAX_POINTER_BYTES].decode("utf-8").strip() if latest.is_file() \
+            and not latest.is_symlink() else ""
+    except (OSError, UnicodeDecodeError):
+        name = ""
+    if name and "/" not in name and name not in (".", "..") and holds_bundle(root / name):
+        return f"{root} is a publish directory (its {LATEST} names the newest bundle there)"
+    return None
+
+
+def holds_bundle(directory: Path) -> bool:
+    """Whether a directory holds a published bundle's manifest (another tool's manifest.json is not one)."""
+    import json
+
+    try:
+        manifest = json.loads((directory / MANIFEST).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("schema") == BUNDLE_SCHEMA
+
+
 def read_dir(path: str | os.PathLike, source: str | None = None, builtin: dict[str, dict] | None = None) -> Bundle:
     """A verified bundle from a local directory (or publish root); raises BundleError. `builtin`: the built-in
     kernels its kernels must agree with (None: the shipped bundle's; {} for a bundle that is to be the shipped one)."""
