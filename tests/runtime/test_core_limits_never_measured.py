@@ -93,3 +93,25 @@ def test_a_limit_nearer_the_whole_chip_than_any_table_is_answered_by_profiles_as
     result = CliRunner().invoke(cli, ["profiles", "--device", device, "--bundle", str(limits_only), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)[0]["answered_from"] == "nvidia-h100-sxm@32sm"
+
+
+@pytest.mark.parametrize("device", ["amd-mi250x", "AMD Instinct MI250X", "amd-mi300x", "AMD Instinct MI300X"])
+def test_a_chip_the_bundle_has_no_table_of_is_answered_within_its_own_limits_by_id_or_by_name(limits_only, device):
+    """No table of an AMD chip: the default answer is one of the kernel's legal configs on that chip (64-lane SIMD
+    groups: TG // ROWS a multiple of 64), named by its id or as people write it; a name used to be checked against
+    Apple's limits (32-lane groups) and was answered with configs the chip cannot run."""
+    from zmlx_pipeline.kernels.registry import get_kernel
+    from zmlx_pipeline.kernels.spec import Limits
+    from zmlx_pipeline.runtime.device import catalog_row
+
+    load_bundle(limits_only, strict=True)
+    limits = Limits.from_device_row(catalog_row(device))
+    assert limits.simd_width == 64
+    spec = get_kernel("rmsnorm")
+    p = predicted_config("rmsnorm", SHAPE, "float16", device=device)
+    assert p.evidence == "default" and p.config is not None
+    assert all(spec.violations(config, SHAPE, "float16", limits) == [] for config in p.candidates)
+    narrow = {"rows": 4096, "cols": 32}  # 32 columns: one 32-lane group of VEC 1 on Apple, nothing on 64 lanes
+    assert not spec.legal_configs(narrow, "float16", limits)
+    q = predicted_config("rmsnorm", narrow, "float16", device=device)
+    assert (q.config, q.evidence) == (None, "none") and "(TG // ROWS) % simd_width == 0" in q.note

@@ -554,6 +554,18 @@ def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.D
     return {name: built[name] for name in sorted(built)}
 
 
+def _check_shaped(models: ModelSet) -> None:
+    """Refuse, before any work, a kernel measured at no problem size (a Kernel Tuner file that names none, imported
+    as one case of an empty shape): a bundle's lookups find a kernel's tables by its shape's dims."""
+    from zmlx_pipeline.publish.writer import PublishError
+
+    for kernel, km in models.kernels.items():
+        if not list(km.features.shape_dims):
+            raise PublishError(f"cannot publish kernel {kernel!r}: it was measured at no problem size, and lookups "
+                               "find a kernel's answers by its shape; import its files again with --problem-size "
+                               "(or a search-spaces file beside them), or publish the other kernels with --kernel")
+
+
 def _check_scalar_configs(models: ModelSet) -> None:
     """Refuse, before any work, a kernel whose configs hold a list or object value (an imported kernel may): a
     bundle's lookups compare configs value by value, so such a kernel cannot be published; the others can."""
@@ -586,6 +598,7 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
             from zmlx_pipeline.data.catalog import UnknownDevice
 
             raise UnknownDevice(f"no catalog or store device {', '.join(map(repr, unknown))}: see zmlx-pipeline devices")
+    _check_shaped(models)
     _check_scalar_configs(models)
     frame = all_devices_frame(store)
     kernel_tables = build_kernels(models, records, frame, devices, progress, jobs, started)

@@ -303,7 +303,8 @@ def _same(value: dict) -> dict:
 
 
 def _parse_key(text: str) -> tuple[int, ...]:
-    return tuple(int(v) for v in text.split(","))
+    """A shape's key ("4096,4096") as its values; "" is the empty shape of a kernel measured at no problem size."""
+    return tuple(int(v) for v in text.split(",")) if text else ()
 
 
 def _device_tables(state: _State, device: str) -> dict[tuple[str, str], _Table] | None:
@@ -443,7 +444,13 @@ def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
 
 
 def _limits(bundle: Bundle | None, device: str | None, dtype: str) -> dict[str, int]:
+    """The device's limits: its bundle profile's, else (a name such as "GTX 1080 Ti", a core limit of a chip the
+    bundle holds no profile of) its chip's in the bundle or the catalog; Apple's only for a device neither knows,
+    never for a chip whose architecture rules configs out (matmul on a pre-Ampere GPU)."""
     prof = (bundle.profiles.get(device) if bundle is not None and device else None) or {}
+    if not prof and device:
+        base = device.partition("@")[0]
+        prof = (bundle.profiles.get(base) if bundle is not None else None) or catalog_row(device) or {}
     return {**limit_values(prof), "dtype_bytes": DTYPE_BYTES.get(dtype, 4)}
 
 
