@@ -135,3 +135,23 @@ def test_a_core_limit_above_the_chips_count_names_the_largest_that_is_one(device
     assert str(exc.value) == (f"device {device!r}: nvidia-h200 has 132 cores, so a core limit is at most @131sm "
                               "(all 132 is the chip itself: nvidia-h200)")
     assert predicted_config("rmsnorm", SHAPE, "float16", device="nvidia-h200@131sm").config is not None
+
+
+HUGE = "nvidia-h200@" + "9" * 5000 + "sm"  # past the 4,300 digits int() reads: a bare ValueError before
+
+
+def test_a_core_limit_of_thousands_of_digits_is_the_runtimes_error():
+    from zmlx_pipeline.runtime import RuntimeAPIError
+
+    for ask in (lambda: predicted_config("rmsnorm", SHAPE, "float16", device=HUGE), lambda: get_device_profile(HUGE)):
+        with pytest.raises(RuntimeAPIError, match="a core limit of 5000 digits is more cores than any chip has"):
+            ask()
+
+
+def test_the_catalog_refuses_a_core_limit_of_thousands_of_digits_in_one_line():
+    from zmlx_pipeline.data.catalog import UnknownDevice, core_limited_device
+
+    with pytest.raises(UnknownDevice) as exc:
+        core_limited_device(HUGE)
+    assert "limits nvidia-h200 to a number of 5000 digits, more SMs than any chip has; it has 132" in str(exc.value)
+    assert len(str(exc.value)) < 300

@@ -377,7 +377,11 @@ def core_limited_device(device_id: str) -> DeviceSpec | None:
     limited = CORE_LIMITED_ID.fullmatch(device_id)
     if limited is None:
         return None
-    base, cores = get_device(limited.group(1)), int(limited.group(2))
+    base = get_device(limited.group(1))
+    if len(limited.group(2)) > 6:  # past any chip's cores, and past what int() reads at 4,300 digits
+        raise UnknownDevice(f"{device_id[:80]!r} limits {base.id} to a number of {len(limited.group(2))} digits, more "
+                            f"SMs than any chip has; it has {base.gpu_cores} (a core limit is below that)")
+    cores = int(limited.group(2))
     if base.core_unit != "sms" or base.vendor != "nvidia":
         raise UnknownDevice(f"{device_id!r} limits {base.id} to {cores} SMs, but its cores are {CORE_UNIT_WORDS.get(base.core_unit, base.core_unit)}, not "
                             "SMs; a core limit (@<N>sm, CUDA MPS) is only of an NVIDIA chip (give the chip's own id)")

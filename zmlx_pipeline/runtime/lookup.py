@@ -707,7 +707,10 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
     base, _, limit = device.partition("@")
     digits = limit[:-2] if limit.endswith("sm") else ""
     if not base or not (digits.isascii() and digits.isdigit()) or digits.startswith("0"):
-        raise BadLookup(f"{what} {device!r}: a core limit is written <device>@<cores>sm with cores >= 1 "
+        raise BadLookup(f"{what} {device!r:.80}: a core limit is written <device>@<cores>sm with cores >= 1 "
+                        f"(e.g. nvidia-h200@66sm)")
+    if len(digits) > 6:  # past any chip's cores, and past what int() reads at 4,300 digits
+        raise BadLookup(f"{what} {device!r:.80}: a core limit of {len(digits)} digits is more cores than any chip has "
                         f"(e.g. nvidia-h200@66sm)")
     prof = bundle.profiles.get(base) if bundle is not None else None
     row = prof or catalog_row(base) or {}
