@@ -173,3 +173,15 @@ def test_a_blank_lookup_device_is_a_usage_error_as_other_commands_device_is(tmp_
     line = one_error_line(tmp_path, ["lookup", "rmsnorm", "--shape", "4096,4096", "--device", device], code=2)
     assert line.startswith("Error: Invalid value for '--device': ") and "names no device" in line
     assert line.endswith("(cli lookup --help)")
+
+
+@pytest.mark.parametrize("device", ["amd-mi300x", "AMD Instinct MI250X", "amd-radeon-rx-7900-xtx"])
+def test_publish_refuses_a_chip_mlx_does_not_run_on_that_the_store_never_measured(tmp_path, monkeypatch,
+                                                                                 measured_limit_store, device):
+    """No table is built for it (lookups answer from tables of CUDA and Metal chips and of measured devices): the
+    command used to exit 0 with no word of the missing table."""
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, ["publish", "--to", "bundles", "--device", "nvidia-h100-sxm", "--device", device],
+                          code=1)
+    assert " runs no MLX backend (rocm; MLX runs on metal and cuda), and the store measured nothing on it" in line
+    assert not (tmp_path / "bundles").exists()

@@ -152,6 +152,14 @@ def resolve_devices(store, devices: Sequence[str]) -> list[str]:
             raise UnknownDevice(f"unknown device {name!r}: neither a catalog id, a catalog device name nor a device "
                                 "of the store; see zmlx-pipeline devices")
         out.append(spec.id)
+    stored = {row["device_id"] for row in store.devices()}
+    for device in out:  # a table is built for a chip MLX runs on, or a device the store measured: nothing else
+        backend = records[device].get("backend")
+        if backend not in MLX_BACKENDS and device not in stored:
+            raise UnknownDevice(f"device {device} runs no MLX backend ({backend or 'none'}; MLX runs on "
+                                f"{' and '.join(MLX_BACKENDS)}), and the store measured nothing on it, so publish has "
+                                "no lookup table to build for it; its profile is in every bundle (zmlx-pipeline "
+                                "profiles --device " + device + ")")
     return list(dict.fromkeys(out))
 
 
