@@ -134,3 +134,19 @@ def test_the_profile_lookups_refuse_a_device_they_cannot_answer_for():
     with pytest.raises(rt.UnknownDeviceError, match=r"^unknown chip family 'Z9'"):
         rt.get_device_profile("Z9", "Mega")
     assert len(rt.ALL_DEVICE_PROFILES) == 16
+
+
+@pytest.mark.parametrize("name, chip", [("NVIDIA H200", "nvidia-h200"), ("RTX A4000", "nvidia-rtx-a4000"),
+                                        ("H100 SXM", "nvidia-h100-sxm")])
+def test_a_chip_named_as_people_write_it_is_that_chips_own_record_and_answer(name, chip):
+    """Its profile is the chip's record (learned threadgroups, catalog default, classes), not a catalog stand-in
+    noted "not in the bundle"; a lookup says how the name was read, not that the chip is missing."""
+    from zmlx_pipeline.runtime.profiles import profile_table
+
+    (by_name,), (by_id,) = profile_table(devices=[name]), profile_table(devices=[chip])
+    assert {k: v for k, v in by_name.items() if k != "note"} == by_id
+    assert by_name["note"] == f"{name!r} read as {chip}"
+    p = rt.predicted_config("rmsnorm", S, "float16", device=name)
+    assert p.device == chip and p.note.startswith(f"device {name!r} read as {chip}.")
+    assert "not in the bundle" not in p.note
+    assert p.config == rt.predicted_config("rmsnorm", S, "float16", device=chip).config

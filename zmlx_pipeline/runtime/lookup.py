@@ -810,7 +810,8 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
             return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
                             f"device {device_id!r} is not in bundle {bundle.bundle_id}, and the table of {source} "
                             "it would answer from failed its checks")
-        note = f"device {device_id!r} is not in the bundle; answering for {source}. "
+        note = (f"device {device_id!r} read as {source}. " if same and "@" not in device_id
+                else f"device {device_id!r} is not in the bundle; answering for {source}. ")
         if not same:
             limited = (f"no table was made for {device_id}'s core count: {source}'s ranking, with no predicted "
                        "time and no expected regret. ")

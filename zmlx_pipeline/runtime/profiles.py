@@ -469,6 +469,9 @@ def profile_table(devices: list[str] | None = None, bundle: str | None = None) -
         if row is None:  # a core limit of a chip the bundle holds and the catalog does not
             out.append(profile_for_device(device_id).as_dict() | {"device_id": device_id, "note": "not in the bundle"})
             continue
+        if row["id"] in records:  # a name of a chip the bundle holds ("NVIDIA H200"): that chip's own record
+            out.append({**records[row["id"]], "note": f"{device_id!r} read as {row['id']}"})
+            continue
         out.append(profile_for_device(row["id"]).as_dict() | {"device_id": row["id"], "note": "not in the bundle"})
     return out
 
