@@ -175,13 +175,30 @@ def test_a_blank_lookup_device_is_a_usage_error_as_other_commands_device_is(tmp_
     assert line.endswith("(cli lookup --help)")
 
 
+@pytest.fixture(scope="module")
+def smoke_store(tmp_path_factory):
+    """The committed 32-SM H100 shard: built-in kernels measured on one NVIDIA device."""
+    from bundle_fixtures import SMOKE_SHARD
+
+    from zmlx_pipeline.data.shards import ingest_shards
+    from zmlx_pipeline.data.store import Store
+
+    db = tmp_path_factory.mktemp("smoke") / "s.duckdb"
+    with Store(db) as store:
+        ingest_shards(store, [SMOKE_SHARD])
+    return db
+
+
 @pytest.mark.parametrize("device", ["amd-mi300x", "AMD Instinct MI250X", "amd-radeon-rx-7900-xtx"])
-def test_publish_refuses_a_chip_mlx_does_not_run_on_that_the_store_never_measured(tmp_path, monkeypatch,
-                                                                                 measured_limit_store, device):
-    """No table is built for it (lookups answer from tables of CUDA and Metal chips and of measured devices): the
-    command used to exit 0 with no word of the missing table."""
+def test_publish_refuses_a_chip_mlx_does_not_run_on_that_no_kernel_measured(tmp_path, monkeypatch, smoke_store,
+                                                                           device):
+    """Built-in kernels get tables on CUDA and Metal chips and measured devices only: such a --device got none, and
+    the command exited 0 without a word. (An imported kernel's tables go to any chip asked for.)"""
     monkeypatch.chdir(tmp_path)
-    line = one_error_line(tmp_path, ["publish", "--to", "bundles", "--device", "nvidia-h100-sxm", "--device", device],
-                          code=1)
-    assert " runs no MLX backend (rocm; MLX runs on metal and cuda), and the store measured nothing on it" in line
+    result = CliRunner().invoke(cli, ["publish", "--db", str(smoke_store), "--to", "bundles", "-k", "rmsnorm",
+                                      "--device", "nvidia-h100-sxm", "--device", device])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    last = result.output.splitlines()[-1]
+    assert last.startswith("Error: device amd-") and (
+        " runs no MLX backend (rocm; MLX runs on metal and cuda) and no kernel of this publish measured it" in last)
     assert not (tmp_path / "bundles").exists()

@@ -582,3 +582,19 @@ def test_where_no_one_constraint_rules_out_every_config_all_of_them_are_named():
                                            "A == 1 or n > 5; A == 2 or n > 5; A >= 1)")
     k = _Kernel("pair", {"dims": ["n"], "configs": [{"A": 1}, {"A": 2}], "constraints": ["A >= n", "A >= 1"]})
     assert _no_legal(None, "pair", k, None, "float16", {"n": 3}).note.endswith("(every config breaks: A >= n)")
+
+
+@pytest.mark.parametrize("device", ["nvidia-h200", "nvidia-h200@32sm", "nvidia-h100-sxm"])
+def test_a_matmul_past_the_measured_rows_keeps_the_rate_its_edge_was_measured_at(device):
+    """M past the measured 2048 on a measured shape's N and K: the edge's measured time times the flops ratio (the
+    work that grows most), so the quoted rate is the measured one; moved by a roofline of fp32 TFLOPs, a core limit
+    without that figure was moved by its bytes alone (2.2 PFLOP/s quoted on 32 SMs)."""
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+    load_bundle(DEFAULT_BUNDLE_DIR, strict=True)
+    edge = predicted_config("matmul", {"M": 2048, "N": 14336, "K": 4096}, "float16", device=device)
+    assert edge.evidence == "measured" and edge.outside_range == ()
+    for m in (4096, 65536):
+        p = predicted_config("matmul", {"M": m, "N": 14336, "K": 4096}, "float16", device=device)
+        assert p.outside_range == ("M",)
+        assert p.predicted_us == pytest.approx(edge.predicted_us * m / 2048, rel=2e-3)

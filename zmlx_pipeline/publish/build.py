@@ -152,14 +152,6 @@ def resolve_devices(store, devices: Sequence[str]) -> list[str]:
             raise UnknownDevice(f"unknown device {name!r}: neither a catalog id, a catalog device name nor a device "
                                 "of the store; see zmlx-pipeline devices")
         out.append(spec.id)
-    stored = {row["device_id"] for row in store.devices()}
-    for device in out:  # a table is built for a chip MLX runs on, or a device the store measured: nothing else
-        backend = records[device].get("backend")
-        if backend not in MLX_BACKENDS and device not in stored:
-            raise UnknownDevice(f"device {device} runs no MLX backend ({backend or 'none'}; MLX runs on "
-                                f"{' and '.join(MLX_BACKENDS)}), and the store measured nothing on it, so publish has "
-                                "no lookup table to build for it; its profile is in every bundle (zmlx-pipeline "
-                                "profiles --device " + device + ")")
     return list(dict.fromkeys(out))
 
 
@@ -562,6 +554,24 @@ def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.D
     return {name: built[name] for name in sorted(built)}
 
 
+def _check_table_devices(models: ModelSet, records: Mapping[str, dict], devices: Sequence[str] | None) -> None:
+    """Refuse, before any table is built, a --device no kernel of this publish would get a table for: a chip MLX
+    does not run on (AMD), where every kernel is built in (an imported kernel's tables go to any chip) and none
+    measured it."""
+    from zmlx_pipeline.data.catalog import UnknownDevice
+
+    if devices is None or any(matching_spec(km.features) is None for km in models.kernels.values()):
+        return
+    measured = {d for km in models.kernels.values() for d in km.features.frame["device_id"].unique().to_list()}
+    for device in devices:
+        backend = records[device].get("backend")
+        if backend not in MLX_BACKENDS and device not in measured:
+            raise UnknownDevice(f"device {device} runs no MLX backend ({backend or 'none'}; MLX runs on "
+                                f"{' and '.join(MLX_BACKENDS)}) and no kernel of this publish measured it, so no "
+                                "lookup table is built for it; its profile is in every bundle (zmlx-pipeline "
+                                f"profiles --device {device})")
+
+
 def _check_shaped(models: ModelSet) -> None:
     """Refuse, before any work, a kernel measured at no problem size (a Kernel Tuner file that names none, imported
     as one case of an empty shape): a bundle's lookups find a kernel's tables by its shape's dims."""
@@ -608,6 +618,7 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
             raise UnknownDevice(f"no catalog or store device {', '.join(map(repr, unknown))}: see zmlx-pipeline devices")
     _check_shaped(models)
     _check_scalar_configs(models)
+    _check_table_devices(models, records, devices)
     frame = all_devices_frame(store)
     kernel_tables = build_kernels(models, records, frame, devices, progress, jobs, started)
     measured_devices = set()

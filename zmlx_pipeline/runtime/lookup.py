@@ -664,19 +664,25 @@ def _anchored_time(bundle: Bundle, k: _Kernel, table: _Table, r: "Ranked", devic
     measured = table.measured.get(tuple(rep.get(d) for d in k.dims)) if isinstance(rep, dict) else None
     if measured is None or measured.get("best") != r.entry.get("best") or not measured.get("time_us"):
         return time_us
-    moved = _moved_by_work(bundle, k, device, dtype, measured["time_us"], rep, shape)
+    moved = _moved_by_work(k, dtype, measured["time_us"], rep, shape)
     return moved if moved else measured["time_us"]
 
 
-def _moved_by_work(bundle: Bundle, k: _Kernel, device: str, dtype: str, time_us: float | None,
-                   rep: Mapping[str, int] | None, shape: Mapping[str, int]) -> float | None:
-    """A time predicted at `rep` moved to `shape` by the roofline bound of each on this chip (None without work terms)."""
+def _moved_by_work(k: _Kernel, dtype: str, time_us: float | None, rep: Mapping[str, int] | None,
+                   shape: Mapping[str, int]) -> float | None:
+    """A time at `rep` moved to `shape` on the same chip: times the larger of the ratios of their bytes and of their
+    flops, so the rate the chip reached at `rep` in the resource that grows most is kept (None without work terms).
+    A roofline of the catalog's fp32 TFLOPs would not do here: a 16-bit matmul on tensor cores runs far past it, and
+    a shape's bound could switch from bytes to that wrong ceiling."""
     terms = (k.work or {}).get(dtype) or {}
-    if rep is None or not terms:
+    if rep is None or not terms or time_us is None:
         return None
-    prof = bundle.profiles.get(device) or {}
-    return scale(time_us, bound_s(work(terms.get("bytes"), rep), work(terms.get("flops"), rep), prof),
-                 bound_s(work(terms.get("bytes"), shape), work(terms.get("flops"), shape), prof))
+    ratios = []
+    for kind in ("bytes", "flops"):
+        at, to = work(terms.get(kind), rep), work(terms.get(kind), shape)
+        if at and to and at > 0 and to > 0:
+            ratios.append(to / at)
+    return time_us * max(ratios) if ratios else None
 
 
 def _check_names(kernel: Any, device: Any) -> None:
@@ -867,7 +873,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
         # the work: never a bucket's of another size of the other dims, nor the time model's guess beyond the range
         near = {d: min(max(v, k.ranges[d][0]), k.ranges[d][1]) if d in k.ranges else v for d, v in shape_map.items()}
         edge = _resolve(kernel, near, dtype, device, named, state).predicted_us
-        time_us = _moved_by_work(bundle, k, device_id, dtype_name, edge, near, shape_map) if edge else None
+        time_us = _moved_by_work(k, dtype_name, edge, near, shape_map) if edge else None
         floor = min((f for f in (t.floor_us() for t in tables.values()) if f is not None), default=None)
         if time_us is not None and floor is not None and time_us < floor:
             # a launch's fixed cost, which no shape this small was measured to show, rules below the least time any
