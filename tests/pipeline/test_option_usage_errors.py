@@ -202,3 +202,10 @@ def test_publish_refuses_a_chip_mlx_does_not_run_on_that_no_kernel_measured(tmp_
     assert last.startswith("Error: device amd-") and (
         " runs no MLX backend (rocm; MLX runs on metal and cuda) and no kernel of this publish measured it" in last)
     assert not (tmp_path / "bundles").exists()
+
+
+@pytest.mark.parametrize("kernel", ["", " "])
+def test_a_blank_models_kernel_is_a_usage_error(tmp_path, monkeypatch, kernel):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, ["models", "--db", str(tmp_path / "s.duckdb"), "--kernel", kernel], code=2)
+    assert "names nothing: give a kernel, or leave --kernel out for all" in line

@@ -165,6 +165,8 @@ CASES = [  # (what, call, the runtime's error class)
     ("autotune device int", lambda: rt.autotune("rmsnorm", device=5), rt.BadArgumentType),
     ("autotune config_arg int", lambda: rt.autotune("rmsnorm", config_arg=5), rt.BadArgumentType),
     ("autotune config_arg empty", lambda: rt.autotune("rmsnorm", config_arg=""), rt.BadArgumentType),
+    ("load_bundle strict text", lambda: rt.load_bundle(str(DEFAULT_BUNDLE_DIR), strict="yes"), rt.BadArgumentType),
+    ("load_bundle strict int", lambda: rt.load_bundle(str(DEFAULT_BUNDLE_DIR), strict=0), rt.BadArgumentType),
     ("autotune config_arg not a name", lambda: rt.autotune("rmsnorm", config_arg="my config"), rt.BadArgumentType),
     ("autotune config_arg a keyword", lambda: rt.autotune("rmsnorm", config_arg="lambda"), rt.BadArgumentType),
     ("autotune config_arg the function lacks",

@@ -155,3 +155,14 @@ def test_the_catalog_refuses_a_core_limit_of_thousands_of_digits_in_one_line():
         core_limited_device(HUGE)
     assert "limits nvidia-h200 to a number of 5000 digits, more SMs than any chip has; it has 132" in str(exc.value)
     assert len(str(exc.value)) < 300
+
+
+@pytest.mark.parametrize("device, slip", [("nvidia-h200@32sm ", "; it has white space at its start or end"),
+                                          ("nvidia-h200@66SM", "; the unit is lower case: @66sm"),
+                                          ("nvidia-h200@066sm", "; the count is written without leading zeros: @66sm"),
+                                          ("nvidia-h200@0sm", ""), ("nvidia-h200@x", "")])
+def test_a_malformed_core_limit_names_the_slip_where_one_explains_it(device, slip):
+    with pytest.raises(BadLookup) as exc:
+        predicted_config("rmsnorm", SHAPE, "float16", device=device)
+    assert str(exc.value) == (f"device {device!r}: a core limit is written <device>@<cores>sm with cores >= 1 "
+                              f"(e.g. nvidia-h200@66sm){slip}")

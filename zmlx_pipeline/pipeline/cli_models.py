@@ -164,9 +164,17 @@ def _registry_line(row: dict) -> dict:
     }
 
 
+def _one_name(value: str | None) -> str | None:
+    """A blank --kernel is a usage error, as the other commands' is: leaving it out asks for every kernel."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(f"{value!r} names nothing: give a kernel, or leave --kernel out for all")
+    return value
+
+
 @click.command("models", cls=OneValueCommand)
 @db_option
-@click.option("--kernel", "-k", "kernel_name", default=None, help="Only this kernel's models.")
+@click.option("--kernel", "-k", "kernel_name", default=None, callback=lambda ctx, param, value: _one_name(value),
+              help="Only this kernel's models.")
 @click.option("--verify", is_flag=True, help="Also load every model file safely (checksum and trusted types).")
 @output_options
 def models_cmd(db, kernel_name, verify, as_json) -> None:

@@ -813,6 +813,8 @@ def load_bundle(path_or_url: str | os.PathLike, *, strict: bool = False) -> Bund
     raises BadArgumentType either way.
     """
     _path_text(path_or_url)
+    if not isinstance(strict, bool):  # 'yes' or 0 would be read as a truth value, "no" as strict
+        raise BadArgumentType(f"strict must be True or False, not {type(strict).__name__} ({strict!r:.40})")
     try:
         bundle = read_bundle(path_or_url, cached_if_invalid=not strict)
         bundle.strict = bool(strict)

@@ -714,7 +714,7 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
     digits = limit[:-2] if limit.endswith("sm") else ""
     if not base or not (digits.isascii() and digits.isdigit()) or digits.startswith("0"):
         raise BadLookup(f"{what} {device!r:.80}: a core limit is written <device>@<cores>sm with cores >= 1 "
-                        f"(e.g. nvidia-h200@66sm)")
+                        f"(e.g. nvidia-h200@66sm){_limit_slip(device, base, limit)}")
     if len(digits) > 6:  # past any chip's cores, and past what int() reads at 4,300 digits
         raise BadLookup(f"{what} {device!r:.80}: a core limit of {len(digits)} digits is more cores than any chip has "
                         f"(e.g. nvidia-h200@66sm)")
@@ -730,6 +730,17 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
     if isinstance(full, int) and int(digits) == full:
         raise UnknownDeviceError(f"{what} {device!r} limits {base} to all of its {full} SMs; a core limit is below "
                                  f"the chip's count: give the chip's own id ({base}) for the whole chip")
+
+
+def _limit_slip(device: str, base: str, limit: str) -> str:
+    """What in a malformed core limit differs from the written form, where one slip explains it."""
+    if device != device.strip():
+        return "; it has white space at its start or end"
+    if limit.lower().endswith("sm") and not limit.endswith("sm"):
+        return f"; the unit is lower case: @{limit[:-2]}sm"
+    if limit.endswith("sm") and limit[:-2].isdigit() and limit[:-2].startswith("0") and limit[:-2].lstrip("0"):
+        return f"; the count is written without leading zeros: @{limit[:-2].lstrip('0')}sm"
+    return ""
 
 
 def nearest_limit(held: Iterable[str], base: str, device: str, row: Mapping[str, Any] | None) -> tuple[str, bool] | None:
