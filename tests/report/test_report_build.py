@@ -199,6 +199,25 @@ def test_a_report_writes_again_into_its_own_folder_an_empty_one_or_an_older_repo
     check_out(older)
 
 
+def test_an_out_that_is_no_directory_is_refused_for_what_it_is_and_left_as_it_was(tmp_path):
+    import os
+
+    from zmlx_pipeline.report.build import prepare_out
+
+    tmp_path = tmp_path / "outs"
+    tmp_path.mkdir()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "nowhere")
+    for out, says in ((fifo, "it is a FIFO (named pipe), not a directory"),
+                      (dangling, f"it is a symlink to {tmp_path / 'nowhere'}, which does not exist")):
+        with pytest.raises(ReportError) as exc:
+            prepare_out(out)
+        assert str(exc.value).startswith(f"cannot write the report to {out}: {says}; pass --out a new or empty")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling", "pipe"] and not (tmp_path / "nowhere").exists()
+
+
 # ------------------------------------------------------------------------------------------
 # a real render
 

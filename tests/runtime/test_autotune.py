@@ -430,3 +430,19 @@ def test_a_winner_the_full_disk_cannot_cache_is_launched_with_one_warning(real, 
     assert len(said) == 1 and said[0].startswith(f"zmlx-pipeline autotune: {path}: the winner of rmsnorm ")
     assert "was not cached (No space left on device); it is used all the same" in said[0]
     assert not path.exists()
+
+
+def test_with_nothing_timed_a_device_the_bundle_lacks_gets_the_default_and_says_so(real, tmp_path, monkeypatch):
+    import zmlx_pipeline.runtime.tuner as tuner_module
+
+    def no_gpu(*args, **kwargs):
+        raise RuntimeError("no Metal or CUDA backend")
+
+    monkeypatch.setattr(tuner_module, "harness_measure", no_gpu)
+    other = "nvidia-a100-sxm4-80gb"  # in the catalog, not in the real bundle
+    with pytest.warns(UserWarning, match="using the default config"):
+        result = tune("rmsnorm", SHAPE, "float16", device=other, cache_path=str(tmp_path / "c.json"))
+    assert result.source == "default" and result.config == predicted_config("rmsnorm", SHAPE, "float16",
+                                                                             device=other).config
+    with pytest.warns(UserWarning, match="using the predicted config"):
+        assert tune("rmsnorm", SHAPE, "float16", device=H200, cache_path=str(tmp_path / "c.json")).source == "predicted"

@@ -440,3 +440,38 @@ def test_a_kernel_path_tune_cannot_use_says_why_in_one_line(monkeypatch):
 def test_a_config_arg_the_function_takes_by_keyword_is_accepted(fn):
     tuned = rt.autotune("rmsnorm", config_arg="cfg")(fn)
     assert tuned.config_arg == "cfg"
+
+
+def test_numpy_integers_are_counts_where_python_ints_are():
+    np = pytest.importorskip("numpy")
+    calls = []
+
+    def measure(spec, config, shape, dtype):
+        calls.append(config)
+        return "ok", float(config["TG"])
+
+    result = rt.tune("rmsnorm", S, "float16", device="nvidia-h200", measure=measure, use_cache=False,
+                     k=np.int64(2), warmup=np.int32(0), iters=np.uint8(1))
+    assert result.source == "timed" and len(result.timed) == len(calls) == 2
+    assert rt.candidates("rmsnorm", S, "float16", k=np.int16(3), device="nvidia-h200") == \
+        rt.candidates("rmsnorm", S, "float16", k=3, device="nvidia-h200")
+    assert len(lookup("rmsnorm", S, "float16", device="nvidia-h200", k=np.int64(1))["candidates"]) == 1
+    for bad in (np.float64(2.0), np.bool_(True), np.array([2, 3])):
+        with pytest.raises(rt.BadArgumentType, match="whole number"):
+            rt.candidates("rmsnorm", S, "float16", k=bad, device="nvidia-h200")
+        with pytest.raises(rt.BadArgumentType, match="whole number"):
+            _tune(iters=bad, measure=measure, use_cache=False)
+    with pytest.raises(rt.BadArgument, match="iters must be >= 1"):
+        _tune(iters=np.int64(0), measure=measure, use_cache=False)
+
+
+def test_a_config_given_twice_is_timed_once():
+    calls = []
+
+    def measure(spec, config, shape, dtype):
+        calls.append(dict(config))
+        return "ok", float(config["TG"])
+
+    one, other = rt.candidates("rmsnorm", S, "float16", k=2, device="nvidia-h200")
+    result = _tune(configs=[one, dict(one), other, one], measure=measure, use_cache=False)
+    assert calls == [one, other] and [t["config"] for t in result.timed] == [one, other]

@@ -158,6 +158,7 @@ def test_the_catalog_refuses_a_core_limit_of_thousands_of_digits_in_one_line():
 
 
 @pytest.mark.parametrize("device, slip", [("nvidia-h200@32sm ", "; it has white space at its start or end"),
+                                          (" nvidia-h200@32sm", "; it has white space at its start or end"),
                                           ("nvidia-h200@66SM", "; the unit is lower case: @66sm"),
                                           ("nvidia-h200@066sm", "; the count is written without leading zeros: @66sm"),
                                           ("nvidia-h200@0sm", ""), ("nvidia-h200@x", "")])

@@ -8,7 +8,7 @@ import stat
 import time
 from pathlib import Path
 
-from zmlx_pipeline.core.files import current_umask, write_text_atomic
+from zmlx_pipeline.core.files import current_umask, not_regular_file, write_text_atomic
 
 from zmlx_pipeline.models.variants import DEFAULT_MODEL
 from zmlx_pipeline.models.pool import KernelPool
@@ -136,7 +136,14 @@ def check_out(out: Path) -> None:
     or empty directory (dot-files aside) or one an earlier report wrote is fine. Nothing is written."""
     out = Path(out)
     if not out.is_dir():
-        return  # missing (made later), or not a directory (prepare_out says so)
+        what = not_regular_file(out) if os.path.lexists(out) else None
+        if os.path.lexists(out) and what != "missing":  # missing: made later
+            raise ReportError(f"cannot write the report to {out}: it is {what or 'a file'}, not a directory; pass "
+                              "--out a new or empty directory")
+        if os.path.islink(out):
+            raise ReportError(f"cannot write the report to {out}: it is a symlink to {os.path.realpath(out)}, which "
+                              "does not exist; pass --out a new or empty directory")
+        return
     try:
         entries = sorted(os.scandir(out), key=lambda e: e.name)
     except OSError as exc:

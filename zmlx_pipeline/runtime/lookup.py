@@ -32,6 +32,7 @@ private table types, and the hot path after the first call is one dict lookup in
 from __future__ import annotations
 
 import math
+import operator
 import threading
 import unicodedata
 from collections.abc import Set
@@ -377,13 +378,26 @@ def _dtype_name(dtype: Any) -> str:
     return name
 
 
+def whole_number(value: Any) -> int | None:
+    """`value` as an int when it is a whole number (an int, or a numpy or other integer with __index__); None for
+    anything else, a bool above all (True is no count)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:  # a float, a string, an array of several values
+        return None
+
+
 def check_k(k: Any) -> int:
-    """`k` as a count of candidates: a whole number >= 1 (BadArgumentType / BadLookup otherwise)."""
-    if isinstance(k, bool) or not isinstance(k, int):
+    """`k` as a count of candidates: a whole number >= 1 (BadArgumentType / BadLookup otherwise); numpy's integers
+    are taken as the ints they hold."""
+    n = whole_number(k)
+    if n is None:
         raise BadArgumentType(f"k must be a whole number >= 1, not {type(k).__name__} ({k!r:.60})")
-    if k < 1:
-        raise BadLookup(f"k must be >= 1 (got {k}): the number of candidates to return")
-    return k
+    if n < 1:
+        raise BadLookup(f"k must be >= 1 (got {n}): the number of candidates to return")
+    return n
 
 
 def _dim_value(name: str, v: Any) -> int:
@@ -712,7 +726,7 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
         return
     base, _, limit = device.partition("@")
     digits = limit[:-2] if limit.endswith("sm") else ""
-    if not base or not (digits.isascii() and digits.isdigit()) or digits.startswith("0"):
+    if device != device.strip() or not base or not (digits.isascii() and digits.isdigit()) or digits.startswith("0"):
         raise BadLookup(f"{what} {device!r:.80}: a core limit is written <device>@<cores>sm with cores >= 1 "
                         f"(e.g. nvidia-h200@66sm){_limit_slip(device, base, limit)}")
     if len(digits) > 6:  # past any chip's cores, and past what int() reads at 4,300 digits
@@ -1001,7 +1015,7 @@ def candidates(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any
                k: int | None = None, device: str | None = None) -> list[dict[str, Any]]:
     """The model's top-k configs for this case, best first (k = the kernel's pruning k when None; k >= 1)."""
     if k is not None:
-        check_k(k)
+        k = check_k(k)
     return predicted_config(kernel, shape, dtype, device).top(k)
 
 
@@ -1018,7 +1032,7 @@ def lookup(kernel: str, shape: Mapping[str, int] | Sequence[int], dtype: Any = "
     and the runtime's errors for an unknown kernel or dtype or a malformed argument.
     """
     if k is not None:
-        check_k(k)
+        k = check_k(k)
     load_strictly(bundle)
     if device is not None:
         check_device(device)

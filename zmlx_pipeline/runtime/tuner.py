@@ -58,7 +58,7 @@ from zmlx_pipeline.runtime.errors import (
     home_expanded,
     plain,
 )
-from zmlx_pipeline.runtime.lookup import check_k, predicted_or_default
+from zmlx_pipeline.runtime.lookup import check_k, predicted_or_default, whole_number
 
 #: the pruned autotuner never times more than this share of a case's legal configs
 MAX_FRACTION = 0.2
@@ -83,7 +83,8 @@ class RefusedConfigWarning(UserWarning):
 
 
 class TuneResult:
-    """What one tune gave: the config, how it was chosen (`source`: cache, timed, predicted), every candidate timed."""
+    """What one tune gave: the config, how it was chosen (`source`: cache, timed, or, when nothing was
+    timed, predicted or default), every candidate timed."""
 
     __slots__ = ("kernel", "shape", "dtype", "config", "source", "median_us", "timed", "legal", "wall_s", "key", "note")
 
@@ -262,11 +263,14 @@ def _spec_at(path: str):
     return obj
 
 
-def _count(name: str, value: Any, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
+def _count(name: str, value: Any, least: int) -> int:
+    """`value` as an int >= least (numpy's integers taken as the ints they hold); the runtime's errors otherwise."""
+    n = whole_number(value)
+    if n is None:
         raise BadArgumentType(f"{name} must be a whole number >= {least}, not {type(value).__name__} ({value!r:.60})")
-    if value < least:
-        raise BadArgument(f"{name} must be >= {least} (got {value})")
+    if n < least:
+        raise BadArgument(f"{name} must be >= {least} (got {n})")
+    return n
 
 
 def _optional(name: str, value: Any, kinds: tuple[type, ...] | None, what: str) -> None:
@@ -423,6 +427,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     _check_options(warmup=warmup, iters=iters, k=k, configs=configs, threadgroups=threadgroups, device=device,
                    cache_path=cache_path, measure=measure, precompile=precompile, timer=timer, use_cache=use_cache,
                    device_aware=device_aware)
+    warmup, iters, k = whole_number(warmup), whole_number(iters), None if k is None else check_k(k)
     spec = _spec(kernel)
     dtype = _checked_dtype(dtype)
     shape = _checked_shape(spec, shape)
@@ -456,7 +461,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     if configs is not None:
         # each given config as the legal config it equals, so 128.0 is launched and kept as the kernel's 128
         legal_keys = {tuple(sorted(c.items())): c for c in legal}
-        cands = [dict(legal_keys[t]) for t in (tuple(sorted(c.items())) for c in configs) if t in legal_keys]
+        given = dict.fromkeys(t for t in (tuple(sorted(c.items())) for c in configs) if t in legal_keys)
+        cands = [dict(legal_keys[t]) for t in given]  # a config given twice is timed once
         if not cands:
             raise AutotuneError(f"{spec.name}: none of the {len(configs)} given configs is legal for {shape} {dtype}")
     elif device_aware:
@@ -473,7 +479,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         pred = predicted_or_default(spec.name, shape, dtype, device=chip, detected=device is None)
         config, how = _untimed_choice(pred, legal, cands[0] if pred.evidence == "default" else None)
         warnings.warn(f"zmlx-pipeline autotune: nothing timed ({exc}); using {how}", stacklevel=3)
-        return TuneResult(spec.name, shape, dtype, config, "predicted", legal=len(legal), key=key, note=str(exc))
+        return TuneResult(spec.name, shape, dtype, config, _untimed_source(pred), legal=len(legal), key=key,
+                          note=str(exc))
     ahead = precompile or getattr(measure, "precompile", None)
     if ahead is not None:
         try:
@@ -494,7 +501,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         why = ("no candidate passed the reference check with a time above 0 us" if any(
             t["status"] == "bad_time" for t in timed) else "no candidate passed the reference check")
         config, how = _untimed_choice(pred, legal)
-        return TuneResult(spec.name, shape, dtype, config, "predicted", None, timed, len(legal), wall, key,
+        return TuneResult(spec.name, shape, dtype, config, _untimed_source(pred), None, timed, len(legal), wall, key,
                           f"{why}; using {how} (not cached)")
     best = min(ok, key=lambda t: t["median_us"])
     if use_cache:
@@ -509,6 +516,12 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
                                                                    exc)
     return TuneResult(spec.name, shape, dtype, dict(best["config"]), "timed", best["median_us"], timed, len(legal),
                       wall, key, note)
+
+
+def _untimed_source(pred: Any) -> str:
+    """A TuneResult's source when nothing was timed: "default" where the bundle had no ranking for the case (the
+    warning and note say the default config), else "predicted"."""
+    return "default" if pred.evidence == "default" else "predicted"
 
 
 def _untimed_choice(pred: Any, legal: list[dict], first: dict | None = None) -> tuple[dict, str]:
