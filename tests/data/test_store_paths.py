@@ -132,13 +132,33 @@ def test_a_shard_path_that_is_not_utf8_is_refused_naming_it_and_the_fix(tmp_path
 def test_a_store_path_that_is_a_url_is_refused_as_not_a_local_file(tmp_path, monkeypatch, shard, url, scheme):
     monkeypatch.chdir(tmp_path)
     before = listing(tmp_path)
-    says = f"is a URL ({scheme}:), not a file: the store must be a local file path; pass one with --db or $ZMLX_PIPELINE_DB"
-    for args, env in ((["ingest", "--db", url, shard], None), (["summary"], {"ZMLX_PIPELINE_DB": url}),
-                      (["ingest", shard], {"ZMLX_PIPELINE_DB": url})):
-        assert one_line(args, says, env=env).startswith(f"Error: store path {Path(url)} ")
+    says = f"path {url!r} is a URL ({scheme}:), not a local path: download or mount it and give its local path"
+    result = CliRunner().invoke(cli, ["ingest", "--db", url, str(shard)])
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: Invalid value for '--db': {says} (")
+    for args in (["summary"], ["ingest", shard]):
+        assert one_line(args, says, env={"ZMLX_PIPELINE_DB": url}) == f"Error: $ZMLX_PIPELINE_DB: {says}\n"
     with pytest.raises(StoreError, match=r"is a URL \(s3:\)"):
         Store("s3://bucket/x.duckdb", read_only=True)
     assert listing(tmp_path) == before
+
+
+@pytest.mark.parametrize("args", [["export", "{db}", "s3://bucket/out.parquet"], ["report", "{db}", "--out", "s3://b/r"],
+                                  ["publish", "{db}", "--to", "s3://b/pub"], ["import", "s3://b/k.json"],
+                                  ["train", "{db}", "--models-dir", "hf://org/models"]])
+def test_an_output_or_input_path_that_is_a_url_is_refused_as_typed_and_nothing_is_made(tmp_path, monkeypatch, shard,
+                                                                                       args):
+    """As a Path, s3://bucket/out.parquet is the local s3:/bucket/out.parquet: export and report wrote there."""
+    with Store(tmp_path / "s.duckdb") as store:
+        store.ingest_shards([shard])
+    monkeypatch.chdir(tmp_path)
+    before = listing(tmp_path)
+    args = [a for arg in args for a in (["--db", str(tmp_path / "s.duckdb")] if arg == "{db}" else [arg])]
+    url = next(a for a in args if "://" in a)
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2 and result.output.count("\n") == 1, result.output
+    assert f"path {url!r} is a URL ({url.split(':')[0]}:), not a local path" in result.output
+    assert listing(tmp_path) == before and not (tmp_path / f"{url.split(':')[0]}:").exists()
 
 
 @pytest.mark.parametrize("name", ["x\\y.duckdb", "C:\\Users\\x\\store.duckdb", "a\\.duckdb"])

@@ -475,3 +475,14 @@ def test_a_config_given_twice_is_timed_once():
     one, other = rt.candidates("rmsnorm", S, "float16", k=2, device="nvidia-h200")
     result = _tune(configs=[one, dict(one), other, one], measure=measure, use_cache=False)
     assert calls == [one, other] and [t["config"] for t in result.timed] == [one, other]
+
+
+def test_a_url_for_a_cache_or_a_bundle_is_refused_as_typed_and_nothing_is_made(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(rt.BadArgument, match=r"^cache_path 's3://b/c\.json' is a URL \(s3:\), not a local path"):
+        _tune(cache_path="s3://b/c.json", measure=lambda spec, config, shape, dtype: ("ok", 1.0))
+    with pytest.raises(rt.BundleError, match=r"^bundle location 's3://b/bundle' is a URL \(s3:\), not a local path.*"
+                                             r"\(a bundle is read from a local directory or an http\(s\) URL\)$"):
+        rt.load_bundle("s3://b/bundle", strict=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import tempfile
 import unicodedata
@@ -138,6 +139,19 @@ def not_regular_file(path: str | os.PathLike) -> str | None:
     if os.path.islink(path):
         return f"a symlink to {os.path.realpath(path)}, {what}"
     return what
+
+
+_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
+
+
+def url_problem(text: str, what: str = "path") -> str | None:
+    """Why a path as typed is a URL (s3://, https://, hf://) and no local path, or None. Checked on the text as given:
+    as a Path, `s3://b/x` is the local `s3:/b/x`, which a command would create under the current directory."""
+    url = _URL.match(text)
+    if url is None:
+        return None
+    return (f"{what} {text!r} is a URL ({url.group(1)}:), not a local path: download or mount it and give its local "
+            "path")
 
 
 def utf8_problem(path: str | os.PathLike, what: str = "path") -> str | None:

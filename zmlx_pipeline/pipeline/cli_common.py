@@ -29,7 +29,7 @@ import click
 
 from zmlx_pipeline.core import commits
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.files import printable, utf8_problem
+from zmlx_pipeline.core.files import printable, url_problem, utf8_problem
 
 
 def one_line(exc: BaseException) -> str:
@@ -296,7 +296,7 @@ def store_path(db: Path | None) -> Path:
             expand_home(value)
         except ValueError as exc:
             raise click.ClickException(f"${variable}: {exc}") from None
-        problem = utf8_problem(value)
+        problem = utf8_problem(value) or url_problem(value)
         if problem is not None:
             raise click.ClickException(f"${variable}: {problem}")
         if variable == "ZMLX_PIPELINE_DB":
@@ -440,6 +440,8 @@ class GivenPath(click.Path):
         if isinstance(value, str):
             if not value.strip():
                 self.fail("is empty: name a path (write . for the current directory)", param, ctx)
+            if url_problem(value) is not None:
+                self.fail(url_problem(value), param, ctx)
             try:
                 value = expand_home(value)
             except ValueError as exc:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.files import write_text_atomic
+from zmlx_pipeline.core.files import url_problem, write_text_atomic
 from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError, home_expanded, plain
 
 BUNDLE_SCHEMA = "zmlx-pipeline-bundle"
@@ -440,6 +440,9 @@ def holds_bundle(directory: Path) -> bool:
 def read_dir(path: str | os.PathLike, source: str | None = None, builtin: dict[str, dict] | None = None) -> Bundle:
     """A verified bundle from a local directory (or publish root); raises BundleError. `builtin`: the built-in
     kernels its kernels must agree with (None: the shipped bundle's; {} for a bundle that is to be the shipped one)."""
+    if isinstance(os.fspath(path), str) and url_problem(os.fspath(path)) is not None:
+        raise BundleError(url_problem(os.fspath(path), "bundle location") + " (a bundle is read from a local directory "
+                          "or an http(s) URL)")
     p = Path(home_expanded(os.fspath(path), "bundle location"))
     try:
         if not p.exists():

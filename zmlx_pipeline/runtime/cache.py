@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from zmlx_pipeline.core.files import current_umask, write_json_atomic
+from zmlx_pipeline.core.files import current_umask, url_problem, write_json_atomic
 from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, home_expanded, plain
 
 SCHEMA_VERSION = "3.0"
@@ -79,6 +79,8 @@ def checked_path(path: str | os.PathLike | None = None) -> Path:
         raise BadArgument(f"cache_path is an empty string: {hint}")
     if "\0" in text:
         raise BadArgument(f"cache_path {text!r:.80} holds a NUL byte: {hint}")
+    if url_problem(text) is not None:  # as a Path, s3://b/c.json is ./s3:/b/c.json, which a save would create
+        raise BadArgument(url_problem(text, "cache_path"))
     target = Path(os.path.realpath(home_expanded(text, "cache_path")))
     try:
         mode = os.stat(target).st_mode
