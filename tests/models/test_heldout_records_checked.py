@@ -80,7 +80,7 @@ def test_evaluate_refuses_records_train_never_writes(trained, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     db, before = _changed(trained, tmp_path, sql)
     _one_line([EVALUATE[0], "--db", str(db), *EVALUATE[1:]], says, "kernel k, method prior, fold ",
-              "train the kernel again (`zmlx-pipeline train -k k`)")
+              f"train the kernel again (`zmlx-pipeline train --db {db} -k k`)")
     assert db.read_bytes() == before
 
 
@@ -96,7 +96,7 @@ def test_publish_refuses_the_left_out_device_records_it_reads_for_expected_regre
     db, before = _changed(trained, tmp_path,
                           "UPDATE heldout_cases SET r1 = 0.5 WHERE split = 'devices' AND method = 'prior'")
     _one_line(["publish", "--db", str(db), "--to", "pub", "--device", "nvidia-rtx-a4000"], "r1 is 0.5",
-              "method prior", "`zmlx-pipeline train -k k`")
+              "method prior", f"`zmlx-pipeline train --db {db} -k k`")
     assert db.read_bytes() == before
     assert not (tmp_path / "pub").exists() or not any((tmp_path / "pub").iterdir())
 

@@ -102,8 +102,8 @@ def test_device_filter_and_fingerprint(store, make_measurement, tmp_path_factory
 def test_errors(store, make_measurement, tmp_path):
     with pytest.raises(EvaluationError, match="the store has no ok measurements"):
         train_models(store)
-    with pytest.raises(NoTrainedModel, match="no trained model for kernel 'k'.*zmlx-pipeline train --kernel k"):
-        load_model(store, "k")
+    with pytest.raises(NoTrainedModel, match="no trained model for kernel 'k'.*`zmlx-pipeline train --kernel k` first"):
+        load_model(store, "k")  # the default store: no --db in the command
     fill(store, make_measurement)
     with pytest.raises(EvaluationError, match="no ok measurements of kernel\\(s\\) nope; the store has k"):
         train_models(store, kernels=["nope"])
@@ -232,3 +232,16 @@ def test_a_registry_row_pointed_at_another_models_file_is_refused(store, make_me
     with pytest.raises(ModelFileError, match="not the registry's"):
         verify_models(store)
     assert load_model(store, model_id=second["model_id"]).model_id == second["model_id"]
+
+
+def test_the_train_command_a_message_gives_runs_as_shown_for_its_store_and_kernel(tmp_path):
+    import shlex
+
+    from zmlx_pipeline.data.store import Store
+
+    with Store(tmp_path / "my store.duckdb") as other:
+        with pytest.raises(NoTrainedModel) as exc:
+            load_model(other, "my norm;rm")
+    hint = str(exc.value).split("`")[1]
+    assert shlex.split(hint) == ["zmlx-pipeline", "train", "--db", str(tmp_path / "my store.duckdb"), "--kernel",
+                                 "my norm;rm"]

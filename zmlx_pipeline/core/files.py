@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import stat
 import tempfile
 import unicodedata
@@ -139,6 +140,12 @@ def not_regular_file(path: str | os.PathLike) -> str | None:
     if os.path.islink(path):
         return f"a symlink to {os.path.realpath(path)}, {what}"
     return what
+
+
+def shell_command(*words: Any) -> str:
+    """A command as a user would type it into a POSIX shell: each word quoted where it needs it (a kernel named
+    `my norm` is `'my norm'`) and escaped as `printable` does, so the hint in a message runs as shown."""
+    return " ".join(shlex.quote(printable(str(w))) for w in words)
 
 
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")

@@ -24,7 +24,7 @@ import duckdb
 from zmlx_pipeline.core.commits import commit_point
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.files import fsync_dir, printable, utf8_problem
+from zmlx_pipeline.core.files import fsync_dir, printable, shell_command, utf8_problem
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
 from zmlx_pipeline.data.paths import not_regular
 from zmlx_pipeline.data.records import (
@@ -1358,7 +1358,8 @@ class Store:
             f"{kernel}, method {printable(str(row['method']))}, fold {printable(str(row['fold']))}, case "
             f"{printable(str(row['device_id']))} {printable(str(row['dtype']))} {row['shape_key']}: {reason}){more}, "
             f"so its scores were not read: it was changed outside zmlx-pipeline; train the kernel again "
-            f"(`zmlx-pipeline train -k {kernel}`), or restore the store from a copy")
+            f"(`{shell_command('zmlx-pipeline', 'train', '--db', str(self.path), '-k', row['kernel'])}`), or restore "
+            "the store from a copy")
 
     def heldout_count(self, model_id: str, split: str, protocol: str) -> int:
         """How many held-out case rows a model has under a split and protocol."""

@@ -44,6 +44,7 @@ from typing import Sequence
 import polars as pl
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.files import shell_command
 from zmlx_pipeline.data.store import HELDOUT_KS, StoreError
 from zmlx_pipeline.models.rankers.base import Ranker
 from zmlx_pipeline.models.variants import DEFAULT_MODEL, check_model, fit_kernel_model
@@ -316,13 +317,26 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
     return rows
 
 
+def train_command(store, kernel: str | None = None) -> str:
+    """The train command that fills this store (its --db unless it is the default store), quoted to run as shown."""
+    from zmlx_pipeline.data.store import default_db_path
+
+    try:
+        default = Path(store.path).resolve() == default_db_path().resolve()
+    except (OSError, StoreError):
+        default = False
+    words = ["zmlx-pipeline", "train", *(() if default else ("--db", str(store.path))),
+             *(() if kernel is None else ("--kernel", kernel))]
+    return shell_command(*words)
+
+
 def list_models(store, kernel: str | None = None) -> list[dict]:
     """Registry rows (of one kernel), newest first; NoTrainedModel when there is none."""
     rows = store.models(kernel=kernel)
     if not rows:
         what = f" for kernel {kernel!r}" if kernel is not None else ""
-        raise NoTrainedModel(f"no trained model{what} in store {store.path}: run `zmlx-pipeline train"
-                             f"{f' --kernel {kernel}' if kernel is not None else ''}` first")
+        raise NoTrainedModel(f"no trained model{what} in store {store.path}: run `{train_command(store, kernel)}` "
+                             "first")
     return rows
 
 
@@ -334,7 +348,7 @@ def registry_row(store, kernel: str | None = None, model_id: str | None = None) 
     if not rows:
         what = f"model {model_id!r}" if model_id is not None else f"trained model for kernel {kernel!r}"
         fix = "see `zmlx-pipeline models`" if model_id is not None else \
-            f"run `zmlx-pipeline train --kernel {kernel}` first"
+            f"run `{train_command(store, kernel)}` first"
         raise NoTrainedModel(f"no {what} in store {store.path}: {fix}")
     return rows[0]
 
