@@ -11,7 +11,9 @@ measured also get the model's ranking at every power-of-two point of a built-in 
 no bucket holds (`between`): the lookup merges it with the nearest buckets' lists for a shape there,
 so an autotuner between grid shapes also times what the model ranks at its own point. Built-in
 kernels (and any kernel whose registered spec matches the measured parameters) rank only the
-configs legal on that device and shape; imported kernels rank the configs that were measured.
+configs legal on that device and shape; imported kernels rank the configs that were measured, less
+those that failed on that device (or, for one never measured, on the measured chips of its family)
+and never ran there (failed_configs).
 
 A device never measured answers from the measured chip nearest it (publish/transfer.py): its entries
 say `predicted` when that chip is of its own architecture family, `extrapolated` otherwise, carry the
@@ -60,6 +62,7 @@ from zmlx_pipeline.publish.profiles import build_autotune_v3, build_profiles, se
 from zmlx_pipeline.publish.transfer import (
     EVIDENCE_OTHER_FAMILY,
     EVIDENCE_SAME_FAMILY,
+    family_key,
     kernel_work,
     scaled_time,
     source_device,
@@ -242,9 +245,48 @@ def _measured(km: KernelModel, tables: KernelTables, store_k: int) -> set[str]:
     return set(frame["device_id"].unique().to_list())
 
 
+def failed_configs(store, models: ModelSet) -> dict[str, dict[str, frozenset[str]]]:
+    """Per imported kernel (no registered spec) and device: the config keys of its newest version that failed
+    there (compile, launch, check or timeout, as Kernel Tuner's failure strings import) and never ran ok there.
+    A built-in kernel's configs are its spec's legal ones instead, and a launch refusal is learned at run time."""
+    out: dict[str, dict[str, frozenset[str]]] = {}
+    for name, km in sorted(models.kernels.items()):
+        if km.features is None or matching_spec(km.features) is not None:
+            continue
+        rows = pl.from_arrow(store.measurements_arrow(kernel=[name])).filter(
+            pl.col("kernel_version") == km.features.kernel_version)
+        if rows.is_empty() or (rows["status"] == "ok").all():
+            continue
+        per: dict[str, frozenset[str]] = {}
+        for (device,), part in rows.group_by(["device_id"], maintain_order=True):
+            ran = set(part.filter(pl.col("status") == "ok")["config_key"].to_list())
+            bad = frozenset(set(part.filter(pl.col("status") != "ok")["config_key"].to_list()) - ran)
+            if bad:
+                per[str(device)] = bad
+        if per:
+            out[name] = per
+    return out
+
+
+def _never_ran(device: str, devices: Mapping[str, Mapping[str, Any]], failed: Mapping[str, frozenset[str]],
+               ran: Mapping[str, set[str]]) -> set[str]:
+    """The config keys an imported kernel's table leaves out on `device`: those that failed there and never ran
+    there; on a device never measured, those that failed on a measured chip of its family (vendor and catalog
+    family) and ran on none of them (Kernel Tuner convolution: 30 configs fail on every Ampere card measured)."""
+    if device in failed or device in ran:
+        return set(failed.get(device, ()))
+    family = family_key(devices.get(device))
+    if family == ("", ""):
+        return set()
+    members = [m for m in set(failed) | set(ran) if family_key(devices.get(m)) == family]
+    bad = set().union(*(failed.get(m, ()) for m in members))
+    return bad - set().union(*(ran.get(m, set()) for m in members))
+
+
 def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.DataFrame,
-                 only_devices: Sequence[str] | None, progress: Progress | None = None) -> tuple[KernelTables, dict]:
-    """Tables and kernels.json metadata of one kernel."""
+                 only_devices: Sequence[str] | None, progress: Progress | None = None,
+                 failed: Mapping[str, frozenset[str]] | None = None) -> tuple[KernelTables, dict]:
+    """Tables and kernels.json metadata of one kernel; `failed`: an imported kernel's failed_configs."""
     import json
 
     f = km.features
@@ -265,7 +307,11 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     work = kernel_work(spec, DTYPE_BYTES, list(buckets.values())) if spec is not None else None
     tables.bucket_shapes = {tables.bucket_key(s): s for s in buckets.values()}
     if spec is None:
-        measured_configs = [json.loads(c) for c in f.frame.unique("config_key", maintain_order=True)["config"].to_list()]
+        measured_configs = [(k, json.loads(c)) for k, c in
+                            f.frame.unique("config_key", maintain_order=True).select("config_key", "config").iter_rows()]
+        ran = {str(d): set(part["config_key"].to_list())
+               for (d,), part in f.frame.select("device_id", "config_key").group_by(["device_id"])}
+        runnable: dict[str, list[dict]] = {}
     targets = [d for d in devices if (only_devices is None or d in only_devices or d in measured_devices)]
     if spec is not None:
         targets = [d for d in targets if devices[d].get("backend") in MLX_BACKENDS or d in measured_devices]
@@ -274,7 +320,11 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
 
     def configs_for(device: str, dtype: str, shape: dict) -> list[dict]:
         if spec is None:
-            return measured_configs
+            if device not in runnable:
+                never = _never_ran(device, devices, failed or {}, ran)
+                runnable[device] = ([c for k, c in measured_configs if k not in never]
+                                    or [c for _, c in measured_configs])  # all failed somewhere: rank them all
+            return runnable[device]
         from zmlx_pipeline.kernels.spec import Limits
 
         lk = _limits_key(devices[device])
@@ -460,7 +510,8 @@ def _runtime_prune_k(km: KernelModel, tables: KernelTables, meta: dict, devices:
 
 
 def _build_task(features, km: KernelModel, records: dict[str, dict], device_frame: pl.DataFrame,
-                only_devices: Sequence[str] | None, progress: Progress | None) -> tuple[KernelTables, dict]:
+                only_devices: Sequence[str] | None, progress: Progress | None,
+                failed: Mapping[str, frozenset[str]] | None = None) -> tuple[KernelTables, dict]:
     """build_kernel where a KernelPool runs it (a worker, or this process): the ranker read from its file and the
     time model fitted first when they are due, on one OpenMP thread; the tables come back as plain data."""
     from dataclasses import replace
@@ -474,7 +525,7 @@ def _build_task(features, km: KernelModel, records: dict[str, dict], device_fram
         if km.time_model_due:
             km = replace(km, time_model=fit_time_model(features), time_model_due=False)
         with remembered_predictions():  # the chunks of devices ask the models many of the same rows
-            tables, meta = build_kernel(km, records, device_frame, only_devices, progress)
+            tables, meta = build_kernel(km, records, device_frame, only_devices, progress, failed)
     return tables.plain(), meta
 
 
@@ -520,7 +571,9 @@ def table_cost(km: KernelModel, devices: dict[str, dict], only_devices: Sequence
 
 def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.DataFrame,
                   only_devices: Sequence[str] | None = None, progress: Progress | None = None,
-                  jobs: int | None = None, started: float | None = None) -> dict[str, tuple[KernelTables, dict]]:
+                  jobs: int | None = None, started: float | None = None,
+                  failed: Mapping[str, Mapping[str, frozenset[str]]] | None = None,
+                  ) -> dict[str, tuple[KernelTables, dict]]:
     """Every kernel's tables (build_kernel), the costliest kernels first (table_cost), in `jobs` worker processes
     (None: one per CPU; a small store builds here); a progress line as each kernel is done, with an estimate of
     the time left. The tables do not depend on where they were built."""
@@ -539,12 +592,12 @@ def build_kernels(models: ModelSet, records: dict[str, dict], device_frame: pl.D
         if not pool.parallel:
             for name in order:
                 built[name] = pool.submit(name, _build_task, kms[name], records, device_frame, only_devices,
-                                          steps.note if progress else None).result()
+                                          steps.note if progress else None, (failed or {}).get(name)).result()
                 steps.done(f"{name}: tables built", cost[name])
         else:
             steps.note(f"building {len(kms)} kernels' tables in {pool.jobs} worker processes")
             pending = {pool.submit(name, _build_task, replace(kms[name], features=None), records, device_frame,
-                                   only_devices, None): name for name in order}
+                                   only_devices, None, (failed or {}).get(name)): name for name in order}
             while pending:  # short waits: Ctrl-C and SIGTERM reach this thread between them
                 ready, _ = wait(list(pending), timeout=0.25, return_when=FIRST_COMPLETED)
                 for future in ready:
@@ -620,7 +673,8 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
     _check_scalar_configs(models)
     _check_table_devices(models, records, devices)
     frame = all_devices_frame(store)
-    kernel_tables = build_kernels(models, records, frame, devices, progress, jobs, started)
+    kernel_tables = build_kernels(models, records, frame, devices, progress, jobs, started,
+                                  failed_configs(store, models))
     measured_devices = set()
     for tables, meta in kernel_tables.values():
         measured_devices.update(meta["trained_devices"])
