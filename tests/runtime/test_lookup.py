@@ -598,3 +598,18 @@ def test_a_matmul_past_the_measured_rows_keeps_the_rate_its_edge_was_measured_at
         p = predicted_config("matmul", {"M": m, "N": 14336, "K": 4096}, "float16", device=device)
         assert p.outside_range == ("M",)
         assert p.predicted_us == pytest.approx(edge.predicted_us * m / 2048, rel=2e-3)
+
+
+def test_the_bucket_an_answer_names_is_the_shape_whose_entry_answered():
+    """matmul's published bucket M~2^11 N~2^12 K~2^14 is the shape 2048 x 4096 x 14336: an answer from it names that
+    shape, never 16384 (no shape of it was measured or published); a measured shape names itself."""
+    from zmlx_pipeline.runtime import load_bundle
+    from zmlx_pipeline.runtime.bundle import DEFAULT_BUNDLE_DIR
+
+    bundle = load_bundle(DEFAULT_BUNDLE_DIR, strict=True)
+    rep = bundle.kernels["matmul"]["buckets"]["11,12,14"]
+    assert rep == {"M": 2048, "N": 4096, "K": 14336}
+    near = predicted_config("matmul", {"M": 2000, "N": 4000, "K": 12000}, "float16", device="nvidia-h200")
+    assert near.evidence == "predicted" and near.bucket == rep and list(near.bucket) == ["M", "N", "K"]
+    exact = predicted_config("matmul", rep, "float16", device="nvidia-h200")
+    assert exact.evidence == "measured" and exact.bucket == rep

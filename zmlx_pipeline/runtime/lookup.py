@@ -89,7 +89,8 @@ class BadLookup(BadArgument):
 
 
 class Prediction:
-    """One answer: the config to launch, its ranked candidates, evidence, expected regret and a note."""
+    """One answer: the config to launch, its ranked candidates, evidence, expected regret and a note; `bucket` is
+    the shape whose table entry answered (the shape itself when measured, else a published bucket's own shape)."""
 
     __slots__ = ("kernel", "device", "dtype", "shape", "bucket", "_config", "_ranked", "predicted_us",
                  "expected_regret", "evidence", "note", "threadgroup", "prune_k", "bundle_id", "kernel_version",
@@ -913,10 +914,22 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
                     else f"no predicted time: {under}" if under else "no predicted time. "))
     cfg = dict(ranked[0])
     return Prediction(
-        kernel, device_id, dtype_name, shape_map, dict(zip(k.dims, (1 << e if e >= 0 else 1 for e in bucket_key))),
+        kernel, device_id, dtype_name, shape_map, _answered_at(k, table, values, shape_map, r.entry, bucket_key),
         ranked, None if time_us is None else float(f"{time_us:.4g}"), regret, evidence, note.strip(),
         cfg.get(k.tg_param) if k.tg_param else None, prune_k, bundle.bundle_id, k.version, outside,
     )
+
+
+def _answered_at(k: "_Kernel", table: "_Table", values: tuple[int, ...], shape_map: dict, entry: Any,
+                 bucket_key: tuple[int, ...]) -> dict:
+    """The shape whose entry answered (a Prediction's `bucket`): the shape itself when it was measured, a published
+    bucket's own shape (matmul's K=14336, not the 16384 it rounds to), else the power-of-two point ranked there."""
+    if entry is not None and entry is table.measured.get(values):
+        return dict(shape_map)
+    own = k.bucket_shapes.get(",".join(str(e) for e in bucket_key))
+    if table.buckets.get(bucket_key) is entry and isinstance(own, Mapping) and set(own) == set(k.dims):
+        return {d: own[d] for d in k.dims}
+    return dict(zip(k.dims, (1 << e if e >= 0 else 1 for e in bucket_key)))
 
 
 # ------------------------------------------------------------------------------------------
