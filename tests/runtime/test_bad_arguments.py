@@ -486,3 +486,15 @@ def test_a_url_for_a_cache_or_a_bundle_is_refused_as_typed_and_nothing_is_made(t
                                              r"\(a bundle is read from a local directory or an http\(s\) URL\)$"):
         rt.load_bundle("s3://b/bundle", strict=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_tune_with_no_legal_config_names_the_rule_as_the_lookup_does():
+    shape = {"rows": 8, "cols": 8}
+    with pytest.raises(rt.AutotuneError) as exc:
+        rt.tune("rmsnorm", shape, "float16", device="nvidia-h200", use_cache=False,
+                measure=lambda spec, config, shape, dtype: ("ok", 1.0))
+    rule = "(every config breaks: (TG // ROWS) * VEC <= cols)"
+    assert str(exc.value) == f"rmsnorm: no legal config for {shape} float16 on nvidia-h200 {rule}"
+    assert rt.predicted_config("rmsnorm", shape, "float16", device="nvidia-h200").note.endswith(rule)
+    with pytest.raises(rt.AutotuneError, match=r"no legal config for .* \(of threadgroup 48\)$"):
+        _tune(threadgroups=[48], measure=lambda spec, config, shape, dtype: ("ok", 1.0), use_cache=False)

@@ -443,7 +443,9 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     refused = refused_configs(spec.name, dkey, cache_path)
     runnable = [c for c in legal if config_id(c) not in refused]
     if not runnable:
-        why = f" ({len(legal)} refused at launch on {dkey})" if legal else ""
+        why = (f" ({len(legal)} refused at launch on {dkey})" if legal
+               else f" (of threadgroup {', '.join(map(str, sorted(sizes)))})" if every and threadgroups is not None
+               else _rules_broken(spec, shape, dtype, Limits.from_device_row(row)))
         raise AutotuneError(f"{spec.name}: no legal config for {shape} {dtype} on {chip}{why}")
     legal = runnable
     key = cache_file.entry_key(spec.name, spec.version, shape, spec.shape_grid.dims, dtype, list(spec.params))
@@ -516,6 +518,18 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
                                                                    exc)
     return TuneResult(spec.name, shape, dtype, dict(best["config"]), "timed", best["median_us"], timed, len(legal),
                       wall, key, note)
+
+
+def _rules_broken(spec, shape: Mapping[str, int], dtype: str, limits: Limits) -> str:
+    """The constraints every config this device can run breaks on this case, as a lookup names them (`(TG // ROWS) *
+    VEC <= cols` for an 8 x 8 rmsnorm); all of them where no one constraint rules every such config out."""
+    broken = [set(spec.violations(c, shape, dtype, limits)) for c in spec.configs()]
+    # among the configs this device runs at some shape (those passing every constraint that reads no dim)
+    free = {t for t in spec.constraints if not set(compile(t, "<constraint>", "eval").co_names) & set(shape)}
+    pool = [b for b in broken if not b & free] or broken
+    every = [text for text in spec.constraints if pool and all(text in b for b in pool)]
+    return (f" (every config breaks: {'; '.join(every)})" if every
+            else f" (constraints: {'; '.join(spec.constraints) or 'none'})")
 
 
 def _untimed_source(pred: Any) -> str:
