@@ -617,14 +617,16 @@ def test_a_file_without_a_usable_problem_size_is_one_case_of_unknown_size(store,
                                                                    problem_size=None))
     assert refused(store, other) == (
         f"cannot import {other}: it names no problem size, and A4000.json (kernel none on nvidia-rtx-a4000 too) is "
-        "imported without one; pass --problem-size to tell their sizes apart; nothing of it was stored")
+        "imported without one; import each in its own command with its own --problem-size, to tell their sizes apart; "
+        "nothing of it was stored")
     assert import_files(store, [other], problem_size=[8192])[0]["added"] == 1
     both = [write(tmp_path / "two" / f"{n}.json", kt_cache({"16,1": entry()}, kernel_name="two", problem_size=None))
             for n in ("a", "b")]
     before = snapshot(store)
     with pytest.raises(ImportFileError, match="b.json: it names no problem size, and a.json"):
         import_files(store, both)
-    assert snapshot(store) == before
+    # the hint followed: each in its own command, with its own size
+    assert [import_files(store, [p], problem_size=[n])[0]["added"] for p, n in zip(both, (1024, 2048))] == [1, 1]
 
 
 def test_parse_problem_size_accepts_integers_and_json():
@@ -769,6 +771,32 @@ def test_device_map_by_file_glob_or_reported_name(store, tmp_path, suffix):
     rows = import_files(store, [a, b, c], device_map=map_file)
     assert [r["device"] for r in rows] == ["nvidia-a100-sxm4-80gb", "nvidia-v100-pcie-16gb", "nvidia-rtx-a4000"]
     assert [r["settings"]["device_from"] for r in store.runs()] == ["--device-map", "--device-map", "reported"]
+
+
+def test_a_device_map_key_that_matches_nothing_refuses_a_file_it_missed_and_a_dot_slash_key_matches(
+        seeded, tmp_path, monkeypatch):
+    """A key written for a file it does not match (`a.json` for `A.json`) left that file under its reported device."""
+    path = write(tmp_path / "k" / "A.json", kt_cache({"16,1": entry()}, device_name="NVIDIA A100-PCIE-40GB"))
+    map_file = tmp_path / "map.json"
+    before = snapshot(seeded)
+    map_file.write_text('{"a.json": "nvidia-h100-sxm"}')
+    for key in ("a.json", "runs/A.json", "other/a.json"):
+        map_file.write_text(json.dumps({key: "nvidia-h100-sxm", "Z*.json": "nvidia-h200"}))
+        assert refused(seeded, path, device_map=map_file) == (
+            f"cannot import {path}: the key {key!r} of --device-map {map_file} looks meant for it but does not match it "
+            "(it would be stored as nvidia-a100-pcie-40gb, the device it reports): a key is matched, case-sensitive, "
+            "against each file's name, its name without suffixes and its path as given; fix the key, or import that "
+            "file without the map; nothing of it was stored")
+    map_file.write_text('{"A.json ": "nvidia-h100-sxm"}')
+    with pytest.raises(ImportFileError, match="the key 'A.json ' has white space at its start or end"):
+        import_files(seeded, [path], device_map=map_file)
+    assert snapshot(seeded) == before
+    # the path as given (k/A.json) matches the key ./k/A.json; a key for files not imported is no matter when the
+    # map matched every file imported
+    monkeypatch.chdir(tmp_path)
+    map_file.write_text(json.dumps({"./k/A.json": "nvidia-h100-sxm", "Z*.json": "nvidia-h200"}))
+    assert [r["device"] for r in import_files(seeded, [Path("k") / "A.json"], device_map=map_file)] == [
+        "nvidia-h100-sxm"]
 
 
 def test_bad_device_maps_are_refused_before_anything_is_stored(seeded, tmp_path):

@@ -81,7 +81,8 @@ def test_a_file_without_problem_size_imports_and_a_second_one_asks_for_the_optio
     assert result.exit_code == 1
     assert result.output == (
         f"Error: cannot import {second}: it names no problem size, and a.json (kernel vector_add on nvidia-rtx-a4000 "
-        "too) is imported without one; pass --problem-size to tell their sizes apart; nothing of it was stored\n")
+        "too) is imported without one; import each in its own command with its own --problem-size, to tell their "
+        "sizes apart; nothing of it was stored\n")
     assert contents(db) == before
     result = invoke("import", "--db", db, "--json", "--problem-size", "[25000, 2048, 1]", second)
     assert result.exit_code == 0, result.output

@@ -37,13 +37,14 @@ import io
 import json
 import math
 import os
+import posixpath
 import re
 import tomllib
 import zlib
 from dataclasses import dataclass, field, replace
 from itertools import repeat
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError, shown
 from zmlx_pipeline.data.catalog import (
@@ -674,9 +675,9 @@ class DeviceMap:
 
         Two matching globs that name different devices are refused: the map would be guessing.
         """
-        names = (file.name, _file_stem(file), file.as_posix())
-        hits = [(key, spec) for key, spec in self.entries
-                if any(fnmatch.fnmatchcase(n, key) for n in names)]
+        names = (file.name, _file_stem(file), file.as_posix(), posixpath.normpath(file.as_posix()))
+        hits = [(key, spec) for key, spec in self.entries  # ./a.json is a.json
+                if any(fnmatch.fnmatchcase(n, key) or fnmatch.fnmatchcase(n, posixpath.normpath(key)) for n in names)]
         if len({spec.id for _, spec in hits}) > 1:
             listed = ", ".join(f"{key!r} -> {spec.id}" for key, spec in hits)
             raise _fail(file, f"--device-map {self.path} gives it several devices ({listed}); make one key match it")
@@ -688,6 +689,29 @@ class DeviceMap:
                 if set(name_tokens(key)) == wanted:
                     return spec, key
         return None
+
+
+def _check_map_used(mapping: DeviceMap, parsed: Sequence["ParsedFile"]) -> None:
+    """Refuse an import where a file the --device-map does not match would go in under the device it reports while a
+    key of the map that matches no file looks meant for it: the key matches it but for case (`a.json` for `A.json`),
+    or is a path ending in its name (`runs/A.json` with the file given as `A.json`). Other keys (a map written for a
+    whole data set, imported a file at a time) are no matter."""
+    used = {p.source.get("matched_device_name") for p in parsed if p.source.get("device_from") == "--device-map"}
+    unused = [key for key, _ in mapping.entries if key not in used]
+    for p in parsed:
+        if p.source.get("device_from") == "--device-map" or not unused:
+            continue
+        names = [n.casefold() for n in (p.path.name, _file_stem(p.path), p.path.as_posix())]
+        meant = [key for key in unused
+                 if any(fnmatch.fnmatchcase(n, pattern.casefold()) for n in names
+                        for pattern in (key, posixpath.normpath(key), posixpath.basename(key)))]
+        if meant:
+            raise _fail(p.path, (
+                f"the key {meant[0]!r} of --device-map {mapping.path} looks meant for it but does not match it (it "
+                f"would be stored as {p.device.id}, the device "
+                f"{'it reports' if p.source.get('device_from') == 'reported' else 'its file name names'}): a key is "
+                "matched, case-sensitive, against each file's name, its name without suffixes and its path as given; "
+                "fix the key, or import that file without the map"))
 
 
 def load_device_map(path: str | os.PathLike) -> DeviceMap:
@@ -718,6 +742,8 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
     for key, value in data.items():
         if not key.strip():
             raise bad("an empty key matches no file and no device name")
+        if key != key.strip():
+            raise bad(f"the key {key!r} has white space at its start or end, which no file name has; remove it")
         if not isinstance(value, str):
             raise bad(f"{key!r} maps to {value!r}, not a catalog id")
         problem = hidden_character_problem(key) or hidden_character_problem(value)
@@ -1371,7 +1397,8 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any,
             raise ImportFileError(f"--problem-size: {err}") from None
         if shape is not None and shape != wanted:
             raise _fail(path, f"--problem-size {option!r} disagrees with the problem size of its {source} "
-                              f"({shape}); leave the option out for this file")
+                              f"({shape}); import it in a command of its own without --problem-size (the option "
+                              "gives every file of a command its size)")
         return wanted, "--problem-size" if shape is None else source
     if shape is None:
         return {}, NO_PROBLEM_SIZE
@@ -1648,7 +1675,8 @@ def _check_unknown_sizes_apart(store: Store, parsed: list[ParsedFile]) -> None:
         owner = owners.setdefault((item.device.id, item.kernel), item.path.name)
         if owner != item.path.name:
             raise _fail(item.path, f"it names no problem size, and {owner} (kernel {item.kernel} on {item.device.id} "
-                                   "too) is imported without one; pass --problem-size to tell their sizes apart")
+                                   "too) is imported without one; import each in its own command with its own "
+                                   "--problem-size, to tell their sizes apart")
 
 
 def _check_kernel_names_apart(store: Store, parsed: list[ParsedFile]) -> None:
@@ -1715,6 +1743,8 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
         raise ImportFileError(f"no measurements to import: {', '.join(map(str, companions))} only describe "
                               "the machine of a T4 results file or a benchmark's search space; import the results "
                               "or cache files")
+    if mapping is not None:
+        _check_map_used(mapping, parsed)
     _check_kernel_names_apart(store, parsed)
     _check_unknown_sizes_apart(store, parsed)
     _check_kinds_apart(store, parsed)
