@@ -79,7 +79,7 @@ def test_lookup_json(toy_bundle):
     assert (data["kernel"], data["device"], data["dtype"], data["shape"]) == ("toy_scale", "nvidia-h100-sxm", "float16", shape)
     assert data["config"] == toy_best("nvidia-h100-sxm", shape) and data["evidence"] == "measured"
     assert data["expected_regret"] == 1.0 and data["candidates"][0] == data["config"]
-    three = json.loads(run("lookup", "toy_scale", "--shape", "4096,64", "--dtype", "float16", "--device",
+    three = json.loads(run("lookup", "toy_scale", "--shape", "cols=4096,rows=64", "--dtype", "float16", "--device",
                            "nvidia-h100-sxm", "--bundle", str(out), "-k", "3", "--json").output)
     assert three["config"] == data["config"] and len(three["candidates"]) == 3
 

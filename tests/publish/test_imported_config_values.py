@@ -84,7 +84,7 @@ def test_tune_says_an_imported_kernel_has_no_source_to_time(mix_bundle, tmp_path
 def test_the_lookup_command_answers_such_a_kernel(mix_bundle):
     from zmlx_pipeline.pipeline.cli import cli
 
-    result = CliRunner().invoke(cli, ["lookup", KERNEL, "--shape", "4096,4096", "--dtype", "float32", "--device",
+    result = CliRunner().invoke(cli, ["lookup", KERNEL, "--shape", "rows=4096,cols=4096", "--dtype", "float32", "--device",
                                       "nvidia-h200", "--bundle", str(mix_bundle[1]), "--json"])
     assert result.exit_code == 0, result.output
     answer = json.loads(result.output)
@@ -163,3 +163,23 @@ def test_null_and_booleans_are_config_values_too(mix_bundle, tmp_path):
     load_bundle(ok, strict=True)
     answer = predicted_config(KERNEL, SHAPE, "float32", device="nvidia-h200")
     assert answer.config["ratio"] in (None, True) and answer.evidence == "measured"
+
+
+def test_an_imported_kernels_shape_is_given_by_name_as_its_dims_have_no_order(mix_bundle):
+    """Its dims are listed alphabetically (cols before rows): values in order would be read against the wrong dims."""
+    from zmlx_pipeline.pipeline.cli import cli
+    from zmlx_pipeline.runtime import BadLookup
+
+    load_bundle(mix_bundle[1], strict=True)
+    says = (f"kernel {KERNEL!r} was imported (no registered spec), so its dims (cols, rows) have no order to read 2 "
+            "values in: name each, such as cols=N,rows=N")
+    with pytest.raises(BadLookup) as exc:
+        predicted_config(KERNEL, (4096, 1024), "float32", device="nvidia-h200")
+    assert str(exc.value) == says
+    result = CliRunner().invoke(cli, ["lookup", KERNEL, "--shape", "4096,1024", "--dtype", "float32", "--device",
+                                      "nvidia-h200", "--bundle", str(mix_bundle[1])])
+    assert result.exit_code == 2 and f"Invalid value for --shape: {says} (" in result.output
+    result = CliRunner().invoke(cli, ["lookup", KERNEL, "--shape", "rows=4096,cols=1024", "--dtype", "float32",
+                                      "--device", "nvidia-h200", "--bundle", str(mix_bundle[1]), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["config"] == mix_best("nvidia-h200", {"rows": 4096, "cols": 1024})

@@ -158,12 +158,13 @@ def test_a_core_limit_takes_the_table_nearest_its_core_count(real):
         assert p.evidence != "measured" and p.predicted_us is None and p.expected_regret is None
 
 
-def test_shapes_as_mappings_or_dim_order_agree_and_bad_shapes_are_refused(toy):
+def test_shapes_of_a_kernel_without_a_spec_are_named_and_bad_shapes_are_refused(toy):
     dims = toy.kernels["toy_scale"]["dims"]  # no registered spec: the measured keys, sorted
     assert dims == ["cols", "rows"]
     a = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h200")
-    b = predicted_config("toy_scale", [4096, 64], "float16", device="nvidia-h200")
-    assert a.config == b.config and a.evidence == b.evidence == "measured"
+    assert a.evidence == "measured"
+    with pytest.raises(BadLookup, match=r"its dims \(cols, rows\) have no order to read 2 values in: name each"):
+        predicted_config("toy_scale", [4096, 64], "float16", device="nvidia-h200")  # read as cols, rows before
     with pytest.raises(BadLookup, match="positive integer"):
         predicted_config("toy_scale", {"rows": 0, "cols": 4096}, "float16", device="nvidia-h200")
     with pytest.raises(BadLookup, match="has dims cols, rows"):

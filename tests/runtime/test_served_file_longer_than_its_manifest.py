@@ -74,7 +74,7 @@ def test_the_lookup_command_exits_1_in_one_line(served):
     from zmlx_pipeline.pipeline.cli import cli
 
     url, bundle = served
-    args = ["lookup", "toy_scale", "--shape", "4096,4096", "--device", "nvidia-h200", "--bundle", url]
+    args = ["lookup", "toy_scale", "--shape", "rows=4096,cols=4096", "--device", "nvidia-h200", "--bundle", url]
     assert CliRunner().invoke(cli, args).exit_code == 0  # cached now
     name = _lengthen(bundle)
     with warnings.catch_warnings(record=True) as caught:

@@ -189,11 +189,14 @@ class _Kernel:
 
     __slots__ = ("name", "dims", "configs", "tg_param", "order", "prune_k", "constraints", "regret", "version",
                  "trained", "dim_weights", "_constraints_text", "transfer", "work", "ranges", "bucket_shapes", "known",
-                 "dtypes")
+                 "dtypes", "ordered")
 
     def __init__(self, name: str, meta: dict) -> None:
         self.name = name
         self.dims = tuple(meta["dims"])
+        #: whether values given in order can be read as the dims: a registered spec's order; an imported kernel's dims
+        #: are only listed alphabetically (a Kernel Tuner file's x, y come after its filter_height)
+        self.ordered = meta.get("spec") != "measured configs only" or len(self.dims) < 2
         self.configs = [tuple(sorted(c.items())) for c in meta["configs"]]
         self.tg_param = meta.get("threadgroup_param")
         self.order = list(meta.get("order") or range(len(self.configs)))
@@ -445,6 +448,11 @@ def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
         values = list(shape)
         if kernel is None:
             out = {f"d{i}": v for i, v in enumerate(values)}
+        elif not kernel.ordered:
+            example = ",".join(f"{d}=N" for d in kernel.dims)
+            raise BadLookup(f"kernel {kernel.name!r} was imported (no registered spec), so its dims "
+                            f"({', '.join(kernel.dims)}) have no order to read {len(values)} values in: name each, "
+                            f"such as {example}")
         elif len(values) != len(kernel.dims):
             raise BadLookup(f"kernel {kernel.name!r} has dims {', '.join(kernel.dims)}; got {len(values)} values")
         else:
