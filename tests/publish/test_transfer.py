@@ -84,3 +84,77 @@ def test_no_published_time_is_below_the_roofline_bound_of_its_shape_on_its_chip(
     # 32768 x 4096 fp16 moves 537 MB: no Hopper chip does it in under 111 us
     big = json.loads((root / tables["nvidia-h200"]).read_text())["kernels"]["rmsnorm"]["float16"]["buckets"]["15,12"]
     assert big["time_us"] >= 4 * 32768 * 4096 / 4800e9 * 1e6
+
+
+def test_a_guess_is_floored_at_the_rate_the_chip_reached_not_at_fp32_peak_where_it_ran_past_it():
+    """16-bit matmul on an H200 was measured at 517 TFLOPs against its 66.9 fp32: a guess is floored at the larger."""
+    import polars as pl
+
+    from zmlx_pipeline.publish.build import _at_least_roofline, _flop_rates
+
+    work = {"float16": {"bytes": [{"dims": ["M", "N"], "coef": 2.0}], "flops": [{"dims": ["M", "N"], "coef": 1e6}]}}
+    shape = {"M": 1000, "N": 1000}  # 1e12 flops
+    frame = pl.DataFrame({"device_id": ["h", "h", "h"], "dtype": ["float16"] * 3, "shape_key": ["a", "a", "b"],
+                          "shape": [json.dumps(shape)] * 2 + [json.dumps({"M": 10, "N": 10})],
+                          "median_us": [4000.0, 2000.0, 1.0]})
+    rates = _flop_rates(frame, work)
+    assert rates == {("h", "float16"): pytest.approx(500.0)}  # 1e12 flops in 2 ms (the 10x10 shape: 100 TFLOPs)
+    row = {"memory_bandwidth_gbps": 4800, "fp32_tflops": 66.9}
+    moved = (2e6, 1e12)
+    assert _at_least_roofline(100.0, moved, row) == pytest.approx(1e12 / 66.9e12 * 1e6, rel=1e-3)  # fp32: 14.9 ms
+    assert _at_least_roofline(100.0, moved, row, rates[("h", "float16")]) == pytest.approx(2000.0, rel=1e-3)
+    assert _at_least_roofline(100.0, moved, row, 10.0) == pytest.approx(1e12 / 66.9e12 * 1e6, rel=1e-3)  # never lower
+    assert _at_least_roofline(5000.0, moved, row, 500.0) == 5000.0
+
+
+def test_a_chip_never_measured_moves_the_sources_measured_time_where_it_measured_the_buckets_shape_with_its_pick():
+    from zmlx_pipeline.publish.build import KernelTables, _move_times
+
+    tables = KernelTables("k", ["M", "N"])
+    tables.bucket_shapes = {"10,10": {"M": 1024, "N": 1024}, "11,11": {"M": 2048, "N": 2048}}
+    src = tables.entries["b"]["float16"]
+    src["buckets"] = {"10,10": {"best": 0, "time_us": 900.0}, "11,11": {"best": 0, "time_us": 900.0}}
+    src["measured"] = {"1024,1024": {"best": 0, "time_us": 100.0}, "2048,2048": {"best": 3, "time_us": 100.0}}
+    dst = tables.entries["a"]["float16"]
+    dst["buckets"] = {"10,10": {"best": 0, "time_us": None}, "11,11": {"best": 0, "time_us": None}}
+    work = {"float16": {"bytes": [{"dims": ["M", "N"], "coef": 2.0}], "flops": [{"dims": ["M", "N"], "coef": 1.0}]}}
+    _move_times(tables, {"a": ("b", "predicted")}, DEVICES, work)
+    ratio = DEVICES["b"]["memory_bandwidth_gbps"] / DEVICES["a"]["memory_bandwidth_gbps"]  # bandwidth-bound
+    assert dst["buckets"]["10,10"]["time_us"] == pytest.approx(100.0 * ratio, rel=1e-3)  # measured with its pick
+    assert dst["buckets"]["11,11"]["time_us"] == pytest.approx(900.0 * ratio, rel=1e-3)  # measured with another pick
+    assert {e["evidence"] for e in dst["buckets"].values()} == {"predicted"}
+
+
+def test_a_moved_time_is_never_faster_than_the_chips_memory_moves_its_bytes():
+    """A measurement past its own chip's peak bandwidth (inputs in L2) is not carried past the other chip's peak."""
+    from zmlx_pipeline.publish.build import KernelTables, _move_times
+
+    tables = KernelTables("k", ["M", "N"])
+    tables.bucket_shapes = {"10,10": {"M": 1024, "N": 1024}}  # 2 MiB moved: 0.626 us at a's 3350 GB/s
+    tables.entries["b"]["float16"]["buckets"] = {"10,10": {"best": 0, "time_us": 0.3}}  # 7 TB/s on b's 4800 GB/s
+    tables.entries["a"]["float16"]["buckets"] = {"10,10": {"best": 0, "time_us": None}}
+    work = {"float16": {"bytes": [{"dims": ["M", "N"], "coef": 2.0}], "flops": [{"dims": ["M", "N"], "coef": 1.0}]}}
+    _move_times(tables, {"a": ("b", "predicted")}, DEVICES, work)
+    moved = tables.entries["a"]["float16"]["buckets"]["10,10"]
+    assert moved["time_us"] == pytest.approx(2 * 1024 * 1024 / 3350e9 * 1e6, rel=1e-3)
+    assert moved["time_us"] > 0.3 * 4800 / 3350  # the bandwidth ratio alone would quote 0.43 us
+
+
+def test_a_compute_bound_time_past_the_sources_fp32_peak_is_moved_within_its_family_only():
+    """The fp32 peaks' ratio carries a tensor-core rate to a chip of the same architecture, not to another one."""
+    from zmlx_pipeline.publish.build import KernelTables, _move_times
+
+    rows = {"h": {"vendor": "nvidia", "family": "hopper", "memory_bandwidth_gbps": 4800, "fp32_tflops": 66.9},
+            "h2": {"vendor": "nvidia", "family": "hopper", "memory_bandwidth_gbps": 2000, "fp32_tflops": 51.2},
+            "m": {"vendor": "apple", "family": "m3", "memory_bandwidth_gbps": 400, "fp32_tflops": 14.2}}
+    work = {"float16": {"bytes": [{"dims": ["M"], "coef": 2.0}], "flops": [{"dims": ["M"], "coef": 1e9}]}}
+    tables = KernelTables("k", ["M"])
+    tables.bucket_shapes = {"10": {"M": 1024}, "0": {"M": 1}}  # 1.0e12 flops: 500 TFLOPs in 2 ms; 1e9: 1 TFLOPs
+    tables.entries["h"]["float16"]["buckets"] = {"10": {"best": 0, "time_us": 2000.0}, "0": {"best": 0, "time_us": 1000.0}}
+    for d in ("h2", "m"):
+        tables.entries[d]["float16"]["buckets"] = {"10": {"best": 0, "time_us": None}, "0": {"best": 0, "time_us": None}}
+    _move_times(tables, {"h2": ("h", "predicted"), "m": ("h", "extrapolated")}, rows, work)
+    same, other = tables.entries["h2"]["float16"]["buckets"], tables.entries["m"]["float16"]["buckets"]
+    assert same["10"]["time_us"] == pytest.approx(2000.0 * 66.9 / 51.2, rel=1e-3) and same["10"]["time_bound"] == "compute"
+    assert other["10"]["time_us"] is None and other["10"]["time_bound"] is None
+    assert other["0"]["time_us"] == pytest.approx(1000.0 * 66.9 / 14.2, rel=1e-3)  # under the fp32 peak: moved

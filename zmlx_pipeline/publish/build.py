@@ -356,6 +356,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
 
     # per dtype and shape text of the candidates: the shape, its bucket key, its bytes and flops
     shape_of: dict[tuple[str, str], tuple[dict, str, tuple]] = {}
+    reached = _flop_rates(f.frame, work)  # per (device, dtype): the most flops per second a measurement reached
     regret_of: dict[str, float | None] = {}  # per device: expected()
 
     def flush(pending: list, kind: str = "buckets") -> None:
@@ -384,7 +385,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
             if device not in regret_of:
                 regret_of[device] = expected(device)
             pred_us = _at_least_roofline(math.exp(t) if t is not None and not math.isnan(t) else None,
-                                         known[2], devices[device])
+                                         known[2], devices[device], reached.get((device, dtype)))
             table = tables.entries[device][dtype]
             table.setdefault(kind, {})[known[1]] = table_entry(idx, pred_us, regret_of[device], "predicted",
                                                                int(n_legal))
@@ -442,13 +443,34 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     return tables, meta
 
 
+def _flop_rates(frame: pl.DataFrame, work: Mapping[str, dict] | None) -> dict[tuple[str, str], float]:
+    """Per (device, dtype), the most TFLOPs one of the frame's measurements reached (each shape's fastest), where the
+    kernel has flops terms: a chip's ceiling for that kernel and dtype is at least this, whatever the catalog's fp32
+    peak says (16-bit matmul on Hopper tensor cores: 517 TFLOPs measured on an H200 against its 66.9 fp32)."""
+    if not work or frame.is_empty():
+        return {}
+    fastest = frame.group_by("device_id", "dtype", "shape_key").agg(pl.col("shape").first(), pl.col("median_us").min())
+    out: dict[tuple[str, str], float] = {}
+    for device, dtype, shape, median_us in fastest.select("device_id", "dtype", "shape", "median_us").iter_rows():
+        flops = work_of(work, dtype, json.loads(shape))[1]
+        if flops and median_us and median_us > 0:
+            rate = flops / (median_us * 1e-6) / 1e12
+            out[device, dtype] = max(out.get((device, dtype), 0.0), rate)
+    return out
+
+
 def _at_least_roofline(time_us: float | None, moved_flops: tuple[float | None, float | None],
-                       row: Mapping[str, Any]) -> float | None:
+                       row: Mapping[str, Any], reached_tflops: float | None = None) -> float | None:
     """The time model's guess, never below the roofline bound of the shape (its bytes and flops: work_of) on the
-    chip (its peak bandwidth and fp32 TFLOPs): a tree model's guess for a large shape can be faster than memory
-    allows."""
+    chip (its peak bandwidth, and the larger of its fp32 TFLOPs and the TFLOPs this kernel and dtype were measured
+    to reach there): a tree model's guess for a large shape can be faster than memory allows, and a 16-bit matmul
+    runs far past the fp32 peak, which floored its guesses 7x too slow. A core-limited device, whose fp32 peak the
+    catalog does not give, is floored at the rate measured there (fp32 matmul on 32 of an H200's SMs was guessed at
+    37 TFLOPs, past the 16 its SMs peak at; it measured 11)."""
     if time_us is None:
         return None
+    if reached_tflops and reached_tflops > float(row.get("fp32_tflops") or 0.0):
+        row = {**row, "fp32_tflops": reached_tflops}
     bound = bound_s(*moved_flops, row)
     return _round(max(time_us, bound[0] * 1e6) if bound else time_us)
 
@@ -456,13 +478,16 @@ def _at_least_roofline(time_us: float | None, moved_flops: tuple[float | None, f
 def _move_times(tables: KernelTables, transfer: Mapping[str, tuple[str, str] | None], devices: dict[str, dict],
                 work: Mapping[str, dict] | None) -> None:
     """Entries of devices never measured: their evidence (predicted / extrapolated) and, in place of the time
-    model's guess, the source device's predicted time moved by the roofline bound of the bucket's shape on
-    both chips (`time_bound` names the bound: bandwidth or compute); None without the kernel's work terms."""
+    model's guess, the source device's time (its measurement of the bucket's shape where that was measured with
+    the bucket's pick, else its predicted time) moved by the roofline bound of the bucket's shape on both chips
+    (`time_bound` names the bound: bandwidth or compute); None without the kernel's work terms, and None for a
+    compute-bound move to another architecture family from a source that ran past its fp32 peak."""
     for device, source in transfer.items():
         if device not in tables.entries:
             continue
         for dtype, table in tables.entries[device].items():
-            src_table = tables.entries.get(source[0], {}).get(dtype, {}).get("buckets", {}) if source else {}
+            src = tables.entries.get(source[0], {}).get(dtype, {}) if source else {}
+            src_table, src_measured = src.get("buckets", {}), src.get("measured", {})
             for key, entry in table.get("buckets", {}).items():
                 entry["evidence"] = source[1] if source else EVIDENCE_OTHER_FAMILY
                 src_entry = src_table.get(key)
@@ -470,10 +495,28 @@ def _move_times(tables: KernelTables, transfer: Mapping[str, tuple[str, str] | N
                 time_us, basis = None, None
                 if source and src_entry is not None and shape is not None and work:
                     moved, flops = work_of(work, dtype, shape)
-                    time_us, basis = scaled_time(src_entry["time_us"], devices[source[0]], devices[device], moved,
-                                                 flops)
+                    # the source's time as its own lookup quotes it: the measurement of the bucket's shape where
+                    # that shape was measured with the bucket's pick (runtime/lookup.py, _anchored_time)
+                    seen = src_measured.get(tables.key(shape))
+                    anchored = (seen["time_us"] if seen is not None and seen.get("best") == src_entry.get("best")
+                                and seen.get("time_us") else src_entry["time_us"])
+                    time_us, basis = scaled_time(anchored, devices[source[0]], devices[device], moved, flops)
+                    if basis == "compute" and source[1] != EVIDENCE_SAME_FAMILY and _past_fp32(
+                            anchored, flops, devices[source[0]]):
+                        # the source ran past its fp32 peak (tensor cores): how far another architecture runs past
+                        # its own is unknown (an RTX 4090 would be quoted 630 TFLOPs, an M3 Max 109), so no time
+                        time_us, basis = None, None
+                    bandwidth = float(devices[device].get("memory_bandwidth_gbps") or 0.0)
+                    if time_us is not None and moved and bandwidth:  # a measurement past its chip's peak (L2 hits)
+                        time_us = max(time_us, moved / (bandwidth * 1e9) * 1e6)  # moves no faster than memory
                 entry["time_us"] = _round(time_us)
                 entry["time_bound"] = basis
+
+
+def _past_fp32(time_us: float | None, flops: float | None, row: Mapping[str, Any]) -> bool:
+    """Whether `time_us` for `flops` is a rate above the chip's fp32 peak (a 16-bit matmul on tensor cores)."""
+    peak = float(row.get("fp32_tflops") or 0.0)
+    return bool(time_us and flops and peak) and flops / (time_us * 1e-6) > peak * 1e12
 
 
 def _runtime_prune_k(km: KernelModel, tables: KernelTables, meta: dict, devices: dict[str, dict],
