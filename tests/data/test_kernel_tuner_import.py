@@ -449,6 +449,10 @@ def test_without_tune_params_keys_the_order_is_tune_params_and_never_an_empty_co
         ({"16,1": entry(time=-2.0)}, "cache entry '16,1': time -2.0 is not a positive finite time"),
         ({"16,1": entry(time=1.0, times=[1.0, 0.0])},
          "cache entry '16,1': its times hold 0.0, not a positive finite time"),
+        ({"16,1": entry(time=1e-300)}, "cache entry '16,1': time 1e-300 is 1e-297 us, under 1 ns, faster than any kernel "
+         "launch: the file's time unit may be wrong, or the entry damaged"),
+        ({"16,1": entry(time=2e-7, times=[2e-7, 2e-7])}, "cache entry '16,1': time 2e-07 is 0.0002 us, under 1 ns, "
+         "faster than any kernel launch: the file's time unit may be wrong, or the entry damaged"),
         ({"16,1": entry(time="OutOfMemoryConfig")}, "cache entry '16,1': unknown failure marker 'OutOfMemoryConfig' "
          "(Kernel Tuner writes CompilationFailedConfig, InvalidConfig, RuntimeFailedConfig)"),
         ({"16,1": {"block_size_x": 16, "block_size_y": 1, "score": 0.5}}, "cache entry '16,1' has no 'time'"),
@@ -457,6 +461,15 @@ def test_without_tune_params_keys_the_order_is_tune_params_and_never_an_empty_co
 def test_bad_entries_are_refused_naming_file_entry_and_reason(seeded, tmp_path, cache, reason):
     path = write(tmp_path / "k" / "bad.json", kt_cache({"32,2": entry(32, 2, 1.0), **cache}))
     assert refused(seeded, path) == f"cannot import {path}: {reason}; nothing of it was stored"
+
+
+def test_a_git_lfs_pointer_is_refused_saying_to_fetch_the_file(seeded, tmp_path):
+    path = tmp_path / "k" / "hotspot_MI50.json"
+    path.parent.mkdir(parents=True)
+    path.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:" + "0" * 64 + "\nsize 1203\n")
+    assert refused(seeded, path) == (f"cannot import {path}: it is a Git LFS pointer, not the tuning file it stands "
+                                     "for: fetch the file with `git lfs pull` in its repository, then import it; "
+                                     "nothing of it was stored")
 
 
 def test_a_cache_tuned_for_another_objective_than_time_is_refused_saying_so(seeded, tmp_path):

@@ -155,6 +155,23 @@ def test_truncated_shard_is_refused_and_store_unchanged(store, make_measurement,
         assert contents(central) == before
 
 
+@pytest.mark.parametrize("name, content, says", [
+    ("A100.json", b'{"cache": {}}', "it looks like JSON: a Kernel Tuner or KTT file goes in with `zmlx-pipeline import "),
+    ("A100.json.gz", b"\x1f\x8b\x08\x00", "it looks like gzip: a Kernel Tuner or KTT file goes in with `zmlx-pipeline "
+                                       "import "),
+    ("s.parquet", b"version https://git-lfs.github.com/spec/v1\noid sha256:00\nsize 9\n",
+     "it is a Git LFS pointer, not the shard: fetch it with `git lfs pull` in its repository"),
+])
+def test_a_file_that_is_no_shard_says_what_it_looks_like(tmp_path, name, content, says):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with Store(tmp_path / "central.duckdb") as central:
+        with pytest.raises(BadShard) as err:
+            ingest_shard(central, path)
+        assert says in str(err.value) and "\n" not in str(err.value)
+        assert central.measurements() == []
+
+
 def test_shard_missing_columns_is_refused_listing_them(store, make_measurement, tmp_path):
     fill(store, make_measurement, MAC)
     shard = tmp_path / "mac.parquet"

@@ -1924,6 +1924,24 @@ def _shard_column_types() -> dict[str, str]:
     return types
 
 
+def _not_a_shard_hint(shard: Path) -> str:
+    """What to do with a file ingest cannot read: a Kernel Tuner or KTT file (JSON, gzip) goes in through import, a
+    Git LFS pointer needs fetching; anything else, re-export it."""
+    try:
+        with open(shard, "rb") as fh:
+            head = fh.read(64)
+    except OSError:
+        head = b""
+    if head.startswith(b"version https://git-lfs.github.com/spec/"):
+        return "it is a Git LFS pointer, not the shard: fetch it with `git lfs pull` in its repository"
+    gzipped = head.startswith(b"\x1f\x8b")
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or gzipped:
+        command = shell_command("zmlx-pipeline", "import", str(shard))
+        return (f"it looks like {'gzip' if gzipped else 'JSON'}: a Kernel Tuner or KTT file goes in with `{command}` "
+                "(with --device where it names no GPU)")
+    return "re-export it"
+
+
 def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> dict[str, str]:
     """The shard's columns and their DuckDB types; BadShard (one line) if it is not readable Parquet, names a column
     twice, lacks required columns, or has a shard column of a type its values cannot be stored as."""
@@ -1933,7 +1951,8 @@ def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> dict[str, str
     try:
         described = con.execute("DESCRIBE SELECT * FROM read_parquet(?)", [_one_file(shard)]).fetchall()
     except duckdb.Error as err:
-        raise BadShard(f"{shard} is not a readable Parquet shard ({_first_line(err, shard)}): re-export it") from err
+        raise BadShard(f"{shard} is not a readable Parquet shard ({_first_line(err, shard)}): "
+                       f"{_not_a_shard_hint(shard)}") from err
     import pyarrow.parquet as pq
 
     try:  # DuckDB renames a second column of one name (median_us_1), so it would be read as another column

@@ -384,6 +384,10 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
     return data, sha, opened
 
 
+#: how a Git LFS pointer file starts: a repository cloned without git-lfs holds these in place of its data files
+GIT_LFS_POINTER = "version https://git-lfs.github.com/spec/"
+
+
 def _parse_document(path: Path, text: str) -> tuple[Any, _OpenCache | None]:
     """The JSON of a file's text and how it was read when it is a cache left open (_read_json); a key an object
     names twice raises RepeatedKey, anything else unreadable _fail."""
@@ -398,6 +402,9 @@ def _parse_document(path: Path, text: str) -> tuple[Any, _OpenCache | None]:
             raise _fail(path, "not valid JSON: nested deeper than a tuning file can be") from None
         if opened is not None:
             return opened.data, opened
+        if text.startswith(GIT_LFS_POINTER):
+            raise _fail(path, "it is a Git LFS pointer, not the tuning file it stands for: fetch the file with `git lfs "
+                              "pull` in its repository, then import it") from None
         _refuse_other_tables(path, text)
         at_end = err.pos >= len(text.rstrip()) - 1 or err.msg.startswith("Unterminated string")
         hint = " (truncated?)" if at_end else ""
@@ -472,15 +479,29 @@ def _timing(path: Path, where: str, times: Any, fallback: Any, scale: float) -> 
         if bad:
             raise _fail(path, f"{where}: its times hold {bad[0]!r}, not a positive finite time")
         med, p10, p90 = _quantiles(times)
+        _check_least_time(path, where, min(times), scale)
         return med * scale, p10 * scale, p90 * scale, len(times)
     if times not in (None, []) and not isinstance(times, list):
         raise _fail(path, f"{where}: its times are not a list")
     if _number(fallback):
         if not _positive(fallback):
             raise _fail(path, f"{where}: time {fallback!r} is not a positive finite time")
+        _check_least_time(path, where, fallback, scale)
         t = float(fallback) * scale
         return t, t, t, 1
     raise _fail(path, f"{where}: no times")
+
+
+#: the least time a measurement may hold, in microseconds: 1 ns, under any kernel launch on any GPU
+LEAST_TIME_US = 1e-3
+
+
+def _check_least_time(path: Path, where: str, value: Any, scale: float) -> None:
+    """Refuse a time under LEAST_TIME_US: no kernel ran that fast; it would be the case's best config, and a time so
+    small is a wrong unit or a damaged file."""
+    if float(value) * scale < LEAST_TIME_US:
+        raise _fail(path, f"{where}: time {value!r} is {float(value) * scale:.3g} us, under 1 ns, faster than any "
+                          "kernel launch: the file's time unit may be wrong, or the entry damaged")
 
 
 def _size_items(problem_size: Any) -> list[tuple[Any, Any]]:
