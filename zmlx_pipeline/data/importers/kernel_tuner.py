@@ -877,7 +877,8 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
         )
     raise UnmatchedDevice(
         f"cannot import {path}: device {named!r} is not in the catalog{hint}; pass --device <catalog id> or "
-        "--device-map FILE (`zmlx-pipeline devices` lists the ids); nothing of it was stored"
+        "--device-map FILE (`zmlx-pipeline devices` lists the ids) where it is a catalog chip named otherwise: "
+        "another chip's id would file its timings as that chip's; nothing of it was stored"
     )
 
 
