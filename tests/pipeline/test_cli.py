@@ -59,6 +59,18 @@ def test_summary_json_rows_have_the_documented_keys(filled):
                    "by_status": {"ok": 1, "wrong_result": 1, "launch_error": 1}, "shapes": 2, "shapes_ok": 1}
 
 
+@pytest.mark.parametrize("device", ["NVIDIA-H200", "NVIDIA H200", "H200", " nvidia-h200"])
+def test_summary_and_export_read_a_device_as_people_write_it_as_lookup_does(filled, tmp_path, device):
+    filled.close()
+    result = invoke("summary", "--json", "--device", device)
+    assert result.exit_code == 0, result.output
+    assert [row["device"] for row in json.loads(result.output)] == ["nvidia-h200"]
+    result = invoke("export", "--device", device, str(tmp_path / "h200.parquet"))
+    assert result.exit_code == 0 and "wrote 3 measurements" in result.output, result.output
+    result = invoke("summary", "--device", "NVIDIA H100")  # a chip the store does not hold: still refused
+    assert result.exit_code == 1 and "no measurements of device 'NVIDIA H100'" in result.output
+
+
 def test_export_then_ingest_into_another_store(filled, tmp_path):
     filled.close()
     shard = tmp_path / "h200.parquet"

@@ -286,7 +286,7 @@ def noise(db, device, as_json) -> None:
     from zmlx_pipeline.pipeline.collect import noise_summary
 
     store = open_store(db, read_only=True)
-    check_filters(store, device=device)
+    device = check_filters(store, device=device)["device"]
     rows = noise_summary(store, device=device)
     if not rows:  # with --json too, as `models` says it has nothing to list
         raise click.ClickException("no repeated timings in the store: run `zmlx-pipeline repeat` on the GPU first")
@@ -313,7 +313,7 @@ def export(db, device, force, out) -> None:
         raise click.ClickException(f"cannot export to {out}: {published}, which holds what publish writes alone; "
                                    "choose another path")
     store = open_store(db, read_only=True)
-    check_filters(store, device=device)
+    device = check_filters(store, device=device)["device"]
     with final_step():  # once the shard is renamed into place, a stop no longer hides it
         n = store.export_shard(out, device=device)
     click.echo(f"wrote {n} measurements to {printable(str(out))} ({out.stat().st_size / 1024:.1f} KiB)")
@@ -345,8 +345,8 @@ def ingest(db, sources, as_json) -> None:
 def summary(db, device, kernel, as_json) -> None:
     """Per device, kernel and dtype: measurements by status, shapes covered, shapes with an ok config."""
     store = open_store(db, read_only=True)
-    check_filters(store, device=device, kernel=kernel)
-    rows = store.summary(device=device, kernel=kernel)
+    named = check_filters(store, device=device, kernel=kernel)
+    rows = store.summary(device=named["device"], kernel=named["kernel"])
     emit(rows, as_json, ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok"])
 
 

@@ -371,14 +371,38 @@ def _holds_measurements(store) -> bool:
         return True
 
 
-def check_filters(store, **filters: str | None) -> None:
-    """A --device or --kernel that matches nothing stored is a mistake (a typo), said in one line, not an empty answer."""
+def check_filters(store, **filters: str | None) -> dict[str, str | None]:
+    """The filters as stored names: a --device written as people write it (`NVIDIA-H200@32sm`, `NVIDIA H200`) is the
+    stored id it names, as lookup reads it; one that matches nothing stored is a mistake (a typo), said in one line,
+    not an empty answer."""
     stored = store.summary()
+    out: dict[str, str | None] = {}
     for name, value in filters.items():
         have = sorted({r[name] for r in stored})
+        if value is not None and value not in have and name == "device":
+            value = _stored_device(value, have) or value
         if value is not None and value not in have:
             raise click.ClickException(f"no measurements of {name} {value!r} in {store.path}; it has "
                                        f"{', '.join(have) or 'none'} (see zmlx-pipeline summary)")
+        out[name] = value
+    return out
+
+
+def _stored_device(value: str, have: list[str]) -> str | None:
+    """The stored device id a --device names other than by its id: in other case or with spaces for hyphens, or a
+    catalog name with or without a core limit (`NVIDIA H200@32sm`); None when it names none of them."""
+    from zmlx_pipeline.data.catalog import AmbiguousDevice, UnknownDevice, resolve_device
+
+    plain = "-".join(value.strip().split()).casefold()
+    if plain in have:
+        return plain
+    base, at, limit = value.strip().partition("@")
+    try:
+        chip = resolve_device(base.strip()).id
+    except (AmbiguousDevice, UnknownDevice, ValueError):
+        return None
+    wanted = chip + (at + limit.strip().casefold() if at else "")
+    return wanted if wanted in have else None
 
 
 #: a whole number as the integer options take it: digits 0-9, a "-" the only sign (Python's int() would also take
