@@ -171,7 +171,8 @@ def test_a_kernel_name_not_in_nfc_is_refused(store, tmp_path):
     path = write(tmp_path / "k.json", kt_cache({"16,1": entry(16, 1)}, kernel_name="cafe\u0301"))
     assert import_refused(store, [path]) == (
         f"cannot import {path}: kernel name 'cafe\\u0301' is not in Unicode's composed form (NFC), which writes it "
-        "'caf\\xe9': write it so, or it passes for that name; give the file a kernel_name; nothing of it was stored")
+        "'caf\\xe9': write it so, or it passes for that name; give the file a kernel_name, or pass --kernel NAME; "
+        "nothing of it was stored")
 
 
 # A5: a problem size is whole numbers, never rounded to them

@@ -126,7 +126,8 @@ def test_a_kernel_name_of_300_characters_is_refused_showing_it_shortened(store, 
     path = write(tmp_path / "vec" / "a.json", cache({32: 1.0}, kernel_name="k" * 300))
     message = refused(store, [path], "is longer than 100 characters")
     assert message == (f"cannot import {path}: kernel name {'k' * 40!r}... (300 characters) is longer than 100 "
-                       "characters, the most a name may hold; give the file a kernel_name; nothing of it was stored")
+                       "characters, the most a name may hold; give the file a kernel_name, or pass --kernel NAME; "
+                       "nothing of it was stored")
     assert import_files(store, [write(tmp_path / "ok" / "a.json", cache({32: 1.0}, kernel_name="k" * 100))])
 
 
@@ -182,8 +183,8 @@ def test_a_bare_a100_is_refused_listing_the_four_a100s(store, tmp_path, file_nam
 def test_a_t4_file_whose_kernel_name_is_empty_is_refused_not_named_after_its_folder(store, tmp_path, blank):
     path = write(tmp_path / "t4" / "a.json", t4([t4_result(32)], {"kernel_name": blank}))
     message = refused(store, [path], "its metadata's kernel_name is empty")
-    assert message == (f"cannot import {path}: its metadata's kernel_name is empty; give the file a kernel_name; "
-                       "nothing of it was stored")
+    assert message == (f"cannot import {path}: its metadata's kernel_name is empty; give the file a kernel_name, or "
+                       "pass --kernel NAME; nothing of it was stored")
     (row,) = import_files(store, [path], kernel="vector_add")  # a kernel given for it: imported under that name
     assert row["kernel"] == "vector_add" and row["added"] == 1
 

@@ -1539,7 +1539,7 @@ def test_a_kernel_name_that_is_no_name_is_refused_and_a_missing_one_is_the_folde
     for blank in ("", "  "):
         empty = write(tmp_path / "vec_add" / "A4000.json", kt_cache({"16,1": entry()}, kernel_name=blank))
         assert refused(seeded, empty) == (f"cannot import {empty}: its kernel_name is empty; give the file a "
-                                          "kernel_name; nothing of it was stored")
+                                          "kernel_name, or pass --kernel NAME; nothing of it was stored")
     assert import_files(seeded, [empty], kernel="named")[0]["kernel"] == "named"  # unless the kernel is named
     # no kernel name (absent, or a T4 file, which has none): the folder's, also for a file named from inside it
     absent = write(tmp_path / "vec_add" / "A4000.json", kt_cache({"16,1": entry()}, kernel_name=None))
@@ -1555,7 +1555,7 @@ def test_a_file_named_after_a_built_in_kernel_must_be_that_kernel(seeded, tmp_pa
     assert refused(seeded, clash) == (
         f"cannot import {clash}: kernel 'rmsnorm' is built in, with shape dims rows, cols, not x; an imported kernel "
         "may take a built-in kernel's name only with its shape dims and parameters: give it a name of its own (its "
-        "kernel_name, or import_files' kernel=); nothing of it was stored")
+        "kernel_name, or import --kernel); nothing of it was stored")
     dims_only = write(tmp_path / "k" / "A4000_b.json", kt_cache({"16,1": entry()}, kernel_name="rmsnorm",
                                                                 problem_size={"rows": 8, "cols": 4096}))
     assert "with parameters ROWS, TG, VEC, not block_size_x, block_size_y" in refused(seeded, dims_only)

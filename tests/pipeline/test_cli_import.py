@@ -272,3 +272,16 @@ def test_an_import_stopped_midway_leaves_the_store_as_it_was(db, tmp_path, monke
     result = invoke("import", "--db", db, first, second)
     assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == "Aborted!"
     assert contents(db) == before
+
+
+def test_kernel_names_every_file_and_a_blank_one_is_a_usage_error(db, tmp_path):
+    path = write(tmp_path / "run7" / "a.json", key_only_cache())
+    result = invoke("import", "--db", db, "--json", "--kernel", "vadd_v2", path)
+    assert result.exit_code == 0, result.output
+    assert [(r["kernel"], r["added"]) for r in json.loads(result.output)] == [("vadd_v2", 3)]
+    with Store(db, read_only=True) as store:
+        assert {m["kernel"] for m in store.measurements(device="nvidia-rtx-a4000")} == {"vadd_v2"}
+    before = contents(db)
+    result = invoke("import", "--db", db, "--kernel", " ", path)
+    assert result.exit_code == 2 and "Invalid value for --kernel: ' ' names no kernel" in result.output
+    assert contents(db) == before

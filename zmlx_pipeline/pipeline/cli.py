@@ -486,6 +486,14 @@ def _problem_size_option(ctx, param, value):
         raise click.BadParameter(str(exc)) from None
 
 
+def _kernel_name_option(ctx, param, value):
+    """import --kernel: a name, never white space only (left out, each file names its own kernel)."""
+    if value is not None and not value.strip():
+        raise click.BadParameter(f"{value!r} names no kernel: give a name, or leave the option out for each file's "
+                                 "own", param_hint="--kernel")
+    return value
+
+
 @cli.command("import")
 @db_option
 @click.option("--device", default=None,
@@ -498,10 +506,13 @@ def _problem_size_option(ctx, param, value):
 @click.option("--problem-size", "problem_size", default=None, callback=_problem_size_option,
               help="Problem size for files that give none (neither the file nor a search-space description "
                    "beside it): whole numbers (digits 0-9) split by commas like 4096,4096, or JSON like [25000, 2048, 1].")
+@click.option("--kernel", "kernel", default=None, callback=_kernel_name_option,
+              help="Kernel name for every file (default: each file's kernel_name, else the BenchmarkName of a "
+                   "search-space description beside it, else its folder's name, as a T4 file names no kernel).")
 @click.option("--replace", is_flag=True, help="Let these files' results replace the stored ones of the same keys.")
 @click.argument("files", nargs=-1, required=True, type=GivenPath(exists=True, path_type=Path))
 @output_options
-def import_cmd(db, device, device_map, problem_size, replace, files, as_json) -> None:
+def import_cmd(db, device, device_map, problem_size, kernel, replace, files, as_json) -> None:
     """Import Kernel Tuner cache, T4, Kernel Tuner results or KTT JSON files (gzipped or not, or directories of
     them); idempotent.
 
@@ -512,7 +523,7 @@ def import_cmd(db, device, device_map, problem_size, replace, files, as_json) ->
 
     with store_to_fill(db) as store, final_step():  # once committed, a stop no longer reports a failure
         rows = import_files(store, list(files), device=device, device_map=device_map, problem_size=problem_size,
-                            replace=replace)
+                            kernel=kernel, replace=replace)
     counts = [] if as_json else [c for c in ("replaced", "skipped") if any(r.get(c) for r in rows)]  # when non-zero
     emit(rows if as_json else [{**r, **{c: r.get(c) or 0 for c in counts}} for r in rows], as_json,
          ["file", "device", "kernel", "rows", "added", "failed", *counts])

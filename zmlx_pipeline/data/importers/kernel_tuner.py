@@ -976,7 +976,7 @@ def _check_rows(path: Path, kernel: str, shape: dict, configs: list[dict]) -> No
             break
     if problem is not None and builtin is not None and problem.startswith(f"kernel {kernel!r} is built in"):
         problem += ("; an imported kernel may take a built-in kernel's name only with its shape dims and "
-                    "parameters: give it a name of its own (its kernel_name, or import_files' kernel=)")
+                    "parameters: give it a name of its own (its kernel_name, or import --kernel)")
     if problem is not None:
         raise _fail(path, problem)
 
@@ -1513,11 +1513,11 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
     benchmark = name_field(path, "its search-space description's BenchmarkName",
                            ((t1 or {}).get("General") or {}).get("BenchmarkName"))
     if not (kernel or benchmark) and entries.blank_name:
-        raise _fail(path, f"{entries.blank_name} is empty; give the file a kernel_name")
+        raise _fail(path, f"{entries.blank_name} is empty; give the file a kernel_name, or pass --kernel NAME")
     name = kernel or benchmark or entries.kernel_name or path.absolute().parent.name
     problem = name_problem("kernel name", name)
     if problem is not None:
-        raise _fail(path, f"{problem}; give the file a kernel_name")
+        raise _fail(path, f"{problem}; give the file a kernel_name, or pass --kernel NAME")
     spec, matched_name, device_from = _resolve_device(path, reported, device, device_map, name)
     shape, shape_from = _problem_size(path, entries.problem_size, t1, problem_size,
                                       list(dict.fromkeys(k for c in configs for k in c)))
