@@ -618,3 +618,13 @@ def test_the_bucket_an_answer_names_is_the_shape_whose_entry_answered():
     assert near.evidence == "predicted" and near.bucket == rep and list(near.bucket) == ["M", "N", "K"]
     exact = predicted_config("matmul", rep, "float16", device="nvidia-h200")
     assert exact.evidence == "measured" and exact.bucket == rep
+
+
+def test_an_answer_echoes_the_shape_in_the_kernels_dim_order_however_it_was_given():
+    from zmlx_pipeline.runtime.lookup import lookup
+
+    given = predicted_config("rmsnorm", {"cols": 4096, "rows": 3000}, "float16", device="nvidia-h200")
+    assert list(given.shape) == ["rows", "cols"] == list(given.bucket)
+    assert given.shape == {"rows": 3000, "cols": 4096}
+    assert list(lookup("rmsnorm", {"cols": 4096, "rows": 3000}, "float16", device="nvidia-h200")["shape"]) == [
+        "rows", "cols"]

@@ -463,6 +463,7 @@ def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
         extra = [d for d in out if d not in kernel.dims]
         if missing or extra:
             raise BadLookup(f"kernel {kernel.name!r} has dims {', '.join(kernel.dims)}; got {', '.join(out) or 'none'}")
+        out = {d: out[d] for d in kernel.dims}  # the answer echoes the shape in the kernel's order, as its bucket
     return out
 
 
