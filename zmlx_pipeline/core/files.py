@@ -148,6 +148,10 @@ def shell_command(*words: Any) -> str:
     return " ".join(shlex.quote(printable(str(w))) for w in words)
 
 
+#: how a Git LFS pointer file starts: a repository cloned without git-lfs holds these in place of its data files
+GIT_LFS_POINTER = "version https://git-lfs.github.com/spec/"
+
+
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
 
 

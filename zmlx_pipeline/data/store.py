@@ -24,7 +24,7 @@ import duckdb
 from zmlx_pipeline.core.commits import commit_point
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.files import fsync_dir, printable, shell_command, utf8_problem
+from zmlx_pipeline.core.files import GIT_LFS_POINTER, fsync_dir, printable, shell_command, utf8_problem
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
 from zmlx_pipeline.data.paths import not_regular
 from zmlx_pipeline.data.records import (
@@ -1932,7 +1932,7 @@ def _not_a_shard_hint(shard: Path) -> str:
             head = fh.read(64)
     except OSError:
         head = b""
-    if head.startswith(b"version https://git-lfs.github.com/spec/"):
+    if head.startswith(GIT_LFS_POINTER.encode()):
         return "it is a Git LFS pointer, not the shard: fetch it with `git lfs pull` in its repository"
     gzipped = head.startswith(b"\x1f\x8b")
     if head.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") or gzipped:

@@ -71,6 +71,7 @@ def kernel_shape(kernel: str, shape: dict[str, int] | list[int]) -> None:
     callback; a kernel the bundle lacks is left to the lookup, which names the kernels it has."""
     from zmlx_pipeline.runtime.bundle import active_bundle
     from zmlx_pipeline.runtime.contents import MAX_DIM
+    from zmlx_pipeline.runtime.lookup import dims_in_order, unnamed_values_problem
 
     def bad(why: str) -> click.BadParameter:
         return click.BadParameter(why, param_hint="--shape")
@@ -79,10 +80,8 @@ def kernel_shape(kernel: str, shape: dict[str, int] | list[int]) -> None:
     meta = bundle.kernels.get(kernel) if bundle is not None else None
     dims = tuple(meta["dims"]) if isinstance(meta, dict) and isinstance(meta.get("dims"), list) else None
     if isinstance(shape, list):
-        if dims is not None and len(dims) > 1 and meta.get("spec") == "measured configs only":
-            example = ",".join(f"{d}=N" for d in dims)
-            raise bad(f"kernel {kernel!r} was imported (no registered spec), so its dims ({', '.join(dims)}) have no "
-                      f"order to read {len(shape)} values in: name each, such as {example}")
+        if dims is not None and not dims_in_order(meta):
+            raise bad(unnamed_values_problem(kernel, dims, len(shape)))
         if dims is not None and len(shape) != len(dims):
             raise bad(f"kernel {kernel!r} has dims {', '.join(dims)}; got {len(shape)} values")
         named = dict(zip(dims or [f"d{i}" for i in range(len(shape))], shape))

@@ -506,9 +506,8 @@ def _move_times(tables: KernelTables, transfer: Mapping[str, tuple[str, str] | N
                         # the source ran past its fp32 peak (tensor cores): how far another architecture runs past
                         # its own is unknown (an RTX 4090 would be quoted 630 TFLOPs, an M3 Max 109), so no time
                         time_us, basis = None, None
-                    bandwidth = float(devices[device].get("memory_bandwidth_gbps") or 0.0)
-                    if time_us is not None and moved and bandwidth:  # a measurement past its chip's peak (L2 hits)
-                        time_us = max(time_us, moved / (bandwidth * 1e9) * 1e6)  # moves no faster than memory
+                    # a measurement past its chip's peak (L2 hits) moves no faster than this chip's memory
+                    time_us = _at_least_roofline(time_us, (moved, None), devices[device])
                 entry["time_us"] = _round(time_us)
                 entry["time_bound"] = basis
 

@@ -194,9 +194,8 @@ class _Kernel:
     def __init__(self, name: str, meta: dict) -> None:
         self.name = name
         self.dims = tuple(meta["dims"])
-        #: whether values given in order can be read as the dims: a registered spec's order; an imported kernel's dims
-        #: are only listed alphabetically (a Kernel Tuner file's x, y come after its filter_height)
-        self.ordered = meta.get("spec") != "measured configs only" or len(self.dims) < 2
+        #: whether values given in order can be read as the dims (dims_in_order)
+        self.ordered = dims_in_order(meta)
         self.configs = [tuple(sorted(c.items())) for c in meta["configs"]]
         self.tg_param = meta.get("threadgroup_param")
         self.order = list(meta.get("order") or range(len(self.configs)))
@@ -440,6 +439,18 @@ def in_order(shape: Any) -> Any:
                               f"values in order, not {type(shape).__name__} ({shape!r:.60})") from None
 
 
+def dims_in_order(meta: Mapping[str, Any]) -> bool:
+    """Whether a bundle kernel's dims (kernels.json metadata) have an order to read values given in order: a registered
+    spec's; an imported kernel's dims are only listed alphabetically (a Kernel Tuner file's x, y after filter_height)."""
+    return meta.get("spec") != "measured configs only" or len(meta.get("dims") or ()) < 2
+
+
+def unnamed_values_problem(kernel: str, dims: Sequence[str], count: int) -> str:
+    """Why `count` values in order cannot be a shape of a kernel whose dims have no order (dims_in_order)."""
+    return (f"kernel {kernel!r} was imported (no registered spec), so its dims ({', '.join(dims)}) have no order to "
+            f"read {count} values in: name each, such as {','.join(f'{d}=N' for d in dims)}")
+
+
 def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
     shape = in_order(shape)
     if isinstance(shape, Mapping):
@@ -449,10 +460,7 @@ def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
         if kernel is None:
             out = {f"d{i}": v for i, v in enumerate(values)}
         elif not kernel.ordered:
-            example = ",".join(f"{d}=N" for d in kernel.dims)
-            raise BadLookup(f"kernel {kernel.name!r} was imported (no registered spec), so its dims "
-                            f"({', '.join(kernel.dims)}) have no order to read {len(values)} values in: name each, "
-                            f"such as {example}")
+            raise BadLookup(unnamed_values_problem(kernel.name, kernel.dims, len(values)))
         elif len(values) != len(kernel.dims):
             raise BadLookup(f"kernel {kernel.name!r} has dims {', '.join(kernel.dims)}; got {len(values)} values")
         else:

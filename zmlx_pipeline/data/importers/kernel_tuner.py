@@ -58,6 +58,7 @@ from zmlx_pipeline.data.catalog import (
     resolve_device,
 )
 from zmlx_pipeline.core.constraints import expression_names
+from zmlx_pipeline.core.files import GIT_LFS_POINTER
 from zmlx_pipeline.core.keys import canonical_json, digest
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
 from zmlx_pipeline.data.importers.dtypes import split_dtype
@@ -382,10 +383,6 @@ def _read_json(path: Path) -> tuple[Any, str, _OpenCache | None]:
     except RepeatedKey as err:
         raise _fail(path, str(err)) from None
     return data, sha, opened
-
-
-#: how a Git LFS pointer file starts: a repository cloned without git-lfs holds these in place of its data files
-GIT_LFS_POINTER = "version https://git-lfs.github.com/spec/"
 
 
 def _parse_document(path: Path, text: str) -> tuple[Any, _OpenCache | None]:
