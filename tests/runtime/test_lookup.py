@@ -364,7 +364,9 @@ BAD_CALLS = [
     ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape(_profile(), "4096"),
      TypeError, "dim_size must be a whole number, not str"),
     ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape(_profile(), -1),
-     ValueError, "dim_size must be >= 0 (got -1)"),
+     ValueError, "dim_size must be from 0 to 2147483647 (got -1)"),
+    ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape(_profile(), 2 ** 70),
+     ValueError, "dim_size must be from 0 to 2147483647 (got 1180591620717411303424)"),
     ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape(_profile(), 64, None),
      TypeError, "kernel_type must be a string, not NoneType"),
 ]

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from zmlx_pipeline.runtime.bundle import active_bundle, on_change
+from zmlx_pipeline.runtime.contents import MAX_DIM
 from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device, zmlx_names
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
@@ -384,8 +385,8 @@ def get_threadgroup_candidates_for_shape(profile: DeviceTuningProfile, dim_size:
         raise BadArgumentType(f"profile must be a DeviceTuningProfile (get_device_profile), not {type(profile).__name__}")
     if isinstance(dim_size, bool) or not isinstance(dim_size, int):
         raise BadArgumentType(f"dim_size must be a whole number, not {type(dim_size).__name__} ({dim_size!r:.60})")
-    if dim_size < 0:
-        raise BadArgument(f"dim_size must be >= 0 (got {dim_size})")
+    if not 0 <= dim_size <= MAX_DIM:  # a row longer than an array dimension can be is a slip, not a shape
+        raise BadArgument(f"dim_size must be from 0 to {MAX_DIM} (got {str(dim_size)[:60]})")
     expect_str(kernel_type, "kernel_type")
     learned = profile.learned or {}
     classes = learned.get("classes") or {}
