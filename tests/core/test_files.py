@@ -65,3 +65,24 @@ def test_a_path_that_is_not_utf8_says_so_with_its_bytes_shown():
     assert utf8_problem("/tmp/ünï/store.duckdb") is None
     problem = utf8_problem(os.fsdecode(b"/tmp/x\xff"), "store path")
     assert problem.startswith("store path /tmp/x\\xff cannot be encoded as UTF-8 in this locale: run with PYTHONUTF8=1")
+
+
+@pytest.mark.parametrize("typed, scheme", [("s3://bucket/x.duckdb", "s3"), ("https://host/b", "https"),
+                                           ("hf://org/repo", "hf"), ("git+ssh://h/r", "git+ssh")])
+def test_a_url_is_told_as_typed_and_as_a_path_folds_it(typed, scheme):
+    from pathlib import Path
+
+    folded = str(Path(typed))  # Path keeps one slash: s3:/bucket/x.duckdb
+    assert "://" not in folded
+    assert files.url_scheme(typed) == scheme and files.url_scheme(typed, in_path=True) == scheme
+    assert files.url_scheme(folded) is None  # as typed, the folded text is a local name (a folder "s3:")
+    assert files.url_scheme(folded, in_path=True) == scheme
+    assert files.url_problem(typed) == (f"path {typed!r} is a URL ({scheme}:), not a local path: download or mount "
+                                        "it and give its local path")
+
+
+@pytest.mark.parametrize("text", ["C:/store.duckdb", "c://x", "store.duckdb", "./s3:/x", "a:b/c", "1s:/x", "/s3:/x"])
+def test_a_drive_letter_or_a_colon_inside_a_name_is_no_url(text):
+    assert files.url_scheme(text) is None and files.url_scheme(text, in_path=True) is None
+    assert files.url_problem(text) is None
+

@@ -143,6 +143,24 @@ def test_a_store_path_that_is_a_url_is_refused_as_not_a_local_file(tmp_path, mon
     assert listing(tmp_path) == before
 
 
+@pytest.mark.parametrize("url", ["s3://bucket/x.duckdb", "HTTP+unix://sock/x.duckdb", "hf://org/x.duckdb"])
+def test_a_store_path_that_went_through_path_is_told_a_url_as_core_files_tells_it(tmp_path, monkeypatch, url):
+    """A library caller's Path(url) arrives folded (s3:/bucket): the store reads it as core.files.url_scheme does."""
+    from zmlx_pipeline.core.files import url_scheme
+
+    monkeypatch.chdir(tmp_path)
+    before = listing(tmp_path)
+    folded = Path(url)
+    assert "://" not in str(folded) and url_scheme(str(folded)) is None
+    scheme = url_scheme(str(folded), in_path=True)
+    assert scheme == url_scheme(url) == url.split("://")[0]
+    for read_only in (True, False):
+        with pytest.raises(StoreError) as err:
+            Store(folded, read_only=read_only)
+        assert str(err.value).startswith(f"store path {folded} is a URL ({scheme}:), not a file")
+    assert listing(tmp_path) == before
+
+
 @pytest.mark.parametrize("args", [["export", "{db}", "s3://bucket/out.parquet"], ["report", "{db}", "--out", "s3://b/r"],
                                   ["publish", "{db}", "--to", "s3://b/pub"], ["import", "s3://b/k.json"],
                                   ["train", "{db}", "--models-dir", "hf://org/models"]])

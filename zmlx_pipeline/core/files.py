@@ -152,16 +152,26 @@ def shell_command(*words: Any) -> str:
 GIT_LFS_POINTER = "version https://git-lfs.github.com/spec/"
 
 
+#: a URL's scheme and its `://` as typed; one letter and a colon is a drive (C:/), never a scheme
 _URL = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+)://")
+#: the same URL as a pathlib.Path holds it: Path folds `s3://bucket` into `s3:/bucket`
+_URL_IN_PATH = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/")
+
+
+def url_scheme(text: str, in_path: bool = False) -> str | None:
+    """The scheme of the URL `text` starts with (`s3` for `s3://bucket/x`), or None; `in_path`: also the form a
+    pathlib.Path folds one into (`s3:/bucket/x`), for a path that went through Path before it is checked."""
+    url = (_URL_IN_PATH if in_path else _URL).match(text)
+    return None if url is None else url.group(1)
 
 
 def url_problem(text: str, what: str = "path") -> str | None:
     """Why a path as typed is a URL (s3://, https://, hf://) and no local path, or None. Checked on the text as given:
     as a Path, `s3://b/x` is the local `s3:/b/x`, which a command would create under the current directory."""
-    url = _URL.match(text)
-    if url is None:
+    scheme = url_scheme(text)
+    if scheme is None:
         return None
-    return (f"{what} {text!r} is a URL ({url.group(1)}:), not a local path: download or mount it and give its local "
+    return (f"{what} {text!r} is a URL ({scheme}:), not a local path: download or mount it and give its local "
             "path")
 
 

@@ -24,7 +24,14 @@ import duckdb
 from zmlx_pipeline.core.commits import commit_point
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.files import GIT_LFS_POINTER, fsync_dir, printable, shell_command, utf8_problem
+from zmlx_pipeline.core.files import (
+    GIT_LFS_POINTER,
+    fsync_dir,
+    printable,
+    shell_command,
+    url_scheme,
+    utf8_problem,
+)
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
 from zmlx_pipeline.data.paths import not_regular
 from zmlx_pipeline.data.records import (
@@ -617,10 +624,6 @@ def _encodable(path: Path) -> None:
         raise StoreError(f"{problem}; nothing was written")
 
 
-#: a URL's scheme, as a path keeps it (Path folds `s3://` to `s3:/`); one letter is a drive (C:/), not a scheme
-_URL_LIKE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):/")
-
-
 def _duckdb_name(path: Path) -> str:
     """The path as DuckDB is given it: a relative path whose first part holds a colon starts with ./, as DuckDB
     reads `name:...` as a database type to load an extension for (md:, s3:), or `:memory:` as no file."""
@@ -635,9 +638,9 @@ def _check_store_path(path: Path) -> None:
     fetch through an extension it downloads), a directory, a FIFO, a device, a socket or a symlink loop (which would
     otherwise read as DuckDB's raw I/O error, hang on the FIFO, or read as 'no store there'), before DuckDB opens
     it."""
-    url = _URL_LIKE.match(str(path))
-    if url is not None:
-        raise StoreError(f"store path {path} is a URL ({url.group(1)}:), not a file: the store must be a local file path; "
+    scheme = url_scheme(str(path), in_path=True)  # the store's path went through Path: s3:// reads s3:/ here
+    if scheme is not None:
+        raise StoreError(f"store path {path} is a URL ({scheme}:), not a file: the store must be a local file path; "
                          "pass one with --db or $ZMLX_PIPELINE_DB")
     if os.sep == "/" and "\\" in str(path):  # DuckDB opens x\y.duckdb as x/y.duckdb: not the file checked here
         raise StoreError(f"store path {path} holds a backslash, which DuckDB reads as a folder separator: write the "
