@@ -799,3 +799,30 @@ def test_the_store_works_in_utc_whatever_the_local_time_zone(tmp_path, subproces
     done = subprocess.run([sys.executable, "-c", script], env={**subprocess_env, "TZ": "America/St_Johns"},
                           capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "('UTC', datetime.datetime(2026, 1, 1, 12, 0))", done.stderr
+
+
+def test_kernel_contents_holds_a_kernel_s_values_devices_and_runs(store, make_measurement):
+    assert store.kernel_contents("vec") is None
+    runs = []
+    for device, configs in (("nvidia-h100-sxm", [{"v": 2}, {"v": 1}]), ("nvidia-h200", [{"v": 4}])):
+        run = store.start_run(device, host=None, backend="cuda", mlx_version=None, pipeline_version="0",
+                              settings={"file": f"{device}.json", "format": "t4"})
+        store.record([make_measurement(run_id=run, device_id=device, kernel="vec", config=c) for c in configs])
+        store.finish_run(run, "imported")
+        runs.append(run)
+    store.record([make_measurement(kernel="other")])
+    got = store.kernel_contents("vec")
+    assert got["configs"] == [{"v": 1}, {"v": 2}, {"v": 4}] and got["shapes"] == [{"rows": 64, "cols": 4096}]
+    assert got["kernel_versions"] == ["sha256:0000000000000001"]
+    assert [(d["device"], d["measurements"]) for d in got["devices"]] == [("nvidia-h100-sxm", 2), ("nvidia-h200", 1)]
+    assert [(r["run_id"], r["device_id"], r["status"], r["settings"]["file"], r["rows"]) for r in got["runs"]] == [
+        (runs[0], "nvidia-h100-sxm", "imported", "nvidia-h100-sxm.json", 2),
+        (runs[1], "nvidia-h200", "imported", "nvidia-h200.json", 1)]
+    assert all(r["first_measured_at"] <= r["last_measured_at"] <= r["finished_at"] for r in got["runs"])
+
+
+def test_kernel_contents_refuses_a_tampered_row_of_that_kernel(store, make_measurement):
+    store.record([make_measurement(kernel="vec")])
+    store._conn.execute("UPDATE measurements SET median_us = 'nan'")
+    with pytest.raises(CorruptStore, match=r"holds a measurement no ingest would take \(apple-m3-max-40, vec, "):
+        store.kernel_contents("vec")

@@ -1055,6 +1055,30 @@ class Store:
         """The distinct kernel names the store holds measurements of, sorted."""
         return [k for (k,) in self._conn.execute("SELECT DISTINCT kernel FROM measurements ORDER BY 1").fetchall()]
 
+    def kernel_contents(self, kernel: str) -> dict | None:
+        """What the store holds of one kernel, None when no row: its distinct configs and shapes (parsed), dtypes and
+        versions, rows per device and dtype (summary's), and its runs, each with its rows and first and last
+        measured_at."""
+        self._check_stored({"kernel": kernel})
+        con = self._conn
+        configs = [_from_json(c) for (c,) in con.execute(
+            "SELECT DISTINCT config FROM measurements WHERE kernel = ? ORDER BY 1", [kernel]).fetchall()]
+        if not configs:
+            return None
+        shapes = [_from_json(s) for (s,) in con.execute(
+            "SELECT DISTINCT shape FROM measurements WHERE kernel = ? ORDER BY 1", [kernel]).fetchall()]
+        versions = [v for (v,) in con.execute(
+            "SELECT DISTINCT kernel_version FROM measurements WHERE kernel = ? ORDER BY 1", [kernel]).fetchall()]
+        runs = _dicts(con.execute(
+            "SELECT m.run_id, any_value(m.device_id) AS device_id, any_value(r.status) AS status, "
+            "any_value(r.settings) AS settings, any_value(r.started_at) AS started_at, "
+            "any_value(r.finished_at) AS finished_at, count(*) AS rows, min(m.measured_at) AS first_measured_at, "
+            "max(m.measured_at) AS last_measured_at "
+            "FROM measurements m LEFT JOIN runs r ON r.run_id = m.run_id WHERE m.kernel = ? "
+            "GROUP BY m.run_id ORDER BY first_measured_at, m.run_id", [kernel]))
+        return {"kernel": kernel, "configs": configs, "shapes": shapes, "kernel_versions": versions,
+                "devices": self.summary(kernel=kernel), "runs": runs}
+
     def stored_config(self, kernel: str, kernel_version: str) -> dict | None:
         """One stored config of a kernel version (as a dict), or None when it has none: what an import compares its
         parameters' values with."""

@@ -6,6 +6,7 @@ the model, publish and report commands live in their own modules (cli_models, cl
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -28,6 +29,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     check_filters,
     db_option,
     emit,
+    existing_store,
     final_step,
     open_store,
     output_options,
@@ -104,24 +106,49 @@ def devices(vendor: str | None, as_json: bool) -> None:
 
 
 @cli.command()
-@click.option("--kernels", "-k", "kernel_names", multiple=True, help="Kernel names or module:attr paths (default: all registered).")
+@db_option
+@click.option("--kernels", "-k", "kernel_names", multiple=True,
+              help="Kernel names or module:attr paths (default: all registered, and those imported into the store).")
 @output_options
-def kernels(kernel_names: tuple[str, ...], as_json: bool) -> None:
-    """List the kernels: backends, parameters, constraints and shape grids."""
-    from zmlx_pipeline.kernels.registry import resolve
+def kernels(db, kernel_names: tuple[str, ...], as_json: bool) -> None:
+    """List the kernels: backends, parameters, constraints and shape grids, and what the store holds of imported ones."""
+    from zmlx_pipeline.pipeline.listing import kernel_listing
 
-    specs = resolve(split_names(kernel_names))
-    rows = [s.describe() for s in specs]
+    store = existing_store(db) if db is not None else None  # a --db given is read, so a typo in it is said
+    rows = kernel_listing(split_names(kernel_names), lambda: store if db is not None else existing_store(None))
     if as_json:
         emit(rows, True)
         return
-    table = [{
-        "kernel": r["name"], "class": r["class"], "backends": r["backends"],
-        "parameters": " ".join(f"{k}={'/'.join(map(str, v))}" for k, v in r["parameters"].items()),
-        "configs": r["configs"],
-        "shapes": " ".join(f"{p}:{len(s)}" for p, s in r["shape_grid"].items()),
-    } for r in rows]
-    emit(table, False)
+    stored = [r for r in rows if "store" in r]  # a kernel only the store describes (an imported one)
+    registered = [r for r in rows if "store" not in r]
+    if registered:
+        emit([{
+            "kernel": r["name"], "class": r["class"], "backends": r["backends"],
+            "parameters": " ".join(f"{k}={'/'.join(map(str, v))}" for k, v in r["parameters"].items()),
+            "configs": r["configs"], "shapes": " ".join(f"{p}:{len(s)}" for p, s in r["shape_grid"].items()),
+        } for r in registered], False)
+    if stored:
+        if registered:
+            click.echo()
+        emit([{
+            "kernel": r["name"], "source": r["source"], "parameters": _values_text(r["parameters"]),
+            "configs": r["configs"], "shapes": _shapes_text(r),
+            "devices": " ".join(f"{d['device']}:{d['rows']}" for d in r["devices"]),
+            "files": " ".join(sorted({f"{i['file']} ({i['format']})" for i in r["imports"]})) or None,
+        } for r in stored], False, title=f"in the store {stored[0]['store']}:")
+
+
+def _values_text(values: dict) -> str:
+    """Parameters (or dims) and their values as a table cell: `TG=32/64 VEC=1/2`."""
+    return " ".join(f"{k}={'/'.join(v if isinstance(v, str) else json.dumps(v) for v in vs)}"
+                    for k, vs in values.items())
+
+
+def _shapes_text(record: dict) -> str:
+    """A stored kernel's shapes as a table cell: how many, and each dim's values; an empty shape is an unknown size."""
+    n = len(record["shapes"])
+    known = _values_text(record["dim_values"]) or "unknown problem size"
+    return known if n == 1 else f"{n}: {known}"
 
 
 _timer_option = click.option(

@@ -21,6 +21,7 @@ import re
 import select
 import signal
 import sys
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -319,6 +320,22 @@ def open_store(db: Path | None, read_only: bool = False, must_exist: bool = Fals
     store = Store(path, read_only=read_only, create=not must_exist)
     ctx.call_on_close(store.close)
     return store
+
+
+def existing_store(db: Path | None):
+    """open_store(db, read_only=True) for a command that also works without a store: None where --db is not given
+    and the default store does not exist (nothing is made) or another process holds it (said in one warning)."""
+    from zmlx_pipeline.data.store import StoreLocked
+
+    if db is None and not os.path.lexists(store_path(None)):
+        return None
+    try:
+        return open_store(db, read_only=True)
+    except StoreLocked as exc:
+        if db is not None:
+            raise
+        warnings.warn(f"{exc}; what it holds is left out", stacklevel=2)
+        return None
 
 
 def open_store_to_record(db: Path | None):
