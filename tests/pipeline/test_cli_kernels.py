@@ -81,10 +81,12 @@ def test_the_table_adds_the_store_s_kernels_under_the_builtins(tmp_path):
     lines = result.output.splitlines()
     title = lines.index(f"in the store {db}:")
     assert [line.split()[0] for line in lines[2:title - 1]] == list(BUILTIN) and lines[title - 1] == ""
-    assert lines[title + 1].split() == ["kernel", "source", "parameters", "configs", "shapes", "devices", "files"]
+    assert lines[title + 1].split() == ["kernel", "source", "parameters", "configs", "shapes", "devices", "files",
+                                        "measured"]
     assert lines[title + 3].split() == ["vector_add", "imported", "block_size_x=64/128", "vec=1/2", "4", "x=4096",
                                         "y=1024", "nvidia-rtx-a4000:3", "nvidia-rtx-a6000:2",
-                                        "A4000.json", "(kernel_tuner_cache)", "A6000.json", "(kernel_tuner_cache)"]
+                                        "A4000.json", "(kernel_tuner_cache)", "A6000.json", "(kernel_tuner_cache)",
+                                        "at", "import", "(no", "date", "in", "the", "file)"]
 
 
 def test_k_names_an_imported_kernel_from_the_default_store(tmp_path):
@@ -146,3 +148,20 @@ def test_a_default_store_another_process_holds_leaves_its_kernels_out_with_a_war
         holder.wait()
         holder.stdout.close()
     assert os.path.exists(default_db_path())
+
+
+def test_an_import_s_rows_show_when_the_file_says_they_were_timed(tmp_path):
+    wild = Path(__file__).resolve().parents[1] / "data" / "fixtures" / "kernel_tuner_wild"
+    db = imported(tmp_path / "k.duckdb", tmp_path)  # vector_add: caches without a date
+    result = invoke("import", "--db", db, "--device", "nvidia-rtx-a4000", wild / "small_cache_1.0.0.json")
+    assert result.exit_code == 0, result.output
+    rows = {r["name"]: r for r in json.loads(invoke("kernels", "--db", db, "--json").output) if "store" in r}
+    (dated,) = rows["convolution_kernel"]["imports"]
+    assert dated["measured_at_from"] == "entries"
+    assert (dated["first_measured_at"], dated["last_measured_at"]) == ("2023-12-22 09:54:05.502007",
+                                                                     "2023-12-22 09:54:06.508453")
+    assert {i["measured_at_from"] for i in rows["vector_add"]["imports"]} == {"import"}
+    table = invoke("kernels", "--db", db, "-k", "convolution_kernel,vector_add").output.splitlines()
+    assert table[1].split()[-1] == "measured"
+    assert table[3].startswith("convolution_kernel") and table[3].endswith("  2023-12-22")
+    assert table[4].startswith("vector_add") and table[4].endswith("  at import (no date in the file)")

@@ -6,6 +6,7 @@ import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
@@ -36,6 +37,7 @@ class Measurement:
     samples: int = 0
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    measured_at: datetime | None = None  # when it was timed (UTC), where that was before it is recorded (an import)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

@@ -326,6 +326,11 @@ def _now() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
 
+def _utc(when: datetime) -> datetime:
+    """A time as the store keeps it: naive UTC (an aware one converted; a naive one taken as UTC already)."""
+    return when if when.tzinfo is None else when.astimezone(timezone.utc).replace(tzinfo=None)
+
+
 def _first_line(err: BaseException, *quoted: Any) -> str:
     """The first line of an error's text, for one-line messages; `quoted` (paths the error may quote) escaped
     first, so a newline in one does not cut the line short."""
@@ -997,8 +1002,10 @@ class Store:
         pipeline_version: str | None,
         settings: dict | None,
         status: str = "running",
+        started_at: datetime | None = None,
     ) -> str:
-        """Record the start of a collect or import; returns its run_id (uuid4 hex)."""
+        """Record the start of a collect or import; returns its run_id (uuid4 hex). `started_at`: when its first row
+        was timed, where that was before now (an imported file's first timestamp); else now."""
         self._require_writable("start a run")
         if status not in RUN_STATUSES:
             raise StoreError(f"unknown run status {status!r}; expected one of {', '.join(RUN_STATUSES)}")
@@ -1007,7 +1014,7 @@ class Store:
             con.execute(
                 f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in RUN_COLUMNS)})",
                 [run_id, device_id, host, backend, mlx_version, pipeline_version,
-                 _to_json(settings or {}), _now(), None, status],
+                 _to_json(settings or {}), _now() if started_at is None else _utc(started_at), None, status],
             )
         return run_id
 
@@ -1087,10 +1094,18 @@ class Store:
         return None if row is None else _from_json(row[0])
 
     def record(self, measurements: Iterable[Measurement]) -> int:
-        """Insert a batch in one transaction, skipping keys already stored; returns rows added."""
+        """Insert a batch in one transaction, skipping keys already stored; returns rows added. A measurement's own
+        measured_at (an imported file's timestamp) is kept when it passes measured_at_problem, else it is now."""
         self._require_writable("record measurements")
         now = _now()
-        rows = [_measurement_row(m, now) for m in measurements]
+        rows = []
+        for m in measurements:
+            when = now if m.measured_at is None else _utc(m.measured_at)
+            problem = None if m.measured_at is None else measured_at_problem(when, now)
+            if problem is not None:
+                raise StoreError(f"none of the measurements were recorded in {self.path}: {problem} ({m.kernel} on "
+                                 f"{m.device_id}, {m.dtype}, shape {m.shape_json:.80}, config {m.config_json:.80})")
+            rows.append(_measurement_row(m, when))
         if not rows:
             return 0
         columns = [list(col) for col in zip(*rows)]
@@ -1617,6 +1632,22 @@ MEASURED_FLOOR = "2000-01-01"
 #: how long before its run's run_started_at a row may say it was timed: a row is timed during its run, and one
 #: clock stamps both; a day leaves room for that clock being set during a run (NTP, a laptop's time zone)
 RUN_START_SKEW = timedelta(days=1)
+#: why a row's measured_at is refused, for a shard's row (_ROW_CHECKS) and a row recorded (measured_at_problem) alike
+_IN_THE_FUTURE = "measured_at {measured_at} is in the future"
+_BEFORE_THE_FLOOR = f"measured_at {{measured_at}} is before {MEASURED_FLOOR}, earlier than any timing this tool made"
+
+
+def measured_at_problem(when: datetime, now: datetime | None = None) -> str | None:
+    """Why a row may not say it was timed at `when` (naive UTC), as a shard's row check says it: later than now (with
+    FUTURE_SKEW for another machine's clock) or before MEASURED_FLOOR; None when it may."""
+    now = _now() if now is None else now
+    if when > now + FUTURE_SKEW:
+        return _IN_THE_FUTURE.format(measured_at=when)
+    if when < datetime.fromisoformat(MEASURED_FLOOR):
+        return _BEFORE_THE_FLOOR.format(measured_at=when)
+    return None
+
+
 _ROW_CHECKS = (
     ("unknown status {status!r} (expected one of " + ", ".join(STATUSES) + ")",
      "status IS NULL OR status NOT IN (" + ", ".join(f"'{s}'" for s in STATUSES) + ")"),
@@ -1631,9 +1662,8 @@ _ROW_CHECKS = (
      "samples IS NULL OR NOT isfinite(samples::DOUBLE) OR samples < 0 OR samples > 2147483647 "
      "OR samples::DOUBLE <> floor(samples::DOUBLE)"),
     ("measured_at is missing (every row says when it was timed)", "measured_at IS NULL"),
-    ("measured_at {measured_at} is in the future", "measured_at > ?"),
-    (f"measured_at {{measured_at}} is before {MEASURED_FLOOR}, earlier than any timing this tool made",
-     f"measured_at < TIMESTAMP '{MEASURED_FLOOR}'"),
+    (_IN_THE_FUTURE, "measured_at > ?"),
+    (_BEFORE_THE_FLOOR, f"measured_at < TIMESTAMP '{MEASURED_FLOOR}'"),
     ("config is not a JSON object: {config!r}",
      "config IS NULL OR NOT json_valid(config) OR json_type(config) <> 'OBJECT'"),
     ("shape is not a JSON object: {shape!r}",

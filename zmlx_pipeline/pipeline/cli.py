@@ -111,7 +111,7 @@ def devices(vendor: str | None, as_json: bool) -> None:
               help="Kernel names or module:attr paths (default: all registered, and those imported into the store).")
 @output_options
 def kernels(db, kernel_names: tuple[str, ...], as_json: bool) -> None:
-    """List the kernels: backends, parameters, constraints and shape grids, and what the store holds of imported ones."""
+    """List the kernels: backends, parameters, constraints, shape grids; and what the store holds of imported ones."""
     from zmlx_pipeline.pipeline.listing import kernel_listing
 
     store = existing_store(db) if db is not None else None  # a --db given is read, so a typo in it is said
@@ -135,6 +135,7 @@ def kernels(db, kernel_names: tuple[str, ...], as_json: bool) -> None:
             "configs": r["configs"], "shapes": _shapes_text(r),
             "devices": " ".join(f"{d['device']}:{d['rows']}" for d in r["devices"]),
             "files": " ".join(sorted({f"{i['file']} ({i['format']})" for i in r["imports"]})) or None,
+            "measured": _measured_text(r["imports"]),
         } for r in stored], False, title=f"in the store {stored[0]['store']}:")
 
 
@@ -142,6 +143,17 @@ def _values_text(values: dict) -> str:
     """Parameters (or dims) and their values as a table cell: `TG=32/64 VEC=1/2`."""
     return " ".join(f"{k}={'/'.join(v if isinstance(v, str) else json.dumps(v) for v in vs)}"
                     for k, vs in values.items())
+
+
+def _measured_text(imports: list[dict]) -> str | None:
+    """When a stored kernel's imported rows were timed: the days its files date them, and "at import" for files that
+    hold no date (their rows carry the time they were imported)."""
+    dated = [i for i in imports if i["measured_at_from"] != "import"]
+    days = sorted({f"{i[k]:%Y-%m-%d}" for i in dated for k in ("first_measured_at", "last_measured_at")})
+    parts = [days[0] if len(days) == 1 else f"{days[0]}..{days[-1]}"] if days else []
+    if len(dated) < len(imports):
+        parts.append("at import (no date in the file)")
+    return ", ".join(parts) or None
 
 
 def _shapes_text(record: dict) -> str:

@@ -82,8 +82,9 @@ def _unknown(name: str, registered: list[str], store) -> str:
     if store is not None:
         stored = [k for k in store.kernel_names() if k not in registered]
         if stored:
+            listed = ", ".join(k if len(k) <= SHOWN_CHARS else shown(k) for k in stored[:LISTED_NAMES])
             more = f" and {len(stored) - LISTED_NAMES} more" if len(stored) > LISTED_NAMES else ""
-            text += f"; in the store {store.path}: {', '.join(k if len(k) <= SHOWN_CHARS else shown(k) for k in stored[:LISTED_NAMES])}{more}"
+            text += f"; in the store {store.path}: {listed}{more}"
     return text + " (or give a module:attr path)"
 
 
@@ -104,7 +105,9 @@ def stored_kernel_record(store, kernel: str) -> dict[str, Any]:
         if run["status"] == "imported":
             imports.append({"file": settings.get("file"), "format": settings.get("format"), "device": run["device_id"],
                             "rows": run["rows"], "run_id": run["run_id"], "imported_at": run["finished_at"],
-                            "first_measured_at": run["first_measured_at"], "last_measured_at": run["last_measured_at"]})
+                            "first_measured_at": run["first_measured_at"], "last_measured_at": run["last_measured_at"],
+                            # an import that records nothing of it was stamped with its own time, as every one once was
+                            "measured_at_from": settings.get("measured_at_from", "import")})
         else:
             collected.append(run)
     source = " and ".join(w for w, runs in (("imported", imports), ("collected", collected)) if runs)

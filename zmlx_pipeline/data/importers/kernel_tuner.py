@@ -2,7 +2,8 @@
 
 Each file becomes one run (status "imported", settings naming the file and its sha256) of
 one kernel on one catalog device. Every entry becomes a measurement: timed configs as `ok`
-with median/p10/p90 from their repetitions, failed ones with the status of their failure.
+with median/p10/p90 from their repetitions, failed ones with the status of their failure, each
+dated when the file says it was timed (`timestamps.py`), else at the import (the settings say which).
 Every file is parsed and checked completely before anything is written, so a malformed one
 stores nothing; all go in in one transaction (a stopped import stores nothing); re-importing adds nothing.
 
@@ -42,6 +43,7 @@ import re
 import tomllib
 import zlib
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
@@ -71,7 +73,8 @@ from zmlx_pipeline.data.records import (
     twin_problem,
 )
 from zmlx_pipeline.data.paths import UnreadableFolder, files_below, not_regular
-from zmlx_pipeline.data.store import Store, StoreError
+from zmlx_pipeline.data.importers.timestamps import read_timestamp
+from zmlx_pipeline.data.store import Store, StoreError, measured_at_problem
 
 DTYPE = "float32"  # both hub kernels (and Kernel Tuner's usual float inputs) are single precision
 FORMAT_CACHE = "kernel_tuner_cache"
@@ -117,6 +120,9 @@ _RUN_WORD = re.compile(r"(?i)(run|rep|repeat|trial|try|iter|seed|take)\d*")  # `
 # Where a T4 metadata file (Kernel Tuner's store_metadata_file) names the GPU: nvidia-smi's product name,
 # or one of rocm-smi's card fields (their spelling varies between rocm-smi versions).
 _ROCM_NAME_FIELDS = ("card series", "device name", "marketing name")
+#: where Kernel Tuner and T4 write when a config was timed: each cache entry's and T4 result's own field, and a T4
+#: file's metadata (KTT's T4 writer)
+_STAMP_FIELD = "timestamp"
 # Where the shape of a file that names no usable problem size comes from: nowhere (its shape is empty).
 NO_PROBLEM_SIZE = "none"
 # What Kernel Tuner writes for a problem size it cannot write (a function of the parameters).
@@ -993,6 +999,8 @@ class _Entries(NamedTuple):
     section: dict | None = None
     labels: tuple[str, ...] = ()  # what names each config in messages ("cache entry '16,1'"), when not its number
     blank_name: str = ""  # the field that gives the kernel's name as blank text ("its kernel_name"), if one does
+    stamps: tuple = ()  # each config's timestamp as the file writes it (None where it gives none), when it gives any
+    file_stamp: tuple[Any, str] | None = None  # the file's one timestamp and where it is, for configs without one
 
 
 def _param_names(path: Path, data: dict) -> tuple[list[str], str]:
@@ -1173,7 +1181,7 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
     names, source = _param_names(path, data)
     tune = data.get("tune_params") if isinstance(data.get("tune_params"), dict) else {}
     objective = data.get("objective") if isinstance(data.get("objective"), str) else "time"
-    configs, outcomes, skipped, layouts, rewritten, labels = [], [], 0, set(), 0, []
+    configs, outcomes, skipped, layouts, rewritten, labels, stamps = [], [], 0, set(), 0, [], []
     for key, entry in cache.items():
         where = f"cache entry {key!r}"
         if not isinstance(entry, dict):
@@ -1187,11 +1195,13 @@ def _entries_cache(path: Path, data: dict) -> _Entries:
         configs.append(config)
         outcomes.append(outcome)
         labels.append(where)
+        stamps.append(entry.get(_STAMP_FIELD))
         rewritten += outcome[0] == "ok" and _time_rewritten(entry)
     return _Entries(configs, outcomes, name_field(path, "its kernel_name", data.get("kernel_name")),
                     _cache_device_name(path, data),
                     data.get("problem_size"), skipped, "+".join(sorted(layouts)) or "entries", rewritten,
-                    labels=tuple(labels), blank_name=blank_name("its kernel_name", data.get("kernel_name")))
+                    labels=tuple(labels), blank_name=blank_name("its kernel_name", data.get("kernel_name")),
+                    stamps=tuple(stamps))
 
 
 def _cache_device_name(path: Path, data: dict) -> str:
@@ -1310,7 +1320,7 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
     if not isinstance(metadata, dict):
         raise _fail(path, "'metadata' is not an object")
     scale = _t4_scale(path, metadata, results)
-    configs, outcomes, skipped, labels = [], [], 0, []
+    configs, outcomes, skipped, labels, stamps = [], [], 0, [], []
     for i, result in enumerate(results):
         where = f"result {i}"
         if not isinstance(result, dict) or not isinstance(result.get("configuration"), dict):
@@ -1341,6 +1351,7 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
             outcomes.append((status, None, f"invalidity: {invalidity}"))
         configs.append(result["configuration"])
         labels.append(where)
+        stamps.append(result.get(_STAMP_FIELD))
     layout = "t4"
     if str(metadata.get("autotuner") or "").strip().lower() == "ktt":
         configs = [{k: _ktt_text_value(v) for k, v in c.items()} for c in configs]
@@ -1360,8 +1371,9 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
         companion_data, _, _ = _read_json(companion)
         device = _device_in_metadata(companion_data)
     blank = "" if kernel else blank_name("its metadata's kernel_name", metadata.get("kernel_name"))
+    file_stamp = (metadata[_STAMP_FIELD], f"its metadata's {_STAMP_FIELD}") if _STAMP_FIELD in metadata else None
     return _Entries(configs, outcomes, kernel, device, metadata.get("problem_size"), skipped, layout,
-                    labels=tuple(labels), blank_name=blank)
+                    labels=tuple(labels), blank_name=blank, stamps=tuple(stamps), file_stamp=file_stamp)
 
 
 def _ktt_text_value(value: Any) -> Any:
@@ -1535,9 +1547,11 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
     labels = entries.labels or [f"its config {i + 1}" for i in range(len(configs))]
     _check_param_kinds(path, configs, labels)
     _check_rows(path, name, shape, configs)
+    timed_at, dating = _timed_at(path, entries, labels)
     version = kernel_version(name, params)
     measurements, seen = [], {}
-    for i, (config, dtype, (status, timing, error)) in enumerate(zip(configs, split.dtypes, outcomes)):
+    for i, (config, dtype, (status, timing, error), when) in enumerate(zip(configs, split.dtypes, outcomes,
+                                                                             timed_at)):
         key = (dtype, canonical_json(config))
         if key in seen:
             raise _fail(path, f"{labels[seen[key]]} and {labels[i]} are the same config ({key[1]}, {dtype}): which "
@@ -1547,14 +1561,14 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
         measurements.append(Measurement(
             run_id="", device_id=spec.id, kernel=name, kernel_version=version, dtype=dtype,
             shape=shape, config=config, status=status, median_us=med, p10_us=p10, p90_us=p90,
-            samples=n, error=error,
+            samples=n, error=error, measured_at=when,
         ))
     if not measurements:
         raise NothingToImport(str(_fail(path, "no measurements in it (every entry is a config its restrictions "
                                               "exclude)" if entries.skipped else "no measurements in it")))
     source = {"kernel_name": entries.kernel_name or None, "device_name": reported or None,
               "matched_device_name": matched_name, "device_from": device_from,
-              "problem_size_from": shape_from, "layout": entries.layout}
+              "problem_size_from": shape_from, "layout": entries.layout, **dating}
     if entries.section is not None:
         source["section"] = entries.section
     if split.parameter is not None:
@@ -1570,6 +1584,47 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
     return ParsedFile(path=path, sha256=sha, format=fmt, kernel=name, kernel_version=version, device=spec,
                       reported_device=reported, shape=shape, measurements=measurements, skipped=entries.skipped,
                       source=source)
+
+
+#: where an imported row's measured_at comes from (a run's settings say it): its own timestamp in the file, the
+#: file's one timestamp, or none (the file holds no date: the time of the import)
+DATED_BY_ENTRIES, DATED_BY_FILE, DATED_BY_IMPORT = "entries", "file", "import"
+
+
+def _timed_at(path: Path, entries: _Entries, labels: Sequence[str]) -> tuple[list[datetime | None], dict]:
+    """When each config was timed, as the file says (its own timestamp, else the file's), None where it says nothing
+    (the store stamps the import's time), and what the run's settings record of it; a timestamp that is no time, in
+    the future or before 2000 refuses the file, naming the row."""
+    naive = False
+
+    def read(value: Any, where: str) -> datetime | None:
+        nonlocal naive
+        try:
+            stamp = read_timestamp(value)
+        except ValueError as err:
+            raise _fail(path, f"{where}: its timestamp {err}; correct it, or remove it to import the row at the time "
+                              "of the import") from None
+        if stamp is None:
+            return None
+        problem = measured_at_problem(stamp.at)
+        if problem is not None:
+            zone = "" if stamp.zone_given else " (it names no time zone and was read as UTC)"
+            raise _fail(path, f"{where}: its timestamp {shown(str(value))} gives {problem}{zone}; correct it, or "
+                              "remove it to import the row at the time of the import")
+        naive |= not stamp.zone_given
+        return stamp.at
+
+    file_at = read(*entries.file_stamp) if entries.file_stamp is not None else None
+    own = [read(value, label) for value, label in zip(entries.stamps, labels)] or [None] * len(labels)
+    timed = [at if at is not None else file_at for at in own]
+    dated = sum(at is not None for at in own)
+    undated_from = DATED_BY_FILE if file_at is not None else DATED_BY_IMPORT
+    dating: dict[str, Any] = {"measured_at_from": DATED_BY_ENTRIES if dated else undated_from}
+    if dated and dated < len(own):
+        dating.update(undated_entries=len(own) - dated, undated_entries_from=undated_from)
+    if naive:
+        dating["measured_at_zone"] = "none given: read as UTC"
+    return timed, dating
 
 
 # ------------------------------------------------------------------------------------------
@@ -1624,8 +1679,10 @@ def write_parsed(store: Store, parsed: ParsedFile, replacing: Iterable[tuple[str
                     "kernel": parsed.kernel, "shape": parsed.shape, **parsed.source}
         if replacing:
             settings["replaced_stored_results"] = len(replacing)
+        timed = [m.measured_at for m in parsed.measurements if m.measured_at is not None]
         run_id = store.start_run(spec.id, host=None, backend=spec.backend, mlx_version=None,
-                                 pipeline_version=__version__, settings=settings)
+                                 pipeline_version=__version__, settings=settings,
+                                 started_at=min(timed) if timed else None)  # its rows are timed during it
         if replacing:
             store.delete_measurements([(spec.id, parsed.kernel, parsed.kernel_version, *key) for key in replacing],
                                       repeats=True)

@@ -3,11 +3,11 @@
 KTT writes `{"Metadata": {"Device", "TimeUnit", ...}, "Results": [...]}`; each result holds its
 `Configuration` as a list of `{"Name", "Value"}` pairs, its `Status` and its `TotalDuration` (the
 sum of its kernels' durations, in the metadata's time unit): one timing per config, no repetitions.
-It names no problem size. Its statuses and what they become are in `_KTT_STATUS`. KTT's profile-based
-searcher times each config, then runs it again under the profiler (that result's computations carry
-`ProfilingData`); the profiled repeat is no timing of the kernel as it runs, so a config timed both ways keeps
-its plain run, and one only ever profiled keeps its last profiled result (a profile of several passes writes a
-result per pass).
+It names no problem size; newer KTT versions stamp the metadata and each result with the time (`Timestamp`). Its
+statuses and what they become are in `_KTT_STATUS`. KTT's profile-based searcher times each config, then
+runs it again under the profiler (that result's computations carry `ProfilingData`); the profiled repeat is
+no timing of the kernel as it runs, so a config timed both ways keeps its plain run, and one only ever
+profiled keeps its last profiled result (a profile of several passes writes a result per pass).
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from zmlx_pipeline.data.importers.kernel_tuner import (
     name_field,
 )
 
+#: where KTT writes when it ran a config (each result) and when it tuned (Metadata): "2026-04-21 07:19:6 UTC"
+_STAMP_FIELD = "Timestamp"
 # KTT's ResultStatus names (Source/Output/JsonConverters.h); DeviceLimitsExceeded is a launch the device refused
 _KTT_STATUS = {"Ok": "ok", "ComputationFailed": "launch_error", "ValidationFailed": "wrong_result",
                "CompilationFailed": "compile_error", "DeviceLimitsExceeded": "launch_error"}
@@ -55,7 +57,7 @@ def entries_ktt(path: Path, data: dict) -> _Entries:
     if scale is None:
         raise _fail(path, f"KTT output with time unit {unit!r}; KTT writes Nanoseconds, Microseconds, "
                           "Milliseconds or Seconds")
-    configs, outcomes, kernels, labels = [], [], set(), []
+    configs, outcomes, kernels, labels, stamps = [], [], set(), [], []
     parsed = []  # (config, its key, profiled) per result, read once
     for i, result in enumerate(results):
         if not isinstance(result, dict):
@@ -72,6 +74,7 @@ def entries_ktt(path: Path, data: dict) -> _Entries:
             continue
         configs.append(config)
         labels.append(where)
+        stamps.append(result.get(_STAMP_FIELD))
         status = _KTT_STATUS.get(str(result.get("Status")))
         if status is None:
             raise _fail(path, f"{where}: unknown status {result.get('Status')!r} (KTT writes "
@@ -86,8 +89,9 @@ def entries_ktt(path: Path, data: dict) -> _Entries:
     if len(kernels) > 1:
         raise _fail(path, f"KTT output of several kernels ({', '.join(sorted(kernels))}); "
                           "tune and write each kernel to a file of its own")
+    file_stamp = (metadata[_STAMP_FIELD], f"its Metadata's {_STAMP_FIELD}") if _STAMP_FIELD in metadata else None
     return _Entries(configs, outcomes, next(iter(kernels), ""), str(metadata.get("Device") or ""), None, skipped,
-                    "ktt", labels=tuple(labels))
+                    "ktt", labels=tuple(labels), stamps=tuple(stamps), file_stamp=file_stamp)
 
 
 def _profiled(result: Any) -> bool:

@@ -42,7 +42,7 @@ def sections(path: Path, data: dict) -> list[_Entries]:
     if not isinstance(records, list):
         raise _fail(path, "a Kernel Tuner results file whose 'data' is not a list")
     kernel = name_field(path, "its kernel_name", data.get("kernel_name"))
-    grouped: dict[tuple[str, str], tuple[list, list, list]] = {}
+    grouped: dict[tuple[str, str], tuple[list, list, list, list]] = {}
     for i, record in enumerate(records):
         where = f"record {i}"
         if not isinstance(record, dict) or not isinstance(record.get("tunable_parameters"), dict):
@@ -54,16 +54,18 @@ def sections(path: Path, data: dict) -> list[_Entries]:
         device, size = record.get("device_name"), record.get("problem_size")
         if not isinstance(device, str) or not device or not isinstance(size, str):
             raise _fail(path, f"{where} has no 'device_name' and 'problem_size'")
-        configs, outcomes, labels = grouped.setdefault((device, size), ([], [], []))
+        configs, outcomes, labels, stamps = grouped.setdefault((device, size), ([], [], [], []))
         labels.append(where)
+        stamps.append(record.get("timestamp"))  # store_results writes none: the rows are dated by their import
         configs.append({n: config[n] for n in names})
         outcomes.append(("ok", _timing(path, where, None, record.get(objective), _MS_TO_US), None))
     if not grouped:
         return []
     blank = blank_name("its kernel_name", data.get("kernel_name"))
     return [_Entries(configs, outcomes, kernel, device, size, 0, "results_file",
-                     section={"device_name": device, "problem_size": size}, labels=tuple(labels), blank_name=blank)
-            for (device, size), (configs, outcomes, labels) in grouped.items()]
+                     section={"device_name": device, "problem_size": size}, labels=tuple(labels), blank_name=blank,
+                     stamps=tuple(stamps))
+            for (device, size), (configs, outcomes, labels, stamps) in grouped.items()]
 
 
 def is_legacy(data: dict) -> bool:
