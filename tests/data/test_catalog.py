@@ -133,7 +133,7 @@ FAMILY_ROWS = {
     ("nvidia", "ada"): ["l4", "l20", "l40", "l40s", "rtx-4060", "rtx-4060-ti", "rtx-4070", "rtx-4070-super", "rtx-4070-ti",
                         "rtx-4070-ti-super", "rtx-4080", "rtx-4080-super", "rtx-4090", "rtx-2000-ada", "rtx-4000-ada",
                         "rtx-4500-ada", "rtx-5000-ada", "rtx-6000-ada", "rtx-4060-laptop", "rtx-4070-laptop",
-                        "rtx-4080-laptop", "rtx-4090-laptop", "rtx-4000-sff-ada", "rtx-5880-ada"],
+                        "rtx-4080-laptop", "rtx-4090-laptop", "rtx-4000-sff-ada", "rtx-5880-ada", "rtx-500-ada-laptop"],
     ("nvidia", "hopper"): ["h100-pcie", "h100-sxm", "h100-nvl", "h200", "gh200-96gb", "gh200-144gb", "h800-sxm",
                            "h800-pcie", "h20", "h200-nvl"],
     ("nvidia", "blackwell"): ["b200", "gb200", "b300", "gb300", "rtx-5050", "rtx-5060", "rtx-5060-ti", "rtx-5070",
@@ -375,6 +375,18 @@ def test_per_gpu_rows_of_multi_gpu_boards_and_newest_figures():
     assert get_device("nvidia-gb200").architecture == "sm_100" and get_device("nvidia-gb200").gpu_cores == 148
     assert get_device("nvidia-h20").gpu_cores == 78 and get_device("nvidia-h20").memory_gb == 96
     assert get_device("amd-mi355x").architecture == "gfx950" and get_device("amd-mi300a").l2_bytes == 24 * 2**20
+
+
+def test_rtx_500_ada_laptop_is_an_ad107_of_16_sms_on_a_64_bit_bus():
+    # KTT's tutorial outputs were timed on it (tests/data/fixtures/kernel_tuner_wild/SOURCE.md)
+    spec = get_device("nvidia-rtx-500-ada-laptop")
+    assert (spec.vendor, spec.family, spec.backend, spec.architecture, spec.core_unit) == (
+        "nvidia", "ada", "cuda", "sm_89", "sms")
+    assert (spec.gpu_cores, spec.clock_mhz, spec.memory_bandwidth_gbps, spec.memory_gb, spec.l2_bytes) == (
+        16, 2025, 128.0, 4, 16 * 2**20)
+    assert spec.fp32_tflops == pytest.approx(16 * 128 * 2 * 2025 / 1e6, rel=1e-3)  # 2048 CUDA cores at 2025 MHz
+    assert spec.sources["gpu_cores"] == spec.sources["l2_bytes"] == "rtx-500-ada-device-report"
+    assert spec.sources["clock_mhz"] == spec.sources["memory_gb"] == "technical-city-rtx-500-ada"
 
 
 def test_vendor_limits():

@@ -208,6 +208,10 @@ def test_an_unknown_name_hints_at_the_rows_whose_names_hold_it():
         ("nvidia-quadro-p4000", ["Quadro P4000", "Quadro_P4000"]),
         ("nvidia-rtx-4000-sff-ada", ["NVIDIA RTX 4000 SFF Ada Generation", "RTX_4000_SFF_Ada"]),
         ("nvidia-rtx-5880-ada", ["NVIDIA RTX 5880 Ada Generation", "RTX_5880_Ada_Generation"]),
+        # KTT's tutorial outputs report it as nvidia-smi does; the databases call it the RTX 500 Mobile Ada Generation
+        ("nvidia-rtx-500-ada-laptop", ["NVIDIA RTX 500 Ada Generation Laptop GPU", "RTX 500 Ada Generation Laptop GPU",
+                                       "RTX 500 Ada", "RTX_500_Ada_Laptop", "RTX 500 Mobile Ada Generation",
+                                       "NVIDIA RTX 500 Ada Generation"]),
         ("nvidia-h200-nvl", ["NVIDIA H200 NVL", "H200_NVL"]),
         ("nvidia-rtx-pro-6000-blackwell-max-q", ["NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"]),
         ("nvidia-rtx-5050", ["NVIDIA GeForce RTX 5050", "RTX_5050"]),
@@ -323,6 +327,8 @@ def test_laptop_rows_are_their_own_chips_beside_the_desktop_cards():
       "nvidia-rtx-4000-ada", "Quadro RTX 4000": "nvidia-quadro-rtx-4000",
       "NVIDIA RTX 4000 SFF Ada Generation": "nvidia-rtx-4000-sff-ada"},
      {"NVIDIA RTX A1000": "nvidia-rtx-a1000", "NVIDIA T1000": "nvidia-t1000"},
+     {"NVIDIA RTX 500 Ada Generation Laptop GPU": "nvidia-rtx-500-ada-laptop", "RTX 500 Ada": "nvidia-rtx-500-ada-laptop",
+      "NVIDIA RTX 5000 Ada Generation": "nvidia-rtx-5000-ada", "RTX 5000 Ada": "nvidia-rtx-5000-ada"},
      {"NVIDIA T400": "nvidia-t400", "NVIDIA T4": "nvidia-t4", "Tesla T4": "nvidia-t4"},
      {"Quadro P400": "nvidia-quadro-p400", "Quadro P4000": "nvidia-quadro-p4000"},
      {"Quadro P600": "nvidia-quadro-p600", "Quadro P620": "nvidia-quadro-p620", "Quadro P6000": "nvidia-quadro-p6000"},
@@ -340,7 +346,9 @@ def test_look_alike_names_each_give_their_own_row(names):
     # boards the catalog lacks (figures not confirmed) beside look-alikes it has: never the look-alike
     ["NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX PRO 6000 Blackwell", "Quadro P1000",
      "NVIDIA RTX PRO 4000 Blackwell SFF Edition", "NVIDIA RTX PRO 4500 Blackwell Server Edition",
-     "NVIDIA GeForce RTX 3050 6GB", "NVIDIA RTX A400", "GTX 1050 4GB", "AMD Radeon RX 6500"],
+     "NVIDIA GeForce RTX 3050 6GB", "NVIDIA RTX A400", "GTX 1050 4GB", "AMD Radeon RX 6500",
+     # the Ampere RTX A500 and the RTX 5000 Ada's laptop part are neither the RTX 500 Ada nor the desktop RTX 5000 Ada
+     "NVIDIA RTX A500 Laptop GPU", "RTX A500", "NVIDIA RTX 5000 Ada Generation Laptop GPU", "RTX 5000 Ada Laptop"],
 )
 def test_missing_boards_beside_their_look_alikes_match_nothing(name):
     assert device_candidates(name) == () and match_device(name) is None

@@ -15,7 +15,8 @@ from zmlx_pipeline.pipeline.cli import cli
 
 WILD = Path(__file__).parent / "fixtures" / "kernel_tuner_wild"
 A4000 = "nvidia-rtx-a4000"
-RTX500 = "NVIDIA RTX 500 Ada Generation Laptop GPU"  # not in the catalog: the tests map it
+RTX500 = "NVIDIA RTX 500 Ada Generation Laptop GPU"  # the GPU KTT's tutorial outputs were timed on
+RTX500_ID = "nvidia-rtx-500-ada-laptop"
 
 
 def device_map(tmp_path: Path, entries: dict) -> Path:
@@ -30,10 +31,9 @@ def stored(store) -> list[tuple]:
 
 
 def test_ktt_json_output_imports_one_timing_per_config(store, tmp_path):
-    (row,) = import_files(store, [WILD / "vectorAdd_rtx500ada.ktt.json"],
-                          device_map=device_map(tmp_path, {RTX500: A4000}))
+    (row,) = import_files(store, [WILD / "vectorAdd_rtx500ada.ktt.json"])  # under the GPU it names
     assert (row["device"], row["kernel"], row["rows"], row["added"], row["failed"]) == (
-        A4000, "vectorAddition_kernel", 4, 4, 0)
+        RTX500_ID, "vectorAddition_kernel", 4, 4, 0)
     # TotalDuration in the metadata's Microseconds, the configuration pairs as parameters
     assert stored(store) == sorted([
         ("float32", '{"multiply_block_size": 32}', "ok", 89.536),
@@ -42,8 +42,9 @@ def test_ktt_json_output_imports_one_timing_per_config(store, tmp_path):
         ("float32", '{"multiply_block_size": 256}', "ok", 44.672)])
     (run,) = store.runs()
     assert (run["status"], run["settings"]["format"], run["settings"]["device_name"]) == ("imported", "ktt", RTX500)
-    assert import_files(store, [WILD / "vectorAdd_rtx500ada.ktt.json"],
-                        device_map=device_map(tmp_path, {RTX500: A4000}))[0]["added"] == 0
+    assert import_files(store, [WILD / "vectorAdd_rtx500ada.ktt.json"])[0]["added"] == 0
+    (device,) = store.devices()
+    assert (device["device_id"], device["reported_name"], device["in_catalog"]) == (RTX500_ID, RTX500, True)
 
 
 def ktt_doc(results: list, unit="Milliseconds") -> dict:
@@ -129,7 +130,7 @@ def test_bad_ktt_output_is_refused_and_stores_nothing(store, tmp_path, doc, reas
 
 def test_ktt_t4_file_reads_values_written_as_text_as_ktt_reads_them(store, tmp_path):
     (row,) = import_files(store, [WILD / "vectorAdd_rtx500ada.t4.json"],
-                          device_map=device_map(tmp_path, {RTX500: A4000}))
+                          device_map=device_map(tmp_path, {RTX500: A4000}))  # a map still files it elsewhere
     assert (row["device"], row["rows"]) == (A4000, 2)
     # "32" in the file: the same config as the KTT JSON output's 32, timed in the metadata's microseconds
     assert stored(store) == [("float32", '{"multiply_block_size": 32}', "ok", 90.656),
