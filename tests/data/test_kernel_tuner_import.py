@@ -185,7 +185,9 @@ def test_unknown_device_is_refused_unless_overridden(store, tmp_path):
     assert str(info.value) == (
         f"cannot import {path}: device 'Quantum GPU 9000' is not in the catalog; pass --device <catalog id> or "
         "--device-map FILE (`zmlx-pipeline devices` lists the ids) where it is a catalog chip named otherwise: "
-        "another chip's id would file its timings as that chip's; nothing of it was stored")
+        "another chip's id would file its timings as that chip's; a chip the catalog lacks is registered with "
+        "`zmlx-pipeline devices add RECORD` (its figures, each with its source) and then imported under its own id; "
+        "nothing of it was stored")
     assert store.measurements() == []
     (row,) = import_files(store, [path], device="nvidia-rtx-a6000")
     assert row["device"] == "nvidia-rtx-a6000" and row["added"] == 3
@@ -1165,7 +1167,8 @@ def test_a_fermi_gpu_is_refused_saying_what_to_pass_never_matched(seeded, tmp_pa
     path = write(tmp_path / "k" / file_name, kt_cache({"16,1": entry()}, device_name=name))
     said = f"device {name!r} is not in the catalog" if name else f"{NO_GPU} {file_name.removesuffix('.json')!r} is no catalog device"
     otherwise = (" where it is a catalog chip named otherwise: another chip's id would file its timings as that "
-                 "chip's") if name else ""
+                 "chip's; a chip the catalog lacks is registered with `zmlx-pipeline devices add RECORD` (its "
+                 "figures, each with its source) and then imported under its own id") if name else ""
     assert refused(seeded, path) == (
         f"cannot import {path}: {said}; pass --device <catalog id> or "
         f"--device-map FILE (`zmlx-pipeline devices` lists the ids){otherwise}; nothing of it was stored")

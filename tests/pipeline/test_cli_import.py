@@ -148,7 +148,9 @@ def test_unknown_device_names_the_options_and_device_with_device_map_is_refused(
     assert result.output == (
         f"Error: cannot import {path}: device 'Quantum GPU 9000' is not in the catalog; pass --device <catalog id> "
         "or --device-map FILE (`zmlx-pipeline devices` lists the ids) where it is a catalog chip named otherwise: "
-        "another chip's id would file its timings as that chip's; nothing of it was stored\n")
+        "another chip's id would file its timings as that chip's; a chip the catalog lacks is registered with "
+        "`zmlx-pipeline devices add RECORD` (its figures, each with its source) and then imported under its own id; "
+        "nothing of it was stored\n")
     device_map = tmp_path / "devices.json"
     device_map.write_text('{"*.json": "nvidia-a40"}')
     result = invoke("import", "--db", db, "--device", "nvidia-a40", "--device-map", device_map, path)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import re
 import unicodedata
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 
@@ -82,12 +83,23 @@ class DeviceSpec:
 
     @classmethod
     def from_json(cls, row: dict[str, Any]) -> "DeviceSpec":
-        """A spec from one `devices` entry of catalog.json (unknown keys are an error)."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        extra = set(row) - known
+        """A spec from one `devices` entry of catalog.json (an unknown or a missing field is an error, naming it)."""
+        if not isinstance(row, dict):
+            raise CatalogError(f"a device is a JSON object of its fields, not {type(row).__name__}")
+        fields = dataclasses.fields(cls)
+        extra = set(row) - {f.name for f in fields}
         if extra:
             raise CatalogError(f"device {row.get('id')!r}: unknown fields {sorted(extra)}")
+        missing = [f.name for f in fields if f.name not in row and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise CatalogError(f"device {row.get('id')!r}: missing field{'s' if len(missing) > 1 else ''} "
+                               f"{', '.join(missing)}")
         data = dict(row)
+        for key, kind in (("aliases", list), ("sources", dict)):
+            if not isinstance(data.get(key, kind()), kind):
+                raise CatalogError(f"device {row.get('id')!r}: {key} is {type(data[key]).__name__}, not a JSON "
+                                   f"{'list of names' if kind is list else 'object of field: source'}")
         data["aliases"] = tuple(data.get("aliases", ()))
         data["sources"] = dict(data.get("sources", {}))
         return cls(**data)
@@ -222,16 +234,18 @@ def _by_id() -> dict[str, DeviceSpec]:
     return {spec.id: spec for spec in load_catalog()}
 
 
-@lru_cache(maxsize=1)
-def _indexes() -> tuple[dict[str, tuple[DeviceSpec, ...]], dict[str, tuple[DeviceSpec, ...]],
-                        dict[str, tuple[DeviceSpec, ...]], dict[str, frozenset[str]]]:
-    """Indexes over names and aliases: normalised name, token set, and base (token set without form factor
-    and memory, each row with the form factors its labels name); a key may hold binned variants."""
+@lru_cache(maxsize=8)
+def _indexes(rows: tuple[DeviceSpec, ...] | None = None) -> tuple[
+        dict[str, tuple[DeviceSpec, ...]], dict[str, tuple[DeviceSpec, ...]], dict[str, tuple[DeviceSpec, ...]],
+        dict[str, frozenset[str]]]:
+    """Indexes over the names and aliases of `rows` (the catalog's when None): normalised name, token set, and base
+    (token set without form factor and memory, each row with the form factors its labels name); a key may hold
+    binned variants."""
     exact: dict[str, list[DeviceSpec]] = {}
     tokens: dict[str, list[DeviceSpec]] = {}
     base: dict[str, list[DeviceSpec]] = {}
     forms: dict[str, set[str]] = {}
-    for spec in load_catalog():
+    for spec in load_catalog() if rows is None else rows:
         for label in (spec.name, *spec.aliases):
             base_key, _, label_forms = _qualified(name_tokens(label))
             forms.setdefault(spec.id, set()).update(label_forms)
@@ -258,8 +272,9 @@ def _labelled_qualifiers(spec: DeviceSpec) -> tuple[bool, bool]:
     return all(q[1] is not None for q in qualified), all(q[2] for q in qualified)
 
 
-def _candidates(name: str) -> tuple[tuple[DeviceSpec, ...], bool]:
-    """(rows the name may stand for, whether the name tells them): the first rule that finds any decides.
+def _candidates(name: str, rows: tuple[DeviceSpec, ...] | None = None) -> tuple[tuple[DeviceSpec, ...], bool]:
+    """(rows the name may stand for, among `rows` (the catalog's when None), whether the name tells them): the first
+    rule that finds any decides.
 
     In order: the whole normalised name or alias; its token set (order, brand words, joined suffixes
     ignored); an AMD gfx architecture name (gfx90a: every board built on that die, so never told);
@@ -269,27 +284,28 @@ def _candidates(name: str) -> tuple[tuple[DeviceSpec, ...], bool]:
     """
     if not name or not name.strip():
         return (), False
-    exact, tokens, base, forms = _indexes()
+    exact, tokens, base, forms = _indexes(rows)
     vendors = _vendors_named(name)
 
-    def of_vendor(rows) -> tuple[DeviceSpec, ...]:
-        return tuple(spec for spec in rows or () if not vendors or spec.vendor in vendors)
+    def of_vendor(found) -> tuple[DeviceSpec, ...]:
+        return tuple(spec for spec in found or () if not vendors or spec.vendor in vendors)
 
     found = of_vendor(exact.get(normalize_name(name))) or of_vendor(tokens.get(_token_key(name)))
     if found:
         return found, True
     words = name_tokens(name)
     if words and _name_rules()["gfx"].match(words[0]):
-        return of_vendor(spec for spec in load_catalog() if spec.architecture == words[0]), False
+        return of_vendor(spec for spec in (load_catalog() if rows is None else rows)
+                         if spec.architecture == words[0]), False
     base_key, memory, asked = _qualified(words)
-    rows = of_vendor(
+    found = of_vendor(
         spec for spec in base.get(base_key, ())
         if (memory is None or round(spec.memory_gb) == memory) and _form_fits(asked, forms[spec.id])
     )
-    if len({spec.name for spec in rows}) != 1:
-        return rows, False
-    needs_memory, needs_form = _labelled_qualifiers(rows[0])
-    return rows, (memory is not None or not needs_memory) and (bool(asked) or not needs_form)
+    if len({spec.name for spec in found}) != 1:
+        return found, False
+    needs_memory, needs_form = _labelled_qualifiers(found[0])
+    return found, (memory is not None or not needs_memory) and (bool(asked) or not needs_form)
 
 
 def device_candidates(name: str) -> tuple[DeviceSpec, ...]:
@@ -405,13 +421,14 @@ def hidden_character_problem(text: str) -> str | None:
     return None
 
 
-def resolve_device(name_or_id: str) -> DeviceSpec:
+def resolve_device(name_or_id: str, registered: tuple[DeviceSpec, ...] = ()) -> DeviceSpec:
     """The row of a catalog id, a core-limited catalog id (`nvidia-h200@66sm`) or a device name as people write it.
 
     UnknownDevice when nothing fits, AmbiguousDevice (listing the ids) when the name does not tell
     which row: a name is never resolved to a guess, nor is one of binned variants ("Apple M1 Pro": 14 or 16
     cores) to the full chip. A name the catalog lists as an alias is that row ("H100 SXM5"); no alias is a
-    family name of several chips (a bare "A100" is any of four).
+    family name of several chips (a bare "A100" is any of four). `registered`: devices the catalog lacks, registered
+    in a store, tried by their id and names only where no catalog chip fits, so they never stand for one.
     """
     try:
         return get_device(name_or_id)
@@ -422,9 +439,30 @@ def resolve_device(name_or_id: str) -> DeviceSpec:
         return limited
     candidates, told = _candidates(name_or_id)
     if not candidates:
+        spec = _registered_device(name_or_id, registered)
+        if spec is not None:
+            return spec
         within = devices_named_within(name_or_id)
         hint = f" (catalog devices whose names hold it: {', '.join(within)})" if within else ""
-        raise UnknownDevice(f"{name_or_id!r} is neither a catalog id nor a catalog device name{hint}")
+        also = ", nor one registered in the store" if registered else ""
+        raise UnknownDevice(f"{name_or_id!r} is neither a catalog id nor a catalog device name{also}{hint}")
+    spec = _pick(candidates, None) if told and len({spec.name for spec in candidates}) == 1 else None
+    if spec is None:
+        raise AmbiguousDevice(name_or_id, candidates)
+    return spec
+
+
+def _registered_device(name_or_id: str, registered: tuple[DeviceSpec, ...]) -> DeviceSpec | None:
+    """The registered device of this id, or of this name by the catalog's name rules over the registered rows; None
+    when none fits, AmbiguousDevice when the name does not tell one of them."""
+    if not registered:
+        return None
+    for spec in registered:
+        if spec.id == name_or_id:
+            return spec
+    candidates, told = _candidates(name_or_id, tuple(registered))
+    if not candidates:
+        return None
     spec = _pick(candidates, None) if told and len({spec.name for spec in candidates}) == 1 else None
     if spec is None:
         raise AmbiguousDevice(name_or_id, candidates)
@@ -461,73 +499,164 @@ def match_gpu_arch(gpu_arch: str, gpu_cores: int | None = None) -> DeviceSpec | 
     return max(exact, key=lambda spec: spec.gpu_cores)
 
 
-def validate_catalog(devices: tuple[DeviceSpec, ...] | None = None, sources: dict[str, Any] | None = None) -> list[str]:
-    """Problems in the catalog (empty when sound): ids, aliases, figures and their citations."""
-    devices = load_catalog() if devices is None else devices
-    sources = catalog_sources() if sources is None else sources
-    problems: list[str] = []
+class Problem(NamedTuple):
+    """One thing wrong with catalog rows (or a device's record): what, and how to put it right."""
+
+    text: str
+    fix: str
+
+
+#: the text fields of a row (each a non-empty string)
+TEXT_FIELDS = ("id", "name", "vendor", "family", "variant", "backend", "architecture", "core_unit")
+#: the figures that count things: whole numbers (the store holds them as integers)
+WHOLE_FIELDS = ("gpu_cores", "max_threads_per_threadgroup", "simd_width", "threadgroup_memory_bytes", "l2_bytes",
+                "default_threadgroup")
+#: the most a count may be (a 32-bit integer, as the store holds it)
+MAX_COUNT = 2**31 - 1
+_CHOICES = (("vendor", VENDORS), ("backend", BACKENDS), ("core_unit", CORE_UNITS))
+
+
+def _text_problem(spec: DeviceSpec) -> Problem | None:
+    """The first field of a row that is not of its kind (text, a list of names, a map of field to source id)."""
+    where = f"device {spec.id!r}"
+    for fname in TEXT_FIELDS:
+        value = getattr(spec, fname)
+        if not isinstance(value, str) or not value.strip():
+            return Problem(f"{where}: {fname} must be text, got {value!r:.60}", f"give {fname} as a non-empty string")
+    for fname in ("notes", "gpu_arch"):
+        if getattr(spec, fname) is not None and not isinstance(getattr(spec, fname), str):
+            return Problem(f"{where}: {fname} must be text, got {getattr(spec, fname)!r:.60}",
+                           f"give {fname} as a string, or leave it out")
+    bad = next((a for a in spec.aliases if not isinstance(a, str) or not a.strip()), None)
+    if bad is not None:
+        return Problem(f"{where}: alias {bad!r:.60} is not a name", "list each alias as a non-empty string")
+    bad = next(((k, v) for k, v in spec.sources.items() if not isinstance(v, str) or not v.strip()), None)
+    if bad is not None:
+        return Problem(f"{where}: sources.{bad[0]} is {bad[1]!r:.60}, not the id of a source",
+                       f"cite a declared source for {bad[0]}")
+    return None
+
+
+def catalog_problems(devices: tuple[DeviceSpec, ...], sources: dict[str, Any]) -> list[Problem]:
+    """Problems in catalog rows and their declared sources, each with its fix: ids, text fields, figures (finite,
+    above 0, counts whole), their citations, names and aliases that name another row, and `gpu_arch`."""
+    problems: list[Problem] = []
     seen_ids: set[str] = set()
     label_owner: dict[str, DeviceSpec] = {}
+    alias_owner: dict[str, DeviceSpec] = {}
     for spec in devices:
         where = f"device {spec.id!r}"
+        wrong = _text_problem(spec)
+        if wrong is not None:
+            problems.append(wrong)
+            continue
         if spec.id in seen_ids:
-            problems.append(f"{where}: duplicate id")
+            problems.append(Problem(f"{where}: duplicate id", "give the device an id of its own"))
         seen_ids.add(spec.id)
         if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", spec.id):
-            problems.append(f"{where}: id is not a slug")
-        if spec.vendor not in VENDORS or spec.backend not in BACKENDS or spec.core_unit not in CORE_UNITS:
-            problems.append(f"{where}: bad vendor/backend/core_unit")
+            problems.append(Problem(f"{where}: id is not a slug",
+                                    "write the id in lower-case letters and digits joined by hyphens (acme-x1)"))
+        for fname, allowed in _CHOICES:
+            if getattr(spec, fname) not in allowed:
+                problems.append(Problem(f"{where}: {fname} {getattr(spec, fname)!r} is not one of "
+                                        f"{', '.join(allowed)}", f"give {fname} as one of them"))
         for fname in NUMERIC_FIELDS:
             value = getattr(spec, fname)
             if value is None and fname == "fp32_tflops":
                 continue
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-                problems.append(f"{where}: {fname} must be a positive number, got {value!r}")
+            if (not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value)
+                    or value <= 0):
+                problems.append(Problem(f"{where}: {fname} must be a positive number, got {value!r:.60}",
+                                        f"give {fname} as a finite number above 0"))
+            elif fname in WHOLE_FIELDS and not isinstance(value, int):
+                problems.append(Problem(f"{where}: {fname} must be a whole number, got {value!r}",
+                                        f"give {fname} as a whole number, without a decimal point"))
+            elif fname in WHOLE_FIELDS and value > MAX_COUNT:
+                problems.append(Problem(f"{where}: {fname} {value} is past any chip's (at most {MAX_COUNT})",
+                                        f"give the chip's own {fname}"))
             elif fname not in spec.sources:
-                problems.append(f"{where}: {fname} cites no source")
+                problems.append(Problem(f"{where}: {fname} cites no source",
+                                        f"cite where the figure comes from under sources.{fname}"))
         if "architecture" not in spec.sources:
-            problems.append(f"{where}: architecture cites no source")
+            problems.append(Problem(f"{where}: architecture cites no source",
+                                    "cite where it comes from under sources.architecture"))
         for fname, source_id in spec.sources.items():
             if source_id not in sources:
-                problems.append(f"{where}: {fname} cites undeclared source {source_id!r}")
+                problems.append(Problem(f"{where}: {fname} cites undeclared source {source_id!r}",
+                                        "cite a declared source (its title and url) or declare this one"))
         for label in (spec.name, *spec.aliases):
             for key in {normalize_name(label), f"tokens:{spec.vendor}:{_token_key(label)}"}:
                 owner = label_owner.setdefault(key, spec)
                 # Only binned variants of one chip (same name, different core counts) may share a label.
                 if owner is not spec and (owner.name != spec.name or owner.gpu_cores == spec.gpu_cores):
-                    problems.append(f"{where}: name/alias {label!r} also names {owner.id!r}")
-    all_aliases = [alias for spec in devices for alias in spec.aliases]
-    for alias in sorted({a for a in all_aliases if all_aliases.count(a) > 1}):
-        problems.append(f"alias {alias!r} is listed by more than one device")
-    problems += _gpu_arch_problems(devices)
+                    problems.append(Problem(f"{where}: name/alias {label!r} also names {owner.id!r}",
+                                            f"give the device a name of its own (if it is {owner.id}, use that id)"))
+        for alias in spec.aliases:
+            if alias_owner.setdefault(alias, spec) is not spec:
+                problems.append(Problem(f"alias {alias!r} is listed by more than one device",
+                                        "list it under one device"))
+    problems += _gpu_arch_problems(tuple(s for s in devices if _text_problem(s) is None))
     for source_id, source in sources.items():
-        if not source.get("title"):
-            problems.append(f"source {source_id!r}: no title")
-    return problems
+        if not isinstance(source, dict) or not source.get("title"):
+            problems.append(Problem(f"source {source_id!r}: no title", "give the source a title (and its url)"))
+    return list(dict.fromkeys(problems))
 
 
-def _gpu_arch_problems(devices: tuple[DeviceSpec, ...]) -> list[str]:
+def validate_catalog(devices: tuple[DeviceSpec, ...] | None = None, sources: dict[str, Any] | None = None) -> list[str]:
+    """Problems in the catalog (empty when sound): ids, aliases, figures and their citations."""
+    devices = load_catalog() if devices is None else devices
+    sources = catalog_sources() if sources is None else sources
+    return [p.text for p in catalog_problems(devices, sources)]
+
+
+def registration_problems(spec: DeviceSpec, sources: dict[str, Any],
+                          registered: tuple[DeviceSpec, ...] = ()) -> list[Problem]:
+    """Why `spec`, a device the catalog lacks, cannot be registered beside the catalog and the devices registered
+    before it: the catalog's checks of its rows (catalog_problems) over all of them, `sources` declared beside the
+    catalog's, then an id or name of it that the catalog's name rules take for a catalog chip, which it would never
+    be found by (resolve_device tries the catalog first)."""
+    rows = (*load_catalog(), *registered)
+    # what the rows before it already show is no matter of this record (a registered device a later catalog row
+    # clashes with, one citing sources its own record declares)
+    known = set(catalog_problems(rows, catalog_sources()))
+    found = [p for p in catalog_problems((*rows, spec), {**catalog_sources(), **sources}) if p not in known]
+    if _text_problem(spec) is not None:
+        return found
+    for what, label in (("id", spec.id), *(("name", label) for label in (spec.name, *spec.aliases))):
+        chips = tuple(dict.fromkeys(s.id for s in device_candidates(label)))
+        if chips and not any(f"name/alias {label!r} also names" in p.text for p in found):
+            found.append(Problem(
+                f"device {spec.id!r}: its {what} {label!r} is read as catalog chip {' or '.join(chips)}",
+                f"give it {'an id' if what == 'id' else 'a name'} of its own (if it is {chips[0]}, use that id)"))
+    return found
+
+
+def _gpu_arch_problems(devices: tuple[DeviceSpec, ...]) -> list[Problem]:
     """`gpu_arch`: on every Apple row and no other, well formed, cited, one generation per family, and one
     row per (generation, core count), which is what match_gpu_arch relies on."""
-    problems: list[str] = []
+    problems: list[Problem] = []
     family_generation: dict[str, int] = {}
     owner: dict[tuple[int, int], DeviceSpec] = {}
     for spec in devices:
         where = f"device {spec.id!r}"
         if spec.vendor != "apple":
             if spec.gpu_arch is not None:
-                problems.append(f"{where}: gpu_arch is for Apple rows only")
+                problems.append(Problem(f"{where}: gpu_arch is for Apple rows only", "leave gpu_arch out"))
             continue
         generation = arch_generation(spec.gpu_arch)
         if generation is None or spec.gpu_arch != spec.gpu_arch.lower():
-            problems.append(f"{where}: gpu_arch must look like 'applegpu_g15s', got {spec.gpu_arch!r}")
+            problems.append(Problem(f"{where}: gpu_arch must look like 'applegpu_g15s', got {spec.gpu_arch!r}",
+                                    "give gpu_arch as Metal reports it (MTLDevice.architecture.name)"))
             continue
         if "gpu_arch" not in spec.sources:
-            problems.append(f"{where}: gpu_arch cites no source")
+            problems.append(Problem(f"{where}: gpu_arch cites no source",
+                                    "cite where it comes from under sources.gpu_arch"))
         if family_generation.setdefault(spec.family, generation) != generation:
-            problems.append(f"{where}: gpu_arch generation {generation} differs from the rest of family "
-                            f"{spec.family!r} ({family_generation[spec.family]})")
+            problems.append(Problem(f"{where}: gpu_arch generation {generation} differs from the rest of family "
+                                    f"{spec.family!r} ({family_generation[spec.family]})",
+                                    "give the family's generation, or another family"))
         other = owner.setdefault((generation, spec.gpu_cores), spec)
         if other is not spec:
-            problems.append(f"{where}: generation {generation} with {spec.gpu_cores} cores also names {other.id!r}")
+            problems.append(Problem(f"{where}: generation {generation} with {spec.gpu_cores} cores also names "
+                                    f"{other.id!r}", f"if it is {other.id}, use that id"))
     return problems

@@ -33,6 +33,7 @@ from zmlx_pipeline.core.files import (
     utf8_problem,
 )
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
+from zmlx_pipeline.data.catalog import CatalogError, DeviceSpec, catalog_problems, catalog_sources
 from zmlx_pipeline.data.paths import not_regular
 from zmlx_pipeline.data.records import (
     DEVICE_ID_PATTERN,
@@ -70,6 +71,14 @@ class CorruptStore(StoreError):
 
 class BadShard(StoreError):
     """A Parquet shard is unreadable or lacks required columns; nothing of it was ingested."""
+
+
+class BadDeviceRow(StoreError):
+    """A device row a shard's device columns could not hold (a figure that is not finite, above 0 and below 1e15)."""
+
+
+class DeviceTaken(StoreError):
+    """A device id the store holds already, registered with another record or measured as a device of its own."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -977,6 +986,63 @@ class Store:
             row["reported"] = _from_json(row["reported"])
         return rows
 
+    def register_device(self, row: dict, record: dict) -> bool:
+        """Store a device the catalog lacks: its `devices` row (DEVICE_COLUMNS), not in the catalog and not flagged,
+        with its record under `reported`'s REGISTRATION key, in one transaction; False when this record is registered
+        already (nothing changes). DeviceTaken when the id is stored otherwise; BadDeviceRow for a row export would
+        refuse (device_row_problem)."""
+        self._require_writable("register a device")
+        device_id = row["device_id"]
+        full = {c: row.get(c) for c in DEVICE_COLUMNS}
+        full.update(in_catalog=False, flagged_unknown=False, core_limited_from=None,
+                    reported=_to_json({REGISTRATION: record}))
+        problem = device_row_problem(full)
+        if problem is not None:
+            raise BadDeviceRow(f"device {device_id!r}: {problem}")
+        try:
+            with self._transaction() as con:
+                stored = con.execute("SELECT in_catalog, reported FROM devices WHERE device_id = ?",
+                                     [device_id]).fetchone()
+                if stored is not None:
+                    held = _registration(stored[1]) if not stored[0] else None
+                    if held is not None and _same_record(held, record):
+                        return False
+                    what = "registered with another record" if held is not None else "a device measured already"
+                    raise DeviceTaken(f"device {device_id!r} is in store {self.path} already, {what}: a registered "
+                                      "device is not changed; give the record another id")
+                con.execute(f"INSERT INTO devices ({', '.join(DEVICE_COLUMNS)}) "
+                            f"VALUES ({', '.join('?' for _ in DEVICE_COLUMNS)})", [full[c] for c in DEVICE_COLUMNS])
+        except duckdb.Error as err:
+            raise StoreError(f"cannot register device {device_id!r}: {_first_line(err)}") from err
+        return True
+
+    def registered_devices(self) -> tuple[DeviceSpec, ...]:
+        """The devices registered in this store (`devices add`), by id, as catalog rows; CorruptStore (one line) for
+        a record no registration writes, one the catalog's checks of a row refuse (changed outside zmlx-pipeline)."""
+        rows = self._conn.execute("SELECT device_id, reported FROM devices WHERE NOT coalesce(in_catalog, false) "
+                                  "ORDER BY device_id").fetchall()
+        out = []
+        for device_id, reported in rows:
+            record = _registration(reported)
+            if record is None:
+                continue
+            try:
+                spec = DeviceSpec.from_json(record.get("device"))
+                if spec.id != device_id:
+                    raise CatalogError(f"its record is of device {spec.id!r}")
+                declared = record.get("sources")
+                problems = catalog_problems((spec,), {**catalog_sources(), **(declared if isinstance(declared, dict)
+                                                                              else {})})
+                if problems:
+                    raise CatalogError(problems[0].text)
+            except (CatalogError, AttributeError) as err:
+                raise CorruptStore(f"store {self.path} holds a device registration no `devices add` would write "
+                                   f"({printable(str(device_id))}: {_first_line(err)}), so nothing was read: it was "
+                                   "changed outside zmlx-pipeline; restore it from a copy, or delete that row and "
+                                   "register the device again") from None
+            out.append(spec)
+        return tuple(out)
+
     def _check_devices(self, rows: Iterable[dict]) -> None:
         """CorruptStore (one line, naming the row and the column) for a devices row (unparsed) whose figures a shard's
         row may not give (_device_problem: a figure that is not a finite number above 0, `reported` that is not a JSON
@@ -1833,6 +1899,32 @@ def _store_words(reason: str) -> str:
     reason = reason.split("; a shard of a catalog device")[0]
     return re.sub(r"\bdevice_(" + "|".join(c[len("device_"):] for c in SHARD_DEVICE_COLUMNS) + r")\b", r"\1",
                   printable(reason))
+
+
+#: the key of a registered device's record in its `reported` object (Store.register_device)
+REGISTRATION = "registration"
+
+
+def _registration(reported: Any) -> dict | None:
+    """The record a `reported` object (stored JSON text) holds under REGISTRATION, or None."""
+    try:
+        value = json.loads(reported) if isinstance(reported, str) else None
+    except (ValueError, RecursionError):
+        return None
+    record = value.get(REGISTRATION) if isinstance(value, dict) else None
+    return record if isinstance(record, dict) else None
+
+
+def _same_record(a: dict, b: dict) -> bool:
+    """Whether two registration records register the same device (when each was registered does not count)."""
+    return ({k: v for k, v in a.items() if k != "registered_at"}
+            == json.loads(json.dumps({k: v for k, v in b.items() if k != "registered_at"})))
+
+
+def device_row_problem(row: dict) -> str | None:
+    """Why a `devices` row (its columns, `reported` as JSON text) could not come from a shard ingest takes (the device
+    checks of shards.py), in the store's words; None when it passes."""
+    return _device_problem(row)
 
 
 def _device_problem(row: dict) -> str | None:

@@ -25,16 +25,19 @@ from zmlx_pipeline.pipeline.cli_common import (
     CommandGroup,
     FiniteRange,
     GivenPath,
+    OneValueGroup,
     WholeRange,
     check_filters,
     db_option,
     emit,
     existing_store,
     final_step,
+    one_line,
     open_store,
     output_options,
     progress_line,
     split_names,
+    store_path,
     store_to_fill,
 )
 
@@ -86,23 +89,74 @@ def cli() -> None:
     """Measure custom MLX kernels, learn their best launch configs, publish them."""
 
 
-@cli.command()
+_DEVICE_COLUMNS = ["current", "registered", "id", "name", "gpu_cores", "memory_bandwidth_gbps", "l2_bytes", "clock_mhz",
+                   "threadgroup_memory_bytes", "default_threadgroup"]
+
+
+@cli.group(cls=OneValueGroup, invoke_without_command=True)
 @click.option("--vendor", type=click.Choice(["apple", "nvidia", "amd"]), default=None, help="Only this vendor's GPUs.")
+@db_option
 @output_options
-def devices(vendor: str | None, as_json: bool) -> None:
-    """List the device catalog, marking the device this machine runs on."""
+@click.pass_context
+def devices(ctx: click.Context, vendor: str | None, db: Path | None, as_json: bool) -> None:
+    """List the device catalog and the devices registered in the store, marking the device this machine runs on.
+
+    `devices add RECORD` registers a device the catalog lacks.
+    """
+    if ctx.invoked_subcommand is not None:
+        if vendor is not None:
+            raise click.UsageError("--vendor only narrows the listing; leave it out of `devices add`")
+        return
+    from zmlx_pipeline.data.store import StoreLocked
     from zmlx_pipeline.pipeline.listing import device_listing
 
-    rows, current = device_listing(vendor)
+    registered = ()
+    try:
+        registered = open_store(db, read_only=True).registered_devices() if store_path(db).exists() else ()
+    except StoreLocked as exc:
+        if db is not None:
+            raise
+        click.echo(f"Warning: the devices registered in the store are not listed: {one_line(exc)}", err=True)
+    rows, current = device_listing(vendor, registered)
     if as_json:
         emit({"current": current, "devices": rows}, True)
         return
-    cols = ["current", "id", "name", "gpu_cores", "memory_bandwidth_gbps", "l2_bytes", "clock_mhz",
-            "threadgroup_memory_bytes", "default_threadgroup"]
-    emit([{**r, "current": "*" if r["current"] else ""} for r in rows], False, cols)
+    emit([{**r, "current": "*" if r["current"] else "", "registered": "*" if r["registered"] else ""} for r in rows],
+         False, _DEVICE_COLUMNS)
+    if registered:
+        click.echo(f"\n{len(registered)} registered in {store_path(db)} (registered: *)")
     state = "in the catalog" if current.get("known") else "NOT in the catalog (recorded as reported, flagged)"
     click.echo(f"\ncurrent device: {current.get('reported_name')} [{current.get('backend')}] -> "
                f"{current.get('device_id')}, {state}")
+
+
+@devices.command("add")
+@click.argument("record", type=GivenPath(exists=True, dir_okay=False, path_type=Path))
+@db_option
+@output_options
+@click.pass_context
+def devices_add(ctx: click.Context, record: Path, db: Path | None, as_json: bool) -> None:
+    """Register a device the catalog lacks from RECORD, a JSON (or .toml) file of a catalog row's fields, each figure
+    cited under `sources` (a catalog source's id, or {title, url}); import and publish then take it by its id or name.
+
+    The record is checked as the catalog's rows are (and against every catalog chip's and registered device's id and
+    names); a refused one stores nothing.
+    """
+    from zmlx_pipeline.data.registered import register_device
+
+    parent = ctx.parent.params if ctx.parent is not None else {}
+    db = db if db is not None else parent.get("db")
+    with store_to_fill(db) as store, final_step():  # a refusal leaves no new store behind
+        out = register_device(store, record)
+    if as_json or parent.get("as_json"):
+        emit(out, True)
+        return
+    device = out["device"]
+    emit([device], False, ["id", "name", "vendor", "architecture", "gpu_cores", "memory_bandwidth_gbps",
+                           "fp32_tflops", "aliases"])
+    said = "registered" if out["added"] else "is registered already, unchanged,"
+    click.echo(f"\n{device['id']} {said} in {out['store']}: import its files by the GPU name they report or with "
+               f"--device {device['id']}")
 
 
 @cli.command()
@@ -536,8 +590,9 @@ def _kernel_name_option(ctx, param, value):
 @cli.command("import")
 @db_option
 @click.option("--device", default=None,
-              help="Catalog id or name of the GPU every file was measured on (default: the name each file reports, "
-                   "else its file name). `zmlx-pipeline devices` lists the ids.")
+              help="Catalog id or name of the GPU every file was measured on, or a device registered with "
+                   "`zmlx-pipeline devices add` (default: the name each file reports, else its file name). "
+                   "`zmlx-pipeline devices` lists the ids.")
 @click.option("--device-map", "device_map", default=None,
               type=GivenPath(exists=True, dir_okay=False, path_type=Path),
               help='JSON or TOML file mapping file-name globs or reported device names to catalog ids, '

@@ -95,6 +95,13 @@ class OneValueCommand(click.Command):
         return parser
 
 
+class OneValueGroup(OneValueCommand, click.Group):
+    """A command of subcommands (`devices`, `devices add`), each refusing an option given twice as every command
+    does (OneValueCommand)."""
+
+    command_class = OneValueCommand
+
+
 def refuse_repeated_options(ctx: click.Context, order: Sequence[click.Parameter]) -> None:
     """A usage error naming the first option that takes one value and appears more than once in `order` (the
     parameters in the order the parser met them, once per occurrence)."""
@@ -397,7 +404,7 @@ def check_filters(store, **filters: str | None) -> dict[str, str | None]:
     for name, value in filters.items():
         have = sorted({r[name] for r in stored})
         if value is not None and value not in have and name == "device":
-            value = _stored_device(value, have) or value
+            value = _stored_device(value, have, store.registered_devices()) or value
         if value is not None and value not in have:
             raise click.ClickException(f"no measurements of {name} {value!r} in {store.path}; it has "
                                        f"{', '.join(have) or 'none'} (see zmlx-pipeline summary)")
@@ -405,9 +412,10 @@ def check_filters(store, **filters: str | None) -> dict[str, str | None]:
     return out
 
 
-def _stored_device(value: str, have: list[str]) -> str | None:
+def _stored_device(value: str, have: list[str], registered: tuple = ()) -> str | None:
     """The stored device id a --device names other than by its id: in other case or with spaces for hyphens, or a
-    catalog name with or without a core limit (`NVIDIA H200@32sm`); None when it names none of them."""
+    catalog name with or without a core limit (`NVIDIA H200@32sm`), or the name of a device `registered` in the store;
+    None when it names none of them."""
     from zmlx_pipeline.data.catalog import AmbiguousDevice, UnknownDevice, resolve_device
 
     plain = "-".join(value.strip().split()).casefold()
@@ -415,7 +423,7 @@ def _stored_device(value: str, have: list[str]) -> str | None:
         return plain
     base, at, limit = value.strip().partition("@")
     try:
-        chip = resolve_device(base.strip()).id
+        chip = resolve_device(base.strip(), registered).id
     except (AmbiguousDevice, UnknownDevice, ValueError):
         return None
     wanted = chip + (at + limit.strip().casefold() if at else "")

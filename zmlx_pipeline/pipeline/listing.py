@@ -21,17 +21,18 @@ def current_device() -> dict[str, Any]:
             "catalog_id": dev.spec.core_limited_from or dev.spec.id if dev.spec else None}
 
 
-def device_listing(vendor: str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The catalog rows (optionally one vendor's), each with `current` set on the row this machine matches."""
+def device_listing(vendor: str | None = None, registered: tuple = ()) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The catalog rows, then the devices `registered` in the store (optionally one vendor's), each with `current` set
+    on the row this machine matches and `registered` on those of the store."""
     from zmlx_pipeline.data.catalog import load_catalog
+    from zmlx_pipeline.data.registered import listing_row
 
     current = current_device()
     rows = []
-    for spec in load_catalog():
+    for spec, mine in [*((s, False) for s in load_catalog()), *((s, True) for s in registered)]:
         if vendor and spec.vendor != vendor:
             continue
-        row = {"current": spec.id == current.get("catalog_id"), **spec.as_row(), "aliases": list(spec.aliases)}
-        rows.append(row)
+        rows.append({"current": spec.id == current.get("catalog_id"), **listing_row(spec, mine)})
     return rows, current
 
 

@@ -106,15 +106,16 @@ def matching_spec(features):
 
 
 def device_records(store) -> dict[str, dict]:
-    """Every publishable device (catalog and store) with its catalog/store facts."""
+    """Every publishable device (catalog and store) with its catalog/store facts; a device registered in the store
+    (`devices add`) has its record's, fp32 peak included, as a catalog chip has the catalog's."""
     from zmlx_pipeline.data.catalog import load_catalog
 
     out: dict[str, dict] = {}
-    for spec in load_catalog():
+    for spec, catalogued in [*((s, True) for s in load_catalog()), *((s, False) for s in store.registered_devices())]:
         row = spec.as_row()
         row["device_id"] = row.pop("id")
-        row["in_catalog"] = True
-        out[row["device_id"]] = row
+        row["in_catalog"] = catalogued
+        out.setdefault(row["device_id"], row)  # a catalog chip's id stays the catalog's
     for row in store.devices():
         merged = {**out.get(row["device_id"], {}), **{k: v for k, v in row.items() if v is not None}}
         merged.setdefault("in_catalog", False)
@@ -124,21 +125,22 @@ def device_records(store) -> dict[str, dict]:
 
 def resolve_devices(store, devices: Sequence[str]) -> list[str]:
     """The ids of the devices a person named for publish's lookup tables (a catalog id, a device name as people
-    write it, or a device the store holds though the catalog lacks it, a measured core limit such as
-    `nvidia-h200@66sm` included), checked before any work: UnknownDevice for one neither knows, AmbiguousDevice
-    (listing the ids) for a name of several chips. A core limit the store never measured is refused saying so: a
-    table is made for a chip or a measured device, and a lookup answers such a limit from its chip's table (or its
-    nearest measured limit), so the chip's own id is what to publish."""
+    write it, a device registered in the store by its id or name, or a device the store holds though the catalog
+    lacks it, a measured core limit such as `nvidia-h200@66sm` included), checked before any work: UnknownDevice for
+    one neither knows, AmbiguousDevice (listing the ids) for a name of several chips. A core limit the store never
+    measured is refused saying so: a table is made for a chip or a measured device, and a lookup answers such a limit
+    from its chip's table (or its nearest measured limit), so the chip's own id is what to publish."""
     from zmlx_pipeline.data.catalog import CORE_LIMITED_ID, AmbiguousDevice, UnknownDevice, resolve_device
 
     records = device_records(store)
+    registered = store.registered_devices()
     out: list[str] = []
     for name in devices:
         if name in records:
             out.append(name)
             continue
         try:
-            spec = resolve_device(name)
+            spec = resolve_device(name, registered)
         except AmbiguousDevice as exc:
             raise UnknownDevice(f"device {name!r} does not name one chip; it may be {', '.join(exc.candidates)}") \
                 from None

@@ -54,6 +54,7 @@ from zmlx_pipeline.data.catalog import (
     DeviceSpec,
     UnknownDevice,
     devices_named_within,
+    get_device,
     hidden_character_problem,
     load_catalog,
     name_tokens,
@@ -672,19 +673,20 @@ def _names_from_file_name(path: Path) -> list[str]:
 # devices
 
 
-def device_from_option(device: str) -> DeviceSpec:
-    """The catalog row of a --device value (an id, a core-limited id such as nvidia-h200@66sm, or a name);
-    ImportFileError saying what to give instead."""
+def device_from_option(device: str, registered: tuple[DeviceSpec, ...] = ()) -> DeviceSpec:
+    """The row of a --device value (a catalog id, a core-limited id such as nvidia-h200@66sm, a name, or a device
+    `registered` in the store); ImportFileError saying what to give instead."""
     problem = hidden_character_problem(device)
     if problem is not None:
         raise ImportFileError(f"--device {problem}")
     try:
-        return resolve_device(device)
+        return resolve_device(device, registered)
     except AmbiguousDevice as err:
         raise ImportFileError(f"--device {device!r} does not name one catalog device (it may be "
                               f"{', '.join(err.candidates)}); give its id") from None
     except UnknownDevice as err:
-        raise ImportFileError(f"--device {err}; `zmlx-pipeline devices` lists them") from None
+        raise ImportFileError(f"--device {err}; `zmlx-pipeline devices` lists them, and `zmlx-pipeline devices add "
+                              "RECORD` registers a chip the catalog lacks") from None
 
 
 @dataclass(frozen=True)
@@ -738,28 +740,36 @@ def _check_map_used(mapping: DeviceMap, parsed: Sequence["ParsedFile"]) -> None:
                 "fix the key, or import that file without the map"))
 
 
-def load_device_map(path: str | os.PathLike) -> DeviceMap:
-    """Read a --device-map file (JSON, or TOML by its .toml suffix): {"glob or device name": "catalog id or name"}."""
+def read_json_or_toml(path: Path) -> Any:
+    """A small settings file's content, JSON or TOML by its .toml suffix, read as device maps are: a regular file (a
+    byte-order mark allowed), an object naming a key twice refused; ImportFileError (the reason, one line) else."""
+    kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
+    try:
+        text = _read_regular(path).decode("utf-8-sig")  # a byte-order mark, as a tuning file may carry
+    except (_Unreadable, UnicodeDecodeError) as err:
+        raise ImportFileError(str(err)) from None
+    try:
+        return tomllib.loads(text) if kind == "TOML" else _json_loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
+        raise ImportFileError(f"not valid {kind} ({' '.join(str(err).split())})") from None
+    except RepeatedKey as err:
+        raise ImportFileError(str(err)) from None
+    except RecursionError:
+        raise ImportFileError(f"not valid {kind} (nested too deep)") from None
+
+
+def load_device_map(path: str | os.PathLike, registered: tuple[DeviceSpec, ...] = ()) -> DeviceMap:
+    """Read a --device-map file (JSON, or TOML by its .toml suffix): {"glob or device name": "catalog id or name"};
+    a value may also name a device `registered` in the store."""
     path = Path(path)
 
     def bad(reason: str) -> ImportFileError:
         return ImportFileError(f"--device-map {path}: {reason}")
 
-    kind = "TOML" if path.suffix.lower() == ".toml" else "JSON"
     try:
-        text = _read_regular(path).decode("utf-8-sig")  # a byte-order mark, as a tuning file may carry
-    except _Unreadable as err:
+        data = read_json_or_toml(path)
+    except ImportFileError as err:
         raise bad(str(err)) from None
-    except UnicodeDecodeError as err:
-        raise bad(str(err)) from err
-    try:
-        data = tomllib.loads(text) if kind == "TOML" else _json_loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as err:
-        raise bad(f"not valid {kind} ({' '.join(str(err).split())})") from err
-    except RepeatedKey as err:
-        raise bad(str(err)) from None
-    except RecursionError:
-        raise bad(f"not valid {kind} (nested too deep)") from None
     if not isinstance(data, dict) or not data:
         raise bad('expected a non-empty object of "file glob or device name": "catalog id"')
     entries = []
@@ -774,7 +784,7 @@ def load_device_map(path: str | os.PathLike) -> DeviceMap:
         if problem is not None:
             raise bad(problem)
         try:
-            entries.append((key, resolve_device(value)))
+            entries.append((key, resolve_device(value, registered)))
         except AmbiguousDevice as err:
             raise bad(f"{key!r} -> {value!r} does not name one catalog device (it may be "
                       f"{', '.join(err.candidates)}); give its id") from None
@@ -820,9 +830,10 @@ def _device_of_file_name(path: Path) -> str | None:
     return None
 
 
-def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
-                    device_map: DeviceMap | None, kernel: str = "") -> tuple[DeviceSpec, str, str]:
-    """(row, the name or key it was found by, how) for a file: --device, else the map, else the file itself."""
+def _resolve_device(path: Path, reported: str, device: DeviceSpec | None, device_map: DeviceMap | None,
+                    kernel: str = "", registered: tuple[DeviceSpec, ...] = ()) -> tuple[DeviceSpec, str, str]:
+    """(row, the name or key it was found by, how) for a file: --device, else the map, else the file itself (a
+    catalog chip, else a device `registered` in the store)."""
     if device is not None:
         return device, device.id, "--device"
     if device_map is not None:
@@ -837,7 +848,7 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
             "format as well as the T4 GPU; pass --device <catalog id> or --device-map FILE; nothing of it was stored")
     for name in names:
         try:
-            return resolve_device(name), name, how  # binned variants (Apple M1 Pro): AmbiguousDevice
+            return resolve_device(name, registered), name, how  # binned variants (Apple M1 Pro): AmbiguousDevice
         except AmbiguousDevice as err:
             raise UnmatchedDevice(
                 f"cannot import {path}: device {name!r} does not name one catalog device (it may be "
@@ -881,7 +892,9 @@ def _resolve_device(path: Path, reported: str, device: DeviceSpec | None,
     raise UnmatchedDevice(
         f"cannot import {path}: device {named!r} is not in the catalog{hint}; pass --device <catalog id> or "
         "--device-map FILE (`zmlx-pipeline devices` lists the ids) where it is a catalog chip named otherwise: "
-        "another chip's id would file its timings as that chip's; nothing of it was stored"
+        "another chip's id would file its timings as that chip's; a chip the catalog lacks is registered with "
+        "`zmlx-pipeline devices add RECORD` (its figures, each with its source) and then imported under its own id; "
+        "nothing of it was stored"
     )
 
 
@@ -1479,24 +1492,26 @@ def _sections_of(path: Path, data: Any, t1: dict | None) -> tuple[str, list[_Ent
 
 
 def parse_sections(path: str | os.PathLike, device: str | DeviceSpec | None = None, kernel: str | None = None,
-                   problem_size: Any = None, device_map: DeviceMap | None = None) -> list[ParsedFile]:
+                   problem_size: Any = None, device_map: DeviceMap | None = None,
+                   registered: tuple[DeviceSpec, ...] = ()) -> list[ParsedFile]:
     """Read and check one file completely: one ParsedFile per device and problem size it holds (one, but for
     Kernel Tuner's results file); ImportFileError (one line, naming the file) if any part cannot be used.
 
     The kernel is named by `kernel`, else the benchmark name of a T1 description beside the
     data, else the file's own kernel name, else its folder's name. The device is `device` (a
     catalog id or name), else what `device_map` gives the file, else the name the file reports,
-    else its file name. The problem size is the file's, else the T1 description's, else `problem_size`.
+    else its file name; a name no catalog chip takes may be one of the devices `registered` in the store. The problem
+    size is the file's, else the T1 description's, else `problem_size`.
     """
     path = Path(path)
     if isinstance(device, str):
-        device = device_from_option(device)
+        device = device_from_option(device, registered)
     data, sha, was_open = _read_json(path)
     t1 = _t1_description(path)
     fmt, sections = _sections_of(path, data, t1)
     if not sections:
         raise NothingToImport(str(_fail(path, "no measurements in it")))
-    parsed = [_parse_section(path, sha, fmt, entries, t1, device, kernel, problem_size, device_map)
+    parsed = [_parse_section(path, sha, fmt, entries, t1, device, kernel, problem_size, device_map, registered)
               for entries in sections]
     if was_open is not None:
         for item in parsed:
@@ -1507,16 +1522,19 @@ def parse_sections(path: str | os.PathLike, device: str | DeviceSpec | None = No
 
 
 def parse_file(path: str | os.PathLike, device: str | DeviceSpec | None = None, kernel: str | None = None,
-               problem_size: Any = None, device_map: DeviceMap | None = None) -> ParsedFile:
+               problem_size: Any = None, device_map: DeviceMap | None = None,
+               registered: tuple[DeviceSpec, ...] = ()) -> ParsedFile:
     """Read and check a file of one device and problem size (see parse_sections); a file of several is refused."""
-    parsed = parse_sections(path, device=device, kernel=kernel, problem_size=problem_size, device_map=device_map)
+    parsed = parse_sections(path, device=device, kernel=kernel, problem_size=problem_size, device_map=device_map,
+                            registered=registered)
     if len(parsed) != 1:
         raise _fail(Path(path), f"it holds {len(parsed)} devices or problem sizes; read it with parse_sections")
     return parsed[0]
 
 
 def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict | None, device: DeviceSpec | None,
-                   kernel: str | None, problem_size: Any, device_map: DeviceMap | None) -> ParsedFile:
+                   kernel: str | None, problem_size: Any, device_map: DeviceMap | None,
+                   registered: tuple[DeviceSpec, ...] = ()) -> ParsedFile:
     """One section of a file (its entries of one device and problem size) as measurements, checked."""
     configs, outcomes, reported = entries.configs, entries.outcomes, entries.device_name
     benchmark = name_field(path, "its search-space description's BenchmarkName",
@@ -1527,7 +1545,7 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
     problem = name_problem("kernel name", name)
     if problem is not None:
         raise _fail(path, f"{problem}; give the file a kernel_name, or pass --kernel NAME")
-    spec, matched_name, device_from = _resolve_device(path, reported, device, device_map, name)
+    spec, matched_name, device_from = _resolve_device(path, reported, device, device_map, name, registered)
     shape, shape_from = _problem_size(path, entries.problem_size, t1, problem_size,
                                       list(dict.fromkeys(k for c in configs for k in c)))
     filled = _defaults_for_subspace(configs, t1)
@@ -1673,8 +1691,9 @@ def write_parsed(store: Store, parsed: ParsedFile, replacing: Iterable[tuple[str
     if not replacing and all((m.dtype, m.shape_key, m.config_key) in stored for m in parsed.measurements):
         return row
     with store.atomic():
-        store.upsert_device({**spec.as_row(), "device_id": spec.id, "in_catalog": True, "flagged_unknown": False,
-                             "reported_name": parsed.reported_device or None}, keep_known=True)
+        store.upsert_device({**spec.as_row(), "device_id": spec.id, "in_catalog": _in_catalog(spec),
+                             "flagged_unknown": False, "reported_name": parsed.reported_device or None},
+                            keep_known=True)
         settings = {"file": parsed.path.name, "sha256": parsed.sha256, "format": parsed.format,
                     "kernel": parsed.kernel, "shape": parsed.shape, **parsed.source}
         if replacing:
@@ -1690,6 +1709,15 @@ def write_parsed(store: Store, parsed: ParsedFile, replacing: Iterable[tuple[str
         store.finish_run(run_id, "imported")
     row = {**row, "added": added - len(replacing), "run_id": run_id}
     return {**row, "replaced": len(replacing)} if replacing else row
+
+
+def _in_catalog(spec: DeviceSpec) -> bool:
+    """Whether a device is a catalog chip (or a core limit of one), not one registered in a store."""
+    try:
+        get_device(spec.core_limited_from or spec.id)
+    except UnknownDevice:
+        return False
+    return True
 
 
 def _result(m: Measurement) -> tuple:
@@ -1784,9 +1812,10 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
                  device_map: str | os.PathLike | DeviceMap | None = None, replace: bool = False) -> list[dict]:
     """Import Kernel Tuner cache / T4 files; every file is parsed and checked before any is written.
 
-    `device` (a catalog id or name) applies to every file; `device_map` (a file, see load_device_map)
-    gives each its own; not both. A refused file stores nothing of any file, and every file is written in
-    one transaction: should the store fail while writing, or the import be stopped, nothing is stored.
+    `device` (a catalog id or name, or a device registered in the store) applies to every file; `device_map` (a
+    file, see load_device_map) gives each its own; not both; a file's own GPU name finds a registered device too.
+    A refused file stores nothing of any file, and every file is written in one transaction: should the store fail
+    while writing, or the import be stopped, nothing is stored.
     A key stored with another result than a file gives is refused, unless `replace`: then the file's result
     replaces it (the row's `replaced` counts them). Returns one row per file: file, device, kernel, rows, added,
     failed, skipped, run_id; a T4 metadata file, or one that holds no measurement (the header a run stopped before
@@ -1794,10 +1823,11 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     """
     if device is not None and device_map is not None:
         raise ImportFileError("give --device (one device for every file) or --device-map, not both")
-    chosen = device_from_option(device) if device is not None else None
+    registered = store.registered_devices()
+    chosen = device_from_option(device, registered) if device is not None else None
     mapping = device_map
     if device_map is not None and not isinstance(device_map, DeviceMap):
-        mapping = load_device_map(device_map)
+        mapping = load_device_map(device_map, registered)
     files = expand_paths(paths)
     if not files:
         raise ImportFileError("no Kernel Tuner files to import")
@@ -1807,7 +1837,7 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     for p in files:
         try:
             parsed.extend(parse_sections(p, device=chosen, kernel=kernel, problem_size=problem_size,
-                                         device_map=mapping))
+                                         device_map=mapping, registered=registered))
         except CompanionFile:
             companions.append(p)
         except NothingToImport as err:

@@ -1,0 +1,41 @@
+"""A device registered in the store (`devices add`) is published as a catalog chip is: its profile with the record's
+figures, a lookup table when asked for by its name, and lookups answered from it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "pipeline"))
+
+from bundle_fixtures import fill_toy, latest_dir  # noqa: E402
+from device_records import ACME, record  # noqa: E402
+from zmlx_pipeline.data.registered import register_device  # noqa: E402
+from zmlx_pipeline.data.store import Store  # noqa: E402
+from zmlx_pipeline.publish import publish  # noqa: E402
+from zmlx_pipeline.publish.build import device_records  # noqa: E402
+
+
+def test_a_registered_device_gets_its_profile_and_table_from_its_record(tmp_path):
+    with Store(tmp_path / "s.duckdb") as store:
+        fill_toy(store)  # the toy kernel measured on an H100 and an H200
+        register_device(store, record(tmp_path / "acme.json"))
+        records = device_records(store)
+        out = publish(store, tmp_path / "bundles", devices=["Acme X1"], record=False, jobs=1)
+    assert records["acme-x1"]["fp32_tflops"] == ACME["fp32_tflops"] and records["acme-x1"]["in_catalog"] is False
+    assert out["devices_with_tables"] == 3 and out["measured_devices"] == ["nvidia-h100-sxm", "nvidia-h200"]
+    root = latest_dir(tmp_path / "bundles")
+    profile = json.loads((root / "profiles.json").read_text())["devices"]["acme-x1"]
+    assert {k: profile[k] for k in ("name", "gpu_cores", "memory_bandwidth_gbps", "fp32_tflops", "in_catalog")} == {
+        "name": "Acme X1 Accelerator", "gpu_cores": 20, "memory_bandwidth_gbps": 192.0, "fp32_tflops": 10.75,
+        "in_catalog": False}
+    assert profile["evidence"] == "extrapolated"  # an Ada chip answered from the Hopper ones measured
+    assert "acme-x1" in json.loads((root / "tables.json").read_text())["devices"]
+
+    from zmlx_pipeline.runtime import load_bundle, predicted_config
+
+    load_bundle(root, strict=True)
+    answer = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="acme-x1")
+    assert answer.evidence == "extrapolated" and set(answer.config) == {"TG", "VEC"}
