@@ -63,3 +63,14 @@ def test_a_long_name_is_shown_by_its_start_and_length():
 
     assert shown("rmsnorm") == "'rmsnorm'" and shown("k" * 60) == repr("k" * 60)
     assert shown("k" * 100_000) == f"{'k' * 60!r}... (100000 characters)"
+
+
+def test_an_int_python_will_not_write_out_is_shown_by_its_size():
+    """str() of an int over 4300 digits raises ValueError: a message names its size instead of failing."""
+    from zmlx_pipeline.core.errors import shown
+    from zmlx_pipeline.runtime.errors import value_text
+
+    assert shown(10 ** 5000) == "an integer of about 5000 digits"
+    assert shown(-10 ** 5000) == "a negative integer of about 5000 digits"
+    assert value_text([1, 10 ** 5000]) == "a list holding an integer too long to write out"
+    assert value_text(4096.5) == "4096.5" and value_text("x" * 100) == repr("x" * 100)[:60]

@@ -54,6 +54,11 @@ SHAPES = [
                                             "dimension can be (2147483647)"),
     ("rows=4096,rows=8", "'rows=4096,rows=8': rows is given twice"),
     ("4096,", "'4096,': give the shape as DIM=N,DIM=N"),
+    # more digits than Python turns into an int (4300): said before int() is tried, the typed value cut short
+    (f"rows={'9' * 5000},cols=4096", "shape dimension rows=99999999999999999999... (5000 digits) is larger than an "
+                                     "array dimension can be (2147483647)"),
+    (f"4096,{'9' * 5000}", "shape value 2=99999999999999999999... (5000 digits) is larger than an array dimension "
+                           "can be (2147483647)"),
 ]
 
 

@@ -11,10 +11,21 @@ from __future__ import annotations
 SHOWN_CHARS = 60
 
 
+def unwritable(value: object) -> str:
+    """A value Python will not write out (an int of over 4300 digits, or a list holding one: str and repr raise
+    ValueError) as a message names it: by its size."""
+    if isinstance(value, int):
+        return f"{'a negative' if value < 0 else 'an'} integer of about {int(abs(value).bit_length() * 0.30103)} digits"
+    return f"a {type(value).__name__} holding an integer too long to write out"
+
+
 def shown(name: object, keep: int = SHOWN_CHARS) -> str:
     """A name as an error message repeats it: quoted whole, or, when longer than `keep` characters, its start
     quoted, "..." and its length (a name of 100,000 characters is one line, not a page)."""
-    text = str(name)
+    try:
+        text = str(name)
+    except ValueError:  # an int of over 4300 digits, which Python will not write out
+        return unwritable(name)
     return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
 
 

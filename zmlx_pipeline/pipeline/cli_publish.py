@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from zmlx_pipeline.core.errors import shown
 from zmlx_pipeline.pipeline.cli_common import (
     GivenPath,
     OneValueCommand,
@@ -47,16 +48,28 @@ def parse_shape(text: str) -> dict[str, int] | list[int]:
     """`rows=4096,cols=4096` as a dict, or `4096,4096` (the kernel's dims in order) as a list; any other form
     ("4096x4096", "+4096", an empty item, digits other than 0-9) is a usage error naming the two forms."""
     if _VALUES_SHAPE.fullmatch(text):
-        return [int(v) for v in text.split(",")]
+        return [_dim_int(f"value {i + 1}", v.strip()) for i, v in enumerate(text.split(","))]
     if not _NAMED_SHAPE.fullmatch(text):
-        raise click.BadParameter(f"{text!r}: give the shape as {SHAPE_FORMS}", param_hint="--shape")
+        raise click.BadParameter(f"{shown(text)}: give the shape as {SHAPE_FORMS}", param_hint="--shape")
     out: dict[str, int] = {}
     for item in text.split(","):
         name, value = (part.strip() for part in item.split("="))
         if name in out:
-            raise click.BadParameter(f"{text!r}: {name} is given twice", param_hint="--shape")
-        out[name] = int(value)
+            raise click.BadParameter(f"{shown(text)}: {name} is given twice", param_hint="--shape")
+        out[name] = _dim_int(f"dimension {name}", value)
     return out
+
+
+def _dim_int(label: str, digits: str) -> int:
+    """A typed dim's digits as an int; more digits than the largest array dimension has are refused here, as too large,
+    before int() (which refuses text of over 4300 digits with a ValueError); a long one is shown by its start."""
+    from zmlx_pipeline.runtime.contents import MAX_DIM
+
+    if len(digits.lstrip("-").lstrip("0")) > len(str(MAX_DIM)):
+        typed = digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits)} digits)"
+        raise click.BadParameter(f"shape {label}={typed} is larger than an array dimension can be ({MAX_DIM})",
+                                 param_hint="--shape")
+    return int(digits)
 
 
 def _shape_option(ctx, param, value: str | None):

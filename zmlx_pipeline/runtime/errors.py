@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.errors import ZmlxPipelineError, unwritable
 
 
 class RuntimeAPIError(ZmlxPipelineError):
@@ -50,6 +50,15 @@ def plain(value: Any) -> str:
     (`'r3/x\\nY'`), so a message stays one line and never sends a control character (an ANSI escape) to a terminal."""
     text = str(value)
     return text if text.isprintable() else repr(text)
+
+
+def value_text(value: Any, width: int = 60) -> str:
+    """A caller's value as a message shows it: its repr, cut to `width` characters (core.errors.unwritable for one
+    Python will not write out)."""
+    try:
+        return repr(value)[:width]
+    except ValueError:
+        return unwritable(value)
 
 
 def known(names: Iterable[Any]) -> str:

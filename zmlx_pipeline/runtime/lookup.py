@@ -68,6 +68,7 @@ from zmlx_pipeline.runtime.errors import (
     expect_str,
     known,
     plain,
+    value_text,
 )
 from zmlx_pipeline.runtime.roofline import bound_s, scale, work
 
@@ -362,7 +363,7 @@ def bucket_of(values: Iterable[int]) -> tuple[int, ...]:
     BadLookup / BadArgumentType for a value that is not a positive whole number."""
     if isinstance(values, (str, bytes, Mapping, Set)) or not isinstance(values, Iterable):
         raise BadArgumentType(f"bucket_of takes the shape's values in dim order (e.g. [4096, 4096]), "
-                              f"not {type(values).__name__} ({values!r:.60})")
+                              f"not {type(values).__name__} ({value_text(values)})")
     return tuple(int(round(math.log2(_dim_value(f"d{i}", v)))) for i, v in enumerate(values))
 
 
@@ -397,29 +398,29 @@ def check_k(k: Any) -> int:
     are taken as the ints they hold."""
     n = whole_number(k)
     if n is None:
-        raise BadArgumentType(f"k must be a whole number >= 1, not {type(k).__name__} ({k!r:.60})")
+        raise BadArgumentType(f"k must be a whole number >= 1, not {type(k).__name__} ({value_text(k)})")
     if n < 1:
-        raise BadLookup(f"k must be >= 1 (got {n}): the number of candidates to return")
+        raise BadLookup(f"k must be >= 1 (got {value_text(n)}): the number of candidates to return")
     return n
 
 
 def _dim_value(name: str, v: Any) -> int:
     """One shape dimension as a positive int (4096.0 is 4096); the runtime's errors for anything else."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__index__"):
-        raise BadArgumentType(f"shape dimension {name}={v!r:.60} must be a positive integer, "
+        raise BadArgumentType(f"shape dimension {name}={value_text(v)} must be a positive integer, "
                               f"not {type(v).__name__}")
     try:
         iv = int(v)
         exact = bool(iv == v)
     except (OverflowError, ValueError):  # inf, nan
-        raise BadLookup(f"shape dimension {name}={v!r} must be a positive integer") from None
+        raise BadLookup(f"shape dimension {name}={value_text(v)} must be a positive integer") from None
     except TypeError:  # an array of several values, which has __index__ but no one value
-        raise BadArgumentType(f"shape dimension {name}={v!r:.60} must be a positive integer, "
+        raise BadArgumentType(f"shape dimension {name}={value_text(v)} must be a positive integer, "
                               f"not {type(v).__name__}") from None
     if not exact or iv < 1:
-        raise BadLookup(f"shape dimension {name}={v!r} must be a positive integer")
+        raise BadLookup(f"shape dimension {name}={value_text(v)} must be a positive integer")
     if iv > MAX_DIM:
-        raise BadLookup(f"shape dimension {name}={v!r} is larger than an array dimension can be ({MAX_DIM})")
+        raise BadLookup(f"shape dimension {name}={value_text(v)} is larger than an array dimension can be ({MAX_DIM})")
     return iv
 
 

@@ -33,6 +33,7 @@ from zmlx_pipeline.runtime.errors import (
     expect_str,
     known,
     plain,
+    value_text,
 )
 
 #: the seed's kernel types, and which learned kernel class answers each ("general": all classes pooled)
@@ -384,9 +385,9 @@ def get_threadgroup_candidates_for_shape(profile: DeviceTuningProfile, dim_size:
     if not isinstance(profile, DeviceTuningProfile):
         raise BadArgumentType(f"profile must be a DeviceTuningProfile (get_device_profile), not {type(profile).__name__}")
     if isinstance(dim_size, bool) or not isinstance(dim_size, int):
-        raise BadArgumentType(f"dim_size must be a whole number, not {type(dim_size).__name__} ({dim_size!r:.60})")
+        raise BadArgumentType(f"dim_size must be a whole number, not {type(dim_size).__name__} ({value_text(dim_size)})")
     if not 0 <= dim_size <= MAX_DIM:  # a row longer than an array dimension can be is a slip, not a shape
-        raise BadArgument(f"dim_size must be from 0 to {MAX_DIM} (got {str(dim_size)[:60]})")
+        raise BadArgument(f"dim_size must be from 0 to {MAX_DIM} (got {value_text(dim_size)})")
     expect_str(kernel_type, "kernel_type")
     learned = profile.learned or {}
     classes = learned.get("classes") or {}
