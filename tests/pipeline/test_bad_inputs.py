@@ -266,6 +266,8 @@ ERRORS = [  # exit 1: the command refuses the input in one line that says why
     (("repeat", "-k", "sys:exit"), "not a KernelSpec"),
     # export never writes over what is not a shard
     (("export", "--force", "store.duckdb"), "that is the store itself"),
+    (("export", "store.duckdb.wal"), "that is the store's write-ahead log"),
+    (("export", "--force", "./store.duckdb.wal"), "that is the store's write-ahead log"),
     (("export", "--force", "notes.txt"), "not a Parquet shard"),
     (("export", "notes.txt"), "notes.txt exists: pass --force"),
     (("export", str(Path("data") / SMALL_SHARD.name)), "exists: pass --force"),

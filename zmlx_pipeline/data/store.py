@@ -480,6 +480,10 @@ def _check_shard_target(target: Path, store_path: Path) -> None:
         same = target.exists() and store_path.exists() and target.resolve() == store_path.resolve()
         if same:
             raise StoreError(f"cannot export a shard to {target}: that is the store itself; choose another path")
+        wal = store_path.resolve().with_name(store_path.resolve().name + ".wal")
+        if target.resolve() == wal:  # DuckDB writes (and removes) it beside the store, whether or not it exists now
+            raise StoreError(f"cannot export a shard to {target}: that is the store's write-ahead log; choose "
+                             "another path")
         if target.is_symlink() or target.exists():
             if not target.is_file():
                 raise StoreError(f"cannot export a shard to {target}: it exists and is not a regular file; "
