@@ -297,11 +297,21 @@ def test_evaluate_records_the_folds_it_fitted_for_the_registered_model(filled):
 
 
 def test_evaluate_says_when_a_kernel_has_nothing_to_hold_out(filled, tmp_path):
-    """A kernel measured on one device has no left-out-device case: the table says so in a line of its own,
-    and a kernel with cases gets no such line."""
+    """A kernel measured on one device has no left-out-device case: the table says so in a line of its own beside
+    a kernel with cases (which gets no such line); a store where no kernel has one is refused as report refuses it."""
     one = tmp_path / "one.duckdb"
     assert invoke("import", "--db", one, "--device", "nvidia-rtx-a4000", HOTSPOT / "A4000.json").exit_code == 0
-    result = invoke("evaluate", "--db", one, "--split", "devices")
+    before = one.read_bytes()
+    for extra in ((), ("--json",)):
+        alone = invoke("evaluate", "--db", one, "--split", "devices", *extra)
+        assert alone.exit_code == 1 and alone.stdout == "", alone.output
+        assert alone.stderr.strip() == (f"Error: no held-out cases under --split devices in {one}: it needs two devices "
+                                        "that measured the same kernel (try --split shapes)")
+    assert one.read_bytes() == before
+    mixed = tmp_path / "mixed.duckdb"
+    mixed.write_bytes(filled.read_bytes())
+    assert invoke("import", "--db", mixed, "--device", "nvidia-rtx-a4000", HOTSPOT / "A4000.json").exit_code == 0
+    result = invoke("evaluate", "--db", mixed, "--split", "devices")
     assert result.exit_code == 0, result.output
     assert "calculate_temp: no held-out cases: measured on one device; left-out devices need two or more" \
         in result.output.splitlines()

@@ -62,6 +62,12 @@ def evaluate(db, split, kernel_names, model_names, ks, jobs, protocol, refit, as
     ks = tuple(sorted(set(ks))) or (1, 3, 5)
     result = run_evaluation(store, split, kernels=split_names(kernel_names) or None, ks=ks, models=models,
                             label_model=len(models) == 1, jobs=jobs, protocol=protocol, refit=refit)
+    scored = {r["kernel"] for r in result["results"]}
+    if scored and set(_kernels_without_cases(result["results"])) == scored:  # nothing to show: said as report says it
+        need, other = (("a kernel measured at two or more shapes on one device", "devices") if split == "shapes"
+                       else ("two devices that measured the same kernel", "shapes"))
+        raise click.ClickException(f"no held-out cases under --split {split} in {store.path}: it needs {need} (try "
+                                   f"--split {other})")
     if as_json:
         emit({"split": result["split"], "models": result["models"], "protocol": result["protocol"],
               "floors": result["floors"], "results": result["results"], "noise": result["noise"],
