@@ -533,6 +533,17 @@ def test_a_directory_stands_for_the_shards_below_it_hidden_ones_left_out(make_me
         assert {d["device_id"] for d in central.devices()} == {MAC, GPU}
 
 
+def test_a_shard_named_twice_is_read_once_and_counted_once(make_measurement, tmp_path):
+    """Its folder and itself, or two paths to one file: its rows are added once and the counts say so (they used to
+    count every row as already present although the rows went in)."""
+    shards = _two_shards(make_measurement, tmp_path)
+    with Store(tmp_path / "central.duckdb") as central:
+        result = ingest_shards(central, [shards, shards / "a.parquet", tmp_path / "shards" / "." / "b.parquet"])
+        assert result["files"] == 2 and result["added"] == 12 and result["skipped"] == 0
+        again = ingest_shards(central, [shards / "a.parquet", shards / "a.parquet"])
+        assert again["files"] == 1 and again["added"] == 0 and again["skipped"] == 6
+
+
 def test_a_fifo_below_a_shard_directory_is_refused_in_one_line_never_skipped(make_measurement, tmp_path):
     import os
 

@@ -111,8 +111,13 @@ def shard_paths(source: str | os.PathLike) -> list[Path]:
 
 
 def ingest_shards(store: Store, sources: Iterable[str | os.PathLike]) -> dict:
-    """Ingest every shard the sources name, all or nothing (one transaction); returns totals and per-file counts."""
-    shards = [shard for source in sources for shard in shard_paths(source)]
+    """Ingest every shard the sources name, all or nothing (one transaction); returns totals and per-file counts. A
+    shard named twice (itself and its folder, or by two paths) is read once, as import reads a file named twice."""
+    shards, seen = [], set()
+    for shard in (shard for source in sources for shard in shard_paths(source)):
+        if shard.resolve() not in seen:
+            seen.add(shard.resolve())
+            shards.append(shard)
     return store.ingest_shards(shards)  # which checks every row first
 
 
