@@ -292,26 +292,26 @@ def test_a_shape_outside_every_measured_range_is_marked_and_its_time_moved_by_th
     assert inside.outside_range == () and "outside" not in inside.note
 
 
-def test_an_apple_chip_is_extrapolated_with_no_regret_and_a_bandwidth_scaled_time(real):
+def test_an_apple_chip_is_extrapolated_with_no_regret_and_no_time_from_a_core_limited_run(real):
+    """The bundle's one measured device is a run on 32 of an H100's SMs: its ranking moves to other chips, its times
+    do not (a shape's best time on 32 of an H200's SMs is up to 4.3x the whole chip's, at the same bandwidth figure)."""
     meta = real.kernels["rmsnorm"]
     assert meta["expected_regret"]["cross_family"] is None  # one family measured: no jump validated
     assert meta["transfer"]["apple-m3-max-40c"] == {"evidence": "extrapolated", "from": "nvidia-h100-sxm@32sm"}
     shape = {"rows": 4096, "cols": 4096}
     p = predicted_config("rmsnorm", shape, "float16", device="Apple M3 Max (40-core GPU)")
-    assert (p.device, p.evidence, p.expected_regret) == ("apple-m3-max-40c", "extrapolated", None)
-    source = _published(real, "nvidia-h100-sxm@32sm")["buckets"]["12,12"]
-    bw_src = real.profiles["nvidia-h100-sxm@32sm"]["memory_bandwidth_gbps"]
-    assert real.profiles["apple-m3-max-40c"]["memory_bandwidth_gbps"] == 400
-    assert p.predicted_us == pytest.approx(source["time_us"] * bw_src / 400, rel=1e-3)
-    # 2 x 4096 x 4096 fp16 values through 400 GB/s take at least 168 us
-    assert p.predicted_us > 2 * 4096 * 4096 * 2 / 400e9 * 1e6
+    assert (p.device, p.evidence, p.expected_regret, p.predicted_us) == ("apple-m3-max-40c", "extrapolated", None, None)
+    assert p.config is not None
     assert "extrapolated from nvidia-h100-sxm@32sm (measured families: nvidia hopper)" in p.note
-    assert "time scaled from nvidia-h100-sxm@32sm by memory bandwidth (400 / 3350 GB/s)" in p.note
+    assert ("no predicted time: nvidia-h100-sxm@32sm ran on part of nvidia-h100-sxm's cores, and how its times carry "
+            "to another chip is unknown") in p.note
     assert "no architecture family was left out" in p.note
-    # a chip of the measured family is predicted, its time moved by its own bandwidth
+    # a chip of the measured family is predicted from it, with no time either
     h200 = predicted_config("rmsnorm", shape, "float16", device="nvidia-h200")
-    assert h200.evidence == "predicted" and h200.predicted_us == pytest.approx(source["time_us"] * bw_src / 4800, rel=1e-3)
+    assert h200.evidence == "predicted" and h200.predicted_us is None
     assert "predicted from nvidia-h100-sxm@32sm of its own family (nvidia hopper)" in h200.note
+    # the measured device itself quotes its own times
+    assert predicted_config("rmsnorm", shape, "float16", device="nvidia-h100-sxm@32sm").predicted_us is not None
 
 
 # ------------------------------------------------------------------------------------------

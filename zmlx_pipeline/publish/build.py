@@ -483,7 +483,8 @@ def _move_times(tables: KernelTables, transfer: Mapping[str, tuple[str, str] | N
     model's guess, the source device's time (its measurement of the bucket's shape where that was measured with
     the bucket's pick, else its predicted time) moved by the roofline bound of the bucket's shape on both chips
     (`time_bound` names the bound: bandwidth or compute); None without the kernel's work terms, and None for a
-    compute-bound move to another architecture family from a source that ran past its fp32 peak."""
+    compute-bound move to another architecture family from a source that ran past its fp32 peak, and None from a
+    core-limited source (a run on some of a chip's cores)."""
     for device, source in transfer.items():
         if device not in tables.entries:
             continue
@@ -495,7 +496,10 @@ def _move_times(tables: KernelTables, transfer: Mapping[str, tuple[str, str] | N
                 src_entry = src_table.get(key)
                 shape = tables.bucket_shapes.get(key)
                 time_us, basis = None, None
-                if source and src_entry is not None and shape is not None and work:
+                # a run limited to some of a chip's cores (MPS) tells its time on those cores only: how much of the
+                # memory bandwidth they reach is unknown, so its times are moved to no other device
+                limited = bool(source and devices[source[0]].get("core_limited_from"))
+                if source and src_entry is not None and shape is not None and work and not limited:
                     moved, flops = work_of(work, dtype, shape)
                     # the source's time as its own lookup quotes it: the measurement of the bucket's shape where
                     # that shape was measured with the bucket's pick (runtime/lookup.py, _anchored_time)

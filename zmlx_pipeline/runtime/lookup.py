@@ -674,6 +674,10 @@ def _time_note(bundle: Bundle, device: str, source: str | None, basis: str | Non
     if dropped:
         return ""  # the bucket's pick was not legal here: its time is not this config's, and none is quoted
     if time_us is None:
+        whole = (bundle.profiles.get(source) or {}).get("core_limited_from") if source else None
+        if whole:  # publish moves no time from a run on some of a chip's cores (MPS): its bandwidth reach is unknown
+            return (f"no predicted time: {source} ran on part of {whole}'s cores, and how its times carry to another "
+                    "chip is unknown. ")
         return "no predicted time: none could be moved to this chip. "
     if not source or not basis:
         return ""
