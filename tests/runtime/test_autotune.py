@@ -446,3 +446,27 @@ def test_with_nothing_timed_a_device_the_bundle_lacks_gets_the_default_and_says_
                                                                              device=other).config
     with pytest.warns(UserWarning, match="using the predicted config"):
         assert tune("rmsnorm", SHAPE, "float16", device=H200, cache_path=str(tmp_path / "c.json")).source == "predicted"
+
+
+def test_tune_reads_the_device_zmlx_pipeline_device_names_as_lookups_do(real, tmp_path, monkeypatch):
+    """A process under an MPS core limit says so in $ZMLX_PIPELINE_DEVICE (the GPU does not report it): tune prunes
+    and caches under that device, and refuses a name lookups refuse, before timing anything."""
+    from zmlx_pipeline.runtime import UnknownDeviceError
+    from zmlx_pipeline.runtime.device import forget_current_device
+
+    monkeypatch.setenv("ZMLX_PIPELINE_DEVICE", "nvidia-h200@66sm")
+    forget_current_device()
+    measure, path = FakeMeasure(), tmp_path / "c.json"
+    result = tune("rmsnorm", SHAPE, "float16", measure=measure, cache_path=str(path))
+    assert result.source == "timed"
+    (dkey,) = json.loads(path.read_text())["devices"]
+    assert dkey.startswith("nvidia-h200@66sm_")
+    assert measure.calls == [c for c in predicted_config("rmsnorm", SHAPE, "float16").candidates
+                             if c in _legal()][: len(measure.calls)]  # the limit's own pruning
+    monkeypatch.setenv("ZMLX_PIPELINE_DEVICE", "nvidia-h2000")
+    forget_current_device()
+    measure, other = FakeMeasure(), tmp_path / "d.json"
+    with pytest.raises(UnknownDeviceError, match=r"\$ZMLX_PIPELINE_DEVICE 'nvidia-h2000'"):
+        tune("rmsnorm", SHAPE, "float16", measure=measure, cache_path=str(other))
+    assert measure.calls == [] and not other.exists()
+    forget_current_device()

@@ -428,6 +428,15 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
                    cache_path=cache_path, measure=measure, precompile=precompile, timer=timer, use_cache=use_cache,
                    device_aware=device_aware)
     warmup, iters, k = whole_number(warmup), whole_number(iters), None if k is None else check_k(k)
+    if device is None:
+        from zmlx_pipeline.runtime.device import current_device
+
+        named, _, explicit = current_device()
+        if explicit:  # $ZMLX_PIPELINE_DEVICE names this process's device as lookups read it (an MPS core limit, which
+            from zmlx_pipeline.runtime.lookup import check_device  # the GPU does not report): refused as they refuse it
+
+            check_device(named, "$ZMLX_PIPELINE_DEVICE")
+            device = named
     spec = _spec(kernel)
     dtype = _checked_dtype(dtype)
     shape = _checked_shape(spec, shape)
