@@ -44,7 +44,7 @@ def test_a_shape_past_a_one_shape_range_has_the_measured_time_moved_by_its_work(
     assert p.predicted_us == pytest.approx(want, rel=1e-3) and p.predicted_us > measured.predicted_us
 
 
-@pytest.mark.parametrize("device", [DEVICE, "nvidia-h100-sxm"])
+@pytest.mark.parametrize("device", [DEVICE])
 @pytest.mark.parametrize("shape", [{"rows": 4096, "cols": 4096}, {"rows": 1, "cols": 4096}, {"rows": 512, "cols": 16384}])
 def test_a_shape_below_a_one_shape_range_has_no_time_under_the_least_the_chip_was_quoted(one_shape, shape, device):
     """Less work than the one measured shape: the work alone would quote a fraction of the only time this chip has,
@@ -56,3 +56,12 @@ def test_a_shape_below_a_one_shape_range_has_no_time_under_the_least_the_chip_wa
     assert p.outside_range and p.config is not None and p.predicted_us is None
     assert "no predicted time: moved by the work it would take less than the least time quoted for any kernel on " \
            f"{p.device} (" in p.note
+
+
+def test_the_whole_chip_of_a_core_limited_run_is_quoted_no_time_at_any_shape(one_shape):
+    """The bundle's one measured device ran on 32 SMs: the whole H100 takes its ranking, never its times."""
+    load_bundle(one_shape, strict=True)
+    for shape in (MEASURED, {"rows": 1, "cols": 4096}, {"rows": 65536, "cols": 16384}):
+        p = predicted_config("rmsnorm", shape, "float16", device="nvidia-h100-sxm")
+        assert p.config is not None and p.predicted_us is None
+        assert "nvidia-h100-sxm@32sm ran on part of nvidia-h100-sxm's cores" in p.note
