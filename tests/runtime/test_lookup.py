@@ -290,6 +290,15 @@ def test_a_shape_outside_every_measured_range_is_marked_and_its_time_moved_by_th
     assert p.predicted_us == pytest.approx(want, rel=1e-3) and p.predicted_us > 30 * entry["time_us"]
     inside = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device=device)
     assert inside.outside_range == () and "outside" not in inside.note
+    # its expected regret was scored on held-out shapes of the range's buckets: a shape of none of them has none
+    assert inside.expected_regret is not None and p.expected_regret is None
+    assert "no expected regret: rows rounds to no bucket of the measured range" in p.note
+    edge = predicted_config("rmsnorm", {"rows": 40_000, "cols": 4096}, "float16", device=device)  # rounds to 2**15
+    assert edge.outside_range == ("rows",) and edge.expected_regret == inside_bucket_regret(real, device, "15,12")
+
+
+def inside_bucket_regret(bundle, device, key):
+    return _published(bundle, device)["buckets"][key]["expected_regret"]
 
 
 def test_an_apple_chip_is_extrapolated_with_no_regret_and_no_time_from_a_core_limited_run(real):

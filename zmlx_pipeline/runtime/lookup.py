@@ -934,6 +934,14 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
         note += (f"outside the measured range ({spans}): "
                  + ("time moved by the kernel's work. " if time_us is not None
                     else f"no predicted time: {under}" if under else "no predicted time. "))
+        # a published bucket's regret was validated on held-out shapes of that bucket; a shape that rounds to no
+        # bucket of the range (rows=2**31 against 1-32768) has none
+        past = [d for d in outside if d in k.ranges
+                and not bucket_of([k.ranges[d][0]])[0] <= bucket_of([shape_map[d]])[0] <= bucket_of([k.ranges[d][1]])[0]]
+        if past and regret is not None:
+            regret = None
+            note += (f"no expected regret: {', '.join(past)} round{'s' if len(past) == 1 else ''} to no bucket of the "
+                     "measured range, where no held-out shape was scored. ")
     cfg = dict(ranked[0])
     return Prediction(
         kernel, device_id, dtype_name, shape_map, _answered_at(k, table, values, shape_map, r.entry, bucket_key),
