@@ -132,6 +132,12 @@ REFUSED = [
     ("id read as a chip", {"id": "rtx-4090"},
      "device 'rtx-4090': its id 'rtx-4090' is read as catalog chip nvidia-rtx-4090; give it an id of its own (if it "
      "is nvidia-rtx-4090, use that id)"),
+    ("control character", {"name": "Acme\nX1"}, "device 'acme-x1': name 'Acme\\nX1' holds a control character; write "
+                                                "name in printable characters"),
+    ("long alias", {"aliases": ["X" * 5000]}, f"device 'acme-x1': alias {'X' * 40!r}... has 5000 characters; give "
+                                             "alias in at most 120 characters"),
+    ("vendor and backend", {"vendor": "amd"}, "device 'acme-x1': an amd chip runs backend rocm with core_unit cus, not "
+                                              "cuda with sms; give backend 'rocm' and core_unit 'cus'"),
     ("unknown field", {"tdp_watts": 35}, "device 'acme-x1': unknown fields ['tdp_watts']; leave them out: a record "
                                          "holds a catalog row's fields (`zmlx-pipeline devices --json` shows them)"),
 ]

@@ -514,6 +514,10 @@ WHOLE_FIELDS = ("gpu_cores", "max_threads_per_threadgroup", "simd_width", "threa
 #: the most a count may be (a 32-bit integer, as the store holds it)
 MAX_COUNT = 2**31 - 1
 _CHOICES = (("vendor", VENDORS), ("backend", BACKENDS), ("core_unit", CORE_UNITS))
+#: each vendor's backend and core unit (a row pairing them otherwise describes no chip a backend runs)
+VENDOR_KIND = {"apple": ("metal", "gpu_cores"), "nvidia": ("cuda", "sms"), "amd": ("rocm", "cus")}
+#: the most characters of an id, name or alias (the catalog's longest name has 55): one a message can repeat
+NAME_CHARS = 120
 
 
 def _text_problem(spec: DeviceSpec) -> Problem | None:
@@ -530,6 +534,13 @@ def _text_problem(spec: DeviceSpec) -> Problem | None:
     bad = next((a for a in spec.aliases if not isinstance(a, str) or not a.strip()), None)
     if bad is not None:
         return Problem(f"{where}: alias {bad!r:.60} is not a name", "list each alias as a non-empty string")
+    for fname, value in (*((f, getattr(spec, f)) for f in TEXT_FIELDS), *(("alias", a) for a in spec.aliases)):
+        if not value.isprintable():  # a newline or an escape would break every one-line message that names it
+            return Problem(f"{where}: {fname} {value!r:.60} holds a control character",
+                           f"write {fname} in printable characters")
+        if len(value) > NAME_CHARS:
+            return Problem(f"{where}: {fname} {value[:40]!r}... has {len(value)} characters",
+                           f"give {fname} in at most {NAME_CHARS} characters")
     bad = next(((k, v) for k, v in spec.sources.items() if not isinstance(v, str) or not v.strip()), None)
     if bad is not None:
         return Problem(f"{where}: sources.{bad[0]} is {bad[1]!r:.60}, not the id of a source",
@@ -560,6 +571,12 @@ def catalog_problems(devices: tuple[DeviceSpec, ...], sources: dict[str, Any]) -
             if getattr(spec, fname) not in allowed:
                 problems.append(Problem(f"{where}: {fname} {getattr(spec, fname)!r} is not one of "
                                         f"{', '.join(allowed)}", f"give {fname} as one of them"))
+        kind = VENDOR_KIND.get(spec.vendor)
+        if kind is not None and (spec.backend, spec.core_unit) != kind and spec.backend in BACKENDS \
+                and spec.core_unit in CORE_UNITS:
+            problems.append(Problem(f"{where}: an {spec.vendor} chip runs backend {kind[0]} with core_unit {kind[1]}, "
+                                    f"not {spec.backend} with {spec.core_unit}",
+                                    f"give backend {kind[0]!r} and core_unit {kind[1]!r}"))
         for fname in NUMERIC_FIELDS:
             value = getattr(spec, fname)
             if value is None and fname == "fp32_tflops":
