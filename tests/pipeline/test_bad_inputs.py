@@ -437,7 +437,15 @@ def _truncated(home: Path) -> Path:
     return b
 
 
-BAD_BUNDLES = [_tampered, _no_manifest, _unknown_schema, _truncated]
+def _long_bundle_id(home: Path) -> Path:
+    b = _bundle_copy(home, "long-id")
+    manifest = json.loads((b / "manifest.json").read_text())
+    manifest["bundle_id"] = "x" * 100_000  # the manifest is not hashed: nothing else tells it was changed
+    (b / "manifest.json").write_text(json.dumps(manifest))
+    return b
+
+
+BAD_BUNDLES = [_tampered, _no_manifest, _unknown_schema, _truncated, _long_bundle_id]
 
 
 @pytest.mark.parametrize("make", BAD_BUNDLES, ids=[f.__name__.strip("_") for f in BAD_BUNDLES])
@@ -446,6 +454,18 @@ def test_a_bad_bundle_is_refused_in_one_line(home, make, command):
     bundle = make(home)
     args = ["lookup", "rmsnorm", "--shape", "rows=4096,cols=4096"] if command == "lookup" else ["profiles"]
     assert_one_line_error(run_cli(home, *args, "--bundle", str(bundle)))
+
+
+@pytest.mark.parametrize("command", ["lookup", "profiles"])
+def test_a_bundle_id_longer_than_publish_writes_is_refused_cut_short(home, command):
+    """A manifest's bundle_id of 100,000 characters was printed whole in the lookup's table."""
+    bundle = _long_bundle_id(home)
+    args = ["lookup", "rmsnorm", "--shape", "rows=4096,cols=4096"] if command == "lookup" else ["profiles"]
+    result = run_cli(home, *args, "--bundle", str(bundle))
+    assert_one_line_error(result)
+    line = result.output.splitlines()[-1]
+    assert f"manifest's bundle_id {'x' * 60!r}... (100000 characters) is not a bundle id (at most 64" in line
+    assert len(line) < 400
 
 
 @pytest.mark.parametrize("command", ["lookup", "profiles"])

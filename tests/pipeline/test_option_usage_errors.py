@@ -4,7 +4,9 @@
 - lookup --shape: every value it cannot use, its form or its fit to the kernel's dims (which the message names);
 - collect --shards without --ray, and a --preset the chosen kernels lack (the message names their presets);
 - publish --device of a core limit the store never measured (exit 1: publish cannot build its table; the reason and
-  the chip's own id are in the line).
+  the chip's own id are in the line);
+- a value of thousands of digits or characters, in every option that reads a number, a duration or --gpus: the line
+  repeats its start and its length, not all of it.
 """
 
 from __future__ import annotations
@@ -214,3 +216,47 @@ def test_a_blank_models_kernel_is_a_usage_error(tmp_path, monkeypatch, kernel):
     monkeypatch.chdir(tmp_path)
     line = one_error_line(tmp_path, ["models", "--db", str(tmp_path / "s.duckdb"), "--kernel", kernel], code=2)
     assert "names nothing: give a kernel, or leave --kernel out for all" in line
+
+
+# -- a long value is echoed cut short ----------------------------------------------------------------------------
+
+LONG = "9" * 5000
+DATA = Path(__file__).resolve().parents[2] / "data"  # the committed shards, which run reads first
+LONG_VALUES = [
+    (["lookup", "rmsnorm", "--shape", "4096,4096", "-k", LONG], "has more than the 19 digits a count here can have"),
+    (["evaluate", "--split", "shapes", "--k", LONG], "is not in the range 1<=x<=4096."),
+    (["evaluate", "--split", "shapes", "-j", LONG], "is not in the range 1<=x<=64."),
+    (["train", "-j", "-" + LONG], "is not in the range 1<=x<=64."),
+    (["report", "--out", "r", "--heatmaps", LONG], "is not in the range 0<=x<=10."),
+    (["collect", "--max-shapes", "0" * 5000 + "1" + "0" * 30], "has more than the 19 digits a count here can have"),
+    (["repeat", "--fraction", LONG], "is not in the range 0<x<=1."),
+    (["collect", "--warmup-ms", LONG], "is not in the range 0<=x<=1000."),
+]
+
+
+@pytest.mark.parametrize("args, says", LONG_VALUES, ids=[" ".join(a[:-1]) for a, _ in LONG_VALUES])
+def test_a_number_of_thousands_of_digits_is_echoed_by_its_start_and_length(tmp_path, monkeypatch, args, says):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, args, code=2)
+    typed = args[-1]
+    assert f"{typed[:20]}... ({len(typed)} digits) {says}" in line and len(line) < 200, line[:300]
+
+
+LONG_TEXTS = [["collect", "--budget", LONG + "m"], ["repeat", "--budget", LONG], ["contribute", "--budget", "1" + LONG],
+              ["run", "--data", str(DATA), "--collect", LONG + "h"], ["collect", "--gpus", "x" * 5000],
+              ["lookup", "rmsnorm", "--shape", "4,4", "-k", "x" * 5000]]
+
+
+@pytest.mark.parametrize("args", LONG_TEXTS, ids=[" ".join(a[:-1]).replace(str(DATA), "data") for a in LONG_TEXTS])
+def test_a_long_duration_or_name_is_echoed_by_its_start_and_length(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, args, code=2)
+    assert f"{args[-1][:60]!r}... ({len(args[-1])} characters)" in line and len(line) < 300, line[:300]
+    assert not (tmp_path / "store.duckdb").exists()
+
+
+def test_a_long_number_under_leading_zeros_is_read_as_its_value(tmp_path, monkeypatch):
+    """int() refuses text of over 4300 digits, zeros too: the zeros go before it reads the number."""
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, ["train", "-j", "0" * 5000 + "99"], code=2)
+    assert line.startswith("Error: Invalid value for '--jobs' / '-j': 99 is not in the range 1<=x<=64.")

@@ -29,6 +29,16 @@ def shown(name: object, keep: int = SHOWN_CHARS) -> str:
     return repr(text) if len(text) <= keep else f"{text[:keep]!r}... ({len(text)} characters)"
 
 
+#: most characters of a typed number an error message repeats whole (an int64 has 19 digits and a sign)
+SHOWN_DIGITS = 24
+
+
+def shown_number(text: str) -> str:
+    """A typed number as an error message repeats it: whole up to SHOWN_DIGITS characters, else its first 20, "..."
+    and its length (a value of 5,000 digits is one short line)."""
+    return text if len(text) <= SHOWN_DIGITS else f"{text[:20]}... ({len(text)} digits)"
+
+
 class ZmlxPipelineError(Exception):
     "Base of every error zmlx_pipeline raises on purpose: bad input, missing data, an unusable device or file"
 

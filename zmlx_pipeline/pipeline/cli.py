@@ -17,6 +17,7 @@ import click
 
 from zmlx_pipeline import __version__
 from zmlx_pipeline.core import commits
+from zmlx_pipeline.core.errors import shown
 from zmlx_pipeline.pipeline.stops import stops_wait_once_final, terminate_as_interrupt
 from zmlx_pipeline.data.records import DTYPES
 from zmlx_pipeline.pipeline import cli_models, cli_publish, cli_report
@@ -270,8 +271,8 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     if gpus_text is not None:
         t = gpus_text.strip(" ").lower()  # digits 0-9 only, as every whole-number option (WholeRange)
         if t != "all" and not all(_DIGITS.fullmatch(p.strip(" ")) for p in t.split(",") if p.strip(" ")) or not t.strip(","):
-            raise click.BadParameter(f"cannot read {gpus_text!r}: use all, a count such as 2, or indices such as 0,2,3",
-                                     param_hint="--gpus")
+            raise click.BadParameter(f"cannot read {shown(gpus_text)}: use all, a count such as 2, or indices such as "
+                                     "0,2,3", param_hint="--gpus")
     if ray_address is not None:
         from zmlx_pipeline.pipeline import ray_collect
 

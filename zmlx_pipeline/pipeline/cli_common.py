@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 import click
 
 from zmlx_pipeline.core import commits
-from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.errors import ZmlxPipelineError, shown, shown_number
 from zmlx_pipeline.core.files import printable, url_problem, utf8_problem
 
 
@@ -435,6 +435,9 @@ def _stored_device(value: str, have: list[str], registered: tuple = ()) -> str |
 _WHOLE = re.compile(r"-?[0-9]+", re.ASCII)
 #: a number as the float options take it: digits 0-9 with a decimal point and an exponent, a "-" the only sign
 _DECIMAL = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", re.ASCII)
+#: most significant digits of a whole number an option takes (an int64 holds 19): a longer one is past every range,
+#: and past 4300 digits int() refuses it; it is refused before int(), its echo cut short (shown_number)
+_MOST_DIGITS = 19
 
 
 def _plain(value: str) -> str:
@@ -444,25 +447,38 @@ def _plain(value: str) -> str:
 
 class WholeRange(click.IntRange):
     """click.IntRange of whole numbers written in digits 0-9 only (a "-" the only sign, ordinary spaces around it
-    allowed): `-j $'2\\n'`, `--k ３` (fullwidth) and `-j 1_0` are usage errors, as in --shape."""
+    allowed): `-j $'2\\n'`, `--k ３` (fullwidth) and `-j 1_0` are usage errors, as in --shape; a value is echoed cut
+    short (its start and length) when long."""
 
     def convert(self, value, param, ctx):
         if isinstance(value, str):
             if not _WHOLE.fullmatch(_plain(value)):
-                self.fail(f"{value!r} is not a whole number in digits 0-9", param, ctx)
-            value = _plain(value)
+                self.fail(f"{shown(value)} is not a whole number in digits 0-9", param, ctx)
+            typed = _plain(value)
+            sign, digits = ("-", typed[1:]) if typed.startswith("-") else ("", typed)
+            digits = digits.lstrip("0") or "0"
+            if len(digits) > _MOST_DIGITS:
+                bounded = self.min is not None if sign else self.max is not None
+                self.fail(f"{shown_number(typed)} is not in the range {self._describe_range()}." if bounded else
+                          f"{shown_number(typed)} has more than the {_MOST_DIGITS} digits a count here can have",
+                          param, ctx)
+            value = sign + digits
         return super().convert(value, param, ctx)
 
 
 class FiniteRange(click.FloatRange):
     """click.FloatRange that also refuses nan and inf (a range check alone lets nan through) and a number not
-    written in digits 0-9 (as WholeRange)."""
+    written in digits 0-9 (as WholeRange); one too large for a float is echoed as typed, cut short when long."""
 
     def convert(self, value, param, ctx):
         if isinstance(value, str):
             if not _DECIMAL.fullmatch(_plain(value)):
-                self.fail(f"{value!r} is not a number in digits 0-9 (such as 0.5)", param, ctx)
+                self.fail(f"{shown(value)} is not a number in digits 0-9 (such as 0.5)", param, ctx)
             value = _plain(value)
+            if not math.isfinite(float(value)):  # digits past a float's range: said as typed, not as "inf"
+                bounded = self.min is not None if value.startswith("-") else self.max is not None
+                self.fail(f"{shown_number(value)} is not in the range {self._describe_range()}." if bounded else
+                          f"{shown_number(value)} is larger than a number can be", param, ctx)
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)

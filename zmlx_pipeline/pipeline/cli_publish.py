@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from zmlx_pipeline.core.errors import shown
+from zmlx_pipeline.core.errors import shown, shown_number
 from zmlx_pipeline.pipeline.cli_common import (
     GivenPath,
     OneValueCommand,
@@ -66,9 +66,8 @@ def _dim_int(label: str, digits: str) -> int:
     from zmlx_pipeline.runtime.contents import MAX_DIM
 
     if len(digits.lstrip("-").lstrip("0")) > len(str(MAX_DIM)):
-        typed = digits if len(digits) <= 24 else f"{digits[:20]}... ({len(digits)} digits)"
-        raise click.BadParameter(f"shape {label}={typed} is larger than an array dimension can be ({MAX_DIM})",
-                                 param_hint="--shape")
+        raise click.BadParameter(f"shape {label}={shown_number(digits)} is larger than an array dimension can be "
+                                 f"({MAX_DIM})", param_hint="--shape")
     return int(digits)
 
 

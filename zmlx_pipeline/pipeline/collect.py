@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from zmlx_pipeline import __version__
-from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.errors import ZmlxPipelineError, shown
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
 from zmlx_pipeline.data.noise_buckets import NOISE_BUCKETS_US, bucket_label
 from zmlx_pipeline.data.records import DTYPES, Measurement
@@ -377,12 +377,13 @@ DURATION_FORMS = "e.g. 90s, 10m or 1.5h: a number in digits 0-9, then s, m or h 
 def parse_duration(text: str) -> float:
     """Seconds from '90', '90s', '10m', '1.5h'; ValueError with the accepted forms otherwise. Only digits 0-9 and
     the lower-case units: '10M' is refused, not read as minutes (M reads as months or mega as well), and so are
-    other scripts' digits ('３０m'), a newline, '1_0m' and '1e3', which Python's float() would take."""
+    other scripts' digits ('３０m'), a newline, '1_0m' and '1e3', which Python's float() would take. A long text is
+    echoed cut short (core.errors.shown)."""
     match = _DURATION.fullmatch(text)
     if match is None:
-        raise ValueError(f"cannot read duration {text!r}: use {DURATION_FORMS}")
+        raise ValueError(f"cannot read duration {shown(text)}: use {DURATION_FORMS}")
     value = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"duration {text!r} must be a positive, finite number of seconds, minutes or hours "
+        raise ValueError(f"duration {shown(text)} must be a positive, finite number of seconds, minutes or hours "
                          "(e.g. 90s, 10m or 1.5h)")
     return value

@@ -29,7 +29,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from zmlx_pipeline.core.errors import ZmlxPipelineError
+from zmlx_pipeline.core.errors import ZmlxPipelineError, shown
 from zmlx_pipeline.core.files import url_problem, write_text_atomic
 from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError, home_expanded, plain
 
@@ -71,6 +71,9 @@ MAX_REDIRECTS = 10
 MAX_FILE_BYTES = 1024**3
 MAX_MANIFEST_BYTES = 64 * 1024**2
 MAX_POINTER_BYTES = 4096
+#: most characters of a manifest's bundle_id: publish writes 25, its UTC time, "-" and 8 hex of its content
+#: (20260311T101500Z-1a2b3c4d); a longer one (a tampered manifest) would run on over every line that names it
+MAX_BUNDLE_ID_CHARS = 64
 #: the most bytes inflated at once from a compressed file (its pieces are counted against its unpacked limit)
 UNPACK_CHUNK = 4 * 1024**2
 
@@ -265,6 +268,12 @@ def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
     if version < MIN_SCHEMA_VERSION:
         raise BundleError(f"{plain(source)}: bundle schema {version} is older than this runtime reads "
                           f"({MIN_SCHEMA_VERSION}-{MAX_SCHEMA_VERSION}); publish it again")
+    bundle_id = manifest.get("bundle_id")
+    if bundle_id is not None and not (isinstance(bundle_id, str) and 0 < len(bundle_id) <= MAX_BUNDLE_ID_CHARS
+                                      and bundle_id.isprintable()):
+        raise BundleError(f"{plain(source)}: manifest's bundle_id {shown(bundle_id)} is not a bundle id (at most "
+                          f"{MAX_BUNDLE_ID_CHARS} printable characters; publish writes its time and 8 hex): publish "
+                          "the bundle again")
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
         raise BundleError(f"{plain(source)}: manifest lists no files")
