@@ -6,7 +6,8 @@
 - publish --device of a core limit the store never measured (exit 1: publish cannot build its table; the reason and
   the chip's own id are in the line);
 - a value of thousands of digits or characters, in every option that reads a number, a duration or --gpus: the line
-  repeats its start and its length, not all of it.
+  repeats its start and its length, not all of it; an import --problem-size of thousands of digits is larger than an
+  array dimension can be (never "inf").
 """
 
 from __future__ import annotations
@@ -260,3 +261,24 @@ def test_a_long_number_under_leading_zeros_is_read_as_its_value(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     line = one_error_line(tmp_path, ["train", "-j", "0" * 5000 + "99"], code=2)
     assert line.startswith("Error: Invalid value for '--jobs' / '-j': 99 is not in the range 1<=x<=64.")
+
+
+# -- import --problem-size of thousands of digits ------------------------------------------------------------
+
+@pytest.mark.parametrize("text, says", [
+    (LONG, f"problem size {LONG[:20]}... (5000 digits): x={LONG[:20]}... (5000 digits) is larger than an array "
+           "dimension can be (2147483647)"),
+    (f"4096, {LONG}", f"problem size [4096, {LONG[:20]}... (5000 digits)]: y={LONG[:20]}... (5000 digits) is larger"),
+    (f'{{"n": {LONG}}}', f"problem size {{'n': {LONG[:20]}... (5000 digits)}}: n={LONG[:20]}... (5000 digits) is "
+                         "larger"),
+    ("1" + "0" * 400 + ".0", "problem size 10000000000000000000... (403 digits): x=10000000000000000000... (403 "
+                             "digits) is larger than an array dimension can be (2147483647)"),
+    ("9" * 300, f"x={'9' * 20}... (300 digits) is larger than an array dimension can be (2147483647)"),
+], ids=["5000 digits", "a list", "an object", "a whole float", "300 digits"])
+def test_a_problem_size_past_an_array_dimension_is_said_so_cut_short(tmp_path, monkeypatch, text, says):
+    """A size of 5,000 digits read as a float was said to be "problem size inf"; one of 300 was echoed whole."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cache.json").write_text("{}\n")
+    line = one_error_line(tmp_path, ["import", "cache.json", "--problem-size", text], code=2)
+    assert line.startswith("Error: Invalid value for '--problem-size': ") and says in line and len(line) < 250, line
+    assert not (tmp_path / "store.duckdb").exists()

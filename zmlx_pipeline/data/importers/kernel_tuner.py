@@ -48,7 +48,7 @@ from itertools import repeat
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
-from zmlx_pipeline.core.errors import ZmlxPipelineError, shown
+from zmlx_pipeline.core.errors import ZmlxPipelineError, shown, shown_number
 from zmlx_pipeline.data.catalog import (
     AmbiguousDevice,
     DeviceSpec,
@@ -66,6 +66,7 @@ from zmlx_pipeline.core.keys import canonical_json, digest
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
 from zmlx_pipeline.data.importers.dtypes import split_dtype
 from zmlx_pipeline.data.records import (
+    MAX_DIM,
     Measurement,
     config_problem,
     dim_problem,
@@ -183,11 +184,28 @@ _CACHE_OPENING = re.compile(r'"cache"\s*:\s*\{')
 _MAX_INT_DIGITS = 4000
 
 
+class _TooLarge(float):
+    """A JSON number too large to read (an integer past _MAX_INT_DIGITS digits, or a number past a float's range):
+    +-inf, kept with its text, so that a message names it as written, cut short, never as inf."""
+
+    text: str
+
+    def __repr__(self) -> str:
+        return shown_number(self.text)
+
+
+def _too_large(text: str) -> _TooLarge:
+    value = _TooLarge("-inf" if text.startswith("-") else "inf")
+    value.text = text
+    return value
+
+
 def _int_or_inf(text: str) -> int | float:
-    """A JSON integer: int, or +-inf past _MAX_INT_DIGITS digits (a file no tuner wrote, refused by the checks)."""
+    """A JSON integer: int, or +-inf (_TooLarge) past _MAX_INT_DIGITS digits (a file no tuner wrote, refused by the
+    checks)."""
     if len(text) - text.startswith("-") <= _MAX_INT_DIGITS:
         return int(text)
-    return float("-inf") if text.startswith("-") else float("inf")
+    return _too_large(text)
 
 
 class _InexactWhole(float):
@@ -208,6 +226,8 @@ _WHOLE_FLOAT = re.compile(r"-?[0-9]+\.0*")
 def _float(text: str) -> float:
     """A JSON float: float, or _InexactWhole for a whole number not written as one (see _WHOLE_FLOAT)."""
     value = float(text)
+    if math.isinf(value):  # digits or an exponent past a float's range (JSON writes no inf)
+        return _too_large(text)
     if value.is_integer() and not _WHOLE_FLOAT.fullmatch(text):
         value = _InexactWhole(value)
         value.text = text
@@ -534,17 +554,39 @@ def _inexact_problem(name: Any, value: Any) -> str | None:
     return None
 
 
+def _too_large_problem(name: Any, value: Any) -> str | None:
+    """Why a dim past MAX_DIM is no size, its digits cut short when many (a 5,000-digit size reads as _TooLarge)."""
+    if isinstance(value, _TooLarge) and value > 0:
+        return f"{name}={value!r} is larger than an array dimension can be ({MAX_DIM})"
+    if isinstance(value, int) and not isinstance(value, bool) and value > MAX_DIM:
+        return f"{name}={shown_number(str(value))} is larger than an array dimension can be ({MAX_DIM})"
+    return None
+
+
+def _size_shown(value: Any) -> str:
+    """A problem size as a message repeats it: as repr writes it, but a number of many digits cut short (shown_number)
+    and a long text by its start (shown)."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_size_shown(k)}: {_size_shown(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        inner = ", ".join(_size_shown(v) for v in value)
+        return f"[{inner}]" if isinstance(value, list) else f"({inner}{',' if len(value) == 1 else ''})"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return shown_number(str(value))
+    return shown(value) if isinstance(value, str) else repr(value)
+
+
 def shape_from_problem_size(problem_size: Any) -> dict[str, int]:
     """A Kernel Tuner problem size as a shape; ValueError (one line) unless every dim is named and a whole number
     from 1 to MAX_DIM, as every stored shape must be (written as an integer, or as digits and ".0")."""
     shape = {}
     for name, value in _size_items(problem_size):
-        problem = _inexact_problem(name, value) or dim_problem(name, _whole(value))
+        problem = _inexact_problem(name, value) or _too_large_problem(name, value) or dim_problem(name, _whole(value))
         if problem is not None:
-            raise ValueError(f"problem size {problem_size!r}: {problem}")
+            raise ValueError(f"problem size {_size_shown(problem_size)}: {problem}")
         shape[name] = _whole(value)
     if not shape:
-        raise ValueError(f"problem size {problem_size!r} is empty")
+        raise ValueError(f"problem size {_size_shown(problem_size)} is empty")
     return shape
 
 
@@ -582,7 +624,7 @@ def _json_problem_size(text: str) -> Any:
     except RecursionError:
         raise ValueError(f"problem size {text[:40]!r}... is nested too deep to be a problem size") from None
     except RepeatedKey as err:
-        raise ValueError(f"problem size {text!r}: {err}") from None
+        raise ValueError(f"problem size {shown(text)}: {err}") from None
 
 
 def parse_problem_size(text: str) -> Any:
@@ -593,9 +635,9 @@ def parse_problem_size(text: str) -> Any:
         value = _json_problem_size(text)
     except json.JSONDecodeError:
         if _SIZE_LIST.fullmatch(text) is None:
-            raise ValueError(f"problem size {text!r} is neither JSON nor integers split by commas: write whole "
+            raise ValueError(f"problem size {shown(text)} is neither JSON nor integers split by commas: write whole "
                              "numbers in ASCII digits, e.g. 4096,4096, or JSON, e.g. [25000, 2048, 1]") from None
-        value = [int(p) for p in text.split(",")]
+        value = [_int_or_inf(p.strip(" ")) for p in text.split(",")]
     shape_from_problem_size(value)
     return value
 
