@@ -132,10 +132,11 @@ def test_a_usage_error_is_one_line_naming_the_help_and_exit_2(args, says):
     (["repeat", "--fraction", "\uff10.5"], "Invalid value for '--fraction': '\uff10.5' is not a number in digits 0-9 "
                                            "(such as 0.5)"),
     (["collect", "--budget", "\uff13\uff10m"], "Invalid value for --budget: cannot read duration '\uff13\uff10m': use e.g. "
-                                               "90s, 10m or 1.5h: a number in digits 0-9, then s, m or h in lower "
-                                               "case (no unit: seconds)"),
+                                               "90s, 10m or 1.5h: a number in digits 0-9 and right after it s, m "
+                                               "or h in lower case (no unit: seconds)"),
     (["collect", "--budget", "10M"], "Invalid value for --budget: cannot read duration '10M': use e.g. 90s, 10m or "
-                                     "1.5h: a number in digits 0-9, then s, m or h in lower case (no unit: seconds)"),
+                                     "1.5h: a number in digits 0-9 and right after it s, m or h in lower case (no "
+                                     "unit: seconds)"),
     (["collect", "--gpus", "\uff13"], "Invalid value for --gpus: cannot read '\uff13': use all, a count such as 2, or "
                                       "indices such as 0,2,3"),
 ], ids=["newline-j", "newline-k", "fullwidth-j", "underscore", "fullwidth-fraction", "fullwidth-budget",
@@ -155,7 +156,7 @@ def test_whole_numbers_with_ordinary_spaces_are_still_read():
 
     assert WholeRange(1).convert(" 3 ", None, None) == 3 and WholeRange(1).convert(7, None, None) == 7
     assert FiniteRange(0, 1).convert(" 0.25", None, None) == 0.25 and FiniteRange(0, 1).convert("1e-1", None, None) == 0.1
-    assert [parse_duration(t) for t in ("90", " 10m ", "1.5h", "2 s", ".5m")] == [90, 600, 5400, 2, 30]
+    assert [parse_duration(t) for t in ("90", " 10m ", "1.5h", "2s ", ".5m")] == [90, 600, 5400, 2, 30]
 
 
 def test_an_error_without_a_message_is_named_by_its_type():

@@ -7,7 +7,9 @@
   the chip's own id are in the line);
 - a value of thousands of digits or characters, in every option that reads a number, a duration or --gpus: the line
   repeats its start and its length, not all of it; an import --problem-size of thousands of digits is larger than an
-  array dimension can be (never "inf").
+  array dimension can be (never "inf");
+- white space: ordinary spaces around a value or an item of a list are left out, one inside a number, a duration or a
+  --shape item is refused saying what to write.
 """
 
 from __future__ import annotations
@@ -282,3 +284,61 @@ def test_a_problem_size_past_an_array_dimension_is_said_so_cut_short(tmp_path, m
     line = one_error_line(tmp_path, ["import", "cache.json", "--problem-size", text], code=2)
     assert line.startswith("Error: Invalid value for '--problem-size': ") and says in line and len(line) < 250, line
     assert not (tmp_path / "store.duckdb").exists()
+
+
+# -- white space: ordinary spaces around a value or an item, none inside one -----------------------------------
+
+INNER_SPACES = [
+    (["lookup", "rmsnorm", "--shape", "4096,4096", "-k", "1 0"],
+     "Invalid value for '-k': '1 0' is not a whole number in digits 0-9: write 10, with no space inside the number"),
+    (["lookup", "rmsnorm", "--shape", "4096,4096", "-k", "+3"],
+     "Invalid value for '-k': '+3' is not a whole number in digits 0-9: write 3, without the + sign"),
+    (["evaluate", "--split", "shapes", "--k", " 1 0 "],
+     "Invalid value for '--k': ' 1 0 ' is not a whole number in digits 0-9: write 10, with no space inside the number"),
+    (["repeat", "--fraction", "0. 5"], "Invalid value for '--fraction': '0. 5' is not a number in digits 0-9 (such as "
+                                       "0.5): write 0.5, with no space inside the number"),
+    (["repeat", "--budget", "10 m"], "Invalid value for --budget: cannot read duration '10 m': use e.g. 90s, 10m or "
+                                     "1.5h: a number in digits 0-9 and right after it s, m or h in lower case (no "
+                                     "unit: seconds) (write '10m', with no space inside)"),
+    (["collect", "--budget", " 1.5 h "], "Invalid value for --budget: cannot read duration ' 1.5 h ': use e.g. 90s"),
+    (["collect", "--budget", "1 0m"], "Invalid value for --budget: cannot read duration '1 0m': use e.g. 90s"),
+    (["lookup", "rmsnorm", "--shape", "rows= 5,cols=4096"],
+     "Invalid value for --shape: 'rows= 5,cols=4096': a space inside 'rows= 5'; write 'rows=5' (spaces may stand "
+     "around an item, not inside one)"),
+    (["lookup", "rmsnorm", "--shape", "rows=5, cols =4096"],
+     "Invalid value for --shape: 'rows=5, cols =4096': a space inside 'cols =4096'; write 'cols=4096'"),
+    (["lookup", "rmsnorm", "--shape", "40 96,4096"],
+     "Invalid value for --shape: '40 96,4096': a space inside '40 96'; write '4096'"),
+]
+
+
+@pytest.mark.parametrize("args, says", INNER_SPACES, ids=[" ".join(a[-2:]) for a, _ in INNER_SPACES])
+def test_a_space_inside_a_number_duration_or_shape_item_is_refused_saying_what_to_write(tmp_path, monkeypatch, args,
+                                                                                          says):
+    """`--budget '10 m'` was read as 10m and `-k ' 3'` as 3, while `--shape 'rows= 5'` was refused: now every value
+    takes ordinary spaces around it (and around each item of a list), none inside."""
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(tmp_path, args, code=2)
+    assert line.startswith(f"Error: {says}"), line
+    assert not (tmp_path / "store.duckdb").exists()
+
+
+@pytest.mark.parametrize("args", [["-k", " 3 "], ["--shape", " rows=5 , cols=4096 "], ["--shape", "5 ,4096"]],
+                         ids=lambda a: " ".join(a))
+def test_spaces_around_a_value_or_an_item_are_left_out(tmp_path, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    shape = [] if "--shape" in args else ["--shape", "rows=5,cols=4096"]
+    result = CliRunner().invoke(cli, ["lookup", "rmsnorm", *shape, *args, "--device", "nvidia-h200", "--json"])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["shape"] == {"rows": 5, "cols": 4096}
+    assert "-k" not in args or len(answer["candidates"]) == 3
+
+
+def test_a_duration_takes_spaces_around_it_only():
+    from zmlx_pipeline.pipeline.collect import parse_duration
+
+    assert [parse_duration(t) for t in ("10m ", " 10m", " 90 ", "1.5h")] == [600, 600, 90, 5400]
+    for text in ("10 m", "1.5 h", "90 s", "10m\n", "\t10m"):
+        with pytest.raises(ValueError, match="cannot read duration"):
+            parse_duration(text)

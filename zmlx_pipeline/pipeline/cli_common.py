@@ -441,8 +441,19 @@ _MOST_DIGITS = 19
 
 
 def _plain(value: str) -> str:
-    """A typed number with the ordinary spaces around it left out (nothing else: a newline stays and is refused)."""
+    """A typed number with the ordinary spaces around it left out: the one rule of every option that reads a number
+    (README, Commands), --shape's and --gpus' items and a duration too. Nothing else: a space inside it, a tab or a
+    newline stays and is refused."""
     return value.strip(" ")
+
+
+def _number_hint(typed: str, form: re.Pattern) -> str:
+    """What to write in place of a refused number when a "+" or a space inside it is all that is wrong; else ""."""
+    if typed.startswith("+") and form.fullmatch(typed[1:]):
+        return f": write {shown_number(typed[1:])}, without the + sign"
+    if " " in typed and form.fullmatch(typed.replace(" ", "")):
+        return f": write {shown_number(typed.replace(' ', ''))}, with no space inside the number"
+    return ""
 
 
 class WholeRange(click.IntRange):
@@ -453,7 +464,8 @@ class WholeRange(click.IntRange):
     def convert(self, value, param, ctx):
         if isinstance(value, str):
             if not _WHOLE.fullmatch(_plain(value)):
-                self.fail(f"{shown(value)} is not a whole number in digits 0-9", param, ctx)
+                self.fail(f"{shown(value)} is not a whole number in digits 0-9{_number_hint(_plain(value), _WHOLE)}",
+                          param, ctx)
             typed = _plain(value)
             sign, digits = ("-", typed[1:]) if typed.startswith("-") else ("", typed)
             digits = digits.lstrip("0") or "0"
@@ -473,7 +485,8 @@ class FiniteRange(click.FloatRange):
     def convert(self, value, param, ctx):
         if isinstance(value, str):
             if not _DECIMAL.fullmatch(_plain(value)):
-                self.fail(f"{shown(value)} is not a number in digits 0-9 (such as 0.5)", param, ctx)
+                self.fail(f"{shown(value)} is not a number in digits 0-9 (such as 0.5)"
+                          f"{_number_hint(_plain(value), _DECIMAL)}", param, ctx)
             value = _plain(value)
             if not math.isfinite(float(value)):  # digits past a float's range: said as typed, not as "inf"
                 bounded = self.min is not None if value.startswith("-") else self.max is not None

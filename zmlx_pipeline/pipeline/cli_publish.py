@@ -38,9 +38,11 @@ def bundle_location(ctx, param, value: str | None) -> str | None:
 
 
 #: --shape's two forms: DIM=N,DIM=N (named dims) or N,N (the kernel's dims in order); N whole, in ASCII digits
-#: (a sign only as "-", which kernel_shape refuses by name), a space allowed around a comma
+#: (a sign only as "-", which kernel_shape refuses by name), ordinary spaces allowed around an item, none inside one
+#: (`rows= 5`), as in every option that reads a number (cli_common._plain)
 _NAMED_SHAPE = re.compile(r" *[A-Za-z_][A-Za-z0-9_]*=-?[0-9]+( *, *[A-Za-z_][A-Za-z0-9_]*=-?[0-9]+)* *", re.ASCII)
 _VALUES_SHAPE = re.compile(r" *-?[0-9]+( *, *-?[0-9]+)* *", re.ASCII)
+_SHAPE_ITEM = re.compile(r"([A-Za-z_][A-Za-z0-9_]*=)?-?[0-9]+", re.ASCII)
 SHAPE_FORMS = "DIM=N,DIM=N (e.g. rows=4096,cols=4096) or the dims' values in order (e.g. 4096,4096), N in digits 0-9"
 
 
@@ -50,6 +52,12 @@ def parse_shape(text: str) -> dict[str, int] | list[int]:
     if _VALUES_SHAPE.fullmatch(text):
         return [_dim_int(f"value {i + 1}", v.strip()) for i, v in enumerate(text.split(","))]
     if not _NAMED_SHAPE.fullmatch(text):
+        spaced = next((i.strip(" ") for i in text.split(",") if " " in i.strip(" ")
+                       and _SHAPE_ITEM.fullmatch(i.replace(" ", ""))), None)
+        if spaced is not None:  # `rows= 5`: a space inside an item, where only one around it is left out
+            joined = spaced.replace(" ", "")
+            raise click.BadParameter(f"{shown(text)}: a space inside {shown(spaced)}; write {shown(joined)} (spaces "
+                                     "may stand around an item, not inside one)", param_hint="--shape")
         raise click.BadParameter(f"{shown(text)}: give the shape as {SHAPE_FORMS}", param_hint="--shape")
     out: dict[str, int] = {}
     for item in text.split(","):

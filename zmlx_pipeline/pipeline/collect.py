@@ -368,20 +368,22 @@ def _mlx_version() -> str | None:
         return None
 
 
-#: a duration: a number in digits 0-9 (a decimal point allowed), then s, m or h in lower case (none: seconds);
-#: ordinary spaces around it and before the unit allowed
-_DURATION = re.compile(r" *([0-9]+(?:\.[0-9]*)?|\.[0-9]+) *([smh]?) *", re.ASCII)
-DURATION_FORMS = "e.g. 90s, 10m or 1.5h: a number in digits 0-9, then s, m or h in lower case (no unit: seconds)"
+#: a duration: a number in digits 0-9 (a decimal point allowed), then right after it s, m or h in lower case (none:
+#: seconds); ordinary spaces around it allowed, none inside (`10 m`), as in every option that reads a number
+_DURATION = re.compile(r" *([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([smh]?) *", re.ASCII)
+DURATION_FORMS = ("e.g. 90s, 10m or 1.5h: a number in digits 0-9 and right after it s, m or h in lower case (no unit: "
+                  "seconds)")
 
 
 def parse_duration(text: str) -> float:
-    """Seconds from '90', '90s', '10m', '1.5h'; ValueError with the accepted forms otherwise. Only digits 0-9 and
-    the lower-case units: '10M' is refused, not read as minutes (M reads as months or mega as well), and so are
-    other scripts' digits ('３０m'), a newline, '1_0m' and '1e3', which Python's float() would take. A long text is
-    echoed cut short (core.errors.shown)."""
+    """Seconds from '90', '90s', '10m', '1.5h' (spaces around it, none inside); ValueError naming the forms otherwise:
+    '10M' (months? mega?), '10 m', '３０m', a newline, '1_0m' and '1e3' (which float() takes); a long text cut short."""
     match = _DURATION.fullmatch(text)
     if match is None:
-        raise ValueError(f"cannot read duration {shown(text)}: use {DURATION_FORMS}")
+        joined = text.strip(" ").replace(" ", "")
+        hint = f" (write {shown(joined)}, with no space inside)" if " " in text.strip(" ") and \
+            _DURATION.fullmatch(joined) else ""
+        raise ValueError(f"cannot read duration {shown(text)}: use {DURATION_FORMS}{hint}")
     value = float(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"duration {shown(text)} must be a positive, finite number of seconds, minutes or hours "
