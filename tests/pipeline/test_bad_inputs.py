@@ -530,6 +530,32 @@ def test_verify_checks_every_model_file_lists_each_verdict_and_fails_in_one_line
     assert digest(odd_files) == before
 
 
+@pytest.mark.parametrize("kind, says", [("directory", "is a directory, not a model file"),
+                                        ("fifo", "is a FIFO (named pipe), not a model file")])
+def test_publish_says_what_a_model_path_is_that_is_no_file_as_verify_does(home, kind, says):
+    """A registered model whose file is a directory was "no model file" to publish, while models --verify said what
+    it is; both say it now, in the same words."""
+    from datetime import datetime, timezone
+
+    from zmlx_pipeline.data.store import Store, default_db_path
+
+    path = home / "models" / "rmsnorm-odd.zmodel"
+    path.parent.mkdir()
+    path.mkdir() if kind == "directory" else os.mkfifo(path)
+    with Store(default_db_path()) as store:
+        store.add_model({"model_id": "rmsnorm-odd", "kernel_filter": "rmsnorm", "created_at": datetime.now(timezone.utc),
+                         "data_fingerprint": "sha256:00", "params": {"model": "ensemble"}, "versions": {},
+                         "scores": {}, "path": str(path)})
+    wanted = f"model file {path} {says}: remove it and retrain with `zmlx-pipeline train`"
+    for args in (("--model", "rmsnorm-odd"), ()):  # named, or the kernel's newest
+        result = run_cli(home, "publish", "--to", "bundles", *args)
+        assert_one_line_error(result, progress=True)
+        assert result.output.splitlines()[-1] == f"Error: cannot load model rmsnorm-odd: {wanted}"
+        assert not (home / "bundles").exists()
+    verified = run_cli(home, "models", "--verify")
+    assert verified.exit_code == 1 and verified.output.splitlines()[-1].endswith(f"rmsnorm-odd: {wanted}")
+
+
 @pytest.mark.parametrize("args", [("export", "emptydata"), ("import", "list.json", "--problem-size", "4096,-1"),
                                   ("import", "list.json", "--problem-size", "[]")])
 def test_more_bad_values_are_usage_errors(home, args):

@@ -416,15 +416,11 @@ def _sequence(value: Any) -> list:
     return value
 
 
-def load_model_file(path: str | os.PathLike, sha256: str | None = None, expect: dict | None = None) -> Ranker:
-    """The ranker saved in a model file; ModelFileError (one line) for a changed, foreign or unsafe file.
-
-    With `sha256` (the registry's record) a file whose bytes changed since it was saved is refused
-    before anything in it is read; with `expect` ({"model_id": ..., "kernel": ...}, the registry row's), a file
-    saved for another model or kernel is refused (a registry row pointed at another model's file).
-    """
+def check_model_file(path: str | os.PathLike) -> None:
+    """ModelFileError (one line naming the fix) unless `path` is a regular file, said without opening it (a FIFO
+    would block the read, /dev/zero never end): missing, a directory, a FIFO, unreadable, a broken symlink."""
     source = Path(path)
-    kind = not_regular_file(source)  # said without opening it: a FIFO would block the read, /dev/zero never end
+    kind = not_regular_file(source)
     if kind is not None and (kind == "missing" or kind.startswith("unreadable")) and source.is_symlink():
         try:  # the link is there; what it leads to is not, or never ends
             source.stat()
@@ -442,6 +438,17 @@ def load_model_file(path: str | os.PathLike, sha256: str | None = None, expect: 
     if kind is not None:
         raise ModelFileError(f"model file {source} is {kind}, not a model file: remove it and retrain with "
                              "`zmlx-pipeline train`")
+
+
+def load_model_file(path: str | os.PathLike, sha256: str | None = None, expect: dict | None = None) -> Ranker:
+    """The ranker saved in a model file; ModelFileError (one line) for a changed, foreign or unsafe file.
+
+    With `sha256` (the registry's record) a file whose bytes changed since it was saved is refused
+    before anything in it is read; with `expect` ({"model_id": ..., "kernel": ...}, the registry row's), a file
+    saved for another model or kernel is refused (a registry row pointed at another model's file).
+    """
+    source = Path(path)
+    check_model_file(source)  # a directory, a FIFO, a broken link: said before anything is opened
     if sha256 is not None and file_sha256(source) != sha256:
         raise ModelFileError(f"model file {source} changed since it was registered (sha256 differs): "
                              "refusing to load it; retrain with `zmlx-pipeline train`")

@@ -21,6 +21,7 @@ scores["prune_k"] when present, else DEFAULT_PRUNE_K.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -279,6 +280,7 @@ def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: 
                   evaluate: bool, time_models: bool, rankers: bool = True) -> KernelModel:
     """One kernel's model: the registered one (`row`, else the kernel's newest) when it is for the store's
     kernel version, else one fitted here; `rankers` False leaves a registered ranker in its file."""
+    from zmlx_pipeline.models.persist import ModelFileError, check_model_file
     from zmlx_pipeline.models.train import NoTrainedModel, expected_meta, load_model, model_path
 
     if row is None:
@@ -301,11 +303,15 @@ def _kernel_model(store, name: str, f: KernelFeatures, row: dict | None, named: 
             raise ModelSourceError(str(exc)) from None
         except (OSError, ValueError) as exc:
             raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
-    else:  # read where the tables are built; a missing file is said now, before any of that work
+    else:  # read where the tables are built; a file it cannot be (missing, a directory) is said now, before that work
         path = model_path(store, row)
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise ModelSourceError(f"cannot load model {row['model_id']}: no model file {path} (train again, or "
                                    "publish from the store the model was trained with)")
+        try:
+            check_model_file(path)  # what it is instead, as models --verify says
+        except ModelFileError as exc:
+            raise ModelSourceError(f"cannot load model {row['model_id']}: {exc}") from None
         ranker_file = (str(path), (row.get("params") or {}).get("file_sha256"), expected_meta(row))
     scores = row.get("scores") or {}
     return KernelModel(
