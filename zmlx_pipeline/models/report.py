@@ -238,27 +238,44 @@ def _json_text(text: str) -> str:
     return " ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
 
 
+def _heatmap_cases(count: int, n: int) -> dict[int, str]:
+    """Up to n of `count` cases ranked worst first, each with why it is shown: the worst, the median, then cases
+    spread evenly over the ranking down to the model's best."""
+    if count == 0:
+        return {}
+    chosen = {0: "the model's worst held-out case"}
+    if count > 1:
+        chosen[count // 2] = "a typical (median) held-out case"
+    for j in range(1, n):  # once n passes count, every case is met
+        if len(chosen) >= n:
+            break
+        index = round(j * (count - 1) / (n - 1))
+        chosen.setdefault(index, "the model's best held-out case" if index == count - 1 else
+                          f"held-out case {index + 1} of {count} by the model's regret, worst first")
+    return dict(list(chosen.items())[:n])
+
+
 def kernel_heatmaps(features: KernelFeatures, held: pl.DataFrame, n: int = HEATMAPS_PER_KERNEL,
-                    picks: pl.DataFrame | None = None) -> list[HeatmapData]:
-    """Heatmaps of up to n held-out cases of one kernel: the model's worst case, then its median one.
+                    picks: pl.DataFrame | None = None) -> tuple[list[HeatmapData], str]:
+    """Heatmaps of up to n held-out cases of one kernel (_heatmap_cases), and why fewer than n ("" when n).
     `picks`: per case the model's pick_key, r1 and configs (None: from held's `score`, _case_picks)."""
-    if n <= 0 or held.is_empty():
-        return []
+    if n <= 0:
+        return [], ""
+    if held.is_empty():
+        return [], "no held-out cases"
     ranked = param_importance(features.frame, features.params)
     if not ranked:
-        return []
+        return [], "no config parameter whose values change its time"
     x_param = ranked[0][0]
     y_param = ranked[1][0] if len(ranked) > 1 else None
     picks = (_case_picks(held) if picks is None else picks).filter(pl.col("configs") > 1)
     picks = picks.sort(["r1", *CASE], descending=[True, False, False, False, False])
-    if picks.is_empty():
-        return []
-    chosen = [(0, "the model's worst held-out case")]
-    if picks.height > 1:
-        chosen.append((picks.height // 2, "a typical (median) held-out case"))
+    chosen = _heatmap_cases(picks.height, n)
+    why_fewer = "" if len(chosen) == n else \
+        f"{picks.height} held-out case{'' if picks.height == 1 else 's'} of more than one config, a heatmap each"
     shares = ", ".join(f"{p} {s:.0%}" for p, s in ranked[:2])
     out = []
-    for index, why in chosen[:n]:
+    for index, why in chosen.items():
         case = picks.row(index, named=True)
         rows = held.filter(*[pl.col(c) == case[c] for c in CASE])
         best = rows.sort(["median_us", "config_key"]).row(0, named=True)
@@ -269,7 +286,7 @@ def kernel_heatmaps(features: KernelFeatures, held: pl.DataFrame, n: int = HEATM
             rows, x_param, y_param, case["pick_key"], title=f"{features.kernel} on {case['device_id']}",
             subtitle=f"{case['dtype']}, {_json_text(rows['shape'][0])}",
             note=f"{features.kernel}: {why}. {configs}. Within-case variance of log time explained by {shares}."))
-    return out
+    return out, why_fewer
 
 
 @dataclass
@@ -285,6 +302,8 @@ class ReportData:
     devices: list[str]
     cases: int
     reused: dict[str, str] = field(default_factory=dict)  # kernel -> model id whose recorded cases were read
+    heatmaps_asked: int = HEATMAPS_PER_KERNEL               # per kernel
+    heatmaps_fewer: dict[str, str] = field(default_factory=dict)  # kernel -> why it has fewer than asked
 
 
 def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT_MODEL,
@@ -330,6 +349,7 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
     rows: list[dict] = []
     points: dict[str, dict[str, list]] = {}
     heatmaps: dict[str, list[HeatmapData]] = {}
+    fewer: dict[str, str] = {}
     cases = 0
     steps = Steps(progress, "report", len(features), parts=len(features), started=started)
     for name, f in features.items():
@@ -348,16 +368,21 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
         rows += regret_rows(per_case, name, CURVE_KS, [model, *baseline_names(f), *([ev.ORACLE] if oracle else [])])
         held = pl.concat([done[(name, i)][1] for i in plans[name]]) if plans[name] else _empty_held(f)
         if held.is_empty():
+            if heatmaps_per_kernel > 0:
+                fewer[name] = "no held-out cases"
             continue
         cases += held.select(CASE).unique().height
         points[name] = {"measured": held["median_us"].to_list(), "predicted": held["predicted_us"].to_list(),
                         "device": held["device_id"].to_list()}
-        heatmaps[name] = kernel_heatmaps(f, held, heatmaps_per_kernel, picks=picks)
+        heatmaps[name], why_fewer = kernel_heatmaps(f, held, heatmaps_per_kernel, picks=picks)
+        if why_fewer:
+            fewer[name] = why_fewer
         steps.done(f"{name}: scores and heatmap data")
     devices = sorted({d for f in features.values() for d in f.frame["device_id"].unique().to_list()})
     return ReportData(split=public_split, model=model, kernels=list(features), rows=rows, points=points,
                       heatmaps=heatmaps, devices=devices, cases=cases,
-                      reused={k: recorded[k][0] for k in features if k in recorded})
+                      reused={k: recorded[k][0] for k in features if k in recorded},
+                      heatmaps_asked=heatmaps_per_kernel, heatmaps_fewer=fewer)
 
 
 def report_pool(store, kernels=None, jobs: int | None = None) -> KernelPool:

@@ -33,7 +33,9 @@ from zmlx_pipeline.pipeline.cli_common import (
               help="Only these kernels (default: every kernel in the store).")
 @click.option("--model", default=None, help="Model variant to report (default: the default model).")
 @click.option("--heatmaps", default=2, show_default=True, type=WholeRange(0, 10),
-              help="Config-space heatmaps per kernel.")
+              help="Config-space heatmaps per kernel, one per held-out case: the model's worst, its median, then "
+                   "cases spread down to its best. A kernel with fewer held-out cases (of more than one config) gets "
+                   "fewer; the output says so.")
 @click.option("--refit", is_flag=True,
               help="Fit every fold, even where train recorded the held-out cases of the registered model and the "
                    "store's rows are unchanged (the numbers are the same).")
@@ -54,6 +56,10 @@ def report(db, out, split, kernel_names, model, heatmaps, refit, as_json) -> Non
         return
     click.echo(f"wrote {printable(str(result['index']))}: {len(result['figures'])} figures, {result['cases']} held-out cases "
                f"of {len(result['kernels'])} kernel(s), split {result['split']}; open it in a browser")
+    maps = result["heatmaps"]
+    if maps["fewer"]:
+        click.echo(printable(f"heatmaps: fewer than the {maps['asked_per_kernel']} asked per kernel: " + "; ".join(
+            f"{kernel} {maps['drawn'].get(kernel, 0)} ({why})" for kernel, why in maps["fewer"].items())))
 
 
 def register(group: click.Group) -> None:

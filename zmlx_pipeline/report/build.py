@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import time
 from pathlib import Path
@@ -34,14 +35,17 @@ def _draw(features, figure, *args) -> None:
 
 
 def write_report(data: ReportData, out: Path, db: str = "", progress: Say | None = None,
-                 started: float | None = None, pool: KernelPool | None = None) -> dict:
-    """Draw every figure of `data` into `out`, then scores.json and index.html; returns what was written.
+                 started: float | None = None, pool: KernelPool | None = None,
+                 earlier: list[str] | None = None) -> dict:
+    """Draw every figure of `data` into `out`, then scores.json and index.html, and remove the figures of an earlier
+    report there that this one did not draw (`earlier`, None: earlier_figures(out)); returns what was written.
     `pool`: an entered KernelPool whose workers draw the figures at once (None: drawn here, one after the
     other); `progress` gets a line per figure drawn, with the time elapsed and an estimate of the time left
     (a figure of every kernel weighs as many heatmaps as there are kernels)."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
     out = Path(out)
+    earlier = earlier_figures(out) if earlier is None else earlier
     figures: dict[str, object] = {}
     # (file, what the progress line says, weight, the figure's function and arguments), in the page's order
     jobs: list[tuple[str, str, float, tuple]] = []
@@ -61,6 +65,8 @@ def write_report(data: ReportData, out: Path, db: str = "", progress: Say | None
             jobs.append((name, name, 1.0, (heatmap_figure, item, out / name)))
             maps.append((name, f"{item.title}, {item.subtitle}", item.note, len(item.x_values) > 10))
     figures["heatmaps"] = maps
+    written = [name for name, _, _, _ in jobs]
+    _mark(out, sorted({*earlier, *written}))  # a report stopped while drawing leaves every figure listed for the next
     steps = Steps(progress, "report", sum(w for _, _, w, _ in jobs) or 1.0, parts=len(jobs) or None, started=started)
     some_kernel = data.kernels[0] if data.kernels else None
     if pool is None or not pool.parallel or some_kernel is None:
@@ -75,19 +81,33 @@ def write_report(data: ReportData, out: Path, db: str = "", progress: Say | None
                 what, weight = pending.pop(future)
                 future.result()
                 steps.done(f"{what} drawn", weight)
-    written = [name for name, _, _, _ in jobs]
     scores = {"split": data.split, "model": data.model, "results": table_rows(data.rows)}
     # each file replaced atomically: a link of its name is replaced itself, never written through
     _write(out / "scores.json", json.dumps(scores, indent=2) + "\n")
     index = out / "index.html"
     _write(index, page_html(data, figures, db))
-    _mark(out)  # a later report may write here again (build_report marked it before the work; a caller may not have)
+    for name in sorted(set(earlier) - set(written)):  # no earlier figure is left beside the new page
+        if _FIGURE_NAME.fullmatch(name) and _regular_file(out / name):
+            try:
+                os.unlink(out / name)
+            except OSError:
+                pass
+    _mark(out, written)  # a later report may write here again, and knows the figures it is to replace
+    drawn = {kernel: len(items) for kernel, items in data.heatmaps.items()}
     return {"index": str(index), "split": data.split, "model": data.model, "kernels": data.kernels,
-            "cases": data.cases, "figures": written, "scores": str(out / "scores.json"), "reused": data.reused}
+            "cases": data.cases, "figures": written, "scores": str(out / "scores.json"), "reused": data.reused,
+            "heatmaps": {"asked_per_kernel": data.heatmaps_asked, "drawn": drawn, "fewer": data.heatmaps_fewer}}
 
 
-#: the file a report leaves in its folder, so that a later report knows the folder for its own and writes there again
+#: the file a report leaves in its folder, so that a later report knows the folder for its own and writes there again;
+#: below its first line, the figures it wrote, which a later report replaces or removes
 REPORT_MARKER = ".zmlx-pipeline-report"
+_MARKER_TEXT = "written by zmlx-pipeline report: a later report may replace the files here\n"
+_FIGURES_LINE = "figures written:"
+#: a figure's name as a report writes it: a plain file name (no folder) ending in .png
+_FIGURE_NAME = re.compile(r"[^/\\\x00]+\.png")
+#: the figures a report writes (those of an earlier report whose marker lists none: one before the list, or older)
+_REPORT_FIGURE = re.compile(r"(regret_curves|predicted_vs_measured|heatmap_[A-Za-z0-9._-]+_[0-9]+)\.png")
 #: what a report's page starts with (a folder an older report wrote, before the marker): its title
 _PAGE_TITLE = b"<title>zmlx-pipeline report"
 
@@ -97,8 +117,30 @@ def _write(path: Path, text: str) -> None:
     write_text_atomic(path, text, mode=0o666 & ~current_umask())
 
 
-def _mark(out: Path) -> None:
-    _write(out / REPORT_MARKER, "written by zmlx-pipeline report: a later report may replace the files here\n")
+def _mark(out: Path, figures: list[str] | tuple = ()) -> None:
+    _write(out / REPORT_MARKER, f"{_MARKER_TEXT}{_FIGURES_LINE}\n" + "".join(f"{name}\n" for name in figures))
+
+
+def earlier_figures(out: Path) -> list[str]:
+    """The figures an earlier report in `out` wrote, which a new one replaces or removes: those its marker lists,
+    else (a report whose marker lists none, or one known by its page) every file named as a report's figure is; none
+    where `out` holds no report (a user's own PNGs are never a report's)."""
+    out = Path(out)
+    if not out.is_dir() or not _an_earlier_report(out):
+        return []
+    lines: list[str] = []
+    if _regular_file(out / REPORT_MARKER):
+        try:
+            with open(out / REPORT_MARKER, "rb") as fh:
+                lines = fh.read(1 << 20).decode("utf-8", errors="replace").splitlines()
+        except OSError:
+            lines = []
+    if _FIGURES_LINE in lines:
+        return [n for n in lines[lines.index(_FIGURES_LINE) + 1:] if _FIGURE_NAME.fullmatch(n)]
+    try:
+        return sorted(e.name for e in os.scandir(out) if _REPORT_FIGURE.fullmatch(e.name))
+    except OSError:
+        return []
 
 
 def _regular_file(path: Path) -> bool:
@@ -163,14 +205,14 @@ def check_out(out: Path) -> None:
                           "or empty directory, or one an earlier report wrote")
 
 
-def prepare_out(out: Path) -> Path:
+def prepare_out(out: Path, earlier: list[str] | tuple = ()) -> Path:
     """Check `out` (check_out), create it (a directory) and mark it as a report's (REPORT_MARKER, which also
-    checks it is writable), before any work is done."""
+    checks it is writable, listing the `earlier` report's figures still there), before any work is done."""
     out = Path(out)
     check_out(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        _mark(out)
+        _mark(out, earlier)
     except OSError as exc:
         raise ReportError(f"cannot write the report to {out}: {exc.strerror or exc}; "
                           "pick a writable directory with --out") from None
@@ -188,7 +230,8 @@ def build_report(store, out: Path, split: str = "shapes", kernels=None, model: s
     started = time.monotonic()
     created = [p for p in (Path(out), *Path(out).parents) if not p.exists()]
     marked = (Path(out) / REPORT_MARKER).exists()
-    out = prepare_out(out)
+    earlier = earlier_figures(out)  # read before the marker is written again
+    out = prepare_out(out, earlier)
     with report_pool(store, kernels, jobs) as pool:  # the folds' workers draw the figures too
         try:
             data = report_data(store, split, kernels, model, heatmaps_per_kernel, jobs=jobs, progress=progress,
@@ -205,4 +248,4 @@ def build_report(store, out: Path, split: str = "shapes", kernels=None, model: s
                 except OSError:
                     break
             raise
-        return write_report(data, out, db, progress=progress, started=started, pool=pool)
+        return write_report(data, out, db, progress=progress, started=started, pool=pool, earlier=earlier)
