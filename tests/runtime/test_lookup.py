@@ -387,6 +387,13 @@ BAD_CALLS = [
      ValueError, "dim_size must be from 0 to 2147483647 (got 1180591620717411303424)"),
     ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape(_profile(), 64, None),
      TypeError, "kernel_type must be a string, not NoneType"),
+    # a family or variant is refused for the characters a device id is refused for
+    ("get_device_profile", lambda rt: rt.get_device_profile("M3\n", "Max"), ValueError,
+     "family 'M3\\n' holds a control character"),
+    ("get_device_profile", lambda rt: rt.get_device_profile("M3", "Max\t"), ValueError,
+     "variant 'Max\\t' holds a control character"),
+    ("get_device_profile", lambda rt: rt.get_device_profile("M3", "\uff2dax"), ValueError,
+     "variant '\uff2dax' holds characters Unicode writes otherwise (as 'Max')"),
 ]
 
 

@@ -739,12 +739,7 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
         raise BadLookup(f"{what} must be a device id such as 'nvidia-h100-sxm'; got {device!r:.40}")
     if bundle is not None and (device in bundle.tables or device in bundle.profiles):
         return
-    if not device.isprintable():
-        raise BadLookup(f"{what} {device!r} holds a control character: give a device id such as 'nvidia-h200'")
-    normal = unicodedata.normalize("NFKC", device)
-    if normal != device:
-        raise BadLookup(f"{what} {device!r} holds characters Unicode writes otherwise (as {normal!r}); write it in "
-                        "plain characters")
+    check_characters(device, what, "a device id such as 'nvidia-h200'")
     if "@" not in device:
         return
     base, _, limit = device.partition("@")
@@ -767,6 +762,17 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
     if isinstance(full, int) and int(digits) == full:
         raise UnknownDeviceError(f"{what} {device!r} limits {base} to all of its {full} SMs; a core limit is below "
                                  f"the chip's count: give the chip's own id ({base}) for the whole chip")
+
+
+def check_characters(text: str, what: str, example: str) -> None:
+    """BadLookup for a name no chip or device is written with: a control character, or characters Unicode NFKC
+    writes otherwise (fullwidth); `example` says what to give instead ("a device id such as 'nvidia-h200'")."""
+    if not text.isprintable():
+        raise BadLookup(f"{what} {text!r} holds a control character: give {example}")
+    normal = unicodedata.normalize("NFKC", text)
+    if normal != text:
+        raise BadLookup(f"{what} {text!r} holds characters Unicode writes otherwise (as {normal!r}); write it in "
+                        "plain characters")
 
 
 def _limit_slip(device: str, base: str, limit: str) -> str:

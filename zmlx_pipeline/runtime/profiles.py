@@ -298,6 +298,11 @@ def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
                         f"got {family!r:.40}")
     if not variant:  # then `family` may be a device id: refused as lookups refuse it
         _check_id(family, "family")
+    else:  # a chip's family and variant: refused where a device id would be for the characters they hold
+        from zmlx_pipeline.runtime.lookup import check_characters
+
+        check_characters(family, "family", "a chip family such as 'M3'")
+        check_characters(variant, "variant", "a variant such as 'Max'")
     records = profile_records()
     if family in records and not variant:
         return _from_record(records[family])
