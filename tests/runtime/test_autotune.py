@@ -260,6 +260,23 @@ def test_a_malformed_measure_result_is_the_autotuners_error_naming_it(real, tmp_
     assert not path.exists()
 
 
+def test_a_dtype_in_another_form_than_an_mlx_dtype_prints_is_unknown_and_nothing_is_timed(real, tmp_path):
+    from zmlx_pipeline.runtime import UnknownDtypeError
+
+    measure = FakeMeasure()
+
+    @autotune("rmsnorm", device=H200, measure=measure, cache_path=str(tmp_path / "c.json"),
+              shape=lambda x, config=None: SHAPE, dtype=lambda x, config=None: "mlx.junk.float16")
+    def rmsnorm(x, config=None):
+        return config
+
+    with pytest.raises(UnknownDtypeError, match="^unknown dtype 'mlx.junk.float16'"):
+        rmsnorm(None)
+    assert measure.calls == [] and not (tmp_path / "c.json").exists()
+    rmsnorm.dtype_fn = lambda x, config=None: "mlx.core.float16"  # the form an mlx dtype prints as
+    assert rmsnorm(None) and measure.calls
+
+
 def test_a_given_config_is_tuned_as_the_kernels_own_ints(real, tmp_path):
     legal = _legal()[0]
     given = {k: float(v) for k, v in legal.items()}

@@ -394,6 +394,11 @@ BAD_CALLS = [
      "variant 'Max\\t' holds a control character"),
     ("get_device_profile", lambda rt: rt.get_device_profile("M3", "\uff2dax"), ValueError,
      "variant '\uff2dax' holds characters Unicode writes otherwise (as 'Max')"),
+    # only the form an mlx dtype prints as (mlx.core.float16) is read as its name
+    ("predicted_config", lambda rt: rt.predicted_config("toy_scale", {"rows": 64, "cols": 4}, "mlx.junk.float16"),
+     LookupError, "unknown dtype 'mlx.junk.float16'"),
+    ("predicted_config", lambda rt: rt.predicted_config("toy_scale", {"rows": 64, "cols": 4}, "mlx.float16"),
+     LookupError, "unknown dtype 'mlx.float16'"),
 ]
 
 
@@ -433,6 +438,12 @@ def test_a_zero_dimensional_integer_array_is_taken_as_its_int():
         want.candidates
     with pytest.raises(BadLookup):
         predicted_config("rmsnorm", {"rows": np.array(4096.5), "cols": 4096}, "float16", device="nvidia-h200")
+
+
+def test_the_text_an_mlx_dtype_prints_as_is_its_name():
+    want = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h200")
+    got = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "mlx.core.float16", device="nvidia-h200")
+    assert got.dtype == "float16" and got.config == want.config
 
 
 @pytest.mark.parametrize("remembered", [False, True])

@@ -72,6 +72,8 @@ from zmlx_pipeline.runtime.errors import (
 )
 from zmlx_pipeline.runtime.roofline import bound_s, scale, work
 
+#: what an mlx dtype's name prints after (str(mlx.core.float16) is "mlx.core.float16")
+MLX_DTYPE_PREFIX = "mlx.core."
 EVIDENCE = ("measured", "predicted", "extrapolated", "default", "none")
 #: candidates returned when the bundle gives no pruning k for a kernel
 DEFAULT_PRUNE_K = 5
@@ -368,7 +370,8 @@ def bucket_of(values: Iterable[int]) -> tuple[int, ...]:
 
 
 def _dtype_name(dtype: Any) -> str:
-    """A dtype's name ("float16"; an mlx dtype `mlx.core.float16` too); UnknownDtypeError for one without tables."""
+    """A dtype's name ("float16"; an mlx dtype, or the `mlx.core.float16` it prints as, too); UnknownDtypeError for
+    one without tables (another prefix, `mlx.junk.float16`, included)."""
     if not isinstance(dtype, str):
         text = str(dtype) if type(dtype).__module__.startswith("mlx") else None
         if text is None:
@@ -376,9 +379,9 @@ def _dtype_name(dtype: Any) -> str:
                                   f"({dtype!r:.60})")
     else:
         text = dtype
-    name = text.rsplit(".", 1)[-1] if text.startswith("mlx.") else text
+    name = text.removeprefix(MLX_DTYPE_PREFIX)
     if name not in DTYPE_BYTES:
-        raise UnknownDtypeError(f"unknown dtype {name!r}: known dtypes are {known(DTYPE_BYTES)}")
+        raise UnknownDtypeError(f"unknown dtype {text!r}: known dtypes are {known(DTYPE_BYTES)}")
     return name
 
 

@@ -58,7 +58,7 @@ from zmlx_pipeline.runtime.errors import (
     home_expanded,
     plain,
 )
-from zmlx_pipeline.runtime.lookup import check_k, predicted_or_default, whole_number
+from zmlx_pipeline.runtime.lookup import MLX_DTYPE_PREFIX, check_k, predicted_or_default, whole_number
 
 #: the pruned autotuner never times more than this share of a case's legal configs
 MAX_FRACTION = 0.2
@@ -781,8 +781,9 @@ def launch_ranked(fn: Callable, candidates: Any, *args: Any, kernel: str, device
 
 
 def _dtype_name(dtype: Any) -> str:
-    text = str(dtype)
-    return text.rsplit(".", 1)[-1] if text.startswith("mlx.") else text
+    """An array's dtype as its name: an mlx dtype prints as `mlx.core.float16`; any other text is left for the lookup
+    to refuse."""
+    return str(dtype).removeprefix(MLX_DTYPE_PREFIX)
 
 
 def _first_array(args: tuple, kwargs: dict):
