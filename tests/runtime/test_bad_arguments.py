@@ -100,10 +100,11 @@ CASES = [  # (what, call, the runtime's error class)
     ("candidates_for_shape profile dict", lambda: rt.get_threadgroup_candidates_for_shape({"family": "M3"}, 4096),
      rt.BadArgumentType),
     ("candidates_for_shape dim negative", lambda: rt.get_threadgroup_candidates_for_shape(_profile(), -1), rt.BadArgument),
+    # a float is a dim_size as it is a shape dimension: inf and nan are no whole number, as 2.5 is not
     ("candidates_for_shape dim inf", lambda: rt.get_threadgroup_candidates_for_shape(_profile(), math.inf),
-     rt.BadArgumentType),
+     rt.BadArgument),
     ("candidates_for_shape dim nan", lambda: rt.get_threadgroup_candidates_for_shape(_profile(), math.nan),
-     rt.BadArgumentType),
+     rt.BadArgument),
     ("candidates_for_shape dim str", lambda: rt.get_threadgroup_candidates_for_shape(_profile(), "4096"),
      rt.BadArgumentType),
     ("candidates_for_shape type None", lambda: rt.get_threadgroup_candidates_for_shape(_profile(), 4096, None),

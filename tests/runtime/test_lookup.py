@@ -387,6 +387,8 @@ BAD_CALLS = [
      ValueError, "dim_size must be from 0 to 2147483647 (got 1180591620717411303424)"),
     ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape(_profile(), 64, None),
      TypeError, "kernel_type must be a string, not NoneType"),
+    ("get_threadgroup_candidates_for_shape", lambda rt: rt.get_threadgroup_candidates_for_shape(_profile(), 2.5),
+     ValueError, "dim_size must be a whole number from 0 to 2147483647 (got 2.5)"),
     # a family or variant is refused for the characters a device id is refused for
     ("get_device_profile", lambda rt: rt.get_device_profile("M3\n", "Max"), ValueError,
      "family 'M3\\n' holds a control character"),
@@ -444,6 +446,30 @@ def test_the_text_an_mlx_dtype_prints_as_is_its_name():
     want = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h200")
     got = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "mlx.core.float16", device="nvidia-h200")
     assert got.dtype == "float16" and got.config == want.config
+
+
+def test_a_whole_float_of_any_numpy_float_type_is_read_as_a_python_float_is():
+    np = pytest.importorskip("numpy")
+    from zmlx_pipeline.runtime import get_threadgroup_candidates_for_shape
+
+    want = predicted_config("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h200")
+    profile = _profile()
+    row = get_threadgroup_candidates_for_shape(profile, 4096)
+    for v in (4096.0, np.float64(4096), np.float32(4096), np.float16(4096), np.longdouble(4096)):
+        for _ in range(2):  # answered, then found among the remembered answers
+            p = predicted_config("rmsnorm", {"rows": v, "cols": 4096}, "float16", device="nvidia-h200")
+            assert p.config == want.config and p.shape == {"rows": 4096, "cols": 4096}
+            assert type(p.shape["rows"]) is int
+        assert get_threadgroup_candidates_for_shape(profile, v) == row
+    assert get_threadgroup_candidates_for_shape(profile, np.int64(4096)) == row
+    assert get_threadgroup_candidates_for_shape(profile, np.float32(0)) == get_threadgroup_candidates_for_shape(profile, 0)
+    for v in (np.float32(4096.5), np.float32("nan"), np.float16("inf")):
+        with pytest.raises(BadLookup, match="must be a positive integer"):
+            predicted_config("rmsnorm", {"rows": v, "cols": 4096}, "float16", device="nvidia-h200")
+    with pytest.raises(BadLookup, match="larger than an array dimension can be"):
+        predicted_config("rmsnorm", {"rows": np.float32(2**40), "cols": 4096}, "float16", device="nvidia-h200")
+    with pytest.raises(ValueError, match=r"dim_size must be from 0 to 2147483647 \(got np.float32\(-1.0\)\)"):
+        get_threadgroup_candidates_for_shape(profile, np.float32(-1))
 
 
 @pytest.mark.parametrize("remembered", [False, True])

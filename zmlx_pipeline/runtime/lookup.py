@@ -32,6 +32,7 @@ private table types, and the hot path after the first call is one dict lookup in
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import threading
 import unicodedata
@@ -407,24 +408,53 @@ def check_k(k: Any) -> int:
     return n
 
 
-def _dim_value(name: str, v: Any) -> int:
-    """One shape dimension as a positive int (4096.0 is 4096); the runtime's errors for anything else."""
+def dim_int(v: Any) -> int:
+    """The whole number a shape dimension's value holds: an int (numpy's, a 0-d array), a whole float of any float type
+    (4096.0, numpy's float32); TypeError for a value of another kind (a bool, a str, a Decimal, an array of several
+    values), ValueError for one that is not whole (2.5, inf, nan)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) and not hasattr(v, "__index__"):
-        raise BadArgumentType(f"shape dimension {name}={value_text(v)} must be a positive integer, "
-                              f"not {type(v).__name__}")
+        if type(v).__module__ != "numpy" or not isinstance(v, numbers.Real):
+            raise TypeError(f"not a number of elements: {type(v).__name__}")
+        v = float(v)  # numpy's float16, float32, longdouble: read as the float they hold
     try:
-        iv = int(v)
+        iv = int(v)  # TypeError for an array of several values, which has __index__ but no one value
         exact = bool(iv == v)
     except (OverflowError, ValueError):  # inf, nan
-        raise BadLookup(f"shape dimension {name}={value_text(v)} must be a positive integer") from None
-    except TypeError:  # an array of several values, which has __index__ but no one value
+        raise ValueError("not a whole number") from None
+    if not exact:
+        raise ValueError("not a whole number")
+    return iv
+
+
+def _dim_value(name: str, v: Any) -> int:
+    """One shape dimension as a positive int (4096.0 is 4096); the runtime's errors for anything else."""
+    try:
+        iv = dim_int(v)
+    except TypeError:
         raise BadArgumentType(f"shape dimension {name}={value_text(v)} must be a positive integer, "
                               f"not {type(v).__name__}") from None
-    if not exact or iv < 1:
+    except ValueError:
+        raise BadLookup(f"shape dimension {name}={value_text(v)} must be a positive integer") from None
+    if iv < 1:
         raise BadLookup(f"shape dimension {name}={value_text(v)} must be a positive integer")
     if iv > MAX_DIM:
         raise BadLookup(f"shape dimension {name}={value_text(v)} is larger than an array dimension can be ({MAX_DIM})")
     return iv
+
+
+def row_length(value: Any, what: str) -> int:
+    """A row's length (`get_threadgroup_candidates_for_shape`'s dim_size) read as a shape dimension is, 0 (an empty
+    row) allowed; the runtime's errors for anything else."""
+    try:
+        n = dim_int(value)
+    except TypeError:
+        raise BadArgumentType(f"{what} must be a whole number, not {type(value).__name__} "
+                              f"({value_text(value)})") from None
+    except ValueError:
+        raise BadArgument(f"{what} must be a whole number from 0 to {MAX_DIM} (got {value_text(value)})") from None
+    if not 0 <= n <= MAX_DIM:  # a row longer than an array dimension can be is a slip, not a shape
+        raise BadArgument(f"{what} must be from 0 to {MAX_DIM} (got {value_text(value)})")
+    return n
 
 
 def in_order(shape: Any) -> Any:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from zmlx_pipeline.runtime.bundle import active_bundle, on_change
-from zmlx_pipeline.runtime.contents import MAX_DIM
 from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device, zmlx_names
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
@@ -33,7 +32,6 @@ from zmlx_pipeline.runtime.errors import (
     expect_str,
     known,
     plain,
-    value_text,
 )
 
 #: the seed's kernel types, and which learned kernel class answers each ("general": all classes pooled)
@@ -380,6 +378,7 @@ def get_threadgroup_candidates_for_shape(profile: DeviceTuningProfile, dim_size:
                                          kernel_type: str = "general") -> tuple[int, ...]:
     """The learned threadgroup candidates for a row of `dim_size` elements, best first.
 
+    `dim_size` is read as lookups read a shape dimension (4096, 4096.0, numpy's integers and floats), 0 included.
     `kernel_type` is a learned kernel class (row_reduction, elementwise, row_topk, moe_combine,
     matmul: those of the active bundle's kernels and of the profile) or one of ZMLX's types: "reduction" (row
     reductions), "general" (all classes pooled), "simd" (pooled, multiples of the SIMD width only). Any other name
@@ -389,10 +388,9 @@ def get_threadgroup_candidates_for_shape(profile: DeviceTuningProfile, dim_size:
     """
     if not isinstance(profile, DeviceTuningProfile):
         raise BadArgumentType(f"profile must be a DeviceTuningProfile (get_device_profile), not {type(profile).__name__}")
-    if isinstance(dim_size, bool) or not isinstance(dim_size, int):
-        raise BadArgumentType(f"dim_size must be a whole number, not {type(dim_size).__name__} ({value_text(dim_size)})")
-    if not 0 <= dim_size <= MAX_DIM:  # a row longer than an array dimension can be is a slip, not a shape
-        raise BadArgument(f"dim_size must be from 0 to {MAX_DIM} (got {value_text(dim_size)})")
+    from zmlx_pipeline.runtime.lookup import row_length
+
+    dim_size = row_length(dim_size, "dim_size")
     expect_str(kernel_type, "kernel_type")
     learned = profile.learned or {}
     classes = learned.get("classes") or {}
