@@ -260,6 +260,32 @@ def test_a_malformed_measure_result_is_the_autotuners_error_naming_it(real, tmp_
     assert not path.exists()
 
 
+#: MLX's refusal of a threadgroup over a pipeline's thread limit, which the tuner remembers as refused
+OVER_LIMIT = ("[metal::Device] Unable to build pipeline: threadgroup size (1024) is greater than the maximum allowed "
+              "threads per threadgroup (896)")
+
+
+@pytest.mark.parametrize("status", ["OK", "passed", "bad_time", ""])
+def test_a_status_the_tuner_does_not_know_is_the_autotuners_error_and_nothing_is_kept(real, tmp_path, status):
+    from zmlx_pipeline.runtime import AutotuneError
+
+    path = tmp_path / "autotune_v3.json"
+    seen = []
+
+    def measure(spec, config, shape, dtype):
+        seen.append(dict(config))
+        return ("launch_error", None, OVER_LIMIT) if len(seen) == 1 else (status, 5.0)
+
+    with pytest.raises(AutotuneError, match=rf"^measure returned status '{status}' for config .*: a status is one of "
+                                            "ok, wrong_result, launch_error, compile_error, timeout$") as info:
+        tune("rmsnorm", SHAPE, "float16", device=H200, k=3, measure=measure, cache_path=str(path))
+    assert "\n" not in str(info.value) and len(seen) == 2
+    assert not path.exists()  # neither a winner nor the first config's refusal was kept
+    again = FakeMeasure()
+    tune("rmsnorm", SHAPE, "float16", device=H200, k=3, measure=again, cache_path=str(path))
+    assert again.calls[0] == seen[0]  # nor was it remembered in this process
+
+
 def test_a_dtype_in_another_form_than_an_mlx_dtype_prints_is_unknown_and_nothing_is_timed(real, tmp_path):
     from zmlx_pipeline.runtime import UnknownDtypeError
 
@@ -275,6 +301,13 @@ def test_a_dtype_in_another_form_than_an_mlx_dtype_prints_is_unknown_and_nothing
     assert measure.calls == [] and not (tmp_path / "c.json").exists()
     rmsnorm.dtype_fn = lambda x, config=None: "mlx.core.float16"  # the form an mlx dtype prints as
     assert rmsnorm(None) and measure.calls
+
+
+def test_the_tuner_knows_every_status_a_measurement_can_have():
+    from zmlx_pipeline.data.records import STATUSES
+    from zmlx_pipeline.runtime.tuner import MEASURE_STATUSES
+
+    assert MEASURE_STATUSES == STATUSES
 
 
 def test_a_given_config_is_tuned_as_the_kernels_own_ints(real, tmp_path):

@@ -64,6 +64,8 @@ from zmlx_pipeline.runtime.lookup import MLX_DTYPE_PREFIX, check_k, predicted_or
 MAX_FRACTION = 0.2
 #: the harness's timers (kernels/timing.py's TIMERS, which the runtime does not import)
 TIMERS = ("auto", "gpu", "chain")
+#: the statuses a measurer returns (data/records.py's STATUSES, which the runtime does not import)
+MEASURE_STATUSES = ("ok", "wrong_result", "launch_error", "compile_error", "timeout")
 
 
 class AutotuneError(RuntimeAPIError, RuntimeError):
@@ -498,13 +500,15 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
             ahead(spec, [dict(c) for c in cands], dict(shape), dtype)
         except Exception:  # noqa: BLE001 - a candidate that cannot compile fails its own measurement
             pass
-    timed = []
+    timed, over_limit = [], []
     for cfg in cands:
         status, median, *error = _measured(measure(spec, cfg, shape, dtype), cfg)
         timed.append({"config": cfg, "status": status, "median_us": median})
         if use_cache and status == "launch_error" and error and pipeline_thread_limit(str(error[0])):
-            # the chip's pipeline refuses this config at any shape: never launch or time it again here
-            remember_refusal(spec.name, dkey, cfg, str(error[0]), cache_path)
+            over_limit.append((cfg, str(error[0])))
+    for cfg, error in over_limit:  # kept once every result was read: a malformed one stores nothing
+        # the chip's pipeline refuses this config at any shape: never launch or time it again here
+        remember_refusal(spec.name, dkey, cfg, error, cache_path)
     wall = time.perf_counter() - start
     ok = [t for t in timed if t["status"] == "ok" and t["median_us"] is not None]
     if not ok:
@@ -616,12 +620,16 @@ def _warn_not_saved(cache_path: str | None, case: str, exc: OSError) -> str:
 
 def _measured(result: Any, config: Mapping[str, Any]) -> tuple:
     """A measurer's (status, median us, error...) with a median that is no time (NaN, inf, <= 0) as a failed
-    candidate ("bad_time", None): never cached or chosen. AutotuneError for a result of another form."""
+    candidate ("bad_time", None): never cached or chosen. AutotuneError for a result of another form or a status
+    that is none of MEASURE_STATUSES."""
     if not isinstance(result, (tuple, list)) or len(result) < 2 or not isinstance(result[0], str) \
             or not (result[1] is None or isinstance(result[1], numbers.Real) and not isinstance(result[1], bool)):
         raise AutotuneError(f"measure returned {result!r:.80} for config {dict(config)}: it must return "
                             "(status, median_us or None[, error]), such as ('ok', 12.5)")
     status, median, *error = result
+    if status not in MEASURE_STATUSES:  # ("OK", 5.0) would otherwise be a failed candidate, and every config failed
+        raise AutotuneError(f"measure returned status {status!r:.40} for config {dict(config)}: a status is "
+                            f"one of {', '.join(MEASURE_STATUSES)}")
     if median is not None:
         try:
             median = float(median)
