@@ -346,6 +346,26 @@ def test_garbage_in_the_bundle_variable_warns_once_and_the_shipped_bundle_answer
     assert digest(tmp_path) == before
 
 
+def test_a_refused_bundle_variable_warns_at_the_callers_line_and_the_answer_says_the_default_answered(tmp_path,
+                                                                                                   monkeypatch):
+    (tmp_path / "garbage.txt").write_text("not a bundle\n")
+    monkeypatch.setenv("ZMLX_PIPELINE_BUNDLE", str(tmp_path / "garbage.txt"))
+    for call in (lambda: rt.predicted_config("rmsnorm", S, "float16", device="nvidia-h200"),
+                 lambda: rt.get_device_profile("M3", "Max"), lambda: rt.candidates("rmsnorm", S, "float16", k=2)):
+        rt.bundle.reset()
+        with pytest.warns(rt.BundleWarning, match="ZMLX_PIPELINE_BUNDLE") as caught:
+            call()
+        assert [(w.filename, w.lineno) for w in caught] == [(__file__, call.__code__.co_firstlineno)]
+    p = rt.predicted_config("rmsnorm", S, "float16", device="nvidia-h200")
+    assert p.evidence == "measured" and p.bundle_id == rt.bundle.default_bundle().bundle_id
+    assert p.note.startswith("answered from the default bundle: $ZMLX_PIPELINE_BUNDLE was refused (")
+    assert "garbage.txt" in p.note and "\n" not in p.note
+    unknown = rt.predicted_config("rmsnorm", S, "float16", device="nvidia-h100-pcie@20sm")
+    assert unknown.note.startswith("answered from the default bundle: $ZMLX_PIPELINE_BUNDLE was refused (")
+    rt.load_bundle(DEFAULT_BUNDLE_DIR)  # the default bundle asked for by name: its answers say nothing of the variable
+    assert rt.predicted_config("rmsnorm", S, "float16", device="nvidia-h200").note == ""
+
+
 ODD = [{"rows": 1, "cols": 8}, {"rows": 3, "cols": 4100}, {"rows": 7, "cols": 96}, {"rows": 4096, "cols": 33},
        {"rows": 100000, "cols": 12288}, {"rows": 2, "cols": 2**20}]
 

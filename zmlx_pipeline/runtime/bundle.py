@@ -31,7 +31,14 @@ from typing import Any, Callable
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError, shown
 from zmlx_pipeline.core.files import url_problem, write_text_atomic
-from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, RuntimeAPIError, home_expanded, plain
+from zmlx_pipeline.runtime.errors import (
+    BadArgument,
+    BadArgumentType,
+    RuntimeAPIError,
+    caller_stacklevel,
+    home_expanded,
+    plain,
+)
 
 BUNDLE_SCHEMA = "zmlx-pipeline-bundle"
 #: the schema of plain-JSON bundles (what `publish` writes); 2 added extrapolated evidence, its source device
@@ -93,7 +100,8 @@ class BundleWarning(UserWarning):
 class Bundle:
     """A verified bundle: its manifest, the parsed index files, and the verified bytes of its tables."""
 
-    __slots__ = ("source", "root", "manifest", "kernels", "profiles", "tables", "strict", "_raw", "_parsed")
+    __slots__ = ("source", "root", "manifest", "kernels", "profiles", "tables", "strict", "stands_in", "_raw",
+                 "_parsed")
 
     def __init__(self, source: str, root: Path, manifest: dict, files: dict[str, bytes]) -> None:
         self.source = source
@@ -106,6 +114,8 @@ class Bundle:
         self.tables: dict[str, str] = self._section("tables.json", "devices")
         #: loaded with strict=True: a device table that fails its checks raises BundleError, not a warning
         self.strict = False
+        #: why this bundle answers in place of the one asked for ($ZMLX_PIPELINE_BUNDLE refused); "" when asked for
+        self.stands_in = ""
 
     def _section(self, name: str, key: str) -> dict:
         value = self.json(name)
@@ -706,7 +716,7 @@ def _store_cached(url: str, bundle: Bundle, manifest_bytes: bytes, files: dict[s
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         warnings.warn(f"zmlx-pipeline: bundle {plain(url)} verified but not cached "
-                      f"({plain(exc)})", BundleWarning, stacklevel=3)
+                      f"({plain(exc)})", BundleWarning, stacklevel=caller_stacklevel())
     return final
 
 
@@ -776,7 +786,7 @@ def read_bundle(path_or_url: str | os.PathLike, cached_if_invalid: bool = True) 
         except BundleError:
             raise exc from None
         warnings.warn(f"zmlx-pipeline: {plain(exc)}; using the cached copy "
-                      f"{plain(cached.bundle_id)}", BundleWarning, stacklevel=3)
+                      f"{plain(cached.bundle_id)}", BundleWarning, stacklevel=caller_stacklevel())
         return cached
 
 
@@ -835,7 +845,8 @@ def load_bundle(path_or_url: str | os.PathLike, *, strict: bool = False) -> Bund
             raise
         current = active_bundle(load_default=True)
         keep = f"still using bundle {plain(current.bundle_id)}" if current is not None else "no bundle in use"
-        warnings.warn(f"zmlx-pipeline: bundle refused: {plain(exc)}; {keep}", BundleWarning, stacklevel=2)
+        warnings.warn(f"zmlx-pipeline: bundle refused: {plain(exc)}; {keep}", BundleWarning,
+                      stacklevel=caller_stacklevel())
         return current
     _activate(bundle)
     return bundle
@@ -851,22 +862,25 @@ def active_bundle(load_default: bool = True) -> Bundle | None:
     if _ACTIVE is None and load_default:
         env = os.environ.get("ZMLX_PIPELINE_BUNDLE")
         chosen: Bundle | None = None
+        refused = ""
         if env and env.strip():  # empty or blank (only spaces): unset
             try:
                 chosen = read_bundle(env)
             except (BundleError, BadArgument) as exc:  # BadArgument: a location no bundle can be at (ftp://)
                 warnings.warn(f"zmlx-pipeline: bundle refused: {plain(exc)} ($ZMLX_PIPELINE_BUNDLE); "
                               f"using the default bundle",
-                              BundleWarning, stacklevel=2)
+                              BundleWarning, stacklevel=caller_stacklevel())
+                refused = f"answered from the default bundle: $ZMLX_PIPELINE_BUNDLE was refused ({plain(exc)})"
         if chosen is None:
             if _DEFAULT_FAILED:
                 return None
             try:
                 chosen = default_bundle()
+                chosen.stands_in = refused
             except BundleError as exc:
                 _DEFAULT_FAILED.append(str(exc))  # warn once, not on every new lookup
                 warnings.warn(f"zmlx-pipeline: {plain(exc)}; lookups answer with catalog "
-                              f"defaults", BundleWarning, stacklevel=2)
+                              f"defaults", BundleWarning, stacklevel=caller_stacklevel())
                 return None
         _activate(chosen)
     return _ACTIVE

@@ -6,9 +6,15 @@ already expects; every message is one line that names what was wrong and what is
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any, Iterable
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError, unwritable
+
+
+#: the folder of the runtime's modules: a warning names the first frame outside it
+_RUNTIME_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 class RuntimeAPIError(ZmlxPipelineError):
@@ -86,3 +92,12 @@ def home_expanded(text: str, what: str) -> str:
         return expand_home(text)
     except ValueError as exc:
         raise BadArgument(f"{what} {text!r:.80}: no home directory is known ({exc}); give a path without ~") from None
+
+
+def caller_stacklevel() -> int:
+    """The `stacklevel` for a warning raised by the function calling this one that names the first frame outside the
+    runtime: the line that called the public function, however deep in the runtime the warning was raised."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _RUNTIME_DIR:
+        frame, level = frame.f_back, level + 1
+    return level

@@ -66,6 +66,7 @@ from zmlx_pipeline.runtime.errors import (
     UnknownDeviceError,
     UnknownDtypeError,
     UnknownKernelError,
+    caller_stacklevel,
     expect_str,
     known,
     plain,
@@ -350,7 +351,7 @@ def _device_tables(state: _State, device: str) -> dict[tuple[str, str], _Table] 
 
         warnings.warn(f"zmlx-pipeline: bundle {plain(bundle.bundle_id)}: the table of {plain(device)} is "
                       f"unusable ({exc}); "
-                      "answering with catalog defaults", BundleWarning, stacklevel=4)
+                      "answering with catalog defaults", BundleWarning, stacklevel=caller_stacklevel())
         state.tables[device] = None
         return None
     state.tables[device] = out
@@ -542,7 +543,8 @@ def _no_legal(bundle: Bundle | None, kernel: str, k: _Kernel, device: str | None
              else "constraints: " + ("; ".join(k._constraints_text) or "none published"))
     where = f" on {device}" if device else ""
     return Prediction(kernel, device, dtype, shape, None, (), None, None, "none",
-                      f"no config of {kernel!r} is legal for {_shape_text(shape)} {dtype}{where} ({rules})",
+                      _noted(bundle, f"no config of {kernel!r} is legal for {_shape_text(shape)} {dtype}{where} "
+                                     f"({rules})"),
                       None, k.prune_k, bundle.bundle_id if bundle else None, k.version)
 
 
@@ -574,7 +576,7 @@ def _default(bundle: Bundle | None, kernel: str, k: _Kernel | None, device: str 
     if k is None:
         ranked: list[Items] = [(("threadgroup", tg),)]
         return Prediction(kernel, device, dtype, shape, None, ranked, None, None, "default",
-                          f"{why}: {source} ({tg})", tg, 1, bundle_id)
+                          _noted(bundle, f"{why}: {source} ({tg})"), tg, 1, bundle_id)
     limits = _limits(bundle, device, dtype)
     legal = [k.configs[i] for i in k.order if k.legal(k.configs[i], shape, limits)]
     if not legal:
@@ -584,8 +586,15 @@ def _default(bundle: Bundle | None, kernel: str, k: _Kernel | None, device: str 
     cfg = dict(legal[0])
     chosen = f"the config nearest {source} ({tg})" if k.tg_param else "the first legal config of the kernel's ranking"
     return Prediction(kernel, device, dtype, shape, None, legal[: max(k.prune_k, 1)], None, None, "default",
-                      f"{why}: {chosen}", cfg.get(k.tg_param) if k.tg_param else None,
+                      _noted(bundle, f"{why}: {chosen}"), cfg.get(k.tg_param) if k.tg_param else None,
                       k.prune_k, bundle_id, k.version, _outside(k, shape))
+
+
+def _noted(bundle: Bundle | None, note: str) -> str:
+    """An answer's note, led by why its bundle answers in place of the one asked for (a refused
+    $ZMLX_PIPELINE_BUNDLE), so the answer itself says which bundle it came from."""
+    why = bundle.stands_in if bundle is not None else ""
+    return f"{why}. {note}".strip() if why else note
 
 
 def _outside(k: _Kernel, shape: Mapping[str, int]) -> list[str]:
@@ -984,7 +993,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
     cfg = dict(ranked[0])
     return Prediction(
         kernel, device_id, dtype_name, shape_map, _answered_at(k, table, values, shape_map, r.entry, bucket_key),
-        ranked, None if time_us is None else float(f"{time_us:.4g}"), regret, evidence, note.strip(),
+        ranked, None if time_us is None else float(f"{time_us:.4g}"), regret, evidence, _noted(bundle, note.strip()),
         cfg.get(k.tg_param) if k.tg_param else None, prune_k, bundle.bundle_id, k.version, outside,
     )
 
