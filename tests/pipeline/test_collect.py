@@ -231,3 +231,26 @@ def test_untouched_cases_may_take_another_timer(store):
     done = collect(store, _device(), [spec], dtypes=["float16"], preset="smoke", measurer=_ok,
                    settings=TimingSettings(timer="gpu"))
     assert done.stopped == "finished" and done.done == len(tasks)
+
+
+def test_a_gpu_the_catalog_lacks_is_collected_under_the_device_registered_for_it(store, tmp_path):
+    """`devices add` registered the GPU under the name its backend reports: collect files its timings under that id
+    and keeps the registration; at another core count (an MPS limit) it stays an unknown device, flagged, as before."""
+    from device_records import record
+    from zmlx_pipeline.data.registered import register_device
+
+    register_device(store, record(tmp_path / "acme.json"))
+    reported = {"device_name": "Acme X1 Accelerator", "architecture": "sm_89"}
+    acme = detect_device(reported, backend="cuda", gpu_cores=20)
+    assert not acme.known and acme.device_id.startswith("unknown-")
+    spec = get_kernel("rmsnorm")
+    result = collect(store, acme, [spec], dtypes=["float16"], preset="smoke", measurer=_ok)
+    assert result.device_id == "acme-x1" and result.done > 0
+    assert {m["device_id"] for m in store.measurements(kernel="rmsnorm")} == {"acme-x1"}
+    assert [s.id for s in store.registered_devices()] == ["acme-x1"]  # its record kept, not the backend's report
+    row = next(d for d in store.devices() if d["device_id"] == "acme-x1")
+    assert row["in_catalog"] is False and row["flagged_unknown"] is False
+    limited = collect(store, detect_device(reported, backend="cuda", gpu_cores=10), [spec], dtypes=["float16"],
+                      preset="smoke", measurer=_ok)
+    assert limited.device_id.startswith("unknown-")
+    assert next(d for d in store.devices() if d["device_id"] == limited.device_id)["flagged_unknown"] is True

@@ -41,11 +41,15 @@ class DetectedDevice:
     known: bool
     core_limited: bool
     info: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    registered: bool = False  # `spec` is a device registered in the store (devices add), not a catalog row
 
     @property
     def row(self) -> dict[str, Any]:
-        """The store's `devices` row: catalog specs when known, else only what the backend reported."""
+        """The store's `devices` row: catalog specs when known, else only what the backend reported. A registered
+        device's row leaves `reported` out, which holds its registration (an upsert changes only the given columns)."""
         reported = {"device_id": self.device_id, "reported_name": self.reported_name, "reported": dict(self.info)}
+        if self.spec is not None and self.registered:
+            return {**self.spec.as_row(), "device_id": self.device_id, "in_catalog": False, "flagged_unknown": False}
         if self.spec is not None:
             return {**self.spec.as_row(), "in_catalog": True, "flagged_unknown": False, **reported}
         return {

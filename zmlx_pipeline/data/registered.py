@@ -116,3 +116,24 @@ def register_device(store: Store, path: str | Path) -> dict[str, Any]:
     except BadDeviceRow as err:
         raise _refusal(path, str(err), "give the chip's own figure") from None
     return {"device": listing_row(spec, True), "added": added, "store": str(store.path)}
+
+
+def as_registered(device: Any, store: Store) -> Any:
+    """A detected device the catalog does not know (a DetectedDevice) as the device registered in `store` under the
+    name its backend reports, where one is of its backend and core count: collect then files its timings under the
+    registered id, as import does. Else the device as it is (a core limit of a registered chip stays unknown)."""
+    from zmlx_pipeline.data.catalog import AmbiguousDevice, UnknownDevice, resolve_device
+
+    if getattr(device, "known", True) or not getattr(device, "reported_name", ""):
+        return device
+    registered = store.registered_devices()
+    if not registered:
+        return device
+    try:
+        spec = resolve_device(device.reported_name, registered)
+    except (AmbiguousDevice, UnknownDevice, ValueError):
+        return device
+    if spec.backend != device.backend or device.gpu_cores not in (None, spec.gpu_cores):
+        return device
+    return dataclasses.replace(device, device_id=spec.id, spec=spec, known=True, gpu_cores=spec.gpu_cores,
+                               registered=True)

@@ -320,6 +320,9 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     settings = stage.TimingSettings(warmup=warmup, samples=samples, warmup_s=warmup_ms / 1000, timer=timer)
     try:
         with store_to_fill(db, keep_filled=True) as store:  # what was measured stays: the next collect resumes
+            from zmlx_pipeline.data.registered import as_registered
+
+            device = as_registered(device, store)  # named by its registered id from here on (on_plan's line)
             result = stage.collect(store, device, specs, dtypes=dtypes, preset=preset, budget_s=budget_s, settings=settings,
                                    jobs=jobs, kernel_refs=refs, shapes_limit=max_shapes, configs_limit=max_configs,
                                    on_plan=on_plan, on_result=on_result, gpus=gpus)

@@ -22,6 +22,7 @@ from zmlx_pipeline.core.errors import ZmlxPipelineError, shown
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
 from zmlx_pipeline.data.noise_buckets import NOISE_BUCKETS_US, bucket_label
 from zmlx_pipeline.data.records import DTYPES, Measurement
+from zmlx_pipeline.data.registered import as_registered
 from zmlx_pipeline.data.store import Store
 from zmlx_pipeline.kernels.harness import GpuUnhealthy, Outcome, rotate_bytes_for
 from zmlx_pipeline.kernels.measure import GpuMeasurer, Measurer, Task, TimingSettings
@@ -154,6 +155,7 @@ def collect(
     worker command after the interpreter (default: the real one, kernels/worker.py).
     """
     settings = settings or TimingSettings()
+    device = as_registered(device, store)  # a GPU the catalog lacks that `devices add` registered in this store
     row = dict(device.row)
     limits = Limits.from_device_row(row)
     on_gpus = measurer is None and bool(gpus) and device.backend == "cuda"
