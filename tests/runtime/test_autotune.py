@@ -119,11 +119,24 @@ def test_without_a_gpu_nothing_is_timed_and_the_bundle_answers(real, tmp_path, g
     if gpu_backend != "cpu":
         pytest.skip("this machine has a GPU backend: it would time")
     path = tmp_path / "c.json"
-    with pytest.warns(UserWarning, match="nothing timed"):
+    with pytest.warns(UserWarning, match="nothing timed") as caught:
         result = tune("rmsnorm", SHAPE, "float16", device=H200, cache_path=str(path))
     assert result.source == "predicted"
     assert result.config == predicted_config("rmsnorm", SHAPE, "float16", device=H200).config
     assert not path.exists()
+    assert [w.filename for w in caught] == [__file__]  # the caller's line, not one inside the runtime
+
+    @autotune("rmsnorm", cache_path=str(path), device=H200)
+    def op(x, config=None):
+        return config
+
+    class Arr:
+        shape = (3000, 2048)
+        dtype = "float16"
+
+    with pytest.warns(UserWarning, match="nothing timed") as caught:
+        op(Arr())
+    assert [w.filename for w in caught] == [__file__]  # through the wrapper too
 
 
 def test_bare_autotune_passes_the_learned_threadgroup(monkeypatch):

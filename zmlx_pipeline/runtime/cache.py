@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from zmlx_pipeline.core.files import current_umask, url_problem, write_json_atomic
-from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, home_expanded, plain
+from zmlx_pipeline.runtime.errors import BadArgument, BadArgumentType, caller_stacklevel, home_expanded, plain
 
 SCHEMA_VERSION = "3.0"
 V3_NAME = "autotune_v3.json"
@@ -304,7 +304,7 @@ def _warn_newer(p: Path, version: str) -> None:
         warnings.warn(f"zmlx-pipeline: {plain(where)} is an autotune cache of schema {version!r:.40}, "
                       f"newer than this runtime "
                       f"reads ({SCHEMA_VERSION}): it is left as it is, and nothing is read from it or cached in it "
-                      "(upgrade zmlx-pipeline, or give another cache_path or $ZMLX_CACHE_DIR)", stacklevel=4)
+                      "(upgrade zmlx-pipeline, or give another cache_path or $ZMLX_CACHE_DIR)", stacklevel=caller_stacklevel())
 
 
 def _normalise(data: Any, origin: str) -> dict:
@@ -421,7 +421,7 @@ def _current_for_write(p: Path) -> dict | None:
             except OSError as err:
                 moved = f"it could not be moved aside ({plain(err.strerror or err)}) and is replaced"
             warnings.warn(f"zmlx-pipeline: {plain(p)} could not be used as the autotune cache ({plain(exc)}); "
-                          f"{moved}", stacklevel=3)
+                          f"{moved}", stacklevel=caller_stacklevel())
             return _empty()
     return read_cache(p)
 

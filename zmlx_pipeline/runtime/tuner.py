@@ -54,6 +54,7 @@ from zmlx_pipeline.runtime.errors import (
     BadArgumentType,
     RuntimeAPIError,
     UnknownKernelError,
+    caller_stacklevel,
     expect_str,
     home_expanded,
     plain,
@@ -491,7 +492,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     except Exception as exc:  # noqa: BLE001 - no GPU backend: answer from the bundle, time nothing
         pred = predicted_or_default(spec.name, shape, dtype, device=chip, detected=device is None)
         config, how = _untimed_choice(pred, legal, cands[0] if pred.evidence == "default" else None)
-        warnings.warn(f"zmlx-pipeline autotune: nothing timed ({exc}); using {how}", stacklevel=3)
+        warnings.warn(f"zmlx-pipeline autotune: nothing timed ({exc}); using {how}", stacklevel=caller_stacklevel())
         return TuneResult(spec.name, shape, dtype, config, _untimed_source(pred), legal=len(legal), key=key,
                           note=str(exc))
     ahead = precompile or getattr(measure, "precompile", None)
@@ -599,7 +600,7 @@ def _warn_bad_entry(cache_path: str | None, case: str, problem: str) -> None:
         warnings.warn(f"zmlx-pipeline autotune: {plain(where)}: the cached entry of {case} is not used "
                       f"({problem}); timing "
                       "it again, and the new winner replaces it (other such entries of this file are not warned about)",
-                      stacklevel=3)
+                      stacklevel=caller_stacklevel())
 
 
 #: cache files (resolved paths) a winner could not be saved to in this process (warned about once each)
@@ -614,7 +615,7 @@ def _warn_not_saved(cache_path: str | None, case: str, exc: OSError) -> str:
         _NOT_SAVED_WARNED.add(where)
         warnings.warn(f"zmlx-pipeline autotune: {plain(where)}: the winner of {case} was not cached ({why}); it "
                       "is used all the same, and timed again by the next process (later winners this file cannot "
-                      "keep are not warned about)", stacklevel=3)
+                      "keep are not warned about)", stacklevel=caller_stacklevel())
     return f"not cached: {why}"
 
 
@@ -714,7 +715,7 @@ def _refuse(kernel: str, dkey: str, config: dict, error: str, cache_path: str | 
         _WARNED.add((kernel, dkey, ident))
         warnings.warn(f"zmlx-pipeline: {kernel} config {config} was refused on {dkey} ({error}); launched the next "
                       f"ranked config instead, and will not launch this one again on this device"
-                      + (f" ({not_saved})" if not_saved else ""), RefusedConfigWarning, stacklevel=5)
+                      + (f" ({not_saved})" if not_saved else ""), RefusedConfigWarning, stacklevel=caller_stacklevel())
 
 
 def _launch_ranked(fn: Callable, candidates: Any, args: tuple, kwargs: dict, *, kernel: str, dkey: str,
