@@ -743,7 +743,7 @@ class DeviceMap:
 
         Two matching globs that name different devices are refused: the map would be guessing.
         """
-        names = (file.name, _file_stem(file), file.as_posix(), posixpath.normpath(file.as_posix()))
+        names = map_names(file)
         hits = [(key, spec) for key, spec in self.entries  # ./a.json is a.json
                 if any(fnmatch.fnmatchcase(n, key) or fnmatch.fnmatchcase(n, posixpath.normpath(key)) for n in names)]
         if len({spec.id for _, spec in hits}) > 1:
@@ -759,6 +759,12 @@ class DeviceMap:
         return None
 
 
+def map_names(file: Path) -> tuple[str, ...]:
+    """What a --device-map key is matched against for a file: its name, its name without suffixes, its path as given
+    and that path normalised (`./runs/../a.json` is `a.json`)."""
+    return file.name, _file_stem(file), file.as_posix(), posixpath.normpath(file.as_posix())
+
+
 def _check_map_used(mapping: DeviceMap, parsed: Sequence["ParsedFile"]) -> None:
     """Refuse an import where a file the --device-map does not match would go in under the device it reports while a
     key of the map that matches no file looks meant for it: the key matches it but for case (`a.json` for `A.json`),
@@ -769,7 +775,7 @@ def _check_map_used(mapping: DeviceMap, parsed: Sequence["ParsedFile"]) -> None:
     for p in parsed:
         if p.source.get("device_from") == "--device-map" or not unused:
             continue
-        names = [n.casefold() for n in (p.path.name, _file_stem(p.path), p.path.as_posix())]
+        names = [n.casefold() for n in map_names(p.path)]
         meant = [key for key in unused
                  if any(fnmatch.fnmatchcase(n, pattern.casefold()) for n in names
                         for pattern in (key, posixpath.normpath(key), posixpath.basename(key)))]
