@@ -576,3 +576,18 @@ def test_a_core_limit_of_a_chip_whose_cores_are_no_sms_is_no_device(device_id, u
             resolve(device_id)
         assert type(exc.value) is UnknownDevice and str(exc.value) == says
     assert resolve_device("nvidia-h200@66sm").core_limited_from == "nvidia-h200"
+
+
+def test_a_core_limit_may_follow_the_chips_name_as_people_write_it():
+    """`NVIDIA H200@66sm` is the H200's 66-SM limit, as `summary --device` reads it; a name of several chips, or a
+    limit the chip cannot have, is refused as for its id."""
+    from zmlx_pipeline.data.catalog import AmbiguousDevice, UnknownDevice, resolve_device
+
+    assert resolve_device("NVIDIA H200@66sm").id == "nvidia-h200@66sm"
+    assert resolve_device("H100 SXM@32sm").id == "nvidia-h100-sxm@32sm"
+    with pytest.raises(AmbiguousDevice, match="nvidia-a100-sxm4-80gb"):
+        resolve_device("A100@40sm")
+    with pytest.raises(UnknownDevice, match="limits nvidia-h200 to 132 SMs, but it has 132"):
+        resolve_device("NVIDIA H200@132sm")
+    with pytest.raises(UnknownDevice, match="no catalog device with id 'NVIDIA H2000'"):
+        resolve_device("NVIDIA H2000@66sm")

@@ -387,13 +387,22 @@ CORE_LIMITED_ID = re.compile(r"(.+)@([1-9][0-9]*)sm")
 
 
 def core_limited_device(device_id: str) -> DeviceSpec | None:
-    """The row of a core-limited id (`<catalog id>@<N>sm`, as collect names an MPS-limited run: with_core_limit);
-    None for text of another form; UnknownDevice when its base is no catalog id, is a chip whose cores are not SMs
-    (Apple, AMD: an MPS limit is NVIDIA's), or N is not below the chip's count."""
+    """The row of a core-limited id (`<catalog id>@<N>sm`, as collect names an MPS-limited run: with_core_limit; the
+    chip may be named as people write it, `NVIDIA H200@66sm`); None for text of another form; UnknownDevice when its
+    base names no one catalog chip, a chip whose cores are not SMs (Apple, AMD: an MPS limit is NVIDIA's), or N is not
+    below the chip's count."""
     limited = CORE_LIMITED_ID.fullmatch(device_id)
     if limited is None:
         return None
-    base = get_device(limited.group(1))
+    try:
+        base = get_device(limited.group(1))
+    except UnknownDevice as no_id:  # the chip by its name as people write it (`NVIDIA H200@66sm`), as summary reads it
+        try:
+            base = resolve_device(limited.group(1))
+        except AmbiguousDevice:
+            raise
+        except UnknownDevice:
+            raise no_id from None  # the id's own message, with the ids close to it
     if len(limited.group(2)) > 6:  # past any chip's cores, and past what int() reads at 4,300 digits
         raise UnknownDevice(f"{device_id[:80]!r} limits {base.id} to a number of {len(limited.group(2))} digits, more "
                             f"SMs than any chip has; it has {base.gpu_cores} (a core limit is below that)")
