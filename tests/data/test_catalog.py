@@ -20,6 +20,8 @@ from zmlx_pipeline.data.catalog import (
     load_catalog,
     match_device,
     match_gpu_arch,
+    mlx_chips_text,
+    mlx_runs_on,
     normalize_name,
     resolve_device,
     validate_catalog,
@@ -244,6 +246,27 @@ def test_every_gpu_figure_cites_a_declared_source_with_title_and_url():
             assert sources[source_id]["title"], source_id
             if not source_id.startswith("convention-"):
                 assert sources[source_id]["url"].startswith("https://"), source_id
+
+
+@pytest.mark.parametrize("device, runs", [
+    ("nvidia-t4", True), ("nvidia-rtx-2080-ti", True), ("nvidia-a100-sxm4-80gb", True), ("nvidia-h200", True),
+    ("nvidia-rtx-5090", True), ("nvidia-b200", True), ("apple-m1-7c", True), ("apple-m4-max-40c", True),
+    ("nvidia-v100-sxm2-32gb", False), ("nvidia-titan-v", False), ("nvidia-gtx-1080-ti", False),
+    ("nvidia-p100-sxm2", False), ("nvidia-gtx-titan-x", False), ("nvidia-tesla-k80", False),
+    ("amd-mi300x", False), ("amd-radeon-rx-7900-xtx", False)])
+def test_mlx_runs_on_metal_and_on_cuda_from_turing_on(device, runs):
+    """MLX's CUDA build carries kernels for sm_75 and newer (its install page: Nvidia architecture >= SM 7.5), so a
+    Volta, Pascal, Maxwell or Kepler chip gets no lookup table, nor any AMD chip."""
+    spec = get_device(device)
+    assert mlx_runs_on(spec) is runs and mlx_runs_on(spec.as_row()) is runs
+
+
+def test_the_chips_mlx_runs_on_cite_a_declared_source():
+    rule = json.loads((Path(__file__).parents[2] / "zmlx_pipeline/data/catalog.json").read_text())["mlx"]
+    assert rule["backends"] == {"metal": {}, "cuda": {"min_compute_capability": 75}}
+    assert all(catalog_sources()[s]["url"].startswith("https://") for s in rule["sources"])
+    assert mlx_chips_text() == "metal and cuda at sm_75 or newer"
+    assert not mlx_runs_on({"backend": "cuda"}) and not mlx_runs_on({}) and mlx_runs_on({"backend": "metal"})
 
 
 def test_no_name_or_alias_names_two_rows():

@@ -33,3 +33,24 @@ def test_the_default_bundle_ships_compact():
     stored = sum(entry["bytes"] for entry in files.values())
     inflated = sum(len(bundle.data(name)) for name in bundle.logical_names())
     assert stored * 4 < inflated
+
+
+def test_the_default_bundle_has_tables_for_the_chips_mlx_runs_on_only():
+    """A lookup table for each catalog chip MLX runs on (Metal; CUDA at sm_75 or newer) and each measured device, and
+    none for a chip MLX cannot run on (a Pascal or Volta GPU, an AMD one), which is answered with the default config
+    and why."""
+    import zmlx_pipeline.runtime as rt
+    from zmlx_pipeline.data.catalog import load_catalog, mlx_runs_on
+
+    bundle = default_bundle()
+    catalog = {spec.id: spec for spec in load_catalog()}
+    held = set(bundle.tables)
+    assert {d for d in held if d in catalog} == {d for d, spec in catalog.items() if mlx_runs_on(spec)}
+    assert all("@" in d or d in catalog for d in held)
+    shape = {"rows": 4096, "cols": 4096}
+    turing = rt.predicted_config("rmsnorm", shape, "float16", device="nvidia-t4")
+    assert turing.evidence != "default" and turing.config
+    pascal = rt.predicted_config("rmsnorm", shape, "float16", device="nvidia-gtx-1080-ti")
+    assert pascal.evidence == "default" and pascal.note.startswith(
+        "MLX does not run on device 'nvidia-gtx-1080-ti' (cuda sm_61; MLX runs on metal and cuda at sm_75 or newer), "
+        f"so bundle {bundle.bundle_id} has no table for it")

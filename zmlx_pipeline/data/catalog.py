@@ -229,6 +229,27 @@ def catalog_sources() -> dict[str, dict[str, Any]]:
     return _load()[0]["sources"]
 
 
+def mlx_runs_on(row: Any) -> bool:
+    """Whether MLX runs on a chip (a catalog, registered or store row: its `backend` and `architecture`): a backend
+    MLX has and, on CUDA, a compute capability its CUDA build supports (catalog.json's `mlx`). Publish makes lookup
+    tables only for such chips; a bundle answers any other with the default config, saying why."""
+    from zmlx_pipeline.core.constraints import cuda_arch
+
+    get = row.get if isinstance(row, dict) else lambda name: getattr(row, name, None)
+    rule = _load()[0]["mlx"]["backends"].get(get("backend"))
+    if rule is None:
+        return False
+    least = rule.get("min_compute_capability")
+    return least is None or cuda_arch(get("architecture")) >= least
+
+
+def mlx_chips_text() -> str:
+    """The chips MLX runs on, as a message says it: `metal and cuda at sm_75 or newer`."""
+    parts = [f"{backend} at sm_{rule['min_compute_capability']} or newer" if rule.get("min_compute_capability")
+             else backend for backend, rule in _load()[0]["mlx"]["backends"].items()]
+    return " and ".join(parts)
+
+
 @lru_cache(maxsize=1)
 def _by_id() -> dict[str, DeviceSpec]:
     return {spec.id: spec for spec in load_catalog()}

@@ -44,6 +44,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import polars as pl
 
+from zmlx_pipeline.data.catalog import mlx_chips_text, mlx_runs_on
 from zmlx_pipeline.data.records import DTYPES
 from zmlx_pipeline.progress import Steps
 from zmlx_pipeline.publish.legal import LegalConfigs
@@ -80,9 +81,6 @@ STORE_K = 16
 CHUNK_ROWS = 200_000
 #: the dimension a kernel's threadgroup spans, for the per-row-length threadgroup tables
 ROW_DIMS = ("cols", "hidden", "experts", "N", "K")
-#: backends MLX custom kernels run on
-MLX_BACKENDS = ("metal", "cuda")
-
 Progress = Callable[[str], None]
 
 
@@ -316,7 +314,7 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
         runnable: dict[str, list[dict]] = {}
     targets = [d for d in devices if (only_devices is None or d in only_devices or d in measured_devices)]
     if spec is not None:
-        targets = [d for d in targets if devices[d].get("backend") in MLX_BACKENDS or d in measured_devices]
+        targets = [d for d in targets if mlx_runs_on(devices[d]) or d in measured_devices]
     legal_cache: dict[tuple, list[dict]] = {}
     legal_configs = LegalConfigs(spec) if spec is not None else None
 
@@ -602,7 +600,7 @@ def table_cost(km: KernelModel, devices: dict[str, dict], only_devices: Sequence
     shapes += [s for preset in spec.shape_grid.presets for s in spec.shape_grid.shapes(preset)]
     buckets = list(_bucket_shapes(dims, shapes).values())
     between = _between_shapes(dims, shapes, {bucket_of(int(s[d]) for d in dims) for s in buckets})
-    others = [d for d, row in devices.items() if d not in measured and row.get("backend") in MLX_BACKENDS
+    others = [d for d, row in devices.items() if d not in measured and mlx_runs_on(row)
               and (only_devices is None or d in only_devices)]
     legal = LegalConfigs(spec)
 
@@ -665,12 +663,12 @@ def _check_table_devices(models: ModelSet, records: Mapping[str, dict], devices:
         return
     measured = {d for km in models.kernels.values() for d in km.features.frame["device_id"].unique().to_list()}
     for device in devices:
-        backend = records[device].get("backend")
-        if backend not in MLX_BACKENDS and device not in measured:
-            raise UnknownDevice(f"device {device} runs no MLX backend ({backend or 'none'}; MLX runs on "
-                                f"{' and '.join(MLX_BACKENDS)}) and no kernel of this publish measured it, so no "
-                                "lookup table is built for it; its profile is in every bundle (zmlx-pipeline "
-                                f"profiles --device {device})")
+        row = records[device]
+        if not mlx_runs_on(row) and device not in measured:
+            chip = " ".join(str(row.get(k)) for k in ("backend", "architecture") if row.get(k)) or "no backend"
+            raise UnknownDevice(f"MLX does not run on device {device} ({chip}; MLX runs on {mlx_chips_text()}) and "
+                                "no kernel of this publish measured it, so no lookup table is built for it; its "
+                                f"profile is in every bundle (zmlx-pipeline profiles --device {device})")
 
 
 def _check_shaped(models: ModelSet) -> None:

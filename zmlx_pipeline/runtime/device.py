@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any
+from typing import Any, Mapping
 
 #: the project's hand-made chip default (catalog.json's `default_threadgroup` is 256 on every chip)
 FALLBACK_THREADGROUP = 256
@@ -60,6 +60,19 @@ def catalog_id_row(device_id: str) -> dict[str, Any] | None:
         return get_device(device_id).as_row()
     except UnknownDevice:
         return None
+
+
+def mlx_not_on(row: Mapping[str, Any]) -> str:
+    """Why MLX does not run on a catalog row's chip, as a message says it (its backend and architecture, and the chips
+    MLX runs on); '' when it runs there. Publish makes lookup tables only for chips MLX runs on."""
+    try:
+        from zmlx_pipeline.data.catalog import mlx_chips_text, mlx_runs_on
+    except ImportError:
+        return ""
+    if mlx_runs_on(dict(row)):
+        return ""
+    chip = " ".join(str(row[k]) for k in ("backend", "architecture") if row.get(k)) or "no backend"
+    return f"{chip}; MLX runs on {mlx_chips_text()}"
 
 
 def catalog_candidates(name: str) -> tuple[str, ...]:

@@ -59,6 +59,7 @@ from zmlx_pipeline.runtime.device import (
     catalog_row,
     current_device,
     current_device_id,
+    mlx_not_on,
 )
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
@@ -903,6 +904,11 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
             found = (nearest_limit(bundle.tables, base, device_id, row) if "@" in device_id
                      else (base, True) if bundle.tables.get(base) else None)
         if found is None:
+            not_on = mlx_not_on(row) if row else ""
+            if not_on:
+                return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+                                f"MLX does not run on device {device_id!r} ({not_on}), so bundle {bundle.bundle_id} "
+                                "has no table for it")
             known_where = "in the catalog but not" if row else "not in the catalog, nor"
             return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
                             f"device {device_id!r} is {known_where} in bundle {bundle.bundle_id}")
