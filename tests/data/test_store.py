@@ -528,24 +528,28 @@ def test_repeats_are_kept_once_per_key_and_run(store, make_measurement):
 
 
 def test_summary_exact_rows(store, make_measurement):
+    from datetime import datetime
+
     good, bad = {"rows": 64, "cols": 4096}, {"rows": 1, "cols": 1 << 20}
+    day = [datetime(2026, 3, d, 9, 4, 43) for d in (5, 6, 7)]
     store.record([
-        make_measurement(shape=good, config={"threadgroup": 256}),
-        make_measurement(shape=good, config={"threadgroup": 1024}, status="launch_error"),
-        make_measurement(shape=bad, config={"threadgroup": 256}, status="compile_error"),
-        make_measurement(shape=bad, config={"threadgroup": 1024}, status="timeout"),
-        make_measurement(shape=bad, config={"threadgroup": 512}, status="launch_error"),
-        make_measurement(dtype="bfloat16", shape=bad),
-        make_measurement(device_id="amd-mi300x", kernel="rmsnorm", status="wrong_result"),
+        make_measurement(shape=good, config={"threadgroup": 256}, measured_at=day[1]),
+        make_measurement(shape=good, config={"threadgroup": 1024}, status="launch_error", measured_at=day[2]),
+        make_measurement(shape=bad, config={"threadgroup": 256}, status="compile_error", measured_at=day[0]),
+        make_measurement(shape=bad, config={"threadgroup": 1024}, status="timeout", measured_at=day[1]),
+        make_measurement(shape=bad, config={"threadgroup": 512}, status="launch_error", measured_at=day[1]),
+        make_measurement(dtype="bfloat16", shape=bad, measured_at=day[2]),
+        make_measurement(device_id="amd-mi300x", kernel="rmsnorm", status="wrong_result", measured_at=day[0]),
     ])
     expected = [
         {"device": "amd-mi300x", "kernel": "rmsnorm", "dtype": "float16", "measurements": 1,
-         "by_status": {"wrong_result": 1}, "shapes": 1, "shapes_ok": 0},
+         "by_status": {"wrong_result": 1}, "shapes": 1, "shapes_ok": 0,
+         "first_measured_at": day[0], "last_measured_at": day[0]},
         {"device": DEVICE, "kernel": "softmax", "dtype": "bfloat16", "measurements": 1,
-         "by_status": {"ok": 1}, "shapes": 1, "shapes_ok": 1},
+         "by_status": {"ok": 1}, "shapes": 1, "shapes_ok": 1, "first_measured_at": day[2], "last_measured_at": day[2]},
         {"device": DEVICE, "kernel": "softmax", "dtype": "float16", "measurements": 5,
          "by_status": {"ok": 1, "launch_error": 2, "compile_error": 1, "timeout": 1},
-         "shapes": 2, "shapes_ok": 1},
+         "shapes": 2, "shapes_ok": 1, "first_measured_at": day[0], "last_measured_at": day[2]},
     ]
     assert store.summary() == expected
     assert list(expected[2]["by_status"]) == list(store.summary()[2]["by_status"])  # STATUSES order

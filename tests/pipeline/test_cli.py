@@ -18,14 +18,17 @@ def invoke(*args):
 
 @pytest.fixture
 def filled(store, make_measurement, tmp_path):
-    """A store with two devices' worth of measurements, one shape all failed."""
+    """A store with two devices' worth of measurements, one shape all failed, timed on 2026-03-05 and 2026-03-07."""
+    from datetime import datetime
+
     store.upsert_device({"device_id": "nvidia-h200", "name": "NVIDIA H200", "vendor": "nvidia"})
     ms = [
-        make_measurement(device_id="nvidia-h200", kernel="rmsnorm", shape={"rows": 1, "cols": 512}, config={"TG": 32}),
+        make_measurement(device_id="nvidia-h200", kernel="rmsnorm", shape={"rows": 1, "cols": 512}, config={"TG": 32},
+                         measured_at=datetime(2026, 3, 7, 7, 19, 6)),
         make_measurement(device_id="nvidia-h200", kernel="rmsnorm", shape={"rows": 1, "cols": 512}, config={"TG": 64},
-                         status="launch_error", error="x"),
+                         status="launch_error", error="x", measured_at=datetime(2026, 3, 5, 9, 4, 43)),
         make_measurement(device_id="nvidia-h200", kernel="rmsnorm", shape={"rows": 8, "cols": 512}, config={"TG": 32},
-                         status="wrong_result", error="y"),
+                         status="wrong_result", error="y", measured_at=datetime(2026, 3, 6)),
     ]
     store.record(ms)
     return store
@@ -56,7 +59,18 @@ def test_summary_json_rows_have_the_documented_keys(filled):
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.output)
     assert row == {"device": "nvidia-h200", "kernel": "rmsnorm", "dtype": "float16", "measurements": 3,
-                   "by_status": {"ok": 1, "wrong_result": 1, "launch_error": 1}, "shapes": 2, "shapes_ok": 1}
+                   "by_status": {"ok": 1, "wrong_result": 1, "launch_error": 1}, "shapes": 2, "shapes_ok": 1,
+                   "first_measured_at": "2026-03-05T09:04:43Z", "last_measured_at": "2026-03-07T07:19:06Z"}
+
+
+def test_summary_says_on_which_days_the_rows_were_timed(filled):
+    filled.close()
+    result = invoke("summary")
+    assert result.exit_code == 0, result.output
+    header, _, row = result.output.splitlines()
+    assert header.split() == ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok",
+                              "measured"]
+    assert row.split()[-1] == "2026-03-05..2026-03-07"
 
 
 @pytest.mark.parametrize("device", ["NVIDIA-H200", "NVIDIA H200", "H200", " nvidia-h200"])

@@ -385,13 +385,14 @@ def _where(filters: dict[str, Any], prefix: str = "") -> tuple[str, list[Any]]:
 
 
 def _summary_sql(source: str, where: str) -> str:
-    """The summary query over any relation with device_id, kernel, dtype, shape_key, status."""
+    """The summary query over any relation with device_id, kernel, dtype, shape_key, status, measured_at."""
     return f"""
         SELECT device_id AS device, kernel, dtype,
                count(*) AS measurements,
                histogram(status) AS by_status,
                count(DISTINCT shape_key) AS shapes,
-               count(DISTINCT shape_key) FILTER (WHERE status = 'ok') AS shapes_ok
+               count(DISTINCT shape_key) FILTER (WHERE status = 'ok') AS shapes_ok,
+               min(measured_at) AS first_measured_at, max(measured_at) AS last_measured_at
         FROM {source}{where}
         GROUP BY device_id, kernel, dtype
         ORDER BY device_id, kernel, dtype
@@ -399,15 +400,17 @@ def _summary_sql(source: str, where: str) -> str:
 
 
 def _summary_rows(cursor: duckdb.DuckDBPyConnection) -> list[dict]:
-    """Summary rows as dicts, by_status in STATUSES order with only the statuses present."""
+    """Summary rows as dicts, by_status in STATUSES order with only the statuses present, and when the rows were timed
+    (their first and last measured_at, UTC)."""
     order = {s: i for i, s in enumerate(STATUSES)}
     rows = []
-    for device, kernel, dtype, n, by_status, shapes, shapes_ok in cursor.fetchall():
+    for device, kernel, dtype, n, by_status, shapes, shapes_ok, first, last in cursor.fetchall():
         counts = dict(sorted(by_status.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
         rows.append({
             "device": device, "kernel": kernel, "dtype": dtype, "measurements": int(n),
             "by_status": {k: int(v) for k, v in counts.items()},
             "shapes": int(shapes), "shapes_ok": int(shapes_ok),
+            "first_measured_at": first, "last_measured_at": last,
         })
     return rows
 

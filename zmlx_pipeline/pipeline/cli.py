@@ -204,8 +204,8 @@ def _measured_text(imports: list[dict]) -> str | None:
     """When a stored kernel's imported rows were timed: the days its files date them, and "at import" for files that
     hold no date (their rows carry the time they were imported)."""
     dated = [i for i in imports if i["measured_at_from"] != "import"]
-    days = sorted({f"{i[k]:%Y-%m-%d}" for i in dated for k in ("first_measured_at", "last_measured_at")})
-    parts = [days[0] if len(days) == 1 else f"{days[0]}..{days[-1]}"] if days else []
+    moments = sorted(i[k] for i in dated for k in ("first_measured_at", "last_measured_at"))
+    parts = [_days(moments[0], moments[-1])] if moments else []
     if len(dated) < len(imports):
         parts.append("at import (no date in the file)")
     return ", ".join(parts) or None
@@ -440,11 +440,28 @@ def ingest(db, sources, as_json) -> None:
 @click.option("--kernel", default=None, help="Only this kernel.")
 @output_options
 def summary(db, device, kernel, as_json) -> None:
-    """Per device, kernel and dtype: measurements by status, shapes covered, shapes with an ok config."""
+    """Per device, kernel and dtype: measurements by status, shapes covered, shapes with an ok config, when timed."""
     store = open_store(db, read_only=True)
     named = check_filters(store, device=device, kernel=kernel)
     rows = store.summary(device=named["device"], kernel=named["kernel"])
-    emit(rows, as_json, ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok"])
+    if as_json:
+        emit([{**r, **{k: _iso(r[k]) for k in ("first_measured_at", "last_measured_at")}} for r in rows], True)
+        return
+    emit([{**r, "measured": _days(r["first_measured_at"], r["last_measured_at"])} for r in rows], False,
+         ["device", "kernel", "dtype", "measurements", "by_status", "shapes", "shapes_ok", "measured"])
+
+
+def _iso(moment) -> str | None:
+    """A stored time (UTC, naive) as ISO 8601 with its zone: `2026-03-05T09:04:43Z`."""
+    return None if moment is None else moment.isoformat(timespec="seconds") + "Z"
+
+
+def _days(first, last) -> str | None:
+    """The days rows were timed, as a table cell: `2026-03-05` or `2026-03-05..2026-03-07`."""
+    if first is None or last is None:
+        return None
+    days = sorted({f"{first:%Y-%m-%d}", f"{last:%Y-%m-%d}"})
+    return days[0] if len(days) == 1 else f"{days[0]}..{days[-1]}"
 
 
 @cli.command("run")
