@@ -413,20 +413,18 @@ def check_filters(store, **filters: str | None) -> dict[str, str | None]:
 
 
 def _stored_device(value: str, have: list[str], registered: tuple = ()) -> str | None:
-    """The stored device id a --device names other than by its id: in other case or with spaces for hyphens, or a
-    catalog name with or without a core limit (`NVIDIA H200@32sm`), or the name of a device `registered` in the store;
-    None when it names none of them."""
+    """The stored device id a --device names other than by its id: in other case or with spaces for hyphens, or as
+    resolve_device reads a name everywhere else (a catalog name with or without a core limit, `NVIDIA H200@32sm`, or
+    the name of a device `registered` in the store); None when it names none of them."""
     from zmlx_pipeline.data.catalog import AmbiguousDevice, UnknownDevice, resolve_device
 
     plain = "-".join(value.strip().split()).casefold()
     if plain in have:
         return plain
-    base, at, limit = value.strip().partition("@")
     try:
-        chip = resolve_device(base.strip(), registered).id
+        wanted = resolve_device(value.strip(), registered).id
     except (AmbiguousDevice, UnknownDevice, ValueError):
         return None
-    wanted = chip + (at + limit.strip().casefold() if at else "")
     return wanted if wanted in have else None
 
 
@@ -438,6 +436,12 @@ _DECIMAL = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?", re.ASCI
 #: most significant digits of a whole number an option takes (an int64 holds 19): a longer one is past every range,
 #: and past 4300 digits int() refuses it; it is refused before int(), its echo cut short (shown_number)
 _MOST_DIGITS = 19
+
+
+def significant_digits(typed: str) -> int:
+    """How many digits a typed whole number has past its sign and leading zeros: what a bound on its size (an option's,
+    a --shape dim's) is checked on before int() reads it, which refuses text of over 4300 digits."""
+    return len(typed.lstrip("-").lstrip("0"))
 
 
 def _plain(value: str) -> str:
@@ -468,13 +472,12 @@ class WholeRange(click.IntRange):
                           param, ctx)
             typed = _plain(value)
             sign, digits = ("-", typed[1:]) if typed.startswith("-") else ("", typed)
-            digits = digits.lstrip("0") or "0"
-            if len(digits) > _MOST_DIGITS:
+            if significant_digits(digits) > _MOST_DIGITS:
                 bounded = self.min is not None if sign else self.max is not None
                 self.fail(f"{shown_number(typed)} is not in the range {self._describe_range()}." if bounded else
                           f"{shown_number(typed)} has more than the {_MOST_DIGITS} digits a count here can have",
                           param, ctx)
-            value = sign + digits
+            value = sign + (digits.lstrip("0") or "0")
         return super().convert(value, param, ctx)
 
 

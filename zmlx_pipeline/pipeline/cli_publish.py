@@ -19,6 +19,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     open_store_to_record,
     output_options,
     progress_line,
+    significant_digits,
     split_names,
 )
 
@@ -73,7 +74,7 @@ def _dim_int(label: str, digits: str) -> int:
     before int() (which refuses text of over 4300 digits with a ValueError); a long one is shown by its start."""
     from zmlx_pipeline.runtime.contents import MAX_DIM
 
-    if len(digits.lstrip("-").lstrip("0")) > len(str(MAX_DIM)):
+    if significant_digits(digits) > len(str(MAX_DIM)):
         raise click.BadParameter(f"shape {label}={shown_number(digits)} is larger than an array dimension can be "
                                  f"({MAX_DIM})", param_hint="--shape")
     return int(digits)
