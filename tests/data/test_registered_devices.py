@@ -114,8 +114,25 @@ def test_a_device_is_registered_once_and_never_over_a_measured_one(store, tmp_pa
     store.upsert_device({"device_id": "unknown-acme-x9", "name": "Acme X9", "backend": "cuda", "in_catalog": False,
                          "flagged_unknown": True, "reported": {"device_name": "Acme X9"}})
     with pytest.raises(DeviceTaken, match="'unknown-acme-x9' is in store .* already, a device measured already"):
-        register_device(store, record_file(tmp_path, chip("unknown-acme-x9", "Acme X9"), "x9.json"))
+        register_device(store, record_file(tmp_path, chip("unknown-acme-x9", "Acme X9"), "x9.json"), replace=True)
     assert [s.id for s in store.registered_devices()] == ["acme-x1"]
+
+
+def test_replace_gives_a_registered_device_new_figures_and_keeps_its_measurements(store, tmp_path, make_measurement):
+    acme = chip("acme-x1", "Acme X1 Accelerator", "Acme X1")
+    assert register_device(store, record_file(tmp_path, acme))["added"] is True
+    store.record([make_measurement(device_id="acme-x1", kernel="vector_add", config={"block_size_x": 64})])
+    store.upsert_device({"device_id": "acme-x1", "reported_name": "NVIDIA Acme X1 Accelerator"})  # as an import does
+    mended = dataclasses.replace(acme, memory_bandwidth_gbps=256.0, aliases=("Acme X1", "X1"))
+    out = register_device(store, record_file(tmp_path, mended, "mended.json"), replace=True)
+    assert (out["added"], out["replaced"]) == (False, True)
+    assert store.registered_devices() == (mended,)
+    (row,) = store.devices()
+    assert (row["memory_bandwidth_gbps"], row["reported_name"], row["in_catalog"]) == (
+        256.0, "NVIDIA Acme X1 Accelerator", False)
+    assert len(store.measurements(device="acme-x1")) == 1
+    again = register_device(store, record_file(tmp_path, mended, "mended.json"), replace=True)
+    assert (again["added"], again["replaced"]) == (False, False)  # the same record: nothing changes
 
 
 def test_a_figure_past_what_a_device_row_holds_is_refused_with_the_file(store, tmp_path):

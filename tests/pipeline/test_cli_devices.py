@@ -177,8 +177,8 @@ def test_an_id_registered_with_another_record_is_refused_and_kept(db, tmp_path):
     before = contents(db)
     result = invoke("devices", "add", record(tmp_path / "acme2.json", gpu_cores=24), "--db", db)
     assert result.exit_code == 1
-    assert result.output == (f"Error: device 'acme-x1' is in store {db} already, registered with another record: a "
-                             "registered device is not changed; give the record another id\n")
+    assert result.output == (f"Error: device 'acme-x1' is in store {db} already, registered with another record: "
+                             "give the record another id, or pass --replace to change its figures\n")
     assert contents(db) == before
     other = record(tmp_path / "acme3.json", id="acme-x1-oc", name="Acme X1 OC", aliases=["Acme X1"])
     result = invoke("devices", "add", other, "--db", db)  # a name of a registered device is refused as a chip's is
@@ -241,3 +241,18 @@ def test_a_default_store_another_process_holds_leaves_the_catalog_listed_with_a_
     assert len(json.loads(result.stdout)["devices"]) > 250
     result = invoke("devices", "--db", tmp_path / "store.duckdb")  # a store named is read or refused
     assert result.exit_code == 1 and result.output == "Error: store is locked by another process (pid 4242)\n"
+
+
+def test_replace_mends_a_registered_devices_figures_and_says_to_train_again(db, tmp_path):
+    assert invoke("devices", "add", record(tmp_path / "acme.json"), "--db", db).exit_code == 0
+    result = invoke("devices", "add", record(tmp_path / "acme2.json", gpu_cores=24), "--db", db, "--replace")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == (f"acme-x1 now has these figures in {db}, its measurements kept: models "
+                                              "trained before read its old ones, so train again, then publish")
+    with Store(db, read_only=True) as store:
+        (spec,) = store.registered_devices()
+    assert spec.gpu_cores == 24
+    refused = invoke("devices", "add", record(tmp_path / "a6000.json", id="nvidia-rtx-a6000", name="Acme 6000",
+                                              aliases=[]), "--db", db, "--replace")
+    assert refused.exit_code == 1 and "Traceback" not in refused.output  # a catalog chip's id is never replaced
+    assert contents(db)[3] == (spec,)

@@ -92,12 +92,13 @@ def listing_row(spec: DeviceSpec, registered: bool) -> dict[str, Any]:
     return {**spec.as_row(), "aliases": list(spec.aliases), "registered": registered}
 
 
-def register_device(store: Store, path: str | Path) -> dict[str, Any]:
+def register_device(store: Store, path: str | Path, replace: bool = False) -> dict[str, Any]:
     """Register the device a record file describes in `store`: checked as the catalog's rows are (catalog.
     registration_problems: beside the catalog and the devices registered before it, no id or name any of them or
     the catalog's name rules take) and as the store's device rows are, then stored; DeviceRecordError (one line, with
-    the fix) when refused, and nothing is stored. Returns {"device": its listing row, "added": False when the same
-    record was registered already, "store": the store's path}."""
+    the fix) when refused, and nothing is stored. `replace`: a device registered under the record's id with another
+    record takes this one (a figure mended), its measurements kept. Returns {"device": its listing row, "added":
+    False when the same record was registered already or replaced, "replaced", "store": the store's path}."""
     path = Path(path)
     spec, declared = read_record(path)
     others = tuple(s for s in store.registered_devices() if s.id != spec.id)
@@ -112,10 +113,11 @@ def register_device(store: Store, path: str | Path) -> dict[str, Any]:
     record = {"device": record_row(spec), "sources": declared,
               "registered_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     try:
-        added = store.register_device(row, record)
+        state = store.register_device(row, record, replace)
     except BadDeviceRow as err:
         raise _refusal(path, str(err), "give the chip's own figure") from None
-    return {"device": listing_row(spec, True), "added": added, "store": str(store.path)}
+    return {"device": listing_row(spec, True), "added": state == "added", "replaced": state == "replaced",
+            "store": str(store.path)}
 
 
 def as_registered(device: Any, store: Store) -> Any:

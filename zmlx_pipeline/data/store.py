@@ -993,10 +993,12 @@ class Store:
             row["reported"] = _from_json(row["reported"])
         return rows
 
-    def register_device(self, row: dict, record: dict) -> bool:
+    def register_device(self, row: dict, record: dict, replace: bool = False) -> str:
         """Store a device the catalog lacks: its `devices` row (DEVICE_COLUMNS), not in the catalog and not flagged,
-        with its record under `reported`'s REGISTRATION key, in one transaction; False when this record is registered
-        already (nothing changes). DeviceTaken when the id is stored otherwise; BadDeviceRow for a row export would
+        with its record under `reported`'s REGISTRATION key, in one transaction. Returns "added", "unchanged" (this
+        record is registered already) or, with `replace`, "replaced": the figures of a device registered with another
+        record are this record's, its measurements and the name its files or backend reported kept. DeviceTaken when
+        the id is stored otherwise (or registered otherwise, without `replace`); BadDeviceRow for a row export would
         refuse (device_row_problem)."""
         self._require_writable("register a device")
         device_id = row["device_id"]
@@ -1013,15 +1015,25 @@ class Store:
                 if stored is not None:
                     held = _registration(stored[1]) if not stored[0] else None
                     if held is not None and _same_record(held, record):
-                        return False
-                    what = "registered with another record" if held is not None else "a device measured already"
-                    raise DeviceTaken(f"device {device_id!r} is in store {self.path} already, {what}: a registered "
-                                      "device is not changed; give the record another id")
+                        return "unchanged"
+                    if held is None:
+                        raise DeviceTaken(f"device {device_id!r} is in store {self.path} already, a device measured "
+                                          "already: a registration does not change it; give the record another id")
+                    if not replace:
+                        raise DeviceTaken(f"device {device_id!r} is in store {self.path} already, registered with "
+                                          "another record: give the record another id, or pass --replace to change "
+                                          "its figures")
+                    kept = _from_json(stored[1])
+                    full["reported"] = _to_json({**kept, REGISTRATION: record})
+                    changed = [c for c in DEVICE_COLUMNS if c not in ("device_id", "reported_name")]
+                    con.execute(f"UPDATE devices SET {', '.join(f'{c} = ?' for c in changed)} WHERE device_id = ?",
+                                [*(full[c] for c in changed), device_id])
+                    return "replaced"
                 con.execute(f"INSERT INTO devices ({', '.join(DEVICE_COLUMNS)}) "
                             f"VALUES ({', '.join('?' for _ in DEVICE_COLUMNS)})", [full[c] for c in DEVICE_COLUMNS])
         except duckdb.Error as err:
             raise StoreError(f"cannot register device {device_id!r}: {_first_line(err)}") from err
-        return True
+        return "added"
 
     def registered_devices(self) -> tuple[DeviceSpec, ...]:
         """The devices registered in this store (`devices add`), by id, as catalog rows; CorruptStore (one line) for

@@ -133,28 +133,34 @@ def devices(ctx: click.Context, vendor: str | None, db: Path | None, as_json: bo
 
 @devices.command("add")
 @click.argument("record", type=GivenPath(exists=True, dir_okay=False, path_type=Path))
+@click.option("--replace", is_flag=True,
+              help="Give a device registered under RECORD's id these figures instead (its measurements are kept).")
 @db_option
 @output_options
 @click.pass_context
-def devices_add(ctx: click.Context, record: Path, db: Path | None, as_json: bool) -> None:
+def devices_add(ctx: click.Context, record: Path, replace: bool, db: Path | None, as_json: bool) -> None:
     """Register a device the catalog lacks from RECORD, a JSON (or .toml) file of a catalog row's fields, each figure
     cited under `sources` (a catalog source's id, or {title, url}); import and publish then take it by its id or name.
 
     The record is checked as the catalog's rows are (and against every catalog chip's and registered device's id and
-    names); a refused one stores nothing.
+    names); a refused one stores nothing. A registered device keeps its record unless --replace is given.
     """
     from zmlx_pipeline.data.registered import register_device
 
     parent = ctx.parent.params if ctx.parent is not None else {}
     db = db if db is not None else parent.get("db")
     with store_to_fill(db) as store, final_step():  # a refusal leaves no new store behind
-        out = register_device(store, record)
+        out = register_device(store, record, replace)
     if as_json or parent.get("as_json"):
         emit(out, True)
         return
     device = out["device"]
     emit([device], False, ["id", "name", "vendor", "architecture", "gpu_cores", "memory_bandwidth_gbps",
                            "fp32_tflops", "aliases"])
+    if out["replaced"]:
+        click.echo(f"\n{device['id']} now has these figures in {out['store']}, its measurements kept: models trained "
+                   "before read its old ones, so train again, then publish")
+        return
     said = "registered" if out["added"] else "is registered already, unchanged,"
     click.echo(f"\n{device['id']} {said} in {out['store']}: import its files by the GPU name they report or with "
                f"--device {device['id']}")
