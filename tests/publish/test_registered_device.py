@@ -39,3 +39,44 @@ def test_a_registered_device_gets_its_profile_and_table_from_its_record(tmp_path
     load_bundle(root, strict=True)
     answer = predicted_config("toy_scale", {"rows": 64, "cols": 4096}, "float16", device="acme-x1")
     assert answer.evidence == "extrapolated" and set(answer.config) == {"TG", "VEC"}
+
+
+def test_the_gpu_a_process_detects_is_the_registered_device_its_name_tells(tmp_path, monkeypatch):
+    """A GPU the catalog lacks, registered in the store a bundle was published from, is found by the name its backend
+    reports (and its backend and core count): its lookups and profile answer from the device's table, not with the
+    default config; one of another core count still gets the default."""
+    import types
+
+    import zmlx_pipeline.data.detect as detect
+    import zmlx_pipeline.runtime as rt
+    from zmlx_pipeline.runtime.device import forget_current_device
+    from zmlx_pipeline.runtime.lookup import clear_cache
+
+    with Store(tmp_path / "s.duckdb") as store:
+        fill_toy(store)
+        register_device(store, record(tmp_path / "acme.json"))
+        publish(store, tmp_path / "bundles", devices=["acme-x1"], record=False, jobs=1)
+    bundle = rt.load_bundle(latest_dir(tmp_path / "bundles"), strict=True)
+    assert json.loads(bundle.data("profiles.json"))["devices"]["acme-x1"]["aliases"] == ["Acme X1"]
+    monkeypatch.delenv("ZMLX_PIPELINE_DEVICE", raising=False)
+    shape = {"rows": 64, "cols": 4096}
+    for reported, cores, found in (("NVIDIA Acme X1 Accelerator", 20, "acme-x1"), ("Acme X1", 20, "acme-x1"),
+                                   ("NVIDIA Acme X1 Accelerator", 10, None), ("NVIDIA Acme X2", 20, None)):
+        seen = types.SimpleNamespace(device_id="unknown", reported_name=reported, backend="cuda", gpu_cores=cores,
+                                     known=False, spec=None)
+        monkeypatch.setattr(detect, "detect_device", lambda *a, seen=seen, **k: seen)
+        forget_current_device()
+        clear_cache()  # the answers remembered for this process's device
+        rt.get_current_device_profile.cache_clear()
+        answer = rt.predicted_config("toy_scale", shape, "float16")
+        assert answer.device == found, reported
+        if found:
+            assert answer.evidence == "extrapolated" and answer.note.startswith(
+                f"this GPU ({reported}) is acme-x1, a device registered in the store bundle {bundle.bundle_id} was "
+                "published from. ")
+            assert rt.get_current_device_profile().device_id == "acme-x1"
+        else:
+            assert answer.evidence == "default" and answer.note.startswith(f"this GPU ({reported}) is not in the catalog")
+            assert rt.get_current_device_profile().device_id is None
+    forget_current_device()
+    rt.get_current_device_profile.cache_clear()

@@ -113,6 +113,8 @@ def device_records(store) -> dict[str, dict]:
         row = spec.as_row()
         row["device_id"] = row.pop("id")
         row["in_catalog"] = catalogued
+        if not catalogued:
+            row["aliases"] = list(spec.aliases)
         out.setdefault(row["device_id"], row)  # a catalog chip's id stays the catalog's
     for row in store.devices():
         merged = {**out.get(row["device_id"], {}), **{k: v for k, v in row.items() if v is not None}}

@@ -100,6 +100,8 @@ def build_profiles(devices: dict[str, dict], kernel_tables: dict[str, tuple[Kern
         learned_tg = general["threadgroup"]
         cands = general["candidates"] or _default_triple(catalog_tg, int(row.get("max_threads_per_threadgroup") or 1024))
         rec = {"device_id": device_id, **{k: row.get(k) for k in PROFILE_FIELDS}}
+        if row.get("in_catalog") is False and row.get("aliases"):  # the runtime finds a registered GPU by its names
+            rec["aliases"] = list(row["aliases"])
         rec.update({
             "catalog_default_threadgroup": catalog_tg,
             "evidence": general["evidence"],

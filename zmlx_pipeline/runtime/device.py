@@ -37,6 +37,8 @@ def current_device() -> tuple[str | None, str, bool]:
             elif not detected.known:
                 result = (None, f"this GPU ({detected.reported_name or detected.device_id}) is not in the catalog",
                           False)
+                _DETECTED[:] = [(detected.reported_name or "", detected.backend,
+                                 getattr(detected, "gpu_cores", None))]
             else:
                 result = (detected.device_id, "", False)
         except Exception as exc:  # noqa: BLE001 - no MLX, no backend: the lookup still answers, with a default
@@ -48,6 +50,33 @@ def current_device() -> tuple[str | None, str, bool]:
 def forget_current_device() -> None:
     """Detect again on the next lookup (tests, or after changing $ZMLX_PIPELINE_DEVICE)."""
     _CURRENT.clear()
+    _DETECTED.clear()
+
+
+#: (reported name, backend, core count) of the GPU this process detected when the catalog does not know it
+_DETECTED: list[tuple[str, str, int | None]] = []
+
+
+def registered_for_detected(profiles: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The id of the device a bundle holds as registered in its store (`devices add`: a profile of no catalog chip)
+    under the name this process's GPU reports, by the device's name or an alias as the catalog compares names, of the
+    GPU's backend and core count: the device whose tables a lookup then answers from. None when the GPU was not
+    detected as one the catalog lacks, or no one such device fits."""
+    if not _DETECTED:
+        return None
+    reported, backend, cores = _DETECTED[0]
+    try:
+        from zmlx_pipeline.data.catalog import normalize_name
+    except ImportError:
+        return None
+    wanted = normalize_name(reported)
+    if not wanted:
+        return None
+    fits = [device_id for device_id, p in profiles.items()
+            if p.get("in_catalog") is False and not p.get("core_limited_from") and p.get("backend") == backend
+            and (cores is None or p.get("gpu_cores") == cores)
+            and wanted in {normalize_name(n) for n in [p.get("name"), *(p.get("aliases") or ())] if isinstance(n, str)}]
+    return fits[0] if len(fits) == 1 else None
 
 
 def catalog_id_row(device_id: str) -> dict[str, Any] | None:

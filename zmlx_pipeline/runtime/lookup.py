@@ -60,6 +60,7 @@ from zmlx_pipeline.runtime.device import (
     current_device,
     current_device_id,
     mlx_not_on,
+    registered_for_detected,
 )
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
@@ -875,12 +876,17 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
         raise UnknownDtypeError(f"kernel {shown(kernel)} has no {dtype_name} tables in bundle {bundle.bundle_id}: "
                                 f"it was measured in {known(k.dtypes)} only")
     shape_map = _shape_dict(k, shape)
+    read_as = ""  # a detected GPU the catalog lacks, found among the devices the bundle's store registered
     if device is None:
         device_id, why_not, from_env = current_device()
         if device_id is not None:
             check_device_id(bundle, device_id, "$ZMLX_PIPELINE_DEVICE")
             if from_env:
                 _check_known_device(bundle, device_id, "$ZMLX_PIPELINE_DEVICE")
+        elif bundle is not None and (found := registered_for_detected(bundle.profiles)) is not None:
+            device_id = found
+            read_as = (f"{why_not.partition(' is not in the catalog')[0]} is {found}, a device registered in the store "
+                       f"bundle {bundle.bundle_id} was published from. ")
     else:
         device_id, why_not = device, ""
         check_device_id(bundle, device_id)
@@ -891,7 +897,7 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
     if device_id is None:
         return _default(bundle, kernel, k, None, dtype_name, shape_map, why_not)
     tables = _device_tables(state, device_id)
-    note = ""
+    note = read_as
     limited = ""  # a core limit no table holds: what the answer says of it
     if tables is None:
         if device_id in bundle.tables:  # held, but its table failed its checks (warned as it was read)

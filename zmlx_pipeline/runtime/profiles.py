@@ -22,8 +22,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from zmlx_pipeline.runtime.bundle import active_bundle, on_change
-from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device, zmlx_names
+from zmlx_pipeline.runtime.bundle import Bundle, active_bundle, on_change
+from zmlx_pipeline.runtime.device import (
+    FALLBACK_THREADGROUP,
+    catalog_row,
+    current_device,
+    registered_for_detected,
+    zmlx_names,
+)
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
     BadArgumentType,
@@ -343,6 +349,8 @@ def _current_profile(_bundle: object) -> DeviceTuningProfile:
         _check_id(device_id, "$ZMLX_PIPELINE_DEVICE")
         if from_env:
             _check_known(device_id, "$ZMLX_PIPELINE_DEVICE")
+    elif isinstance(_bundle, Bundle):  # a GPU the catalog lacks that the bundle's store registered (devices add)
+        device_id = registered_for_detected(_bundle.profiles)
     return profile_for_device(device_id) if device_id else _generic()
 
 
