@@ -54,3 +54,6 @@ def test_the_default_bundle_has_tables_for_the_chips_mlx_runs_on_only():
     assert pascal.evidence == "default" and pascal.note.startswith(
         "MLX does not run on device 'nvidia-gtx-1080-ti' (cuda sm_61; MLX runs on metal and cuda at sm_75 or newer), "
         f"so bundle {bundle.bundle_id} has no table for it")
+    named = rt.predicted_config("rmsnorm", shape, "float16", device="Tesla V100-SXM2-32GB")
+    assert (named.device, named.evidence) == ("nvidia-v100-sxm2-32gb", "default")  # a chip's name: answered as the chip
+    assert named.note.startswith("MLX does not run on device 'Tesla V100-SXM2-32GB' (cuda sm_70; ")

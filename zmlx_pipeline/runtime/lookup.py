@@ -909,14 +909,15 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
         if base != device_id:
             found = (nearest_limit(bundle.tables, base, device_id, row) if "@" in device_id
                      else (base, True) if bundle.tables.get(base) else None)
-        if found is None:
+        if found is None:  # a name of one catalog chip is answered as that chip (the catalog's id)
+            chip = base if row and "@" not in device_id else device_id
             not_on = mlx_not_on(row) if row else ""
             if not_on:
-                return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+                return _default(bundle, kernel, k, chip, dtype_name, shape_map,
                                 f"MLX does not run on device {device_id!r} ({not_on}), so bundle {bundle.bundle_id} "
                                 "has no table for it")
             known_where = "in the catalog but not" if row else "not in the catalog, nor"
-            return _default(bundle, kernel, k, device_id, dtype_name, shape_map,
+            return _default(bundle, kernel, k, chip, dtype_name, shape_map,
                             f"device {device_id!r} is {known_where} in bundle {bundle.bundle_id}")
         source, same = found
         tables = _device_tables(state, source)
