@@ -250,6 +250,15 @@ def mlx_chips_text() -> str:
     return " and ".join(parts)
 
 
+def mlx_not_on(row: dict[str, Any]) -> str:
+    """Why MLX does not run on a row's chip, as a message says it: `cuda sm_61; MLX runs on metal and cuda at sm_75 or
+    newer`; '' when it runs there."""
+    if mlx_runs_on(row):
+        return ""
+    chip = " ".join(str(row[k]) for k in ("backend", "architecture") if row.get(k)) or "no backend"
+    return f"{chip}; MLX runs on {mlx_chips_text()}"
+
+
 @lru_cache(maxsize=1)
 def _by_id() -> dict[str, DeviceSpec]:
     return {spec.id: spec for spec in load_catalog()}

@@ -44,7 +44,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import polars as pl
 
-from zmlx_pipeline.data.catalog import mlx_chips_text, mlx_runs_on
+from zmlx_pipeline.data.catalog import mlx_not_on, mlx_runs_on
 from zmlx_pipeline.data.records import DTYPES
 from zmlx_pipeline.progress import Steps
 from zmlx_pipeline.publish.legal import LegalConfigs
@@ -665,12 +665,11 @@ def _check_table_devices(models: ModelSet, records: Mapping[str, dict], devices:
         return
     measured = {d for km in models.kernels.values() for d in km.features.frame["device_id"].unique().to_list()}
     for device in devices:
-        row = records[device]
-        if not mlx_runs_on(row) and device not in measured:
-            chip = " ".join(str(row.get(k)) for k in ("backend", "architecture") if row.get(k)) or "no backend"
-            raise UnknownDevice(f"MLX does not run on device {device} ({chip}; MLX runs on {mlx_chips_text()}) and "
-                                "no kernel of this publish measured it, so no lookup table is built for it; its "
-                                f"profile is in every bundle (zmlx-pipeline profiles --device {device})")
+        why = mlx_not_on(records[device])
+        if why and device not in measured:
+            raise UnknownDevice(f"MLX does not run on device {device} ({why}) and no kernel of this publish measured "
+                                "it, so no lookup table is built for it; its profile is in every bundle (zmlx-pipeline "
+                                f"profiles --device {device})")
 
 
 def _check_shaped(models: ModelSet) -> None:

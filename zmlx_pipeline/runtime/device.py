@@ -95,13 +95,10 @@ def mlx_not_on(row: Mapping[str, Any]) -> str:
     """Why MLX does not run on a catalog row's chip, as a message says it (its backend and architecture, and the chips
     MLX runs on); '' when it runs there. Publish makes lookup tables only for chips MLX runs on."""
     try:
-        from zmlx_pipeline.data.catalog import mlx_chips_text, mlx_runs_on
+        from zmlx_pipeline.data.catalog import mlx_not_on as why
     except ImportError:
         return ""
-    if mlx_runs_on(dict(row)):
-        return ""
-    chip = " ".join(str(row[k]) for k in ("backend", "architecture") if row.get(k)) or "no backend"
-    return f"{chip}; MLX runs on {mlx_chips_text()}"
+    return why(dict(row))
 
 
 def catalog_candidates(name: str) -> tuple[str, ...]:
