@@ -242,3 +242,44 @@ def test_a_tune_answers_beside_a_newer_zmlxs_cache_file_and_caches_nothing(real_
                  measure=lambda *a: ("ok", 10.0), cache_path=str(path))
     assert first.source == again.source == "timed" and first.config == again.config and first.median_us == 10.0
     assert path.read_text() == text
+
+
+def test_a_narrowed_search_neither_replaces_nor_answers_a_wider_ones_winner(tmp_path):
+    """`threadgroups` or `configs` narrow a search: it answers from the cache only with one of its own configs, its
+    winner never replaces a cached one (a slower config would then answer every later tune), and an entry it wrote
+    answers no wider search later, which times again and replaces it."""
+    from zmlx_pipeline.runtime import AutotuneError, tune
+
+    shape = {"rows": 4096, "cols": 4096}
+
+    def measure(spec, cfg, shape, dtype):
+        return "ok", 1.0 if cfg["TG"] == 128 else 10.0
+
+    def run(path, **options):
+        return tune("rmsnorm", shape, "float16", device="nvidia-h200", measure=measure, cache_path=str(path), **options)
+
+    path = tmp_path / "autotune_v3.json"
+    wide = run(path, device_aware=False)
+    assert (wide.source, wide.config["TG"], wide.median_us) == ("timed", 128, 1.0)
+    stored = path.read_text()
+    narrow = run(path, threadgroups=[256])
+    assert (narrow.source, narrow.config["TG"], narrow.median_us) == ("timed", 256, 10.0)
+    kept = " ".join(f"{name}={value}" for name, value in sorted(wide.config.items()))
+    assert narrow.note.endswith(f"not cached: the cache keeps {kept} for this case, another search's winner")
+    given = run(path, configs=[{"TG": 512, "ROWS": 1, "VEC": 4}])
+    assert (given.source, given.config) == ("timed", {"TG": 512, "ROWS": 1, "VEC": 4})
+    assert path.read_text() == stored
+    assert (run(path, device_aware=False).source, run(path).config) == ("cache", wide.config)
+
+    first = tmp_path / "narrow_first.json"
+    assert run(first, threadgroups=[256]).config["TG"] == 256
+    (entry,) = [v for device in json.loads(first.read_text())["devices"].values() for v in device["entries"].values()]
+    assert entry["restricted"] is True
+    assert run(first, threadgroups=[256]).source == "cache"
+    later = run(first, device_aware=False)
+    assert (later.source, later.config["TG"]) == ("timed", 128)
+    (entry,) = [v for device in json.loads(first.read_text())["devices"].values() for v in device["entries"].values()]
+    assert entry["config"]["TG"] == 128 and "restricted" not in entry
+
+    with pytest.raises(AutotuneError, match="none of the 1 given configs is legal"):  # True is no ROWS of 1
+        run(path, configs=[{"TG": 128, "ROWS": True, "VEC": 8}], use_cache=False)

@@ -460,6 +460,19 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
                else _rules_broken(spec, shape, dtype, Limits.from_device_row(row)))
         raise AutotuneError(f"{spec.name}: no legal config for {shape} {dtype} on {chip}{why}")
     legal = runnable
+    given: list[dict] | None = None
+    if configs is not None:
+        # each given config as the legal config it equals, so 128.0 is launched and kept as the kernel's 128 (a
+        # bool is no number here: True stands for no 1)
+        legal_keys = {_given_key(c): c for c in legal}
+        picked = dict.fromkeys(t for t in (_given_key(c) for c in configs) if t in legal_keys)
+        given = [dict(legal_keys[t]) for t in picked]  # a config given twice is timed once
+        if not given:
+            raise AutotuneError(f"{spec.name}: none of the {len(configs)} given configs is legal for {shape} {dtype}")
+    # a search narrowed by `configs` or `threadgroups` answers from the cache only with one of its own configs, and
+    # its winner never replaces a usable entry, nor answers a wider search later (its entry says `restricted`)
+    restricted = configs is not None or threadgroups is not None
+    held = None  # the config of a usable cached entry this search does not take
     key = cache_file.entry_key(spec.name, spec.version, shape, spec.shape_grid.dims, dtype, list(spec.params))
     if use_cache:
         hit = cache_file.load_entries(dkey, cache_path, tuple(also)).get(key)
@@ -467,18 +480,18 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         problem = _cache_entry_problem(hit, config, spec.params, every) if hit is not None else ""
         if problem:  # a miss: timed again below, and the new winner replaces the entry
             _warn_bad_entry(cache_path, f"{spec.name} {shape} {dtype} on {dkey}", problem)
-        elif config is not None and config_id(config) in {config_id(c) for c in legal}:
-            return TuneResult(spec.name, shape, dtype, config, "cache", hit.get("median_us"), legal=len(legal), key=key)
+        elif config is not None:
+            narrower = hit.get("restricted") is True and not restricted
+            if not narrower and config_id(config) in {config_id(c) for c in (given or legal)}:
+                return TuneResult(spec.name, shape, dtype, config, "cache", hit.get("median_us"), legal=len(legal),
+                                  key=key)
+            if restricted:
+                held = config
     if use_cache and cache_path is None:  # the default ($ZMLX_CACHE_DIR): refused now, as a given path is
         cache_file.writable_path(None)
     note = ""
-    if configs is not None:
-        # each given config as the legal config it equals, so 128.0 is launched and kept as the kernel's 128
-        legal_keys = {tuple(sorted(c.items())): c for c in legal}
-        given = dict.fromkeys(t for t in (tuple(sorted(c.items())) for c in configs) if t in legal_keys)
-        cands = [dict(legal_keys[t]) for t in given]  # a config given twice is timed once
-        if not cands:
-            raise AutotuneError(f"{spec.name}: none of the {len(configs)} given configs is legal for {shape} {dtype}")
+    if given is not None:
+        cands = given
     elif device_aware:
         cands, note = pruned_candidates(spec, shape, dtype, legal, k=k, device=chip, detected=device is None)
     else:
@@ -520,11 +533,16 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         return TuneResult(spec.name, shape, dtype, config, _untimed_source(pred), None, timed, len(legal), wall, key,
                           f"{why}; using {how} (not cached)")
     best = min(ok, key=lambda t: t["median_us"])
-    if use_cache:
+    if use_cache and held is not None:
+        kept = " ".join(f"{name}={value}" for name, value in sorted(held.items()))
+        note = (note + "; " if note else "") + (f"not cached: the cache keeps {kept} for this case, another "
+                                                 "search's winner")
+    elif use_cache:
         launch = spec.launch(best["config"], shape)
         value = cache_file.entry_value(best["config"], dtype, launch.threadgroup, median_us=best["median_us"],
                                        candidates_timed=len(timed), legal_configs=len(legal), source="autotune",
-                                       grid=list(launch.grid), tuned_at=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                                       grid=list(launch.grid), tuned_at=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                       **({"restricted": True} if restricted else {}))
         try:
             cache_file.save_entries(dkey, {key: value}, meta, cache_path, tuple(also))
         except OSError as exc:  # a full disk: the winner is still launched, only not kept for the next process
@@ -532,6 +550,11 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
                                                                    exc)
     return TuneResult(spec.name, shape, dtype, dict(best["config"]), "timed", best["median_us"], timed, len(legal),
                       wall, key, note)
+
+
+def _given_key(config: Mapping[str, Any]) -> tuple:
+    """A config as `configs` matches it against the legal ones: by value, a bool apart from the number it equals."""
+    return tuple(sorted((name, isinstance(value, bool), value) for name, value in config.items()))
 
 
 def _rules_broken(spec, shape: Mapping[str, int], dtype: str, limits: Limits) -> str:
