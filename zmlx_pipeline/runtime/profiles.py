@@ -23,13 +23,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from zmlx_pipeline.runtime.bundle import Bundle, active_bundle, on_change
-from zmlx_pipeline.runtime.device import (
-    FALLBACK_THREADGROUP,
-    catalog_row,
-    current_device,
-    registered_for_detected,
-    zmlx_names,
-)
+from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device, registered_for_detected
+from zmlx_pipeline.runtime.device import zmlx_names
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
     BadArgumentType,
