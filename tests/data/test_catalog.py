@@ -614,3 +614,15 @@ def test_a_core_limit_may_follow_the_chips_name_as_people_write_it():
         resolve_device("NVIDIA H200@132sm")
     with pytest.raises(UnknownDevice, match="no catalog device with id 'NVIDIA H2000'"):
         resolve_device("NVIDIA H2000@66sm")
+
+
+@pytest.mark.parametrize("device_id", ["nvidia-h200@66sm@32sm", "NVIDIA H200@66sm@32sm"])
+def test_a_core_limit_of_a_core_limited_id_is_no_device(device_id):
+    """`nvidia-h200@66sm@32sm` would be stored as a device whose base is itself limited: a limit is of a chip."""
+    from zmlx_pipeline.data.catalog import UnknownDevice, core_limited_device, resolve_device
+
+    for resolve in (core_limited_device, resolve_device):
+        with pytest.raises(UnknownDevice) as exc:
+            resolve(device_id)
+        assert str(exc.value) == (f"{device_id!r} limits nvidia-h200@66sm, which is already core-limited; a core "
+                                  "limit is of a chip (give nvidia-h200@32sm)")

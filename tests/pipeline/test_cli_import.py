@@ -161,6 +161,26 @@ def test_unknown_device_names_the_options_and_device_with_device_map_is_refused(
     assert json.loads(result.output)[0]["device"] == "nvidia-gtx-1080-ti"
 
 
+def test_a_core_limit_of_a_core_limited_id_is_refused_by_device_and_device_map(db, tmp_path):
+    path = write(tmp_path / "vec" / "a.json", key_only_cache())
+    before = contents(db)
+    says = ("'nvidia-h200@66sm@32sm' limits nvidia-h200@66sm, which is already core-limited; a core limit is of a "
+            "chip (give nvidia-h200@32sm)")
+    result = invoke("import", "--db", db, "--device", "nvidia-h200@66sm@32sm", path)
+    assert result.exit_code == 1
+    assert result.output == (f"Error: --device {says}; `zmlx-pipeline devices` lists them, and `zmlx-pipeline "
+                             "devices add RECORD` registers a chip the catalog lacks\n")
+    device_map = tmp_path / "devices.json"
+    device_map.write_text('{"*.json": "nvidia-h200@66sm@32sm"}')
+    result = invoke("import", "--db", db, "--device-map", device_map, path)
+    assert result.exit_code == 1
+    assert result.output == f"Error: --device-map {device_map}: '*.json' -> {says}; `zmlx-pipeline devices` lists them\n"
+    assert contents(db) == before
+    result = invoke("import", "--db", db, "--device", "nvidia-h200@32sm", "--json", path)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)[0]["device"] == "nvidia-h200@32sm"
+
+
 def test_help_names_the_new_options():
     result = invoke("import", "--help")
     assert result.exit_code == 0

@@ -419,8 +419,8 @@ CORE_LIMITED_ID = re.compile(r"(.+)@([1-9][0-9]*)sm")
 def core_limited_device(device_id: str) -> DeviceSpec | None:
     """The row of a core-limited id (`<catalog id>@<N>sm`, as collect names an MPS-limited run: with_core_limit; the
     chip may be named as people write it, `NVIDIA H200@66sm`); None for text of another form; UnknownDevice when its
-    base names no one catalog chip, a chip whose cores are not SMs (Apple, AMD: an MPS limit is NVIDIA's), or N is not
-    below the chip's count."""
+    base names no one catalog chip, a core-limited id (a limit is of a chip), a chip whose cores are not SMs (Apple,
+    AMD: an MPS limit is NVIDIA's), or N is not below the chip's count."""
     limited = CORE_LIMITED_ID.fullmatch(device_id)
     if limited is None:
         return None
@@ -437,6 +437,9 @@ def core_limited_device(device_id: str) -> DeviceSpec | None:
         raise UnknownDevice(f"{device_id[:80]!r} limits {base.id} to a number of {len(limited.group(2))} digits, more "
                             f"SMs than any chip has; it has {base.gpu_cores} (a core limit is below that)")
     cores = int(limited.group(2))
+    if base.core_limited_from is not None:  # `nvidia-h200@66sm@32sm`: a limit of a limit would be stored as a device
+        raise UnknownDevice(f"{device_id[:80]!r} limits {base.id}, which is already core-limited; a core limit is of "
+                            f"a chip (give {base.core_limited_from}@{cores}sm)")
     if base.core_unit != "sms" or base.vendor != "nvidia":
         raise UnknownDevice(f"{device_id!r} limits {base.id} to {cores} SMs, but its cores are {CORE_UNIT_WORDS.get(base.core_unit, base.core_unit)}, not "
                             "SMs; a core limit (@<N>sm, CUDA MPS) is only of an NVIDIA chip (give the chip's own id)")
