@@ -841,6 +841,18 @@ def test_bad_device_maps_are_refused_before_anything_is_stored(seeded, tmp_path)
     assert snapshot(seeded) == before
 
 
+def test_a_reported_name_key_and_a_glob_that_give_one_file_two_devices_are_refused(seeded, tmp_path):
+    """A file matched by a glob and by its reported name gets no device picked between them; keys that agree do."""
+    path = write(tmp_path / "k" / "dm1.json", kt_cache({"16,1": entry()}, device_name="Testing"))
+    map_file = tmp_path / "map.json"
+    map_file.write_text('{"Testing": "nvidia-h200", "dm*.json": "nvidia-h100-sxm"}')
+    assert refused(seeded, path, device_map=map_file) == (
+        f"cannot import {path}: --device-map {map_file} gives it several devices ('dm*.json' -> nvidia-h100-sxm, "
+        "'Testing' -> nvidia-h200); make one key match it; nothing of it was stored")
+    map_file.write_text('{"Testing": "nvidia-h200", "dm*.json": "nvidia-h200"}')
+    assert [r["device"] for r in import_files(seeded, [path], device_map=map_file)] == ["nvidia-h200"]
+
+
 def test_a_bad_device_option_is_refused_with_what_to_give(store, tmp_path):
     path = write(tmp_path / "k" / "a.json", cache_doc())
     with pytest.raises(ImportFileError) as info:

@@ -741,22 +741,20 @@ class DeviceMap:
     def lookup(self, file: Path, reported: str) -> tuple[DeviceSpec, str] | None:
         """(row, key) for a data file: a glob matching its name or path first, else its reported device name.
 
-        Two matching globs that name different devices are refused: the map would be guessing.
+        Keys matching it (globs, or a glob and its reported name) that name different devices are refused: the map
+        would be guessing.
         """
         names = map_names(file)
-        hits = [(key, spec) for key, spec in self.entries  # ./a.json is a.json
-                if any(fnmatch.fnmatchcase(n, key) or fnmatch.fnmatchcase(n, posixpath.normpath(key)) for n in names)]
+        globs = [(key, spec) for key, spec in self.entries  # ./a.json is a.json
+                 if any(fnmatch.fnmatchcase(n, key) or fnmatch.fnmatchcase(n, posixpath.normpath(key)) for n in names)]
+        wanted = set(name_tokens(reported))
+        named = [(key, spec) for key, spec in self.entries
+                 if wanted and set(name_tokens(key)) == wanted and (key, spec) not in globs]
+        hits = globs + named
         if len({spec.id for _, spec in hits}) > 1:
             listed = ", ".join(f"{key!r} -> {spec.id}" for key, spec in hits)
             raise _fail(file, f"--device-map {self.path} gives it several devices ({listed}); make one key match it")
-        if hits:
-            return hits[0][1], hits[0][0]
-        if reported.strip():
-            wanted = set(name_tokens(reported))
-            for key, spec in self.entries:
-                if set(name_tokens(key)) == wanted:
-                    return spec, key
-        return None
+        return (hits[0][1], hits[0][0]) if hits else None
 
 
 def map_names(file: Path) -> tuple[str, ...]:
