@@ -72,6 +72,9 @@ def test_no_time_is_none(value):
     ("2024-13-01 10:00", "is no date and time (month must be in 1..12)"),
     ("2024-02-30 10:00", "is no date and time (day is out of range for month)"),
     ("2024-01-01 25:00", "is no date and time (hour must be in 0..23)"),
+    ("2024-01-01 12:61", "is no date and time (minute must be in 0..59)"),
+    ("2026-04-21 07:19:99 UTC", "is no date and time (second must be in 0..59)"),  # never 07:19:59
+    ("2026-04-21 07:19:61", "is no date and time (second must be in 0..59)"),
     ("2024-01-01 12:00 CET", "is not a date and time"),  # a zone's name says no offset that is sure
     ("2024-01-01T12:00:00+25:00", "names an offset of +25:00, which no time zone has"),
     ("20240101", "is not a date and time"),
@@ -131,6 +134,29 @@ def test_results_without_their_own_timestamp_take_the_file_s(store, tmp_path, fm
     (run,), rows = runs_and_rows(store)
     assert set(rows.values()) == {datetime(2025, 7, 1, 8)} and run["settings"]["measured_at_from"] == "file"
 
+
+@pytest.mark.parametrize("name, where, stamp", [
+    ("vectorAdd_rtx500ada.ktt.json", "result", "2026-04-21 07:19:99 UTC"),
+    ("vectorAdd_rtx500ada.ktt.json", "metadata", "2026-04-21 07:19:61 UTC"),
+    ("vectorAdd_rtx500ada.t4.json", "result", "2026-03-05 09:04:61 UTC"),
+])
+def test_a_second_past_59_refuses_the_file_naming_it(store, tmp_path, name, where, stamp):
+    """A second of 61 or 99 is no time, as a minute of 61 is: it refuses the file rather than being read as :59."""
+    doc = json.loads((WILD / name).read_text())
+    field, results, metadata = ("timestamp", "results", "metadata") if ".t4." in name else ("Timestamp", "Results",
+                                                                                            "Metadata")
+    for result in doc[results]:
+        if where == "metadata":
+            del result[field]
+    (doc[metadata] if where == "metadata" else doc[results][0])[field] = stamp
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ImportFileError) as err:
+        import_files(store, [path], device="nvidia-rtx-4000-ada")
+    message = str(err.value)
+    assert f"its timestamp {stamp!r} is no date and time (second must be in 0..59)" in message
+    assert "\n" not in message and message.endswith("nothing of it was stored")
+    assert store.runs() == [] and store.measurements() == []
 
 def test_a_results_file_holds_no_date_and_its_rows_carry_the_import_s_time(store):
     before = now()

@@ -64,8 +64,9 @@ def _text(text: str) -> Stamp:
     year, month, day = (int(p) for p in found["date"].split("-"))
     second = int(found["s"] or 0)
     micro = int((found["frac"] or "0")[:6].ljust(6, "0"))  # nanoseconds (KTT on Linux) are cut to microseconds
+    clock = 59 if second == 60 else second  # 61 and past are no second, refused as a minute of 61 is
     try:
-        at = datetime(year, month, day, int(found["h"] or 0), int(found["m"] or 0), min(second, 59), micro)
+        at = datetime(year, month, day, int(found["h"] or 0), int(found["m"] or 0), clock, micro)
     except ValueError as err:
         raise ValueError(f"{text!r:.80} is no date and time ({err})") from None
     if second == 60:  # a leap second, as a UTC clock may write it: the next minute's start
