@@ -237,3 +237,42 @@ def test_a_device_map_value_limiting_an_apple_chips_sms_is_refused(store, cache,
         "CUDA MPS) is only of an NVIDIA chip (give the chip's own id)") in said and "\n" not in said
     assert store.devices() == []
 
+
+
+WILD = Path(__file__).parent / "fixtures" / "kernel_tuner_wild"
+HUGE = "1" + "0" * 400  # 10**400: an integer json reads whole, past a float's range
+HUGE_SAID = "10000000000000000000... (401 digits), an integer past a float's range: neither a time nor a failure marker"
+
+
+def _with_huge(name: str, edit) -> str:
+    """A fixture's text with one value set by `edit` to 10**400, written as the 401 digits a file would hold."""
+    doc = json.loads((WILD / name).read_text())
+    edit(doc)
+    return json.dumps(doc).replace('"HUGE"', HUGE)
+
+
+def _t4_value(doc):
+    doc["results"][0].pop("times")
+    doc["results"][0]["measurements"][0]["value"] = "HUGE"
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("A4000.json", json.dumps(kt_cache({"16,1": entry(time="HUGE")})), f"cache entry '16,1': 'time' {HUGE_SAID}"),
+    ("A4000.json", json.dumps(kt_cache({"16,1": entry(times=[1.5, "HUGE"])})),
+     f"cache entry '16,1': its times hold {HUGE_SAID}"),
+    ("a.t4.json", _with_huge("vectorAdd_rtx500ada.t4.json", lambda d: d["results"][0]["times"].update(
+        runtimes=[90.0, "HUGE"])), f"result 0: its times hold {HUGE_SAID}"),
+    ("a.t4.json", _with_huge("vectorAdd_rtx500ada.t4.json", _t4_value), f"result 0: time {HUGE_SAID}"),
+    ("a.ktt.json", _with_huge("vectorAdd_rtx500ada.ktt.json", lambda d: d["Results"][0].update(
+        TotalDuration="HUGE")), f"result 0: time {HUGE_SAID}"),
+    ("A4000.json", _with_huge("vector_add_results.json", lambda d: d["data"][0].update(time="HUGE")),
+     f"record 0: time {HUGE_SAID}"),
+])
+def test_an_integer_time_past_a_float_s_range_is_refused_naming_the_entry(store, tmp_path, name, text, says):
+    """float() of a 401-digit time raises: it is refused as a NaN time is, in one line, never a traceback."""
+    path = tmp_path / "k" / name
+    path.parent.mkdir()
+    path.write_text(text.replace('"HUGE"', HUGE))
+    assert HUGE in path.read_text()
+    device = None if name == "A4000.json" else "nvidia-rtx-4000-ada"
+    assert import_refused(store, [path], device=device) == f"cannot import {path}: {says}; nothing of it was stored"

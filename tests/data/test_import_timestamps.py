@@ -83,6 +83,7 @@ def test_no_time_is_none(value):
     (float("nan"), "is nan, not a date and time"),
     (-5, "is -5, not a date and time"),
     (1e21, "too large to be a count of seconds or nanoseconds since 1970"),
+    (10**400, "is 10000000000000000000... (401 digits), too large to be a count of seconds or nanoseconds"),
 ])
 def test_what_is_no_time_is_refused_saying_why(value, says):
     with pytest.raises(ValueError, match=None) as err:

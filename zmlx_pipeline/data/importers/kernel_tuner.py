@@ -490,7 +490,29 @@ def _number(value: Any) -> bool:
 
 
 def _positive(value: Any) -> bool:
-    return _number(value) and math.isfinite(value) and value > 0
+    return _number(value) and not _huge_integer(value) and math.isfinite(value) and value > 0
+
+
+def _huge_integer(value: Any) -> bool:
+    """Whether a JSON number is an integer past a float's range (10**400): no time a tuner writes, and float() of it
+    raises; one past _MAX_INT_DIGITS digits reads as _TooLarge, its text all digits."""
+    if isinstance(value, _TooLarge):
+        return not any(c in value.text for c in ".eE")
+    if not isinstance(value, int) or isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return True
+    return False
+
+
+def _check_not_huge(path: Path, where: str, what: str, value: Any) -> None:
+    """Refuse an integer time past a float's range, naming it cut short (a 401-digit time is one short line)."""
+    if _huge_integer(value):
+        shown_as = repr(value) if isinstance(value, _TooLarge) else shown_number(str(value))
+        raise _fail(path, f"{where}: {what} {shown_as}, an integer past a float's range: neither a time nor a "
+                          "failure marker")
 
 
 def _timing(path: Path, where: str, times: Any, fallback: Any, scale: float) -> tuple[float, float, float, int]:
@@ -499,6 +521,8 @@ def _timing(path: Path, where: str, times: Any, fallback: Any, scale: float) -> 
     An ok row's times must all be finite and positive: anything else is refused, naming the entry.
     """
     if isinstance(times, list) and times:
+        for t in times:
+            _check_not_huge(path, where, "its times hold", t)
         bad = [t for t in times if not _positive(t)]
         if bad:
             raise _fail(path, f"{where}: its times hold {bad[0]!r}, not a positive finite time")
@@ -508,6 +532,7 @@ def _timing(path: Path, where: str, times: Any, fallback: Any, scale: float) -> 
     if times not in (None, []) and not isinstance(times, list):
         raise _fail(path, f"{where}: its times are not a list")
     if _number(fallback):
+        _check_not_huge(path, where, "time", fallback)
         if not _positive(fallback):
             raise _fail(path, f"{where}: time {fallback!r} is not a positive finite time")
         _check_least_time(path, where, fallback, scale)
@@ -1183,6 +1208,7 @@ def _cache_outcome(path: Path, where: str, entry: dict, objective: str) -> tuple
     time = entry["time"]
     if not _number(time):
         raise _fail(path, f"{where}: 'time' is neither a number nor a failure marker")
+    _check_not_huge(path, where, "'time'", time)
     if math.isnan(time):
         raise _fail(path, f"{where}: 'time' is NaN, neither a time nor a failure marker")
     if time >= _FAILED_TIME_MS:

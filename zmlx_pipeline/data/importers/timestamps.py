@@ -15,6 +15,8 @@ import re
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
+from zmlx_pipeline.core.errors import shown_number
+
 #: a date, a time (hours and minutes at least; fields of one digit as KTT writes them) and a zone
 _STAMP = re.compile(
     r"(?P<date>[0-9]{4}-[0-9]{1,2}-[0-9]{1,2})"
@@ -48,6 +50,9 @@ def read_timestamp(value: Any) -> Stamp | None:
 
 def _epoch(value: float) -> Stamp:
     """A count of seconds (or milliseconds, microseconds, nanoseconds, by its size) since 1970, which is UTC."""
+    if isinstance(value, int) and value >= _EPOCH_UNITS[-1][0]:  # 10**400 too: float() of it would raise
+        raise ValueError(f"is {shown_number(str(value))}, too large to be a count of seconds or nanoseconds since "
+                         "1970")
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"is {value!r}, not {_FORMS}")
     per_second = next((per for bound, per in _EPOCH_UNITS if value < bound), None)
