@@ -276,3 +276,20 @@ def test_an_integer_time_past_a_float_s_range_is_refused_naming_the_entry(store,
     assert HUGE in path.read_text()
     device = None if name == "A4000.json" else "nvidia-rtx-4000-ada"
     assert import_refused(store, [path], device=device) == f"cannot import {path}: {says}; nothing of it was stored"
+
+
+@pytest.mark.parametrize("where", ["kernel_name", "folder"])
+def test_a_kernel_name_holding_a_colon_is_refused(store, tmp_path, where):
+    """`os:system` would be stored, but `kernels -k os:system` reads it as a module:attr path and never lists it."""
+    if where == "kernel_name":
+        path = write(tmp_path / "k" / "A4000.json", kt_cache({"16,1": entry()}, kernel_name="os:system"))
+    else:
+        path = write(tmp_path / "os:system" / "A4000.json", kt_cache({"16,1": entry()}, kernel_name=None))
+    assert import_refused(store, [path]) == (
+        f"cannot import {path}: kernel name 'os:system' holds ':', which names a module:attr kernel, not an imported "
+        "one; give the file a kernel_name, or pass --kernel NAME; nothing of it was stored")
+    assert import_refused(store, [path], kernel="examples.row_scale:SPEC") == (
+        "--kernel 'examples.row_scale:SPEC' holds ':', which names a module:attr kernel, not an imported one; give a "
+        "name without ':'")
+    import_files(store, [path], kernel="os_system")
+    assert {m["kernel"] for m in store.measurements()} == {"os_system"}

@@ -181,6 +181,23 @@ def test_a_core_limit_of_a_core_limited_id_is_refused_by_device_and_device_map(d
     assert json.loads(result.output)[0]["device"] == "nvidia-h200@32sm"
 
 
+def test_a_kernel_name_holding_a_colon_is_refused_in_one_line(db, tmp_path):
+    doc = key_only_cache()
+    doc["kernel_name"] = "os:system"
+    path = write(tmp_path / "vec" / "a.json", doc)
+    before = contents(db)
+    result = invoke("import", "--db", db, path)
+    assert result.exit_code == 1
+    assert result.output == (f"Error: cannot import {path}: kernel name 'os:system' holds ':', which names a "
+                             "module:attr kernel, not an imported one; give the file a kernel_name, or pass --kernel "
+                             "NAME; nothing of it was stored\n")
+    result = invoke("import", "--db", db, "--kernel", "examples.row_scale:SPEC", path)
+    assert result.exit_code == 1
+    assert result.output == ("Error: --kernel 'examples.row_scale:SPEC' holds ':', which names a module:attr kernel, "
+                             "not an imported one; give a name without ':'\n")
+    assert contents(db) == before
+
+
 def test_help_names_the_new_options():
     result = invoke("import", "--help")
     assert result.exit_code == 0

@@ -1042,6 +1042,14 @@ def blank_name(what: str, value: Any) -> str:
     return what if isinstance(value, str) and not value.strip() else ""
 
 
+def _module_attr_problem(what: str, name: str) -> str | None:
+    """Why an imported kernel's name holds no ':': `kernels -k` and the other commands read `a:b` as a module:attr
+    path to load from Python, so a kernel stored under it could never be listed or trained by its name."""
+    if ":" in name:
+        return f"{what} {shown(name)} holds ':', which names a module:attr kernel, not an imported one"
+    return None
+
+
 def name_field(path: Path, what: str, value: Any) -> str:
     """A name a file gives (a kernel's): "" when it gives none (absent, null or blank); refused when it is not text."""
     if value is None:
@@ -1614,7 +1622,7 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
     if not (kernel or benchmark) and entries.blank_name:
         raise _fail(path, f"{entries.blank_name} is empty; give the file a kernel_name, or pass --kernel NAME")
     name = kernel or benchmark or entries.kernel_name or path.absolute().parent.name
-    problem = name_problem("kernel name", name)
+    problem = name_problem("kernel name", name) or _module_attr_problem("kernel name", name)
     if problem is not None:
         raise _fail(path, f"{problem}; give the file a kernel_name, or pass --kernel NAME")
     spec, matched_name, device_from = _resolve_device(path, reported, device, device_map, name, registered)
@@ -1895,6 +1903,10 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     """
     if device is not None and device_map is not None:
         raise ImportFileError("give --device (one device for every file) or --device-map, not both")
+    if kernel:
+        problem = _module_attr_problem("--kernel", kernel)
+        if problem is not None:
+            raise ImportFileError(f"{problem}; give a name without ':'")
     registered = store.registered_devices()
     chosen = device_from_option(device, registered) if device is not None else None
     mapping = device_map
