@@ -256,3 +256,19 @@ def test_replace_mends_a_registered_devices_figures_and_says_to_train_again(db, 
                                               aliases=[]), "--db", db, "--replace")
     assert refused.exit_code == 1 and "Traceback" not in refused.output  # a catalog chip's id is never replaced
     assert contents(db)[3] == (spec,)
+
+
+@pytest.mark.parametrize("device", ["acme-x1@10sm", "Acme X1@10sm"])
+def test_a_core_limit_of_a_registered_device_is_refused_naming_it(db, tmp_path, device):
+    """A core limit is of a catalog chip only: one of a registered device is refused saying what it is, not with
+    catalog ids like it."""
+    assert invoke("devices", "add", record(tmp_path / "acme.json"), "--db", db).exit_code == 0
+    before = contents(db)
+    tuned = tmp_path / "vec" / "x1.json"
+    tuned.parent.mkdir()
+    tuned.write_text(json.dumps(cache("NVIDIA Acme X1 Accelerator")))
+    result = invoke("import", "--db", db, "--device", device, tuned)
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert result.output.startswith(f"Error: --device {device!r} limits acme-x1, a device registered in the store; a "
+                                    "core limit (@<N>sm) is only of a catalog chip (give acme-x1)")
+    assert contents(db) == before

@@ -416,11 +416,11 @@ def match_device_by_cores(name: str, gpu_cores: int | None) -> DeviceSpec | None
 CORE_LIMITED_ID = re.compile(r"(.+)@([1-9][0-9]*)sm")
 
 
-def core_limited_device(device_id: str) -> DeviceSpec | None:
+def core_limited_device(device_id: str, registered: tuple[DeviceSpec, ...] = ()) -> DeviceSpec | None:
     """The row of a core-limited id (`<catalog id>@<N>sm`, as collect names an MPS-limited run: with_core_limit; the
     chip may be named as people write it, `NVIDIA H200@66sm`); None for text of another form; UnknownDevice when its
-    base names no one catalog chip, a core-limited id (a limit is of a chip), a chip whose cores are not SMs (Apple,
-    AMD: an MPS limit is NVIDIA's), or N is not below the chip's count."""
+    base names no one catalog chip (saying so of a device `registered` in the store), a core-limited id (a limit is of
+    a chip), a chip whose cores are not SMs (Apple, AMD: an MPS limit is NVIDIA's), or N is not below its count."""
     limited = CORE_LIMITED_ID.fullmatch(device_id)
     if limited is None:
         return None
@@ -432,6 +432,10 @@ def core_limited_device(device_id: str) -> DeviceSpec | None:
         except AmbiguousDevice:
             raise
         except UnknownDevice:
+            mine = _registered_device(limited.group(1), registered)
+            if mine is not None:
+                raise UnknownDevice(f"{device_id[:80]!r} limits {mine.id}, a device registered in the store; a core "
+                                    f"limit (@<N>sm) is only of a catalog chip (give {mine.id})") from None
             raise no_id from None  # the id's own message, with the ids close to it
     if len(limited.group(2)) > 6:  # past any chip's cores, and past what int() reads at 4,300 digits
         raise UnknownDevice(f"{device_id[:80]!r} limits {base.id} to a number of {len(limited.group(2))} digits, more "
@@ -476,7 +480,7 @@ def resolve_device(name_or_id: str, registered: tuple[DeviceSpec, ...] = ()) -> 
         return get_device(name_or_id)
     except UnknownDevice:
         pass
-    limited = core_limited_device(name_or_id)
+    limited = core_limited_device(name_or_id, registered)
     if limited is not None:
         return limited
     candidates, told = _candidates(name_or_id)
