@@ -703,9 +703,15 @@ def test_t4_variants_invalidity_values_units_and_missing_measurements(store, tmp
     got = {m["config"]["block_size_x"]: (m["status"], m["median_us"], m["samples"]) for m in store.measurements()}
     assert got == {16: ("ok", 2000.0, 3), 32: ("ok", 4000.0, 1), 64: ("compile_error", None, 0),
                    128: ("launch_error", None, 0), 256: ("timeout", None, 0), 512: ("wrong_result", None, 0)}
+    assert "time_unit_assumed" not in store.runs()[0]["settings"]  # its results name theirs
     for unit, scale in (("microseconds", 1.0), ("us", 1.0), ("ns", 1e-3), ("sec", 1e6), ("MILLISECONDS", 1e3)):
         one = t4([t4_result(16, "correct", [3.0])], {"timeunit": unit, "problem_size": [1000]})
-        assert parse_file(write(tmp_path / "u" / "A4000_T4.json", one)).measurements[0].median_us == 3.0 * scale
+        parsed = parse_file(write(tmp_path / "u" / "A4000_T4.json", one))
+        assert parsed.measurements[0].median_us == 3.0 * scale and "time_unit_assumed" not in parsed.source
+    # a file naming no unit anywhere is read in Kernel Tuner's, and its run's settings say so
+    unnamed = parse_file(write(tmp_path / "n" / "A4000_T4.json", t4([t4_result(16, "correct", [3.0])],
+                                                                     {"problem_size": [1000]})))
+    assert unnamed.measurements[0].median_us == 3000.0 and unnamed.source["time_unit_assumed"] == "milliseconds"
 
 
 @pytest.mark.parametrize(

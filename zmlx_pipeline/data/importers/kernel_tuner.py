@@ -1093,6 +1093,7 @@ class _Entries(NamedTuple):
     blank_name: str = ""  # the field that gives the kernel's name as blank text ("its kernel_name"), if one does
     stamps: tuple = ()  # each config's timestamp as the file writes it (None where it gives none), when it gives any
     file_stamp: tuple[Any, str] | None = None  # the file's one timestamp and where it is, for configs without one
+    time_unit_assumed: str | None = None  # the unit its times were read in where the file names none (a T4 file)
 
 
 def _param_names(path: Path, data: dict) -> tuple[list[str], str]:
@@ -1465,8 +1466,10 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
         device = _device_in_metadata(companion_data)
     blank = "" if kernel else blank_name("its metadata's kernel_name", metadata.get("kernel_name"))
     file_stamp = (metadata[_STAMP_FIELD], f"its metadata's {_STAMP_FIELD}") if _STAMP_FIELD in metadata else None
+    named_unit = metadata.get("timeunit") is not None or any(_time_unit(r) for r in results if isinstance(r, dict))
     return _Entries(configs, outcomes, kernel, device, metadata.get("problem_size"), skipped, layout,
-                    labels=tuple(labels), blank_name=blank, stamps=tuple(stamps), file_stamp=file_stamp)
+                    labels=tuple(labels), blank_name=blank, stamps=tuple(stamps), file_stamp=file_stamp,
+                    time_unit_assumed=None if named_unit else _DEFAULT_TIME_UNIT)
 
 
 def _ktt_text_value(value: Any) -> Any:
@@ -1679,6 +1682,8 @@ def _parse_section(path: Path, sha: str, fmt: str, entries: _Entries, t1: dict |
         source["filled_from_defaults"] = filled
     if entries.time_rewritten:
         source["entries_timed_by_time_not_times"] = entries.time_rewritten
+    if entries.time_unit_assumed is not None:  # a T4 file naming no unit: Kernel Tuner's, said so as a dtype is
+        source["time_unit_assumed"] = entries.time_unit_assumed
     return ParsedFile(path=path, sha256=sha, format=fmt, kernel=name, kernel_version=version, device=spec,
                       reported_device=reported, shape=shape, measurements=measurements, skipped=entries.skipped,
                       source=source)
