@@ -226,10 +226,13 @@ def test_query_shards_in_place_matches_ingested_summary(store, make_measurement,
     assert query_shards(shards) == store.summary()
     assert query_shards(shards, device=GPU) == store.summary(device=GPU)
     assert query_shards(shards / "mac.parquet") == store.summary(device=MAC)
-    assert query_shards(shards, kernel="softmax")[0] == {
+    (first, *_), timed = query_shards(shards, kernel="softmax"), store.summary(device=MAC, kernel="softmax")[0]
+    assert first == {
         "device": MAC, "kernel": "softmax", "dtype": "float16", "measurements": 6,
         "by_status": {"ok": 4, "launch_error": 2}, "shapes": 2, "shapes_ok": 2,
+        "first_measured_at": timed["first_measured_at"], "last_measured_at": timed["last_measured_at"],
     }
+    assert first["first_measured_at"] is not None
     con = duckdb.connect()
     (n,) = con.execute("SELECT count(*) FROM read_parquet(?)", [str(shards / "*.parquet")]).fetchone()
     con.close()
