@@ -405,6 +405,16 @@ BAD_ROWS = {
                                         "device_reported must be a JSON object"),
     "device reported huge number": (f"'{'9' * 5000}' AS device_reported", "TRUE", "device_reported must be a JSON object"),
     "run settings a list": ("'[1]' AS run_settings", "TRUE", "run_settings must be a JSON object"),
+    "run settings of inf": ("""'{"repeats": 1e999}' AS run_settings""", "TRUE",
+                            "run_settings holds the number 1e999, which is not finite: write it as strict JSON"),
+    "device reported nan": ("""'{"memory": NaN}' AS device_reported""", "TRUE",
+                            "device_reported holds the number NaN, which is not finite"),
+    # what collect keeps beside a timing: a JSON object, read back by every reader of the row
+    "extra not json": ("'{bad' AS extra", "_n = 2", "row 1: extra must be a JSON object, not '{bad'; nothing"),
+    "extra of inf": ("""'{"chain": 1e999}' AS extra""", "TRUE", "extra holds the number 1e999, which is not finite"),
+    "extra of -Infinity": ("""'{"chain": -Infinity}' AS extra""", "TRUE",
+                           "extra holds the number -Infinity, which is not finite"),
+    "extra a list": ("'[1]' AS extra", "TRUE", "extra must be a JSON object, not '[1]'"),
     "negative core count": ("-3 AS device_gpu_cores", "TRUE", "device_gpu_cores must be a finite number above 0"),
     "infinite clock": ("CAST('inf' AS DOUBLE) AS device_clock_mhz", "TRUE",
                        "device_clock_mhz must be a finite number above 0"),
@@ -698,6 +708,23 @@ def test_the_cli_refuses_a_bad_shard_in_one_line_and_ingests_nothing(store, make
     assert "rows='big' is not a positive integer" in result.output
     with Store(db, read_only=True) as central:
         assert contents(central) == before
+
+
+def test_the_cli_refuses_extra_text_that_is_no_json_and_ingests_nothing(store, make_measurement, tmp_path):
+    """A row whose extra no JSON reader takes would make every later read of the store fail: refused at the door."""
+    from click.testing import CliRunner
+
+    from zmlx_pipeline.pipeline.cli import cli
+
+    fill(store, make_measurement, MAC)
+    export_shard(store, tmp_path / "good.parquet")
+    _rewrite(tmp_path / "good.parquet", tmp_path / "bad.parquet", "'{bad' AS extra", "_n = 3")
+    db = tmp_path / "central.duckdb"
+    result = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(tmp_path / "bad.parquet")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: {tmp_path / 'bad.parquet'}, row 1: extra must be a JSON object, "
+                                    "not '{bad'; nothing was ingested")
+    assert not db.exists()
 
 
 def test_a_path_that_is_no_regular_file_is_refused_unread(store, tmp_path):

@@ -153,6 +153,32 @@ def _json(text: Any) -> Any:
         return _NOT_JSON
 
 
+class _NotFinite(ValueError):
+    """A JSON number that is no finite float (NaN, Infinity, 1e999): strict JSON has none."""
+
+
+def _finite_float(token: str) -> float:
+    if not math.isfinite(float(token)):
+        raise _NotFinite(token)
+    return float(token)
+
+
+def _json_object_problem(name: str, text: Any) -> str | None:
+    """Why a JSON text column's value (null, or an object) cannot be stored: text that is not JSON, not an object, or
+    holds a number that is not finite (NaN, Infinity, 1e999), which strict JSON, as the store writes it, has not."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text, parse_constant=_finite_float, parse_float=_finite_float) \
+            if isinstance(text, str) else None
+    except _NotFinite as err:
+        return (f"{name} holds the number {str(err)[:40]}, which is not finite: write it as strict JSON (finite "
+                "numbers, no NaN or inf), as export does")
+    except (ValueError, RecursionError):  # not JSON, nested too deep, or a number past int's digit limit
+        value = None
+    return None if isinstance(value, dict) else f"{name} must be a JSON object, not {text!r:.40}"
+
+
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -302,14 +328,9 @@ def _device(*values: Any) -> str | None:
                               or not 0 < v <= _MAX_DEVICE_NUMBER):
             return f"{name} must be a finite number above 0, not {v!r:.40}"
     for name, v in zip(_DEVICE_OBJECTS, objects):
-        if v is None:
-            continue
-        try:
-            parsed = json.loads(v) if isinstance(v, str) else None
-        except (ValueError, RecursionError):  # not JSON, nested too deep, or a number past int's digit limit
-            parsed = None
-        if not isinstance(parsed, dict):
-            return f"{name} must be a JSON object, not {v!r:.40}"
+        problem = _json_object_problem(name, v)
+        if problem is not None:
+            return problem
     return None
 
 
@@ -377,6 +398,7 @@ _CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
     (("dtype",), _dtype),
     (("shape",), _shape),
     (("config",), _config),
+    (("extra",), lambda v: _json_object_problem("extra", v)),
     (("repeats", "run_id", "median_us"), _repeats),
     (("kernel", "shape", "config"), _builtin),
     (("kernel", "status", "dtype", "shape", "config", *_LIMIT_COLUMNS.values()), _legal),
