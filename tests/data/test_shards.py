@@ -33,7 +33,8 @@ def fill(store: Store, make_measurement, device: str, configs=(64, 128, 256), sh
     """A device row, a finished run and one measurement per (shape, config); returns the run id."""
     figures = {"vendor": "test", "gpu_cores": 40, "memory_bandwidth_gbps": 400.0}  # MAC: a chip the catalog lacks
     if device == GPU:  # a catalog chip's shard gives its catalog figures
-        figures = {"vendor": "nvidia", "gpu_cores": 132, "memory_bandwidth_gbps": 3350.0}
+        figures = {"name": "NVIDIA H100 SXM5 80GB", "vendor": "nvidia", "gpu_cores": 132,
+                   "memory_bandwidth_gbps": 3350.0}
     store.upsert_device({"device_id": device, "name": device.upper(), **figures, "in_catalog": True,
                          "reported": {"device_name": device}})
     run = store.start_run(device, host="host-" + device, backend="metal", mlx_version="0.29.1",
@@ -625,6 +626,13 @@ CATALOG_CONTRADICTIONS = {
         f"device_core_limited_from is 'nvidia-h200', but {GPU}@66sm is limited from {GPU}; a core-limited device "
         "names the chip it is limited from"),
     "another simd width": ("64 AS device_simd_width", f"device_simd_width is 64, but the catalog gives {GPU} 32"),
+    "another chip's name": ("'Fake name' AS device_name",
+                            f"device_name is 'Fake name', but the catalog names {GPU} 'NVIDIA H100 SXM5 80GB'"),
+    "a core limit under another name": (
+        f"'{GPU}@32sm' AS device_id, 32 AS device_gpu_cores, '{GPU}' AS device_core_limited_from, 'Fake name' AS "
+        "device_name, 'NVIDIA H100 80GB HBM3' AS device_reported_name",
+        f"device_name is 'Fake name', but the catalog names {GPU}@32sm 'NVIDIA H100 SXM5 80GB [32 SMs]' or "
+        "'NVIDIA H100 80GB HBM3 [32 SMs]'"),
 }
 
 
@@ -655,7 +663,8 @@ def test_a_core_limited_chip_and_figures_left_empty_pass_the_catalog_check(store
     shard = tmp_path / "gpu.parquet"
     export_shard(store, shard)
     limited, empty = tmp_path / "limited.parquet", tmp_path / "empty.parquet"
-    _rewrite(shard, limited, f"'{GPU}@66sm' AS device_id, 66 AS device_gpu_cores, '{GPU}' AS device_core_limited_from")
+    _rewrite(shard, limited, f"'{GPU}@66sm' AS device_id, 66 AS device_gpu_cores, '{GPU}' AS device_core_limited_from, "
+             "'NVIDIA H100 SXM5 80GB [66 SMs]' AS device_name")
     _rewrite(shard, empty, "NULL::DOUBLE AS device_memory_bandwidth_gbps, NULL::VARCHAR AS device_vendor")
     with Store(tmp_path / "central.duckdb") as central:
         assert ingest_shards(central, [limited, empty])["added"] == 12
@@ -679,6 +688,25 @@ def test_the_cli_refuses_a_relabelled_chip_in_one_line_and_stores_nothing(store,
     assert result.output.startswith(f"Error: {tmp_path / 'apple.parquet'}, row 1: device_vendor is 'nvidia', but "
                                     "the catalog gives apple-m3-max-40c 'apple'")
     assert db.read_bytes() == before
+
+
+def test_the_cli_refuses_a_catalog_chip_under_another_name_and_stores_nothing(store, make_measurement, tmp_path):
+    """A shard may not rename a catalog chip: the first shard of a device decides its stored row."""
+    from click.testing import CliRunner
+
+    from zmlx_pipeline.pipeline.cli import cli
+
+    fill(store, make_measurement, GPU)
+    export_shard(store, tmp_path / "gpu.parquet")
+    _rewrite(tmp_path / "gpu.parquet", tmp_path / "renamed.parquet",
+             f"'{GPU}@32sm' AS device_id, 32 AS device_gpu_cores, '{GPU}' AS device_core_limited_from, "
+             "'Fake name' AS device_name")
+    db = tmp_path / "central.duckdb"
+    result = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(tmp_path / "renamed.parquet")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: {tmp_path / 'renamed.parquet'}, row 1: device_name is 'Fake name', but "
+                                    f"the catalog names {GPU}@32sm 'NVIDIA H100 SXM5 80GB [32 SMs]'")
+    assert not db.exists()
 
 
 def test_every_committed_shard_passes_the_row_checks():

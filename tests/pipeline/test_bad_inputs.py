@@ -73,7 +73,7 @@ def home(tmp_path, monkeypatch, make_measurement):
 
     monkeypatch.chdir(tmp_path)
     with Store(default_db_path()) as store:
-        store.upsert_device({"device_id": "nvidia-h200", "name": "NVIDIA H200", "vendor": "nvidia"})
+        store.upsert_device({"device_id": "nvidia-h200", "name": "NVIDIA H200 SXM 141GB", "vendor": "nvidia"})
         store.record([make_measurement(device_id="nvidia-h200", kernel="rmsnorm", shape={"rows": r, "cols": 512},
                                        config={"TG": tg}, median_us=float(tg + r))
                       for r in (1, 8) for tg in (32, 64)])

@@ -21,7 +21,7 @@ def filled(store, make_measurement, tmp_path):
     """A store with two devices' worth of measurements, one shape all failed, timed on 2026-03-05 and 2026-03-07."""
     from datetime import datetime
 
-    store.upsert_device({"device_id": "nvidia-h200", "name": "NVIDIA H200", "vendor": "nvidia"})
+    store.upsert_device({"device_id": "nvidia-h200", "name": "NVIDIA H200 SXM 141GB", "vendor": "nvidia"})
     ms = [
         make_measurement(device_id="nvidia-h200", kernel="rmsnorm", shape={"rows": 1, "cols": 512}, config={"TG": 32},
                          measured_at=datetime(2026, 3, 7, 7, 19, 6)),

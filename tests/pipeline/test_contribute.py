@@ -53,7 +53,7 @@ def _small(store, out, device, **kw):
 
 def test_contribute_writes_every_measurement_of_the_device(store, tmp_path):
     device = _m5_max()
-    store.upsert_device({"device_id": "nvidia-h200", "name": "NVIDIA H200"})
+    store.upsert_device({"device_id": "nvidia-h200", "name": "NVIDIA H200 SXM 141GB"})
     made = _small(store, tmp_path / "out", device, budget_s=None, day=dt.date(2026, 3, 11))
     assert made.path == tmp_path / "out" / "apple-m5-max-40c-2026-03-11.parquet" and made.known
     assert made.collected.stopped == "finished" and made.rows == made.collected.done > 0

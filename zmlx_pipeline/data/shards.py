@@ -357,10 +357,12 @@ def _differs(value: Any, expected: Any) -> bool:
     return value != expected
 
 
-def _catalog(device_id: Any, gpu_cores: Any, core_limited_from: Any, *values: Any) -> str | None:
+def _catalog(device_id: Any, gpu_cores: Any, core_limited_from: Any, name: Any, reported_name: Any,
+             *values: Any) -> str | None:
     """Why a row's device columns contradict the catalog row of its device id (`<id>` or `<id>@<N>sm`, the chip
     limited to N of its SMs, fewer than it has, and naming the chip it is limited from): the shard's value and the
-    catalog's; None for a device the catalog does not have."""
+    catalog's; None for a device the catalog does not have. Its name is the catalog's, a core limit's that name or
+    the reported one followed by ` [N SMs]` (as collect and import write them)."""
     limited = _CORE_LIMIT.fullmatch(device_id)
     base, cores = (limited.group(1), int(limited.group(2))) if limited else (device_id, None)
     spec = _catalog_row(base)
@@ -385,6 +387,11 @@ def _catalog(device_id: Any, gpu_cores: Any, core_limited_from: Any, *values: An
         if value is not None and _differs(value, expected[column]):
             return (f"device_{column} is {value!r:.40}, but the catalog gives {device_id} {expected[column]!r}; "
                     f"{fix}")
+    names = [spec.name] if cores is None else [f"{n} [{cores} SMs]" for n in dict.fromkeys((spec.name, reported_name))
+                                               if isinstance(n, str)]
+    if name is not None and name not in names:
+        return (f"device_name is {name!r:.60}, but the catalog names {device_id} {' or '.join(map(repr, names))}; "
+                f"{fix}")
     return None
 
 
@@ -403,7 +410,8 @@ _CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
     (("kernel", "shape", "config"), _builtin),
     (("kernel", "status", "dtype", "shape", "config", *_LIMIT_COLUMNS.values()), _legal),
     ((*_DEVICE_NUMBERS, *_DEVICE_OBJECTS), _device),
-    (("device_id", "device_gpu_cores", "device_core_limited_from", *(f"device_{c}" for c in _CATALOG_COLUMNS)),
+    (("device_id", "device_gpu_cores", "device_core_limited_from", "device_name", "device_reported_name",
+      *(f"device_{c}" for c in _CATALOG_COLUMNS)),
      _catalog),
 )
 # (columns, rows, reason): checks of every row at once, after those above; `rows` marks the bad rows of the table,
