@@ -755,6 +755,45 @@ def test_the_cli_refuses_extra_text_that_is_no_json_and_ingests_nothing(store, m
     assert not db.exists()
 
 
+@pytest.mark.parametrize("key, value, says", [
+    ("schema_version", "99", " was written by a newer zmlx-pipeline (store schema 99; this one reads up to 3): upgrade "
+                             "zmlx-pipeline to ingest it"),
+    ("zmlx_pipeline_shard", "2", " was written by a newer zmlx-pipeline (shard format 2; this one reads up to 1): "
+                                 "upgrade zmlx-pipeline to ingest it"),
+    ("schema_version", "3.0", ": its metadata gives schema_version '3.0', not a version (a whole number from 1): "
+                              "re-export it with zmlx-pipeline export"),
+    ("schema_version", "", ": its metadata gives schema_version '', not a version"),
+    ("zmlx_pipeline_shard", "one", ": its metadata gives zmlx_pipeline_shard 'one', not a version"),
+], ids=["newer schema", "newer format", "fractional", "empty", "words"])
+def test_a_shard_of_a_version_this_code_does_not_write_is_refused_in_one_line(key, value, says, store,
+                                                                              make_measurement, tmp_path):
+    """A newer shard's rows may mean what this code cannot tell: it is refused, never read as if it were its own."""
+    from click.testing import CliRunner
+
+    from zmlx_pipeline.pipeline.cli import cli
+
+    fill(store, make_measurement, MAC)
+    export_shard(store, tmp_path / "good.parquet")
+    table = pq.read_table(tmp_path / "good.parquet")
+    assert table.schema.metadata[b"schema_version"] == b"3"  # what export writes
+    pq.write_table(table.replace_schema_metadata({**table.schema.metadata, key.encode(): value.encode()}),
+                   tmp_path / "odd.parquet")
+    db = tmp_path / "central.duckdb"
+    with Store(db) as central:
+        fill(central, make_measurement, GPU)
+        before = contents(central)
+    result = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(tmp_path / "odd.parquet")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1, result.output
+    assert result.output.startswith(f"Error: {tmp_path / 'odd.parquet'}{says}"), result.output
+    assert result.output.endswith("; nothing was ingested, the store is unchanged\n")
+    with Store(db, read_only=True) as central:
+        assert contents(central) == before
+    # without the versions (a shard another tool wrote) its columns alone decide
+    pq.write_table(table.replace_schema_metadata({}), tmp_path / "plain.parquet")
+    with Store(db) as central:
+        assert ingest_shard(central, tmp_path / "plain.parquet")["added"] == 6
+
+
 def test_a_path_that_is_no_regular_file_is_refused_unread(store, tmp_path):
     import os
 

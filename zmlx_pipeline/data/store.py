@@ -2124,9 +2124,11 @@ def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> dict[str, str
     import pyarrow.parquet as pq
 
     try:  # DuckDB renames a second column of one name (median_us_1), so it would be read as another column
-        names = pq.read_schema(shard).names
-    except Exception:  # noqa: BLE001 - DuckDB read it; only the names are wanted here
-        names = []
+        schema = pq.read_schema(shard)
+        names, metadata = schema.names, schema.metadata or {}
+    except Exception:  # noqa: BLE001 - DuckDB read it; only the names and versions are wanted here
+        names, metadata = [], {}
+    _check_shard_versions(shard, metadata)
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise BadShard(f"{shard} has more than one column named {', '.join(twice)}: a shard names each column once; "
@@ -2145,6 +2147,28 @@ def _shard_columns(con: duckdb.DuckDBPyConnection, shard: Path) -> dict[str, str
             raise BadShard(f"{shard}: column {name} is {found}, but a shard's {name} is {what} ({stored}): {fix}; "
                            "nothing was ingested, the store is unchanged")
     return columns
+
+
+#: the versions export writes in a shard's key-value metadata (each a whole number as text), and what each counts
+_SHARD_VERSIONS = {b"zmlx_pipeline_shard": (SHARD_FORMAT, "shard format"), b"schema_version": (str(SCHEMA_VERSION),
+                                                                                               "store schema")}
+
+
+def _check_shard_versions(shard: Path, metadata: dict) -> None:
+    """BadShard (one line) for a shard whose metadata says a version this code does not write: a newer one (its rows
+    may mean what this code cannot tell) or one that is no whole number; a shard without them (written by another
+    tool) is judged by its columns alone."""
+    for key, (ours, what) in _SHARD_VERSIONS.items():
+        if key not in metadata:
+            continue
+        given = metadata[key].decode("utf-8", "replace")
+        if not re.fullmatch(r"[1-9][0-9]{0,8}", given):
+            raise BadShard(f"{shard}: its metadata gives {key.decode()} {shortened(given)}, not a version (a whole "
+                           "number from 1): re-export it with zmlx-pipeline export; nothing was ingested, the store is "
+                           "unchanged")
+        if int(given) > int(ours):
+            raise BadShard(f"{shard} was written by a newer zmlx-pipeline ({what} {given}; this one reads up to "
+                           f"{ours}): upgrade zmlx-pipeline to ingest it; nothing was ingested, the store is unchanged")
 
 
 _SCRATCH: list[duckdb.DuckDBPyConnection] = []
