@@ -134,6 +134,17 @@ REFUSED = [
      "is nvidia-rtx-4090, use that id)"),
     ("control character", {"name": "Acme\nX1"}, "device 'acme-x1': name 'Acme\\nX1' holds a control character; write "
                                                 "name in printable characters"),
+    ("fullwidth name", {"name": "\uff2e\uff36\uff29\uff24\uff29\uff21 \uff28\uff12\uff10\uff10"},
+     "device 'acme-x1': name '\uff2e\uff36\uff29\uff24\uff29\uff21 \uff28\uff12\uff10\uff10' holds characters Unicode "
+     "compatibility form (NFKC) writes otherwise (as 'NVIDIA H200'); write name in plain characters"),
+    ("fullwidth alias", {"aliases": ["\uff32\uff34\uff38 \uff14\uff10\uff19\uff10"]},
+     "device 'acme-x1': alias '\uff32\uff34\uff38 \uff14\uff10\uff19\uff10' holds characters Unicode compatibility "
+     "form (NFKC) writes otherwise (as 'RTX 4090'); write alias in plain characters"),
+    ("fullwidth id", {"id": "\uff41cme-x1"},
+     "device '\uff41cme-x1': id '\uff41cme-x1' holds characters Unicode compatibility form (NFKC) writes otherwise "
+     "(as 'acme-x1'); write id in plain characters"),
+    ("zero-width alias", {"aliases": ["Acme\u200bX1"]}, "device 'acme-x1': alias 'Acme\\u200bX1' holds a format "
+                                                         "character (U+200B, zero-width); write alias without it"),
     ("long alias", {"aliases": ["X" * 5000]}, f"device 'acme-x1': alias {'X' * 40!r}... has 5000 characters; give "
                                              "alias in at most 120 characters"),
     ("vendor and backend", {"vendor": "amd"}, "device 'acme-x1': an amd chip runs backend rocm with core_unit cus, not "

@@ -581,9 +581,18 @@ def _text_problem(spec: DeviceSpec) -> Problem | None:
     if bad is not None:
         return Problem(f"{where}: alias {bad!r:.60} is not a name", "list each alias as a non-empty string")
     for fname, value in (*((f, getattr(spec, f)) for f in TEXT_FIELDS), *(("alias", a) for a in spec.aliases)):
+        # a zero-width or fullwidth name would read as another (a catalog chip's) once the name rules fold it
+        hidden = next((c for c in value if unicodedata.category(c) == "Cf"), None)
+        if hidden is not None:
+            return Problem(f"{where}: {fname} {value!r:.60} holds a format character (U+{ord(hidden):04X}, "
+                           "zero-width)", f"write {fname} without it")
         if not value.isprintable():  # a newline or an escape would break every one-line message that names it
             return Problem(f"{where}: {fname} {value!r:.60} holds a control character",
                            f"write {fname} in printable characters")
+        plain = unicodedata.normalize("NFKC", value)
+        if plain != value:
+            return Problem(f"{where}: {fname} {value!r:.60} holds characters Unicode compatibility form (NFKC) "
+                           f"writes otherwise (as {plain!r:.60})", f"write {fname} in plain characters")
         if len(value) > NAME_CHARS:
             return Problem(f"{where}: {fname} {value[:40]!r}... has {len(value)} characters",
                            f"give {fname} in at most {NAME_CHARS} characters")
