@@ -96,6 +96,25 @@ def test_the_catalog_check_refuses_figures_no_chip_has():
     ]
 
 
+def test_the_catalog_check_refuses_limits_that_contradict_each_other_or_the_backend():
+    """The rules every catalog row keeps (validate_catalog() is empty), which a registered device keeps too."""
+    t4, m1, amd = get_device("nvidia-t4"), get_device("apple-m1-7c"), get_device("amd-radeon-rx-7900-xtx")
+    odd = [dataclasses.replace(row, **{"id": f"x-{i}", "name": f"X {i}", "aliases": (), "gpu_arch": None, **change})
+           for i, (row, change) in enumerate([
+               (t4, {"simd_width": 12, "default_threadgroup": 48}), (t4, {"default_threadgroup": 2048}), (t4, {"default_threadgroup": 48}),
+               (t4, {"architecture": "sm_20"}), (t4, {"architecture": "gfx1100"}), (m1, {"architecture": "sm_75"}),
+               (amd, {"architecture": "apple9"}), (t4, {"architecture": "sm_90a"}), (amd, {"architecture": "gfx90a"})])]
+    assert [p for p in validate_catalog((t4, *odd)) if "gpu_arch" not in p] == [
+        "device 'x-0': simd_width 12 is not a power of two",
+        "device 'x-1': default_threadgroup 2048 is above max_threads_per_threadgroup 1024",
+        "device 'x-2': default_threadgroup 48 is not a multiple of simd_width 32",
+        "device 'x-3': architecture 'sm_20' is no cuda architecture",
+        "device 'x-4': architecture 'gfx1100' is no cuda architecture",
+        "device 'x-5': architecture 'sm_75' is no metal architecture",
+        "device 'x-6': architecture 'apple9' is no rocm architecture",
+    ]
+
+
 def test_a_row_missing_a_field_names_it():
     with pytest.raises(CatalogError, match=r"^device 'x': missing fields gpu_cores, clock_mhz$"):
         DeviceSpec.from_json({k: v for k, v in dataclasses.asdict(get_device("nvidia-t4")).items()

@@ -145,6 +145,21 @@ REFUSED = [
      "(as 'acme-x1'); write id in plain characters"),
     ("zero-width alias", {"aliases": ["Acme\u200bX1"]}, "device 'acme-x1': alias 'Acme\\u200bX1' holds a format "
                                                          "character (U+200B, zero-width); write alias without it"),
+    ("threadgroup above the limit", {"default_threadgroup": 4096},
+     "device 'acme-x1': default_threadgroup 4096 is above max_threads_per_threadgroup 1024; give a default threadgroup "
+     "the chip can launch (256)"),
+    ("threadgroup of part of a SIMD group", {"default_threadgroup": 100},
+     "device 'acme-x1': default_threadgroup 100 is not a multiple of simd_width 32; give a whole number of SIMD groups "
+     "(256)"),
+    ("SIMD width of 7", {"simd_width": 7, "default_threadgroup": 252, "max_threads_per_threadgroup": 1022},
+     "device 'acme-x1': simd_width 7 is not a power of two; give the chip's SIMD width (32 on NVIDIA and Apple chips, "
+     "32 or 64 on AMD's)"),
+    ("architecture of no chip", {"architecture": "banana"},
+     "device 'acme-x1': architecture 'banana' is no cuda architecture; write it as sm_ and the compute capability, 30 "
+     "or more (sm_75, sm_90a)"),
+    ("compute capability 1.2", {"architecture": "sm_12"},
+     "device 'acme-x1': architecture 'sm_12' is no cuda architecture; write it as sm_ and the compute capability, 30 "
+     "or more (sm_75, sm_90a)"),
     ("long alias", {"aliases": ["X" * 5000]}, f"device 'acme-x1': alias {'X' * 40!r}... has 5000 characters; give "
                                              "alias in at most 120 characters"),
     ("vendor and backend", {"vendor": "amd"}, "device 'acme-x1': an amd chip runs backend rocm with core_unit cus, not "

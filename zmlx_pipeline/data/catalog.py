@@ -649,6 +649,7 @@ def catalog_problems(devices: tuple[DeviceSpec, ...], sources: dict[str, Any]) -
             elif fname not in spec.sources:
                 problems.append(Problem(f"{where}: {fname} cites no source",
                                         f"cite where the figure comes from under sources.{fname}"))
+        problems += _limit_problems(spec)
         if "architecture" not in spec.sources:
             problems.append(Problem(f"{where}: architecture cites no source",
                                     "cite where it comes from under sources.architecture"))
@@ -672,6 +673,40 @@ def catalog_problems(devices: tuple[DeviceSpec, ...], sources: dict[str, Any]) -
         if not isinstance(source, dict) or not source.get("title"):
             problems.append(Problem(f"source {source_id!r}: no title", "give the source a title (and its url)"))
     return list(dict.fromkeys(problems))
+
+
+#: each backend's architecture names, as catalog.json writes them, and how to write one: CUDA's sm_ and a compute
+#: capability of 3.0 or more (an optional a, b or f suffix), Metal's GPU family, ROCm's gfx target
+ARCHITECTURES = {
+    "cuda": (re.compile(r"sm_([1-9][0-9]{1,2})[abf]?"), "sm_ and the compute capability, 30 or more (sm_75, sm_90a)"),
+    "metal": (re.compile(r"apple([1-9][0-9]?)"), "apple and the Metal GPU family (apple9)"),
+    "rocm": (re.compile(r"gfx([1-9][0-9a-f]{2,3})"), "the gfx target (gfx1100, gfx90a)"),
+}
+
+
+def _limit_problems(spec: DeviceSpec) -> list[Problem]:
+    """Limits of a row that contradict each other or its backend: a SIMD width that is no power of two, a default
+    threadgroup above the most threads a threadgroup holds or of no whole number of SIMD groups, an architecture
+    that is no name of its backend's."""
+    where, problems = f"device {spec.id!r}", []
+    simd, most, default = spec.simd_width, spec.max_threads_per_threadgroup, spec.default_threadgroup
+    whole = [v for v in (simd, most, default) if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    if len(whole) == 3:
+        if simd & (simd - 1):
+            problems.append(Problem(f"{where}: simd_width {simd} is not a power of two",
+                                    "give the chip's SIMD width (32 on NVIDIA and Apple chips, 32 or 64 on AMD's)"))
+        if default > most:
+            problems.append(Problem(f"{where}: default_threadgroup {default} is above max_threads_per_threadgroup "
+                                    f"{most}", "give a default threadgroup the chip can launch (256)"))
+        elif default % simd:
+            problems.append(Problem(f"{where}: default_threadgroup {default} is not a multiple of simd_width {simd}",
+                                    "give a whole number of SIMD groups (256)"))
+    pattern, form = ARCHITECTURES.get(spec.backend, (None, ""))
+    found = pattern.fullmatch(spec.architecture) if pattern is not None else None
+    if pattern is not None and (found is None or (spec.backend == "cuda" and int(found.group(1)) < 30)):
+        problems.append(Problem(f"{where}: architecture {spec.architecture!r:.60} is no {spec.backend} architecture",
+                                f"write it as {form}"))
+    return problems
 
 
 def validate_catalog(devices: tuple[DeviceSpec, ...] | None = None, sources: dict[str, Any] | None = None) -> list[str]:
