@@ -13,6 +13,8 @@ from zmlx_pipeline.data.catalog import (
     AmbiguousDevice,
     CatalogError,
     DeviceSpec,
+    catalog_problems,
+    catalog_sources,
     UnknownDevice,
     get_device,
     registration_problems,
@@ -113,6 +115,18 @@ def test_the_catalog_check_refuses_limits_that_contradict_each_other_or_the_back
         "device 'x-5': architecture 'sm_75' is no metal architecture",
         "device 'x-6': architecture 'apple9' is no rocm architecture",
     ]
+
+
+def test_a_declared_source_gives_an_https_address_where_it_gives_one():
+    """The catalog's conventions (convention-*, recorded-*) cite no page; any other address is https://."""
+    t4 = get_device("nvidia-t4")
+    sources = {"convention-x": {"title": "a rule of ours"}, "page": {"title": "t", "url": "https://example.com/a"},
+               "plain": {"title": "t", "url": "http://example.com/a"}, "script": {"title": "t", "url": "javascript:x"},
+               "no host": {"title": "t", "url": "https:///a"}}
+    texts = [p.text for p in catalog_problems((t4,), {**catalog_sources(), **sources})]
+    assert texts == ["source 'plain': url 'http://example.com/a' is not an https:// address",
+                     "source 'script': url 'javascript:x' is not an https:// address",
+                     "source 'no host': url 'https:///a' is not an https:// address"]
 
 
 def test_a_row_missing_a_field_names_it():

@@ -160,6 +160,18 @@ REFUSED = [
     ("compute capability 1.2", {"architecture": "sm_12"},
      "device 'acme-x1': architecture 'sm_12' is no cuda architecture; write it as sm_ and the compute capability, 30 "
      "or more (sm_75, sm_90a)"),
+    ("source without a url", {"sources": {**ACME["sources"], "gpu_cores": {"title": "t"}}},
+     "sources.gpu_cores gives no url; give the https:// address of the page the figure comes from, or cite a catalog "
+     "source's id"),
+    ("script as a url", {"sources": {**ACME["sources"], "gpu_cores": {"title": "t", "url": "javascript:alert(1)"}}},
+     "sources.gpu_cores url 'javascript:alert(1)' is not an https:// address; give the https:// address of the page "
+     "the figure comes from"),
+    ("ftp url", {"sources": {**ACME["sources"], "clock_mhz": {"title": "t", "url": "ftp://x"}}},
+     "sources.clock_mhz url 'ftp://x' is not an https:// address; give the https:// address of the page the figure "
+     "comes from"),
+    ("source of no field", {"sources": {**ACME["sources"], "bogus_field": SHEET}},
+     "device 'acme-x1': sources.bogus_field names no field of a device; cite each figure under its own field's name "
+     "(gpu_cores, clock_mhz), or leave it out"),
     ("long alias", {"aliases": ["X" * 5000]}, f"device 'acme-x1': alias {'X' * 40!r}... has 5000 characters; give "
                                              "alias in at most 120 characters"),
     ("vendor and backend", {"vendor": "amd"}, "device 'acme-x1': an amd chip runs backend rocm with core_unit cus, not "

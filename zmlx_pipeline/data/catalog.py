@@ -13,6 +13,7 @@ import json
 import math
 import re
 import unicodedata
+import urllib.parse
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -562,6 +563,8 @@ MAX_COUNT = 2**31 - 1
 _CHOICES = (("vendor", VENDORS), ("backend", BACKENDS), ("core_unit", CORE_UNITS))
 #: each vendor's backend and core unit (a row pairing them otherwise describes no chip a backend runs)
 VENDOR_KIND = {"apple": ("metal", "gpu_cores"), "nvidia": ("cuda", "sms"), "amd": ("rocm", "cus")}
+#: the fields a row's `sources` may cite: each but its id and what cites or derives (sources, core_limited_from)
+CITED_FIELDS = frozenset(f.name for f in dataclasses.fields(DeviceSpec)) - {"id", "sources", "core_limited_from"}
 #: the most characters of an id, name or alias (the catalog's longest name has 55): one a message can repeat
 NAME_CHARS = 120
 
@@ -653,6 +656,11 @@ def catalog_problems(devices: tuple[DeviceSpec, ...], sources: dict[str, Any]) -
         if "architecture" not in spec.sources:
             problems.append(Problem(f"{where}: architecture cites no source",
                                     "cite where it comes from under sources.architecture"))
+        for fname in spec.sources:
+            if fname not in CITED_FIELDS:
+                problems.append(Problem(f"{where}: sources.{fname:.60} names no field of a device",
+                                        "cite each figure under its own field's name (gpu_cores, clock_mhz), or leave "
+                                        "it out"))
         for fname, source_id in spec.sources.items():
             if source_id not in sources:
                 problems.append(Problem(f"{where}: {fname} cites undeclared source {source_id!r}",
@@ -672,7 +680,18 @@ def catalog_problems(devices: tuple[DeviceSpec, ...], sources: dict[str, Any]) -
     for source_id, source in sources.items():
         if not isinstance(source, dict) or not source.get("title"):
             problems.append(Problem(f"source {source_id!r}: no title", "give the source a title (and its url)"))
+        elif source.get("url") is not None and not is_https(source["url"]):
+            problems.append(Problem(f"source {source_id!r}: url {source['url']!r:.60} is not an https:// address",
+                                    "give the https:// address of the page the figure comes from"))
     return list(dict.fromkeys(problems))
+
+
+def is_https(url: Any) -> bool:
+    """Whether a source's url is an https:// address of a host (not javascript:, ftp:, a file, or text with spaces)."""
+    if not isinstance(url, str) or not url.isprintable() or any(c.isspace() for c in url):
+        return False
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme == "https" and bool(parts.hostname)
 
 
 #: each backend's architecture names, as catalog.json writes them, and how to write one: CUDA's sm_ and a compute

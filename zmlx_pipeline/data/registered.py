@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.data.catalog import CatalogError, DeviceSpec, registration_problems
+from zmlx_pipeline.data.catalog import CatalogError, DeviceSpec, is_https, registration_problems
 from zmlx_pipeline.data.records import device_id_problem
 from zmlx_pipeline.data.store import DEVICE_COLUMNS, BadDeviceRow, Store
 
@@ -68,6 +68,12 @@ def read_record(path: str | Path) -> tuple[DeviceSpec, dict[str, dict]]:
                 if odd or not all(isinstance(source.get(k, ""), str) for k in SOURCE_KEYS):
                     raise _refusal(path, f"sources.{field} is {source!r:.60}",
                                    "give a source as {title, url} (two strings) or a catalog source's id")
+                if not source.get("url"):
+                    raise _refusal(path, f"sources.{field} gives no url", "give the https:// address of the page the "
+                                   "figure comes from, or cite a catalog source's id")
+                if not is_https(source["url"]):
+                    raise _refusal(path, f"sources.{field} url {source['url']!r:.60} is not an https:// address",
+                                   "give the https:// address of the page the figure comes from")
                 source_id = f"{row.get('id')}:{field}"
                 declared[source_id] = {key: source.get(key) for key in SOURCE_KEYS}
                 cited[field] = source_id
