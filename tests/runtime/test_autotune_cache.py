@@ -281,5 +281,49 @@ def test_a_narrowed_search_neither_replaces_nor_answers_a_wider_ones_winner(tmp_
     (entry,) = [v for device in json.loads(first.read_text())["devices"].values() for v in device["entries"].values()]
     assert entry["config"]["TG"] == 128 and "restricted" not in entry
 
-    with pytest.raises(AutotuneError, match="none of the 1 given configs is legal"):  # True is no ROWS of 1
+    with pytest.raises(AutotuneError, match="none of the 1 given configs is a legal config for"):  # True is no 1
         run(path, configs=[{"TG": 128, "ROWS": True, "VEC": 8}], use_cache=False)
+
+
+@pytest.mark.parametrize("mark", [1, "yes", None])
+def test_an_entry_whose_restricted_mark_is_not_true_or_false_is_timed_again(tmp_path, mark):
+    """A `restricted` mark of another type cannot say which searches the entry answers: a miss, timed again."""
+    from zmlx_pipeline.runtime import tune
+
+    path = tmp_path / "autotune_v3.json"
+    shape = {"rows": 4096, "cols": 4096}
+
+    def run(**options):
+        return tune("rmsnorm", shape, "float16", device="nvidia-h200", cache_path=str(path),
+                    measure=lambda spec, cfg, shape, dtype: ("ok", 1.0 if cfg["TG"] == 128 else 10.0), **options)
+
+    assert run(threadgroups=[512]).config["TG"] == 512
+    doc = json.loads(path.read_text())
+    for section in (doc["devices"], doc.get("zmlx_pipeline", {}).get("devices", {})):
+        for device in section.values():
+            for entry in device["entries"].values():
+                entry["restricted"] = mark
+    path.write_text(json.dumps(doc))
+    again = run(device_aware=False)
+    assert again.source == "timed" and again.config["TG"] == 128
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"threadgroups": []}, "threadgroups is empty: give at least one, or None to search every legal config"),
+    ({"configs": []}, "configs is empty: give at least one, or None to search every legal config")])
+def test_an_empty_search_is_refused_saying_so(options, message):
+    from zmlx_pipeline.runtime import BadArgument, tune
+
+    with pytest.raises(BadArgument) as info:
+        tune("rmsnorm", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h200", use_cache=False,
+             measure=lambda *a: ("ok", 1.0), **options)
+    assert str(info.value) == message
+
+
+def test_given_configs_that_threadgroups_leave_out_are_refused_saying_so():
+    from zmlx_pipeline.runtime import AutotuneError, tune
+
+    with pytest.raises(AutotuneError) as info:
+        tune("rmsnorm", {"rows": 4096, "cols": 4096}, "float16", device="nvidia-h200", use_cache=False,
+             measure=lambda *a: ("ok", 1.0), configs=[{"TG": 128, "VEC": 8, "ROWS": 1}], threadgroups=[512])
+    assert str(info.value).startswith("rmsnorm: none of the 1 given configs is a legal config of threadgroup 512 for")

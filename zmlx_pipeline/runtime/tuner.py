@@ -327,6 +327,9 @@ def _check_options(*, warmup: Any = 3, iters: Any = 10, k: Any = None, configs: 
         check_device(device)
     if timer not in TIMERS:
         raise BadArgument(f"timer must be one of {', '.join(TIMERS)}, not {timer!r:.60}")
+    for name, value in (("configs", configs), ("threadgroups", threadgroups)):
+        if isinstance(value, (list, tuple)) and not value:  # None searches them all; an empty list, none
+            raise BadArgument(f"{name} is empty: give at least one, or None to search every legal config")
     if configs is not None:
         for config in _items("configs", configs, "configs (dicts of parameters)"):
             config_id(_config("configs", config))
@@ -468,7 +471,12 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
         picked = dict.fromkeys(t for t in (_given_key(c) for c in configs) if t in legal_keys)
         given = [dict(legal_keys[t]) for t in picked]  # a config given twice is timed once
         if not given:
-            raise AutotuneError(f"{spec.name}: none of the {len(configs)} given configs is legal for {shape} {dtype}")
+            kept = {_given_key(c) for c in every}  # legal here, but left out by `threadgroups` or refused at launch
+            why = ("" if not any(_given_key(c) in kept for c in configs) else
+                   f" of threadgroup {', '.join(map(str, sorted(sizes)))}" if threadgroups is not None
+                   else f" not refused at launch on {dkey}")
+            raise AutotuneError(f"{spec.name}: none of the {len(configs)} given configs is a legal config{why} for "
+                                f"{shape} {dtype}")
     # a search narrowed by `configs` or `threadgroups` answers from the cache only with one of its own configs, and
     # its winner never replaces a usable entry, nor answers a wider search later (its entry says `restricted`)
     restricted = configs is not None or threadgroups is not None
@@ -594,13 +602,16 @@ def _untimed_choice(pred: Any, legal: list[dict], first: dict | None = None) -> 
 
 def _cache_entry_problem(hit: Any, config: dict | None, params: Any, legal: list[dict]) -> str:
     """Why a cache entry cannot be this case's answer ("" if it can): no complete config, a config that is not legal
-    for the kernel and shape, or a `median_us` that is no time (ZMLX's own entries have none, which is fine)."""
+    for the kernel and shape, a `restricted` mark that is not true or false (which searches it answers cannot be
+    told), or a `median_us` that is no time (ZMLX's own entries have none, which is fine)."""
     if config is None:
         return cache_file.contradiction(hit) or "it holds no config with every parameter of the kernel"
     if set(config) != set(params):
         return f"its config {config!r:.80} does not set exactly the kernel's parameters {', '.join(sorted(params))}"
     if config_id(config) not in {config_id(c) for c in legal}:
         return f"its config {config!r:.80} is not legal for this kernel and shape"
+    if not isinstance(hit.get("restricted", False), bool):
+        return f"its restricted {hit.get('restricted')!r:.40} is not true or false"
     median = hit.get("median_us")
     if median is None:
         return ""
