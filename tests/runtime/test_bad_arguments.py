@@ -123,7 +123,7 @@ CASES = [  # (what, call, the runtime's error class)
     ("tune dtype float64", lambda: rt.tune("rmsnorm", S, "float64"), rt.UnknownDtypeError),
     ("device core limit 0", _on("nvidia-h200@0sm"), rt.BadArgument),
     ("device core limit negative", _on("nvidia-h200@-5sm"), rt.BadArgument),
-    ("device core limit above the chip's", _on("nvidia-h200@999999sm"), rt.BadArgument),
+    ("device core limit above the chip's", _on("nvidia-h200@999999sm"), rt.UnknownDeviceError),
     ("device core limit not a number", _on("nvidia-h200@abc"), rt.BadArgument),
     ("device core limit empty", _on("nvidia-h200@"), rt.BadArgument),
     ("device two core limits", _on("nvidia-h200@32sm@66sm"), rt.BadArgument),

@@ -129,8 +129,9 @@ def test_the_lock_file_is_made_as_the_umask_leaves_it_like_the_cache_file(tmp_pa
 
 @pytest.mark.parametrize("device", ["nvidia-h200@133sm", "nvidia-h200@999999sm"])
 def test_a_core_limit_above_the_chips_count_names_the_largest_that_is_one(device):
-    """The largest core limit is one SM below the chip's count (all of them is the chip's own id, refused as such)."""
-    with pytest.raises(BadLookup) as exc:
+    """The largest core limit is one SM below the chip's count (all of them is the chip's own id, refused as such);
+    a limit above it is well formed but of no device, a LookupError as one of all the chip's SMs is."""
+    with pytest.raises(UnknownDeviceError) as exc:
         predicted_config("rmsnorm", SHAPE, "float16", device=device)
     assert str(exc.value) == (f"device {device!r}: nvidia-h200 has 132 cores, so a core limit is at most @131sm "
                               "(all 132 is the chip itself: nvidia-h200)")

@@ -800,9 +800,9 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
     if row and (row.get("core_unit") not in (None, "sms") or row.get("vendor") not in (None, "nvidia")):
         raise UnknownDeviceError(f"{what} {device!r}: {base}'s cores are not SMs, and a core limit "
                                  f"(@<N>sm, CUDA MPS) is only of an NVIDIA chip; give {base} itself")
-    if isinstance(full, int) and int(digits) > full:
-        raise BadLookup(f"{what} {device!r}: {base} has {full} cores, so a core limit is at most @{full - 1}sm "
-                        f"(all {full} is the chip itself: {base})")
+    if isinstance(full, int) and int(digits) > full:  # well formed, but no device has it: LookupError, as below
+        raise UnknownDeviceError(f"{what} {device!r}: {base} has {full} cores, so a core limit is at most "
+                                 f"@{full - 1}sm (all {full} is the chip itself: {base})")
     if isinstance(full, int) and int(digits) == full:
         raise UnknownDeviceError(f"{what} {device!r} limits {base} to all of its {full} SMs; a core limit is below "
                                  f"the chip's count: give the chip's own id ({base}) for the whole chip")
