@@ -290,6 +290,14 @@ def test_replace_mends_a_registered_devices_figures_and_says_to_train_again(db, 
     with Store(db, read_only=True) as store:
         (spec,) = store.registered_devices()
     assert spec.gpu_cores == 24
+    before = contents(db)
+    amd = record(tmp_path / "amd.json", vendor="amd", backend="rocm", architecture="gfx1100", core_unit="cus",
+                  family="rdna3", simd_width=32, threadgroup_memory_bytes=65536)
+    kind = invoke("devices", "add", amd, "--db", db, "--replace")
+    assert kind.exit_code == 1 and kind.output == (
+        f"Error: device 'acme-x1' is registered with vendor 'nvidia', and --replace mends a device's figures, not what "
+        "kind of chip it is (vendor 'amd'): give the record another id\n")
+    assert contents(db) == before
     refused = invoke("devices", "add", record(tmp_path / "a6000.json", id="nvidia-rtx-a6000", name="Acme 6000",
                                               aliases=[]), "--db", db, "--replace")
     assert refused.exit_code == 1 and "Traceback" not in refused.output  # a catalog chip's id is never replaced

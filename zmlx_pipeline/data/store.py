@@ -1010,8 +1010,8 @@ class Store:
             raise BadDeviceRow(f"device {device_id!r}: {problem}")
         try:
             with self._transaction() as con:
-                stored = con.execute("SELECT in_catalog, reported FROM devices WHERE device_id = ?",
-                                     [device_id]).fetchone()
+                stored = con.execute("SELECT in_catalog, reported, vendor, backend, core_unit FROM devices "
+                                     "WHERE device_id = ?", [device_id]).fetchone()
                 if stored is not None:
                     held = _registration(stored[1]) if not stored[0] else None
                     if held is not None and _same_record(held, record):
@@ -1023,6 +1023,12 @@ class Store:
                         raise DeviceTaken(f"device {device_id!r} is in store {self.path} already, registered with "
                                           "another record: give the record another id, or pass --replace to change "
                                           "its figures")
+                    kind = next(((c, was) for c, was in zip(("vendor", "backend", "core_unit"), stored[2:])
+                                 if was != full[c]), None)
+                    if kind is not None:  # its measurements were timed on such a chip: another kind is another device
+                        raise DeviceTaken(f"device {device_id!r} is registered with {kind[0]} {kind[1]!r}, and --replace "
+                                          f"mends a device's figures, not what kind of chip it is ({kind[0]} "
+                                          f"{full[kind[0]]!r}): give the record another id")
                     kept = _from_json(stored[1])
                     full["reported"] = _to_json({**kept, REGISTRATION: record})
                     changed = [c for c in DEVICE_COLUMNS if c not in ("device_id", "reported_name")]
