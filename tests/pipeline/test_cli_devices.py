@@ -318,3 +318,40 @@ def test_a_core_limit_of_a_registered_device_is_refused_naming_it(db, tmp_path, 
     assert result.output.startswith(f"Error: --device {device!r} limits acme-x1, a device registered in the store; a "
                                     "core limit (@<N>sm) is only of a catalog chip (give acme-x1)")
     assert contents(db) == before
+
+
+def registered_shard(tmp_path: Path, name: str, **changes) -> Path:
+    """A shard exported from a store of its own that registered ACME with `changes` and imported a file onto it."""
+    other = tmp_path / name / "store.duckdb"
+    other.parent.mkdir()
+    device_id = changes.get("id", ACME["id"])
+    assert invoke("devices", "add", record(other.parent / "record.json", **changes), "--db", other).exit_code == 0
+    tuned = other.parent / "tuned.json"
+    tuned.write_text(json.dumps(cache("Acme card")))
+    assert invoke("import", "--db", other, "--device", device_id, tuned).exit_code == 0
+    shard = other.parent / "shard.parquet"
+    assert invoke("export", "--db", other, shard).exit_code == 0
+    return shard
+
+
+def test_a_shard_of_a_device_registered_with_the_same_record_ingests(db, tmp_path):
+    assert invoke("devices", "add", record(tmp_path / "acme.json"), "--db", db).exit_code == 0
+    result = invoke("ingest", "--db", db, registered_shard(tmp_path, "b"))
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "1 shard(s), 2 rows: 2 added, 0 already present"
+    with Store(db, read_only=True) as store:
+        assert [s.id for s in store.registered_devices()] == ["acme-x1"]
+        assert len(store.measurements(device="acme-x1")) == 2
+
+
+def test_a_shard_of_a_device_registered_with_another_record_is_refused(db, tmp_path):
+    assert invoke("devices", "add", record(tmp_path / "acme.json"), "--db", db).exit_code == 0
+    shard = registered_shard(tmp_path, "b", memory_bandwidth_gbps=300.0)
+    before = contents(db)
+    result = invoke("ingest", "--db", db, shard)
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert result.output.startswith(
+        f"Error: {shard}, row 1: device 'acme-x1' is registered with another record than store {db}'s "
+        "(memory_bandwidth_gbps differs): run `zmlx-pipeline devices add --replace RECORD` in one of the stores")
+    assert result.output.rstrip().endswith("nothing was ingested, the store is unchanged")
+    assert contents(db) == before

@@ -1696,6 +1696,8 @@ class Store:
         )
         try:
             _check_shard_rows(con, shard, columns)
+            if "device_reported" in columns:
+                self._check_registrations(con, shard)
             (rows,) = con.execute("SELECT count(*) FROM _zmlx_shard").fetchone()
             con.execute(devices_sql)
             con.execute(runs_sql)
@@ -1713,6 +1715,31 @@ class Store:
         if replaced:
             result["replaced"] = int(replaced)
         return result
+
+    def _check_registrations(self, con: duckdb.DuckDBPyConnection, shard: Path) -> None:
+        """Refuse (BadShard, one line) a device the shard carries a registration record of (its device_reported's
+        REGISTRATION) where the store holds that id registered with another record. A record equal to the store's
+        goes in as before."""
+        found = con.execute("SELECT device_id, any_value(device_reported), min(file_row_number), count(*) "
+                            "FROM _zmlx_shard WHERE device_reported IS NOT NULL GROUP BY device_id ORDER BY 3"
+                            ).fetchall()
+        for device_id, reported, first, count in found:
+            record = _registration(reported)
+            if record is None:
+                continue
+            stored = con.execute("SELECT in_catalog, reported FROM devices WHERE device_id = ?",
+                                 [device_id]).fetchone()
+            if stored is not None:
+                held = _registration(stored[1]) if not stored[0] else None
+                if held is None or _same_record(held, record):
+                    continue
+                mine, theirs = (r.get("device") if isinstance(r.get("device"), dict) else {} for r in (held, record))
+                fields = sorted(k for k in {*mine, *theirs} if mine.get(k) != theirs.get(k))
+                differs = f" ({', '.join(fields)} {'differs' if len(fields) == 1 else 'differ'})" if fields else ""
+                raise BadShard(bad_row(
+                    shard, first, f"device {printable(str(device_id))!r} is registered with another record than store "
+                    f"{self.path}'s{differs}: run `zmlx-pipeline devices add --replace RECORD` in one of the stores so "
+                    "both hold one record, or register one of them under another id", int(count)))
 
 
 # Row checks of an incoming shard: (reason, SQL condition that is true for a bad row). Clock skew
