@@ -320,9 +320,9 @@ def test_a_core_limit_of_a_registered_device_is_refused_naming_it(db, tmp_path, 
     assert contents(db) == before
 
 
-def registered_shard(tmp_path: Path, name: str, **changes) -> Path:
+def registered_shard(tmp_path: Path, folder: str, **changes) -> Path:
     """A shard exported from a store of its own that registered ACME with `changes` and imported a file onto it."""
-    other = tmp_path / name / "store.duckdb"
+    other = tmp_path / folder / "store.duckdb"
     other.parent.mkdir()
     device_id = changes.get("id", ACME["id"])
     assert invoke("devices", "add", record(other.parent / "record.json", **changes), "--db", other).exit_code == 0
@@ -355,3 +355,28 @@ def test_a_shard_of_a_device_registered_with_another_record_is_refused(db, tmp_p
         "(memory_bandwidth_gbps differs): run `zmlx-pipeline devices add --replace RECORD` in one of the stores")
     assert result.output.rstrip().endswith("nothing was ingested, the store is unchanged")
     assert contents(db) == before
+
+
+def test_a_shard_of_a_new_registered_device_named_as_a_registered_one_is_refused(db, tmp_path):
+    assert invoke("devices", "add", record(tmp_path / "acme.json"), "--db", db).exit_code == 0
+    shard = registered_shard(tmp_path, "c", id="acme-x2", variant="acme-x2", name="Acme X2", aliases=["Acme X1"])
+    before = contents(db)
+    result = invoke("ingest", "--db", db, shard)
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert result.output.startswith(
+        f"Error: {shard}, row 1: the device registration it carries cannot join store {db}: device 'acme-x2': "
+        "name/alias 'Acme X1' also names 'acme-x1'; give the device a name of its own")
+    assert result.output.rstrip().endswith("nothing was ingested, the store is unchanged")
+    assert contents(db) == before
+
+
+def test_two_shards_registering_one_name_under_two_ids_are_refused_together(db, tmp_path):
+    first = registered_shard(tmp_path, "b")
+    second = registered_shard(tmp_path, "c", id="acme-x2", variant="acme-x2", aliases=["Acme Two"])
+    before = contents(db)
+    result = invoke("ingest", "--db", db, first, second)
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert result.output.startswith(f"Error: {second}, row 1: the device registration it carries cannot join store "
+                                    f"{db}: device 'acme-x2': name/alias 'Acme X1 Accelerator' also names 'acme-x1'")
+    assert contents(db) == before
+    assert invoke("ingest", "--db", db, first).exit_code == 0  # alone, it goes in

@@ -33,7 +33,9 @@ from zmlx_pipeline.core.files import (
     utf8_problem,
 )
 from zmlx_pipeline.core.keys import canonical_json, mapping_key
-from zmlx_pipeline.data.catalog import CatalogError, DeviceSpec, catalog_problems, catalog_sources
+from zmlx_pipeline.data.catalog import (
+    CatalogError, DeviceSpec, catalog_problems, catalog_sources, registration_problems,
+)
 from zmlx_pipeline.data.paths import not_regular
 from zmlx_pipeline.data.records import (
     DEVICE_ID_PATTERN,
@@ -1718,8 +1720,9 @@ class Store:
 
     def _check_registrations(self, con: duckdb.DuckDBPyConnection, shard: Path) -> None:
         """Refuse (BadShard, one line) a device the shard carries a registration record of (its device_reported's
-        REGISTRATION) where the store holds that id registered with another record. A record equal to the store's
-        goes in as before."""
+        REGISTRATION) where the store holds that id registered with another record, and a new one `devices add` would
+        refuse beside the catalog and the devices registered here (and by the shards ingested before it): a name or
+        alias another device has. A record equal to the store's goes in as before."""
         found = con.execute("SELECT device_id, any_value(device_reported), min(file_row_number), count(*) "
                             "FROM _zmlx_shard WHERE device_reported IS NOT NULL GROUP BY device_id ORDER BY 3"
                             ).fetchall()
@@ -1740,6 +1743,21 @@ class Store:
                     shard, first, f"device {printable(str(device_id))!r} is registered with another record than store "
                     f"{self.path}'s{differs}: run `zmlx-pipeline devices add --replace RECORD` in one of the stores so "
                     "both hold one record, or register one of them under another id", int(count)))
+            try:
+                spec = DeviceSpec.from_json(record.get("device"))
+                if spec.id != device_id:
+                    raise CatalogError(f"its record is of device {spec.id!r}")
+            except (CatalogError, AttributeError) as err:
+                raise BadShard(bad_row(shard, first, f"device {printable(str(device_id))!r} carries a registration no "
+                                       f"`devices add` would write ({_first_line(err)}): export the shard again from "
+                                       "its store", int(count))) from None
+            declared = record.get("sources")
+            others = tuple(s for s in self.registered_devices() if s.id != spec.id)
+            problems = registration_problems(spec, declared if isinstance(declared, dict) else {}, others)
+            if problems:
+                raise BadShard(bad_row(shard, first, f"the device registration it carries cannot join store "
+                                       f"{self.path}: {problems[0].text}; {problems[0].fix} (`devices add --replace` "
+                                       "in the store it came from, then export it again)", int(count)))
 
 
 # Row checks of an incoming shard: (reason, SQL condition that is true for a bad row). Clock skew
