@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from zmlx_pipeline.core.constraints import limit_values
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.core.keys import canonical_json
 from zmlx_pipeline.data.catalog import CORE_UNIT_WORDS, UnknownDevice, get_device
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
@@ -153,7 +154,7 @@ def _json(text: Any) -> Any:
         return _NOT_JSON
 
 
-class _NotFinite(ValueError):
+class _NotFinite(ZmlxPipelineError, ValueError):
     """A JSON number that is no finite float (NaN, Infinity, 1e999): strict JSON has none."""
 
 
