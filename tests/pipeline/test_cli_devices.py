@@ -344,30 +344,30 @@ def test_a_shard_of_a_device_registered_with_the_same_record_ingests(db, tmp_pat
         assert len(store.measurements(device="acme-x1")) == 2
 
 
-def test_a_shard_of_a_device_registered_with_another_record_is_refused(db, tmp_path):
-    assert invoke("devices", "add", record(tmp_path / "acme.json"), "--db", db).exit_code == 0
-    shard = registered_shard(tmp_path, "b", memory_bandwidth_gbps=300.0)
+def refused_ingest(db: Path, shard: Path) -> str:
+    """The one `Error:` line of an ingest of `shard` that must be refused whole, the store left as it was."""
     before = contents(db)
     result = invoke("ingest", "--db", db, shard)
     assert result.exit_code == 1 and result.output.count("\n") == 1
-    assert result.output.startswith(
-        f"Error: {shard}, row 1: device 'acme-x1' is registered with another record than store {db}'s "
-        "(memory_bandwidth_gbps differs): run `zmlx-pipeline devices add --replace RECORD` in one of the stores")
     assert result.output.rstrip().endswith("nothing was ingested, the store is unchanged")
     assert contents(db) == before
+    return result.output
+
+
+def test_a_shard_of_a_device_registered_with_another_record_is_refused(db, tmp_path):
+    assert invoke("devices", "add", record(tmp_path / "acme.json"), "--db", db).exit_code == 0
+    shard = registered_shard(tmp_path, "b", memory_bandwidth_gbps=300.0)
+    assert refused_ingest(db, shard).startswith(
+        f"Error: {shard}, row 1: device 'acme-x1' is registered with another record than store {db}'s "
+        "(memory_bandwidth_gbps differs): run `zmlx-pipeline devices add --replace RECORD` in one of the stores")
 
 
 def test_a_shard_of_a_new_registered_device_named_as_a_registered_one_is_refused(db, tmp_path):
     assert invoke("devices", "add", record(tmp_path / "acme.json"), "--db", db).exit_code == 0
     shard = registered_shard(tmp_path, "c", id="acme-x2", variant="acme-x2", name="Acme X2", aliases=["Acme X1"])
-    before = contents(db)
-    result = invoke("ingest", "--db", db, shard)
-    assert result.exit_code == 1 and result.output.count("\n") == 1
-    assert result.output.startswith(
+    assert refused_ingest(db, shard).startswith(
         f"Error: {shard}, row 1: the device registration it carries cannot join store {db}: device 'acme-x2': "
         "name/alias 'Acme X1' also names 'acme-x1'; give the device a name of its own")
-    assert result.output.rstrip().endswith("nothing was ingested, the store is unchanged")
-    assert contents(db) == before
 
 
 def test_two_shards_registering_one_name_under_two_ids_are_refused_together(db, tmp_path):
