@@ -215,8 +215,8 @@ def test_an_id_registered_with_another_record_is_refused_and_kept(db, tmp_path):
     before = contents(db)
     result = invoke("devices", "add", record(tmp_path / "acme2.json", gpu_cores=24), "--db", db)
     assert result.exit_code == 1
-    assert result.output == (f"Error: device 'acme-x1' is in store {db} already, registered with another record: "
-                             "give the record another id, or pass --replace to change its figures\n")
+    assert result.output == (f"Error: device 'acme-x1' is in store {db} already, registered with another record "
+                             "(gpu_cores differs): give the record another id, or pass --replace to change its figures\n")
     assert contents(db) == before
     other = record(tmp_path / "acme3.json", id="acme-x1-oc", name="Acme X1 OC", aliases=["Acme X1"])
     result = invoke("devices", "add", other, "--db", db)  # a name of a registered device is refused as a chip's is

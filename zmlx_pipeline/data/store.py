@@ -1016,15 +1016,16 @@ class Store:
                                      "WHERE device_id = ?", [device_id]).fetchone()
                 if stored is not None:
                     held = _registration(stored[1]) if not stored[0] else None
-                    if held is not None and _same_record(held, record):
-                        return "unchanged"
                     if held is None:
                         raise DeviceTaken(f"device {device_id!r} is in store {self.path} already, a device measured "
                                           "already: a registration does not change it; give the record another id")
+                    differs = _record_differs(held, record)
+                    if differs is None:
+                        return "unchanged"
                     if not replace:
                         raise DeviceTaken(f"device {device_id!r} is in store {self.path} already, registered with "
-                                          "another record: give the record another id, or pass --replace to change "
-                                          "its figures")
+                                          f"another record{differs}: give the record another id, or pass --replace to "
+                                          "change its figures")
                     kind = next(((c, was) for c, was in zip(("vendor", "backend", "core_unit"), stored[2:])
                                  if was != full[c]), None)
                     if kind is not None:  # its measurements were timed on such a chip: another kind is another device
@@ -1726,6 +1727,7 @@ class Store:
         found = con.execute("SELECT device_id, any_value(device_reported), min(file_row_number), count(*) "
                             "FROM _zmlx_shard WHERE device_reported IS NOT NULL GROUP BY device_id ORDER BY 3"
                             ).fetchall()
+        registered = None  # the store's registered devices, read once for the shard
         for device_id, reported, first, count in found:
             record = _registration(reported)
             if record is None:
@@ -1734,11 +1736,9 @@ class Store:
                                  [device_id]).fetchone()
             if stored is not None:
                 held = _registration(stored[1]) if not stored[0] else None
-                if held is None or _same_record(held, record):
+                differs = None if held is None else _record_differs(held, record)
+                if differs is None:
                     continue
-                mine, theirs = (r.get("device") if isinstance(r.get("device"), dict) else {} for r in (held, record))
-                fields = sorted(k for k in {*mine, *theirs} if mine.get(k) != theirs.get(k))
-                differs = f" ({', '.join(fields)} {'differs' if len(fields) == 1 else 'differ'})" if fields else ""
                 raise BadShard(bad_row(
                     shard, first, f"device {printable(str(device_id))!r} is registered with another record than store "
                     f"{self.path}'s{differs}: run `zmlx-pipeline devices add --replace RECORD` in one of the stores so "
@@ -1752,7 +1752,8 @@ class Store:
                                        f"`devices add` would write ({_first_line(err)}): export the shard again from "
                                        "its store", int(count))) from None
             declared = record.get("sources")
-            others = tuple(s for s in self.registered_devices() if s.id != spec.id)
+            registered = self.registered_devices() if registered is None else registered
+            others = tuple(s for s in registered if s.id != spec.id)
             problems = registration_problems(spec, declared if isinstance(declared, dict) else {}, others)
             if problems:
                 raise BadShard(bad_row(shard, first, f"the device registration it carries cannot join store "
@@ -1985,10 +1986,15 @@ def _registration(reported: Any) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def _same_record(a: dict, b: dict) -> bool:
-    """Whether two registration records register the same device (when each was registered does not count)."""
-    return ({k: v for k, v in a.items() if k != "registered_at"}
-            == json.loads(json.dumps({k: v for k, v in b.items() if k != "registered_at"})))
+def _record_differs(held: dict, record: dict) -> str | None:
+    """None when two registration records register the same device (when each was registered does not count), else
+    the words naming the device fields that differ (` (memory_bandwidth_gbps differs)`, or empty), for a refusal."""
+    if ({k: v for k, v in held.items() if k != "registered_at"}
+            == json.loads(json.dumps({k: v for k, v in record.items() if k != "registered_at"}))):
+        return None
+    mine, theirs = (r.get("device") if isinstance(r.get("device"), dict) else {} for r in (held, record))
+    fields = sorted(k for k in {*mine, *theirs} if mine.get(k) != theirs.get(k))
+    return f" ({', '.join(fields)} {'differs' if len(fields) == 1 else 'differ'})" if fields else ""
 
 
 def device_row_problem(row: dict) -> str | None:
