@@ -1,6 +1,6 @@
 """A path or URL the user gave is shown escaped in the runtime's messages when it holds a control character (a newline,
-an ANSI escape): every message stays one line and sends no control character to a terminal. An ordinary path is
-shown as it is, unquoted, as before."""
+an ANSI escape), as the CLI's messages show it: every message stays one line and sends no control character to a
+terminal. An ordinary path is shown as it is."""
 
 import json
 import warnings
@@ -8,6 +8,7 @@ import warnings
 import pytest
 
 import zmlx_pipeline.runtime as rt
+from zmlx_pipeline.core.files import printable
 from zmlx_pipeline.runtime.errors import plain
 
 
@@ -16,14 +17,15 @@ def _one_printable_line(text: str) -> str:
     return text
 
 
-def test_plain_escapes_only_a_text_with_a_control_character():
-    assert plain("r3/x\nY") == "'r3/x\\nY'"
-    assert plain("r3/esc\x1b[2Jdir") == "'r3/esc\\x1b[2Jdir'"
+def test_plain_escapes_only_the_control_characters_of_a_text_as_the_cli_does():
+    assert plain("r3/x\nY") == "r3/x\\nY"
+    assert plain("r3/esc\x1b[2Jdir") == "r3/esc\\x1b[2Jdir"
     assert plain("bundles/2026 v1/é") == "bundles/2026 v1/é"
     assert plain(plain("a\tb")) == plain("a\tb")  # escaping twice changes nothing
+    assert plain("x\u202ey\u2028z") == printable("x\u202ey\u2028z") == "x\\u202ey\\u2028z"
 
 
-@pytest.mark.parametrize("path, shown", [("r3/x\nY", "'r3/x\\nY'"), ("r3/esc\x1b[2Jdir", "'r3/esc\\x1b[2Jdir'"),
+@pytest.mark.parametrize("path, shown", [("r3/x\nY", "r3/x\\nY"), ("r3/esc\x1b[2Jdir", "r3/esc\\x1b[2Jdir"),
                                          ("no/such/dir", "no/such/dir")])
 def test_a_missing_bundle_directory_is_named_on_one_line(path, shown):
     with pytest.raises(rt.BundleError) as info:
@@ -40,7 +42,7 @@ def test_a_refused_bundle_warns_in_one_line():
         rt.load_bundle("r3/x\nY")
     (message,) = [str(w.message) for w in caught if issubclass(w.category, rt.BundleWarning)]
     assert _one_printable_line(message).startswith(
-        "zmlx-pipeline: bundle refused: 'r3/x\\nY': no such bundle directory;")
+        "zmlx-pipeline: bundle refused: r3/x\\nY: no such bundle directory;")
 
 
 def test_a_directory_with_a_control_character_that_holds_no_bundle_is_named_escaped(tmp_path):
@@ -49,13 +51,13 @@ def test_a_directory_with_a_control_character_that_holds_no_bundle_is_named_esca
     with pytest.raises(rt.BundleError) as info:
         rt.read_bundle(str(empty))
     assert _one_printable_line(str(info.value)) == (
-        f"{str(empty)!r}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
+        f"{printable(str(empty))}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
     bad = tmp_path / "esc\x1b[2Jdir"
     bad.mkdir()
     (bad / "manifest.json").write_text(json.dumps({"schema": "other"}))
     with pytest.raises(rt.BundleError) as info:
         rt.read_bundle(str(bad))
-    assert _one_printable_line(str(info.value)) == f"{str(bad)!r}: not a zmlx-pipeline bundle manifest (schema 'other')"
+    assert _one_printable_line(str(info.value)) == f"{printable(str(bad))}: not a zmlx-pipeline bundle manifest (schema 'other')"
     plain_dir = tmp_path / "ordinary dir"
     plain_dir.mkdir()
     (plain_dir / "manifest.json").write_text(json.dumps({"schema": "other"}))
@@ -75,4 +77,4 @@ def test_an_unusable_autotune_cache_is_named_escaped_when_moved_aside(tmp_path):
         cache.save_entries("M3_Max_0.1", {"k": {"tg": 256}}, path=path)
     (message,) = [str(w.message) for w in caught if "moved aside" in str(w.message)]
     assert _one_printable_line(message).startswith(
-        f"zmlx-pipeline: {str(path)!r} could not be used as the autotune cache")
+        f"zmlx-pipeline: {printable(str(path))} could not be used as the autotune cache")

@@ -11,6 +11,7 @@ import sys
 from typing import Any, Iterable
 
 from zmlx_pipeline.core.errors import ZmlxPipelineError, unwritable
+from zmlx_pipeline.core.files import printable
 
 
 #: the folder of the runtime's modules: a warning names the first frame outside it
@@ -52,10 +53,9 @@ class UnknownDeviceError(UnknownName):
 
 
 def plain(value: Any) -> str:
-    """A user-given path, URL or name as a message shows it: as it is when every character prints, else its repr
-    (`'r3/x\\nY'`), so a message stays one line and never sends a control character (an ANSI escape) to a terminal."""
-    text = str(value)
-    return text if text.isprintable() else repr(text)
+    """A user-given path, URL or name as a message shows it: one line, every control character written as an escape
+    (`r3/x\\nY`), never sent to a terminal (an ANSI escape), as the CLI's messages write it (core.files.printable)."""
+    return printable(str(value))
 
 
 def value_text(value: Any, width: int = 60) -> str:
