@@ -80,3 +80,26 @@ def test_the_gpu_a_process_detects_is_the_registered_device_its_name_tells(tmp_p
             assert rt.get_current_device_profile().device_id is None
     forget_current_device()
     rt.get_current_device_profile.cache_clear()
+
+
+def test_publish_writes_registered_devices_names_the_runtime_loads(tmp_path):
+    """Whatever names a store's devices bear, the bundle publish writes loads (publish itself loads it strictly): a
+    registered device with no aliases lists none, a binned variant of a registered device shares its name, and GPUs
+    measured without a registration keep the names their backend reported (a catalog chip's, a registered one's)."""
+    with Store(tmp_path / "s.duckdb") as store:
+        fill_toy(store, devices=("nvidia-h200",))
+        register_device(store, record(tmp_path / "acme.json"))
+        register_device(store, record(tmp_path / "acme-10.json", id="acme-x1-10sm", variant="acme-x1-10sm",
+                                      gpu_cores=10, fp32_tflops=5.375, aliases=[]))
+        for device_id, name in (("unknown-nvidia-h200", "NVIDIA H200"), ("unknown-acme", "Acme X1 Accelerator")):
+            store.upsert_device({"device_id": device_id, "name": name, "backend": "cuda", "gpu_cores": 20,
+                                 "in_catalog": False, "flagged_unknown": True})
+        publish(store, tmp_path / "bundles", devices=["acme-x1"], record=False, jobs=1)
+    root = latest_dir(tmp_path / "bundles")
+    profiles = json.loads((root / "profiles.json").read_text())["devices"]
+    assert profiles["acme-x1-10sm"]["aliases"] == [] and profiles["acme-x1-10sm"]["name"] == "Acme X1 Accelerator"
+    assert "aliases" not in profiles["unknown-acme"] and profiles["unknown-nvidia-h200"]["in_catalog"] is False
+
+    from zmlx_pipeline.runtime import load_bundle
+
+    assert load_bundle(root, strict=True).root == root

@@ -100,7 +100,9 @@ def build_profiles(devices: dict[str, dict], kernel_tables: dict[str, tuple[Kern
         learned_tg = general["threadgroup"]
         cands = general["candidates"] or _default_triple(catalog_tg, int(row.get("max_threads_per_threadgroup") or 1024))
         rec = {"device_id": device_id, **{k: row.get(k) for k in PROFILE_FIELDS}}
-        if row.get("in_catalog") is False and row.get("aliases"):  # the runtime finds a registered GPU by its names
+        if row.get("in_catalog") is False and isinstance(row.get("aliases"), list):
+            # a registered device (devices add) lists its aliases, maybe none: the runtime finds its GPU by its names
+            # and checks that no other registered device or catalog chip has them (runtime/contents.py)
             rec["aliases"] = list(row["aliases"])
         rec.update({
             "catalog_default_threadgroup": catalog_tg,

@@ -8,7 +8,8 @@ sets exactly its kernel's parameters, every constraint is arithmetic the runtime
 as a built-in one agrees with the built-in kernel (its dims, parameters and constraints), so no answer is a
 config the kernel cannot run. A config value is what the importer stores (a whole number, a fraction, text,
 a boolean, null: Kernel Tuner tunes "fast" and 0.5), but a built-in kernel's and every threadgroup size are
-whole numbers. Standard library only.
+whole numbers. A device registered in the store has names detection can find it by: no catalog chip's, none
+another registered device has (registered_problem). Standard library only (and the package's catalog, as detection).
 
 Each kind is checked a column at a time (every entry's `best` at once, with C-level set, min and max), so a
 device table of thousands of entries costs about what parsing it does, not several times that; only a column
@@ -20,6 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import sys
 from itertools import chain, repeat
 from operator import is_not
@@ -41,6 +43,10 @@ MAX_PARAM = 2**31 - 1
 INT64 = (-2**63, 2**63 - 1)
 #: the most characters of a config value that is text (Kernel Tuner tunes strings such as "fast" and "safe")
 MAX_PARAM_TEXT = 256
+#: a whole chip's device id, as the catalog and collect write one (data/records.py DEVICE_ID_PATTERN without its
+#: core limit), and the most characters it may hold (records.py MAX_NAME_LENGTH)
+CHIP_ID = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+MAX_ID_CHARS = 100
 #: the content schema that gave every kernel its `measured_range` (publish/build.py); lookups mark a shape outside it
 MEASURED_RANGE_SCHEMA = 2
 
@@ -79,6 +85,11 @@ def _config_values(col: list, n: int = 0) -> bool:
 #: atomic kind -> (column check, what a value must be)
 ATOMS: dict[str, tuple[Column, str]] = {
     "name": (lambda col, n: _types(col) <= {str}, "a string"),
+    "bool": (lambda col, n: _types(col) <= {bool}, "true or false"),
+    "device": (lambda col, n: _types(col) <= {str}
+               and all(len(v) <= MAX_ID_CHARS and CHIP_ID.fullmatch(v) for v in col),
+               f"a whole chip's device id (lower-case letters and digits in words joined by single hyphens, at most "
+               f"{MAX_ID_CHARS} characters)"),
     "count": (lambda col, n: _whole(col, 1, MAX_DIM + 1), f"a whole number from 1 to {MAX_DIM}"),
     "k": (lambda col, n: _whole(col, 1, MAX_PRUNE_K + 1), f"a whole number from 1 to {MAX_PRUNE_K}"),
     "param": (_config_values, f"a whole number from -2**63 to 2**63-1, a finite number, a boolean, null or printable "
@@ -226,7 +237,68 @@ def index_problem(kernels: Mapping[str, Any], profiles: Mapping[str, Any],
             or _builtin_problem(meta, own)
         if problem:
             return f"kernels.json: kernels[{name}]{problem}"[:300]
-    return _first("@profile", profiles, 0, "profiles.json: devices")
+    return _first("@profile", profiles, 0, "profiles.json: devices") or registered_problem(profiles)
+
+
+def _registered(profile: Any) -> bool:
+    """A profile of a device registered in the store (`devices add`): of no catalog chip, listing its aliases (publish
+    lists them, maybe none, for a registered device only; a GPU measured without a registration lists none), and of
+    a whole chip, as detection takes it (runtime/device.py registered_for_detected)."""
+    return type(profile) is dict and profile.get("in_catalog") is False and type(profile.get("aliases")) is list \
+        and not profile.get("core_limited_from")
+
+
+@functools.lru_cache(maxsize=1)
+def _catalog_labels() -> dict[str, str]:
+    """Every catalog chip's name and alias as detection compares names (normalize_name) -> the chip's id."""
+    from zmlx_pipeline.data.catalog import load_catalog, normalize_name
+
+    labels: dict[str, str] = {}
+    for spec in load_catalog():
+        for label in (spec.name, *spec.aliases):
+            labels.setdefault(normalize_name(label), spec.id)
+    return labels
+
+
+def registered_problem(profiles: Mapping[str, Any]) -> str | None:
+    """The first name or alias of a registered device (_registered) that detection cannot tell it by, as
+    `profiles.json: devices[id].field what`; None if none. Names are compared as detection compares a GPU's reported
+    name (normalize_name): one a catalog chip has is that chip's (the catalog is matched first), and one two
+    registered devices share finds neither, unless they are binned variants of one chip (the same name, other core
+    counts), which detection tells apart by core count, as `devices add` lets them be. Run after the kinds are checked
+    (every name text, aliases a list of text); skipped without the catalog, as detection is."""
+    try:
+        from zmlx_pipeline.data.catalog import normalize_name
+
+        catalog = _catalog_labels()
+    except ImportError:
+        return None
+    owners: dict[str, dict[str, Mapping[str, Any]]] = {}
+    for device_id, profile in profiles.items():
+        if not _registered(profile):
+            continue
+        named = [(".name", profile.get("name")), *((f".aliases[{i}]", a) for i, a in enumerate(profile["aliases"]))]
+        for where, label in named:
+            key = normalize_name(label) if isinstance(label, str) else ""
+            if not key:
+                continue
+            chip = catalog.get(key)
+            if chip is not None:
+                return (f"profiles.json: devices[{device_id}]{where} {label!r:.60} is a name of catalog chip {chip}: a "
+                        "registered device has names of its own (a GPU reporting it is found as that chip)")[:300]
+            held = owners.setdefault(key, {})
+            other = next((d for d, p in held.items() if d != device_id and not _binned(profile, p)), None)
+            if other is not None:
+                return (f"profiles.json: devices[{device_id}]{where} {label!r:.60} is also a name or alias of "
+                        f"registered device {other}: a GPU reporting it would be found as neither")[:300]
+            held[device_id] = profile
+    return None
+
+
+def _binned(one: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
+    """Two binned variants of one chip: the same name, other core counts (detection tells them apart by cores)."""
+    cores = one.get("gpu_cores"), other.get("gpu_cores")
+    return one.get("name") == other.get("name") and None not in cores and cores[0] != cores[1]
 
 
 def _params(meta: Mapping[str, Any]) -> list[str]:
