@@ -230,23 +230,83 @@ def test_published_files_import_unchanged_with_a_device_map_for_those_that_name_
     device_map.write_text("".join(f'"{key}" = "{value}"\n' for key, value in WILD_MAP.items()))
     result = invoke("import", "--db", db, "--json", "--device-map", device_map, WILD)
     assert result.exit_code == 0, result.output
-    rows = sorted((Path(r["file"]).name, r["device"], r["rows"], r["failed"]) for r in json.loads(result.output))
+    rows = sorted((Path(r["file"]).name, r["device"], r["kernel"], r["rows"], r["failed"])
+                  for r in json.loads(result.output))
+    # Kernel Tuner's test caches all say convolution_kernel, with other parameters; the T4 files name no kernel and
+    # take the folder's name; the store holds a vector_add of other parameters: each parameter set goes under a name
+    # of its own, in the order the files are read
     assert rows == sorted([
-        ("convolution_MI50.json", "amd-mi50", 2, 0), ("killed_mid_entry.json", "nvidia-rtx-a4000", 2, 0),
-        ("open_cache_looks_like_closed.json", "nvidia-rtx-a4000", 2, 0),
-        ("small_cache_1.0.0.json", "nvidia-rtx-a4000", 2, 0), ("small_cache_1.1.0.json", "nvidia-rtx-a4000", 3, 0),
-        ("t4_cache_invalids.json", "nvidia-a100-pcie-40gb", 1, 1), ("t4_target.json", "nvidia-a100-pcie-40gb", 1, 0),
-        ("vector_add_gflops_T4.json", "nvidia-rtx-a4000", 3, 1),
-        ("vector_add_unversioned.json", "nvidia-rtx-a4000", 3, 0),
-        ("coulomb_2080_full_search_space_converted.json", "nvidia-rtx-2080", 3, 0),
-        ("gemm_precision_A4000.json", "nvidia-rtx-a4000", 4, 0),
-        ("vectorAdd_rtx500ada.ktt.json", "nvidia-rtx-500-ada-laptop", 4, 0),
-        ("vectorAdd_rtx500ada.t4.json", "nvidia-rtx-500-ada-laptop", 2, 0),
-        ("vector_add_results.json", "nvidia-a100-pcie-40gb", 2, 0),
-        ("vector_add_results.json", "nvidia-a100-pcie-40gb", 1, 0),
-        ("vector_add_results.json", "nvidia-rtx-3090", 1, 0),
-        ("vector_add_time_energy.json", "nvidia-rtx-4000-ada", 2, 0)])
+        ("convolution_MI50.json", "amd-mi50", "convolution_kernel", 2, 0),
+        ("killed_mid_entry.json", "nvidia-rtx-a4000", "convolution_kernel_2", 2, 0),
+        ("open_cache_looks_like_closed.json", "nvidia-rtx-a4000", "convolution_kernel_3", 2, 0),
+        ("small_cache_1.0.0.json", "nvidia-rtx-a4000", "convolution_kernel_2", 2, 0),
+        ("small_cache_1.1.0.json", "nvidia-rtx-a4000", "convolution_kernel_2", 3, 0),
+        ("t4_cache_invalids.json", "nvidia-a100-pcie-40gb", "convolution_kernel_4", 1, 1),
+        ("t4_target.json", "nvidia-a100-pcie-40gb", "kernel_tuner_wild_2", 1, 0),
+        ("vector_add_gflops_T4.json", "nvidia-rtx-a4000", "kernel_tuner_wild_4", 3, 1),
+        ("vector_add_unversioned.json", "nvidia-rtx-a4000", "vector_add_2", 3, 0),
+        ("coulomb_2080_full_search_space_converted.json", "nvidia-rtx-2080", "kernel_tuner_wild", 3, 0),
+        ("gemm_precision_A4000.json", "nvidia-rtx-a4000", "Xgemm", 4, 0),
+        ("vectorAdd_rtx500ada.ktt.json", "nvidia-rtx-500-ada-laptop", "vectorAddition_kernel", 4, 0),
+        ("vectorAdd_rtx500ada.t4.json", "nvidia-rtx-500-ada-laptop", "kernel_tuner_wild_3", 2, 0),
+        ("vector_add_results.json", "nvidia-a100-pcie-40gb", "vector_add_2", 2, 0),
+        ("vector_add_results.json", "nvidia-a100-pcie-40gb", "vector_add_2", 1, 0),
+        ("vector_add_results.json", "nvidia-rtx-3090", "vector_add_2", 1, 0),
+        ("vector_add_time_energy.json", "nvidia-rtx-4000-ada", "vector_add_3", 2, 0)])
     assert len(contents(db)[0]) == len(before[0]) + 38 - 4  # the killed run's and 1.0.0's rows are 1.1.0's
+    renamed = {Path(r["file"]).name: r["renamed_from"] for r in json.loads(result.output) if "renamed_from" in r}
+    assert renamed == {"killed_mid_entry.json": "convolution_kernel", "small_cache_1.0.0.json": "convolution_kernel",
+                       "small_cache_1.1.0.json": "convolution_kernel", "t4_cache_invalids.json": "convolution_kernel",
+                       "open_cache_looks_like_closed.json": "convolution_kernel",
+                       "t4_target.json": "kernel_tuner_wild", "vectorAdd_rtx500ada.t4.json": "kernel_tuner_wild",
+                       "vector_add_gflops_T4.json": "kernel_tuner_wild", "vector_add_time_energy.json": "vector_add",
+                       "vector_add_results.json": "vector_add", "vector_add_unversioned.json": "vector_add"}
+    # every stored kernel name holds one parameter set
+    params: dict[str, set] = {}
+    for row in contents(db)[0]:
+        params.setdefault(row["kernel"], set()).add(tuple(sorted(row["config"])))
+    assert params == {
+        "vector_add": {("block_size_x", "vec")},
+        "convolution_kernel": {("block_size_x", "block_size_y", "read_only", "tile_size_x", "tile_size_y",
+                                "use_padding")},
+        "convolution_kernel_2": {("block_size_x", "block_size_y")},
+        "convolution_kernel_3": {("block_size_x", "block_size_y", "object_param")},
+        "convolution_kernel_4": {("block_size_x", "block_size_y", "read_only", "tile_size_x", "tile_size_y",
+                                  "use_cmem", "use_padding", "use_shmem")},
+        "kernel_tuner_wild": {("INNER_UNROLL_FACTOR", "USE_CONSTANT_MEMORY", "USE_SOA", "VECTOR_SIZE",
+                               "WORK_GROUP_SIZE_X", "WORK_GROUP_SIZE_Y", "WORK_GROUP_SIZE_Z", "Z_ITERATIONS")},
+        "kernel_tuner_wild_2": {("block_size_x", "block_size_y", "read_only", "tile_size_x", "tile_size_y",
+                                 "use_cmem", "use_padding", "use_shmem")},
+        "kernel_tuner_wild_3": {("multiply_block_size",)},
+        "kernel_tuner_wild_4": {("block_size_x",)},
+        "vectorAddition_kernel": {("multiply_block_size",)},
+        "Xgemm": {("MWG", "VWM")},
+        "vector_add_2": {("block_size_x",)},
+        "vector_add_3": {("block_size_x", "nvml_gr_clock")}}
+    # imported again, every file goes where it went and adds nothing; the table says why each was renamed
+    stored = contents(db)
+    result = invoke("import", "--db", db, "--device-map", device_map, WILD)
+    assert result.exit_code == 0, result.output
+    assert contents(db)[0] == stored[0]
+    assert ("vector_add_time_energy.json: vector_add has other parameters stored (block_size_x, vec); this file's "
+            "(block_size_x, nvml_gr_clock) stored as vector_add_3; name it with --kernel NAME"
+            ) in result.output.splitlines()
+
+
+def test_a_kernel_named_with_an_option_is_never_renamed(db, tmp_path):
+    # the seed's vector_add tunes block_size_x and vec; this file tunes block_size_x alone
+    before = contents(db)
+    path = WILD / "vector_add_unversioned.json"
+    result = invoke("import", "--db", db, "--device", "nvidia-rtx-a4000", "--kernel", "vector_add", path)
+    assert result.exit_code == 1 and contents(db) == before
+    assert result.output == (f"Error: cannot import {path}: --kernel vector_add has other parameters stored "
+                             "(block_size_x, vec) than this file's (block_size_x): one kernel holds one config space; "
+                             "pass another --kernel NAME, or leave --kernel out to store the file under a name of its "
+                             "own; nothing of it was stored\n")
+    result = invoke("import", "--db", db, "--json", "--device", "nvidia-rtx-a4000", "--kernel", "vadd", path)
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["kernel"] == "vadd" and "renamed_from" not in row
 
 
 def test_published_files_import_with_nothing_but_a_device_map(db, tmp_path):

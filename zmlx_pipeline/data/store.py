@@ -1156,6 +1156,14 @@ class Store:
         """The distinct kernel names the store holds measurements of, sorted."""
         return [k for (k,) in self._conn.execute("SELECT DISTINCT kernel FROM measurements ORDER BY 1").fetchall()]
 
+    def kernel_spaces(self, prefix: str) -> list[tuple[str, list[str], list[str]]]:
+        """(kernel, parameter names, shape dim names) of every distinct config space stored under a kernel name
+        that begins with `prefix` (the name itself and those derived from it): what an import places a file by."""
+        rows = self._conn.execute(
+            "SELECT DISTINCT kernel, list_sort(json_keys(config::JSON)), list_sort(json_keys(shape::JSON)) "
+            "FROM measurements WHERE starts_with(kernel, ?) ORDER BY ALL", [prefix]).fetchall()
+        return [(kernel, list(params), list(dims)) for kernel, params, dims in rows]
+
     def kernel_contents(self, kernel: str) -> dict | None:
         """What the store holds of one kernel, None when no row: its distinct configs and shapes (parsed), dtypes and
         versions, rows per device and dtype (summary's), and its runs, each with its rows and first and last

@@ -638,7 +638,8 @@ def import_cmd(db, device, device_map, problem_size, kernel, replace, files, as_
     them); idempotent.
 
     Every file is checked before any is stored: a refused file (one giving a stored key another result, without
-    --replace) stores nothing.
+    --replace) stores nothing. A file whose kernel name is stored with other parameters or dims goes under a name
+    of its own (KERNEL_2, ...; a --kernel of other parameters is refused).
     """
     from zmlx_pipeline.data.importers import import_files
 
@@ -648,6 +649,10 @@ def import_cmd(db, device, device_map, problem_size, kernel, replace, files, as_
     counts = [] if as_json else [c for c in ("replaced", "skipped") if any(r.get(c) for r in rows)]  # when non-zero
     emit(rows if as_json else [{**r, **{c: r.get(c) or 0 for c in counts}} for r in rows], as_json,
          ["file", "device", "kernel", "rows", "added", "failed", *counts])
+    if not as_json:  # a file stored under another kernel name than it gives says why, one line each
+        for r in rows:
+            if r.get("note"):
+                click.echo(printable(f"{Path(r['file']).name}: {r['note']}"))
 
 
 for _commands in (cli_report, cli_publish, cli_models):  # report; publish, lookup, profiles; train, evaluate, models

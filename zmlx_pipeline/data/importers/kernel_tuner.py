@@ -162,6 +162,9 @@ class ParsedFile:
     measurements: list[Measurement]
     skipped: int = 0
     source: dict[str, Any] = field(default_factory=dict)
+    #: the kernel name the file gives, where its config space is stored under another (kernel_spaces.py), and why
+    renamed_from: str | None = None
+    note: str | None = None
 
     @property
     def failed(self) -> int:
@@ -1771,6 +1774,8 @@ def write_parsed(store: Store, parsed: ParsedFile, replacing: Iterable[tuple[str
     row = {"file": str(parsed.path), "device": spec.id, "kernel": parsed.kernel,
            "rows": len(parsed.measurements), "added": 0, "failed": parsed.failed,
            "skipped": parsed.skipped, "run_id": None}
+    if parsed.renamed_from is not None:
+        row.update(renamed_from=parsed.renamed_from, note=parsed.note)
     replacing = set(replacing)
     stored = store.measured_keys(spec.id, parsed.kernel, parsed.kernel_version)
     if not replacing and all((m.dtype, m.shape_key, m.config_key) in stored for m in parsed.measurements):
@@ -1902,9 +1907,11 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     A refused file stores nothing of any file, and every file is written in one transaction: should the store fail
     while writing, or the import be stopped, nothing is stored.
     A key stored with another result than a file gives is refused, unless `replace`: then the file's result
-    replaces it (the row's `replaced` counts them). Returns one row per file: file, device, kernel, rows, added,
-    failed, skipped, run_id; a T4 metadata file, or one that holds no measurement (the header a run stopped before
-    its first config left), beside others is a row of nothing (device and kernel None).
+    replaces it (the row's `replaced` counts them). A file whose kernel name holds another parameter set or other
+    dims is stored under a name of its own (kernel_spaces.py; refused when the name is `kernel`). Returns one row per
+    file: file, device, kernel, rows, added, failed, skipped, run_id (and renamed_from, note for a renamed one); a
+    T4 metadata file, or one that holds no measurement (the header a run stopped before its first config left),
+    beside others is a row of nothing (device and kernel None).
     """
     if device is not None and device_map is not None:
         raise ImportFileError("give --device (one device for every file) or --device-map, not both")
@@ -1941,6 +1948,9 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
     if mapping is not None:
         _check_map_used(mapping, parsed)
     _check_kernel_names_apart(store, parsed)
+    from zmlx_pipeline.data.importers.kernel_spaces import keep_spaces_apart
+
+    parsed = keep_spaces_apart(store, parsed, named=bool(kernel))
     _check_unknown_sizes_apart(store, parsed)
     _check_kinds_apart(store, parsed)
     replacing = _check_times_apart(store, parsed, replace)
