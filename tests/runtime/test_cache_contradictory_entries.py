@@ -1,5 +1,5 @@
-"""An autotune cache entry that contradicts itself (a template parameter named twice, or a template and a config that
-disagree) is no answer: which config its time is of cannot be told, so the case is timed again (one warning, as for
+"""An autotune cache entry that contradicts itself (a template parameter named twice, a template and a config that
+disagree, or a `tg` that is not the threadgroup its parameters launch) is no answer: which config its time is of cannot be told, so the case is timed again (one warning, as for
 other unusable entries) and the new winner replaces the entry."""
 
 import json
@@ -43,7 +43,16 @@ def _cache_with(path, value) -> tuple[str, str]:
     ({"tg": [128, 1, 1], "template": TEMPLATE_TWICE, "median_us": 1.0}, "its template names 'TG' twice"),
     ({"tg": [128, 1, 1], "template": [["T", "float16"], ["ROWS", 1], ["TG", 64], ["VEC", 8]],
       "config": {"ROWS": 1, "TG": 128, "VEC": 8}, "median_us": 1.0}, "its config gives 'TG' 128, its template 64"),
-], ids=["a template parameter twice", "template and config disagree"])
+    ({"tg": [256, 1, 1], "template": [["T", "float16"], ["ROWS", 1], ["TG", 128], ["VEC", 8]], "median_us": 1.0},
+     r"its tg \[256, 1, 1\] is not the threadgroup its parameters launch \(\[128, 1, 1\]\)"),
+    ({"tg": [256, 1, 1], "template": [["T", "float16"], ["ROWS", 1], ["TG", 128], ["VEC", 8]]},
+     r"its tg \[256, 1, 1\] is not the threadgroup"),
+    ({"tg": [256, 1, 1], "template": [["T", "float16"], ["ROWS", 1], ["TG", 128], ["VEC", 8]],
+      "config": {"ROWS": 1, "TG": 128, "VEC": 8}, "median_us": 1.0}, r"its tg \[256, 1, 1\] is not the threadgroup"),
+    ({"tg": "128", "template": [["T", "float16"], ["ROWS", 1], ["TG", 128], ["VEC", 8]], "median_us": 1.0},
+     r"its tg '128' is no threadgroup"),
+], ids=["a template parameter twice", "template and config disagree", "tg and template disagree",
+        "tg and a ZMLX-trimmed template disagree", "tg and config disagree", "a tg that is no threadgroup"])
 def test_an_entry_that_contradicts_itself_is_timed_again_and_replaced(real_bundle, tmp_path, value, why):
     load_bundle(real_bundle[1], strict=True)
     path = tmp_path / "autotune_v3.json"
@@ -69,3 +78,24 @@ def test_contradiction_says_what_contradicts(tmp_path):
     assert cache.contradiction(written) == "" and cache.config_of(written) == {"TG": 128, "VEC": 8, "ROWS": 1}
     zmlx_saved = {"tg": [128, 1, 1], "template": [["T", "float16"], ["ROWS", 1], ["TG", 128], ["VEC", 8]]}
     assert cache.config_of(zmlx_saved, ["ROWS", "TG", "VEC"]) == {"ROWS": 1, "TG": 128, "VEC": 8}
+
+
+@pytest.mark.parametrize("tg", [[128, 1, 1], [128], None], ids=["as launched", "padded with 1s", "no tg"])
+def test_an_entry_whose_tg_is_the_launched_threadgroup_is_a_hit(real_bundle, tmp_path, tg):
+    load_bundle(real_bundle[1], strict=True)
+    path = tmp_path / "autotune_v3.json"
+    value = {"template": [["T", "float16"], ["ROWS", 1], ["TG", 128], ["VEC", 8]], **({"tg": tg} if tg else {})}
+    _cache_with(path, value)
+    measure = Measure()
+    result = tune("rmsnorm", SHAPE, "float16", device=H200, measure=measure, cache_path=str(path))
+    assert (result.source, result.config, measure.calls) == ("cache", {"ROWS": 1, "TG": 128, "VEC": 8}, [])
+
+
+def test_threadgroup_disagreement_says_what_disagrees():
+    template = [["T", "float16"], ["TG", 128]]
+    assert cache.threadgroup_disagreement({"tg": [128, 1, 1], "template": template}, (128, 1, 1)) == ""
+    assert cache.threadgroup_disagreement({"template": template}, (128, 1, 1)) == ""
+    assert cache.threadgroup_disagreement({"tg": [64, 2, 1], "template": template}, (128, 1, 1)) == \
+        "its tg [64, 2, 1] is not the threadgroup its parameters launch ([128, 1, 1])"
+    for junk in ([True, 1, 1], [], [1, 1, 1, 1], [128.0, 1, 1], {"x": 1}):
+        assert cache.threadgroup_disagreement({"tg": junk}, (128, 1, 1)).startswith(f"its tg {junk!r} is no")

@@ -24,7 +24,8 @@ its target (the link stays), and a rewritten file keeps its permissions (a new o
 A v3 file that cannot be read, or whose sections are not the objects (and lists) this layout has, reads as
 empty and is moved aside as `<name>.corrupt-<time>` (`-2`, `-3`... after it in the same second: an earlier one is
 never replaced), with a warning, by the next write; a file of a newer schema (a newer ZMLX's) is neither read nor
-rewritten, with one warning. An entry that contradicts itself (a template parameter named twice) is no answer.
+rewritten, with one warning. An entry that contradicts itself (a template parameter named twice, a config the template
+disagrees with, a `tg` that is not the threadgroup its parameters launch) is no answer.
 $ZMLX_CACHE_DIR moves the directory (as in ZMLX).
 
 Why one long module: reading, migrating, merging and writing the file share its layout, its lock and the entry
@@ -167,7 +168,8 @@ def contradiction(value: Any) -> str:
     """Why an entry contradicts itself ("" when it does not): its `template` names a parameter twice, or gives one a
     value its `config` does not (ZMLX launches with the template, we read the config). Such an entry is no answer:
     which of its values was timed cannot be told. (Its `tg` is the launch's threadgroup, which a kernel spec may
-    derive from several parameters, so the entry alone cannot tell whether it disagrees with them.)"""
+    derive from several parameters, so the entry alone cannot tell whether it disagrees with them: the tuner checks
+    that with threadgroup_disagreement.)"""
     template = value.get("template") if isinstance(value, Mapping) else None
     if not isinstance(template, list):
         return ""
@@ -183,6 +185,22 @@ def contradiction(value: Any) -> str:
         for name, given in seen.items():
             if name != "T" and name in config and config[name] != given:
                 return f"its config gives {name!r:.40} {config[name]!r:.20}, its template {given!r:.20}"
+    return ""
+
+
+def threadgroup_disagreement(value: Any, threadgroup: Any) -> str:
+    """Why an entry's `tg` is not `threadgroup`, the one its config (or template) launches with ("" when it is, or
+    when it has no `tg`); a `tg` shorter than three is padded with 1s, as (x,) launches as (x, 1, 1). ZMLX launches
+    with `tg`, so an entry that disagrees contradicts itself: which launch was timed cannot be told."""
+    tg = value.get("tg") if isinstance(value, Mapping) else None
+    if tg is None:
+        return ""
+    want = [int(t) for t in threadgroup]
+    if not isinstance(tg, list) or not 0 < len(tg) <= len(want) or any(
+            isinstance(t, bool) or not isinstance(t, int) for t in tg):
+        return f"its tg {tg!r:.40} is no threadgroup (its parameters launch {want})"
+    if list(tg) + [1] * (len(want) - len(tg)) != want:
+        return f"its tg {tg!r:.40} is not the threadgroup its parameters launch ({want})"
     return ""
 
 

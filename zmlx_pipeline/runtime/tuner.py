@@ -424,7 +424,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     `threadgroups` keeps only legal configs with one of these threadgroup sizes (ZMLX's candidate list).
     Configs refused at launch on this device before are left out; with `use_cache`, a candidate the
     pipeline refuses for its thread limit while timed is remembered as refused too. A cached entry that is no
-    answer (no legal config of every parameter, a median that is no time) is a miss, warned about once per file.
+    answer (no legal config of every parameter, a `tg` that is not the threadgroup its config launches with, a median
+    that is no time) is a miss, warned about once per file.
     `timer` is the harness's timer when `measure` is not given ("chain", "gpu" or "auto").
     `precompile(spec, configs, shape, dtype)` compiles every candidate before the first is timed
     (default: the measurer's own `precompile`, which the harness measurer has on CUDA: NVRTC in
@@ -485,7 +486,7 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
     if use_cache:
         hit = cache_file.load_entries(dkey, cache_path, tuple(also)).get(key)
         config = cache_file.config_of(hit, spec.params)
-        problem = _cache_entry_problem(hit, config, spec.params, every) if hit is not None else ""
+        problem = _cache_entry_problem(hit, config, spec, shape, every) if hit is not None else ""
         if problem:  # a miss: timed again below, and the new winner replaces the entry
             _warn_bad_entry(cache_path, f"{spec.name} {shape} {dtype} on {dkey}", problem)
         elif config is not None:
@@ -600,16 +601,22 @@ def _untimed_choice(pred: Any, legal: list[dict], first: dict | None = None) -> 
     return dict(legal[0]), f"the first legal config (no {pred.evidence} pick is legal here)"
 
 
-def _cache_entry_problem(hit: Any, config: dict | None, params: Any, legal: list[dict]) -> str:
+def _cache_entry_problem(hit: Any, config: dict | None, spec: Any, shape: Mapping[str, int],
+                         legal: list[dict]) -> str:
     """Why a cache entry cannot be this case's answer ("" if it can): no complete config, a config that is not legal
-    for the kernel and shape, a `restricted` mark that is not true or false (which searches it answers cannot be
-    told), or a `median_us` that is no time (ZMLX's own entries have none, which is fine)."""
+    for the kernel and shape, a `tg` that is not the threadgroup that config launches with on this shape, a
+    `restricted` mark that is not true or false (which searches it answers cannot be told), or a `median_us` that is
+    no time (ZMLX's own entries have none, which is fine)."""
+    params = spec.params
     if config is None:
         return cache_file.contradiction(hit) or "it holds no config with every parameter of the kernel"
     if set(config) != set(params):
         return f"its config {config!r:.80} does not set exactly the kernel's parameters {', '.join(sorted(params))}"
     if config_id(config) not in {config_id(c) for c in legal}:
         return f"its config {config!r:.80} is not legal for this kernel and shape"
+    disagreement = cache_file.threadgroup_disagreement(hit, spec.launch(config, shape).threadgroup)
+    if disagreement:
+        return disagreement
     if not isinstance(hit.get("restricted", False), bool):
         return f"its restricted {hit.get('restricted')!r:.40} is not true or false"
     median = hit.get("median_us")
