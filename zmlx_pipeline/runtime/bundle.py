@@ -409,21 +409,61 @@ def _shipped_kernels(root: Path) -> dict:
 
 
 def resolve_dir(path: Path) -> Path:
-    """The bundle directory a path names: the bundle itself, or a publish root with a `latest` pointer."""
+    """The bundle directory a path names: the bundle itself, or a publish root with a `latest` pointer (a symbolic
+    link is followed: linked_latest)."""
     if path.is_file() and path.name == MANIFEST:
         return path.parent
     if (path / MANIFEST).is_file():
         return path
     pointer = path / LATEST
+    if pointer.is_symlink():
+        return linked_latest(pointer)
     if pointer.is_file():
-        name = pointer.read_text(encoding="utf-8", errors="replace").strip()  # bytes that are no text: no safe name
-        if not _safe_name(name) or "/" in name:
-            raise BundleError(f"{plain(pointer)}: the latest pointer holds an unsafe name {name!r}")
-        target = path / name
+        return _pointed_at(pointer, pointer.read_text(encoding="utf-8", errors="replace"), path)
+    raise BundleError(f"{plain(path)}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
+
+
+def _pointed_at(pointer: Path, text: str, folder: Path) -> Path:
+    """The version directory in `folder` a pointer's text names; BundleError for an unsafe name or no bundle there."""
+    name = text.strip()  # bytes that are no text (read as U+FFFD): no safe name
+    if not _safe_name(name) or "/" in name:
+        raise BundleError(f"{plain(pointer)}: the latest pointer holds an unsafe name {name!r}")
+    target = folder / name
+    if (target / MANIFEST).is_file():
+        return target
+    raise BundleError(f"{plain(pointer)} points at {name!r}, which holds no manifest.json")
+
+
+def linked_latest(pointer: Path) -> Path:
+    """The bundle a `latest` that is a symbolic link names, wherever the link leads: a bundle directory, its
+    manifest.json, or a pointer file (its name read beside the file the link reaches). BundleError in one line for
+    a link that leads nowhere (dangling, a loop) or to anything else."""
+    try:
+        link = os.readlink(pointer)
+    except OSError as exc:
+        raise BundleError(f"{plain(pointer)}: cannot read the symbolic link ({exc.strerror or exc})") from None
+    try:
+        target = Path(os.path.realpath(pointer, strict=True))
+        mode = os.stat(target).st_mode
+    except OSError as exc:
+        why = ("which does not exist" if isinstance(exc, FileNotFoundError)
+               else f"which cannot be followed ({exc.strerror or exc})")
+        raise BundleError(f"{plain(pointer)} is a symbolic link to {plain(link)!r}, {why}: point it at a bundle "
+                          "version directory, or replace it with a pointer file naming one") from None
+    if stat.S_ISDIR(mode):
         if (target / MANIFEST).is_file():
             return target
-        raise BundleError(f"{plain(pointer)} points at {name!r}, which holds no manifest.json")
-    raise BundleError(f"{plain(path)}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
+        raise BundleError(f"{plain(pointer)} links to the directory {plain(target)}, which holds no manifest.json")
+    if stat.S_ISREG(mode):
+        if target.name == MANIFEST:
+            return target.parent
+        try:
+            text = read_regular(target, MAX_POINTER_BYTES)[:MAX_POINTER_BYTES].decode("utf-8", errors="replace")
+        except OSError as exc:
+            raise BundleError(f"{plain(pointer)}: cannot read {plain(target)}, the file it links to "
+                              f"({exc.strerror or exc})") from None
+        return _pointed_at(pointer, text, target.parent)
+    raise BundleError(f"{plain(pointer)} links to {plain(target)}, which is neither a bundle directory nor a file")
 
 
 def published_place(path: str | os.PathLike) -> str | None:
@@ -465,6 +505,9 @@ def read_dir(path: str | os.PathLike, source: str | None = None, builtin: dict[s
     p = Path(home_expanded(os.fspath(path), "bundle location"))
     try:
         if not p.exists():
+            if p.is_symlink():
+                raise BundleError(f"{plain(p)} is a symbolic link to {plain(os.readlink(p))!r}, which does not exist "
+                                  "or cannot be followed")
             raise BundleError(f"{plain(p)}: no such bundle directory")
         root = resolve_dir(p)
     except OSError as exc:  # a directory or pointer this process may not read
