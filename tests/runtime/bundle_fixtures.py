@@ -83,6 +83,20 @@ def build_real(root: Path) -> tuple[Path, Path]:
     return db, root / "real-bundles"
 
 
+def build_registered(root: Path, record_path: Path) -> tuple[Path, Path]:
+    """(store path, publish dir) of the toy kernel published for the H200 and a device registered in the store
+    (`devices add`) from the record at `record_path` (tests/pipeline/device_records.py writes one)."""
+    from zmlx_pipeline.data.registered import register_device
+    from zmlx_pipeline.publish import publish
+
+    db = root / "registered.duckdb"
+    with Store(db) as store:
+        fill_toy(store)
+        device_id = register_device(store, record_path)["device"]["id"]
+        publish(store, root / "registered-bundles", devices=[device_id, "nvidia-h200"], record=False, jobs=1)
+    return db, root / "registered-bundles"
+
+
 @pytest.fixture(scope="session")
 def toy_bundle(tmp_path_factory) -> tuple[Path, Path]:
     return build_toy(tmp_path_factory.mktemp("toy"))

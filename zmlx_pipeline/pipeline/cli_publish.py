@@ -157,7 +157,8 @@ def _device_option(ctx, param, value):
                    "whole numbers in digits 0-9.")
 @click.option("--dtype", default="float16", show_default=True, help="float16, bfloat16 or float32.")
 @click.option("--device", default=None, callback=_device_option,
-              help="Catalog device id (default: this machine's GPU).")
+              help="Catalog device id or name, or a device of the bundle (a registered one also by its name or "
+                   "alias) (default: this machine's GPU).")
 @click.option("--bundle", "bundle_path", default=None, callback=bundle_location,
               help="Bundle directory, publish directory (its latest), file:// or http(s) URL "
                    "(default: $ZMLX_PIPELINE_BUNDLE, "

@@ -65,18 +65,31 @@ def registered_for_detected(profiles: Mapping[str, Mapping[str, Any]]) -> str | 
     if not _DETECTED:
         return None
     reported, backend, cores = _DETECTED[0]
+    fits = [device_id for device_id in registered_named(profiles, reported)
+            if profiles[device_id].get("backend") == backend
+            and (cores is None or profiles[device_id].get("gpu_cores") == cores)]
+    return fits[0] if len(fits) == 1 else None
+
+
+def is_registered(profile: Any) -> bool:
+    """Whether a bundle's profile is of a device registered in its store (`devices add`): no catalog chip, and not a
+    core limit (a limit is of a catalog chip)."""
+    return isinstance(profile, Mapping) and profile.get("in_catalog") is False and not profile.get("core_limited_from")
+
+
+def registered_named(profiles: Mapping[str, Mapping[str, Any]], name: str) -> tuple[str, ...]:
+    """The ids of the registered devices (is_registered) of a bundle's profiles whose name or an alias is `name`,
+    compared as the catalog compares names (catalog.normalize_name: case, punctuation and leading vendor words
+    aside), in the profiles' order."""
     try:
         from zmlx_pipeline.data.catalog import normalize_name
     except ImportError:
-        return None
-    wanted = normalize_name(reported)
+        return ()
+    wanted = normalize_name(name)
     if not wanted:
-        return None
-    fits = [device_id for device_id, p in profiles.items()
-            if p.get("in_catalog") is False and not p.get("core_limited_from") and p.get("backend") == backend
-            and (cores is None or p.get("gpu_cores") == cores)
-            and wanted in {normalize_name(n) for n in [p.get("name"), *(p.get("aliases") or ())] if isinstance(n, str)}]
-    return fits[0] if len(fits) == 1 else None
+        return ()
+    return tuple(device_id for device_id, p in profiles.items() if is_registered(p) and wanted in {
+        normalize_name(n) for n in [p.get("name"), *(p.get("aliases") or ())] if isinstance(n, str)})
 
 
 def catalog_id_row(device_id: str) -> dict[str, Any] | None:
@@ -135,6 +148,18 @@ def catalog_row(device_id: str) -> dict[str, Any] | None:
     except (ImportError, LookupError):
         return None
     return spec.as_row() if spec is not None and spec.id == ids[0] else None
+
+
+def family_base_row(family: str) -> dict | None:
+    """The catalog row of a chip family's base chip ("M3": the full M3 of its binned variants), as ZMLX's
+    `get_device_profile("M3")` means it; None when the catalog has no base chip of that family."""
+    try:
+        from zmlx_pipeline.data.catalog import load_catalog
+    except ImportError:
+        return None
+    rows = [spec for spec in load_catalog()
+            if spec.family.lower() == family and spec.variant.lower() in ("", "base")]
+    return max(rows, key=lambda spec: spec.gpu_cores).as_row() if rows else None
 
 
 def catalog_hint(text: str, limit: int = 3) -> tuple[str, ...]:

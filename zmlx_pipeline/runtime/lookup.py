@@ -59,8 +59,10 @@ from zmlx_pipeline.runtime.device import (
     catalog_row,
     current_device,
     current_device_id,
+    is_registered,
     mlx_not_on,
     registered_for_detected,
+    registered_named,
 )
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
@@ -778,7 +780,8 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
     """BadLookup for a device id that names no device: empty or blank, a control character or text NFKC writes
     otherwise (fullwidth), or a core limit other than `<chip>@<cores>sm` with 1 <= cores <= the chip's own (a device
     the bundle holds is taken as it is); UnknownDeviceError for a core limit no device has: of a chip whose cores
-    are not SMs (Apple, AMD: MPS limits are NVIDIA's), or of all the chip's SMs (that is the chip's own id)."""
+    are not SMs (Apple, AMD: MPS limits are NVIDIA's), of all the chip's SMs (that is the chip's own id), or of a
+    device registered in the store (by its id or name: a limit is of a catalog chip, as import and ingest say)."""
     if not device.strip():
         raise BadLookup(f"{what} must be a device id such as 'nvidia-h100-sxm'; got {device!r:.40}")
     if bundle is not None and (device in bundle.tables or device in bundle.profiles):
@@ -795,6 +798,10 @@ def check_device_id(bundle: Bundle | None, device: str, what: str = "device") ->
         raise BadLookup(f"{what} {device!r:.80}: a core limit of {len(digits)} digits is more cores than any chip has "
                         f"(e.g. nvidia-h200@66sm)")
     prof = bundle.profiles.get(base) if bundle is not None else None
+    mine = (base,) if is_registered(prof) else registered_name(bundle, base)
+    if len(mine) == 1:  # as import and ingest refuse it: a core limit is of a catalog chip, whose count is known
+        raise UnknownDeviceError(f"{what} {device!r} limits {mine[0]}, a device registered in the store; a core limit "
+                                 f"(@<N>sm) is only of a catalog chip (give {mine[0]})")
     row = prof or catalog_row(base) or {}
     full = row.get("gpu_cores")
     if row and (row.get("core_unit") not in (None, "sms") or row.get("vendor") not in (None, "nvidia")):
@@ -892,6 +899,9 @@ def _resolve(kernel: str, shape: Any, dtype: Any, device: str | None, named: boo
         check_device_id(bundle, device_id)
         if named:
             _check_known_device(bundle, device_id)
+    mine = registered_name(bundle, device_id) if device_id is not None and not read_as else ()
+    if len(mine) == 1:  # a registered device's name or alias: answered under its id, as a catalog chip's name is
+        read_as, device_id = f"device {device_id!r} read as {mine[0]}. ", mine[0]
     if bundle is None or k is None:
         return _default(None, kernel, None, device_id, dtype_name, shape_map, "no bundle loaded")
     if device_id is None:
@@ -1187,12 +1197,13 @@ def device_problem(bundle: Bundle | None, device: str, what: str = "device") -> 
     if _held(bundle, device):
         return ""
     base = device.partition("@")[0]
+    mine = registered_name(bundle, device) if base == device else ()
     if base != device:  # a core limit: of a chip the bundle holds or of a catalog id, never of a mere name
         if _held(bundle, base) or catalog_id_row(base) is not None:
             return ""
-    elif catalog_row(device) is not None:
+    elif catalog_row(device) is not None or len(mine) == 1:
         return ""
-    ids = catalog_candidates(base)
+    ids = catalog_candidates(base) or mine
     if len(ids) > 1:
         more = f" and {len(ids) - 8} more" if len(ids) > 8 else ""
         return f"{what} {shown(device)} does not name one chip; it may be {', '.join(ids[:8])}{more}"
@@ -1201,6 +1212,22 @@ def device_problem(bundle: Bundle | None, device: str, what: str = "device") -> 
     return (f"unknown {what} {shown(device)}: neither a catalog id, a core limit of one (nvidia-h200@66sm) nor a "
             f"device of {where}" + (f"; catalog ids like it: {', '.join(hint)}" if hint else
                                    "; see zmlx-pipeline devices"))
+
+
+def registered_name(bundle: Bundle | None, device: str) -> tuple[str, ...]:
+    """The ids of the bundle's registered devices (`devices add`) that a named device is a name or alias of, where it
+    is no device id the bundle holds and tells no catalog chip (catalog chips come first, as in the store): one is
+    the device answered under its id, several a name that does not tell one."""
+    if bundle is None or _held(bundle, device) or catalog_row(device) is not None or catalog_candidates(device):
+        return ()
+    return registered_named(bundle.profiles, device)
+
+
+def named_as(device: str) -> str:
+    """The id a named device is answered under in the active bundle: a registered device's for its name or alias,
+    else the device as given."""
+    mine = registered_name(active_bundle(), device)
+    return mine[0] if len(mine) == 1 else device
 
 
 def _check_known_device(bundle: Bundle | None, device: str, what: str = "device") -> None:

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from zmlx_pipeline.runtime.bundle import Bundle, active_bundle, on_change
 from zmlx_pipeline.runtime.device import FALLBACK_THREADGROUP, catalog_row, current_device, registered_for_detected
-from zmlx_pipeline.runtime.device import zmlx_names
+from zmlx_pipeline.runtime.device import family_base_row, zmlx_names
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
     BadArgumentType,
@@ -158,6 +158,13 @@ def _check_id(device_id: str, what: str = "device") -> None:
     check_device_id(active_bundle(), device_id, what)
 
 
+def _named_as(device_id: str) -> str:
+    """The id lookups answer a named device under (lookup.named_as: a registered device's for its name or alias)."""
+    from zmlx_pipeline.runtime.lookup import named_as
+
+    return named_as(device_id)
+
+
 def _check_known(device_id: str, what: str = "device") -> None:
     """UnknownDeviceError for a named device lookups refuse too: no catalog id, core limit or bundle device, or a
     name that does not tell one chip (lookup.device_problem)."""
@@ -166,18 +173,6 @@ def _check_known(device_id: str, what: str = "device") -> None:
     problem = device_problem(active_bundle(), device_id, what)
     if problem:
         raise UnknownDeviceError(problem)
-
-
-def _family_base_row(family: str) -> dict | None:
-    """The catalog row of a chip family's base chip ("M3": the full M3 of its binned variants), as ZMLX's
-    `get_device_profile("M3")` means it; None when the catalog has no base chip of that family."""
-    try:
-        from zmlx_pipeline.data.catalog import load_catalog
-    except ImportError:
-        return None
-    rows = [spec for spec in load_catalog()
-            if spec.family.lower() == family and spec.variant.lower() in ("", "base")]
-    return max(rows, key=lambda spec: spec.gpu_cores).as_row() if rows else None
 
 
 def _limited_record(device_id: str, records: Mapping[str, dict]) -> dict | None:
@@ -230,7 +225,7 @@ def profile_for_device(device_id: str) -> DeviceTuningProfile:
     BadLookup for an id lookups refuse (a malformed core limit such as `nvidia-h200@0sm`)."""
     _check_id(device_id)
     records = profile_records()
-    rec = records.get(device_id)
+    rec = records.get(_named_as(device_id))  # a registered device by its name or an alias too
     if rec is None and "@" in device_id:
         rec = _limited_record(device_id, records)
     if rec is None:
@@ -319,7 +314,7 @@ def get_device_profile(family: str, variant: str = "") -> DeviceTuningProfile:
     if "@" in family:  # a core limit the bundle holds no profile of: answered as lookups answer it
         _check_known(family, "family")
         return profile_for_device(family)
-    row = _family_base_row(fam)
+    row = family_base_row(fam)
     if row is None:
         _check_known(family, "family")
         row = catalog_row(family)
@@ -467,6 +462,9 @@ def profile_table(devices: list[str] | None = None, bundle: str | None = None) -
         problem = _device_problem(device_id)
         if problem:
             raise UnknownDeviceError(problem)
+        if (named := _named_as(device_id)) in records:  # a registered device's name or alias: its own record
+            out.append({**records[named], "note": f"{device_id!r} read as {named}"})
+            continue
         limited = _limited_record(device_id, records) if "@" in device_id else None
         if limited is not None:  # a core limit never measured: its nearest held limit's record, said so
             source = limited.get("answered_from")

@@ -119,7 +119,12 @@ _MEASURERS: dict[tuple[int, int], "Measure"] = {}
 
 
 def _device_and_mlx(device: str | None) -> tuple[str, str, dict]:
-    """(chip id, MLX version, metadata for the cache section), worked out once per device per process."""
+    """(chip id, MLX version, metadata for the cache section), worked out once per device per process; a registered
+    device named by its name or an alias is its id (lookup.named_as)."""
+    if device is not None:
+        from zmlx_pipeline.runtime.lookup import named_as
+
+        device = named_as(device)
     if device not in _DEVICES:
         _DEVICES[device] = _detect_device_and_mlx(device)
     chip, version, meta = _DEVICES[device]
