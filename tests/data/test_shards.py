@@ -24,14 +24,14 @@ from zmlx_pipeline.data.shards import (
     shard_paths,
 )
 from zmlx_pipeline.core.keys import mapping_key
-from zmlx_pipeline.data.store import Store, StoreError
+from zmlx_pipeline.data.store import CorruptStore, Store, StoreError
 
 MAC, GPU = "apple-m3-max-40", "nvidia-h100-sxm"
 
 
 def fill(store: Store, make_measurement, device: str, configs=(64, 128, 256), shapes=(1, 2)) -> str:
     """A device row, a finished run and one measurement per (shape, config); returns the run id."""
-    figures = {"vendor": "test", "gpu_cores": 40, "memory_bandwidth_gbps": 400.0}  # MAC: a chip the catalog lacks
+    figures = {"vendor": "apple", "gpu_cores": 40, "memory_bandwidth_gbps": 400.0}  # MAC: a chip the catalog lacks
     if device == GPU:  # a catalog chip's shard gives its catalog figures
         figures = {"name": "NVIDIA H100 SXM5 80GB", "vendor": "nvidia", "gpu_cores": 132,
                    "memory_bandwidth_gbps": 3350.0}
@@ -669,6 +669,117 @@ def test_a_core_limited_chip_and_figures_left_empty_pass_the_catalog_check(store
     with Store(tmp_path / "central.duckdb") as central:
         assert ingest_shards(central, [limited, empty])["added"] == 12
         assert {d["device_id"]: d["gpu_cores"] for d in central.devices()} == {GPU: 132, f"{GPU}@66sm": 66}
+
+
+# A device the catalog lacks has no catalog row to compare with; its kind is still one of the catalog's, and a core
+# limit names the device its id is limited from (bundle loading refuses a profile of anything else).
+KIND_REFUSALS = [
+    pytest.param("'vulkan' AS device_backend",
+                 "device_backend is 'vulkan', none of the catalog's (metal, cuda, rocm)", id="backend"),
+    pytest.param("'warps' AS device_core_unit",
+                 "device_core_unit is 'warps', none of the catalog's (gpu_cores, sms, cus)", id="core_unit"),
+    pytest.param("'intel' AS device_vendor",
+                 "device_vendor is 'intel', none of the catalog's (apple, nvidia, amd)", id="vendor"),
+    pytest.param("'acme-x1@10sm' AS device_id, 10 AS device_gpu_cores, 'acme-x2' AS device_core_limited_from",
+                 "device_core_limited_from is 'acme-x2', but acme-x1@10sm is limited from acme-x1; a core-limited "
+                 "device names the device it is limited from", id="core_limited_from-mismatched"),
+    pytest.param("'acme-x1@10sm' AS device_id, 10 AS device_gpu_cores",
+                 "device_core_limited_from is None, but acme-x1@10sm is limited from acme-x1; a core-limited device "
+                 "names the device it is limited from", id="core_limited_from-missing"),
+    pytest.param("'acme-x1' AS device_core_limited_from",
+                 f"device_core_limited_from is 'acme-x1', but {MAC} is no core limit (<id>@<N>sm); only a "
+                 "core-limited device names the device it is limited from", id="core_limited_from-of-no-limit"),
+]
+
+
+@pytest.mark.parametrize("replace_sql, says", KIND_REFUSALS)
+def test_a_device_the_catalog_lacks_of_another_kind_or_core_limit_is_refused_at_ingest(
+        replace_sql, says, store, make_measurement, tmp_path):
+    from click.testing import CliRunner
+
+    from zmlx_pipeline.pipeline.cli import cli
+
+    fill(store, make_measurement, MAC)
+    export_shard(store, tmp_path / "mac.parquet")
+    bad = tmp_path / "bad.parquet"
+    _rewrite(tmp_path / "mac.parquet", bad, replace_sql)
+    db = tmp_path / "central.duckdb"
+    with Store(db) as central:
+        fill(central, make_measurement, GPU)
+    before = db.read_bytes()
+    result = CliRunner().invoke(cli, ["ingest", "--db", str(db), str(bad)])
+    assert result.exit_code == 1, result.output
+    assert result.output == (f"Error: {bad}, row 1: {says} (5 more rows like it); nothing was ingested, the store is "
+                             "unchanged\n")
+    assert db.read_bytes() == before
+
+
+def test_a_legitimate_device_the_catalog_lacks_still_ingests_and_exports_again(store, make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    shard = tmp_path / "mac.parquet"
+    export_shard(store, shard)
+    unknown, limited = tmp_path / "unknown.parquet", tmp_path / "limited.parquet"
+    _rewrite(shard, unknown, "'nvidia-rtx-9090' AS device_id, 'nvidia' AS device_vendor, 'cuda' AS device_backend, "
+             "'sms' AS device_core_unit, FALSE AS device_in_catalog")
+    _rewrite(shard, limited, "'nvidia-rtx-9090@10sm' AS device_id, 'nvidia' AS device_vendor, 'cuda' AS "
+             "device_backend, 'sms' AS device_core_unit, 10 AS device_gpu_cores, 'nvidia-rtx-9090' AS "
+             "device_core_limited_from")
+    with Store(tmp_path / "central.duckdb") as central:
+        assert ingest_shards(central, [unknown, limited])["added"] == 12
+        rows = {d["device_id"]: (d["backend"], d["core_unit"], d["core_limited_from"]) for d in central.devices()}
+        assert rows == {"nvidia-rtx-9090": ("cuda", "sms", None),
+                        "nvidia-rtx-9090@10sm": ("cuda", "sms", "nvidia-rtx-9090")}
+        assert export_shard(central, tmp_path / "again.parquet") == 12
+        with Store(tmp_path / "third.duckdb") as third:
+            assert ingest_shard(third, tmp_path / "again.parquet")["added"] == 12
+            assert contents(third) == contents(central)
+
+
+TAMPERED_KINDS = [
+    pytest.param(("UPDATE devices SET backend = 'vulkan'",), MAC, "backend is 'vulkan', none of the catalog's "
+                 "(metal, cuda, rocm)", id="backend"),
+    pytest.param(("UPDATE devices SET core_unit = 'warps'",), MAC, "core_unit is 'warps', none of the catalog's "
+                 "(gpu_cores, sms, cus)", id="core_unit"),
+    pytest.param(("UPDATE devices SET vendor = 'intel'",), MAC, "vendor is 'intel', none of the catalog's "
+                 "(apple, nvidia, amd)", id="vendor"),
+    pytest.param(("UPDATE devices SET device_id = 'acme-x1@10sm', core_limited_from = 'acme-x2'",
+                  "UPDATE measurements SET device_id = 'acme-x1@10sm'"), "acme-x1@10sm",
+                 "core_limited_from is 'acme-x2', but acme-x1@10sm is limited from acme-x1; a core-limited device "
+                 "names the device it is limited from", id="core_limited_from-mismatched"),
+    pytest.param(("UPDATE devices SET core_limited_from = 'acme-x1'",), MAC,
+                 f"core_limited_from is 'acme-x1', but {MAC} is no core limit (<id>@<N>sm); only a core-limited "
+                 "device names the device it is limited from", id="core_limited_from-of-no-limit"),
+]
+
+
+@pytest.mark.parametrize("sql, device, says", TAMPERED_KINDS)
+def test_export_refuses_a_stored_device_row_no_ingest_would_take_in_one_line(sql, device, says, store,
+                                                                             make_measurement, tmp_path):
+    fill(store, make_measurement, MAC)
+    for statement in sql:
+        store._conn.execute(statement)
+    with pytest.raises(CorruptStore) as info:
+        store.export_shard(tmp_path / "out.parquet")
+    assert str(info.value) == (
+        f"store {store.path} holds a device row no ingest would take (devices table, {device}: {says}), so nothing "
+        "was exported: it was changed outside zmlx-pipeline; restore it from a copy, or delete that row and ingest "
+        "its shards again")
+    assert not [p for p in tmp_path.iterdir() if ".parquet" in p.name]
+
+
+def test_the_cli_refuses_to_export_a_device_row_of_another_backend_in_one_line(store, make_measurement, tmp_path):
+    from click.testing import CliRunner
+
+    from zmlx_pipeline.pipeline.cli import cli
+
+    fill(store, make_measurement, MAC)
+    store._conn.execute("UPDATE devices SET backend = 'vulkan'")
+    store.close()
+    result = CliRunner().invoke(cli, ["export", "--db", str(store.path), str(tmp_path / "out.parquet")])
+    assert result.exit_code == 1 and result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert result.output.startswith(f"Error: store {store.path} holds a device row no ingest would take (devices "
+                                    f"table, {MAC}: backend is 'vulkan', none of the catalog's (metal, cuda, rocm))")
+    assert not (tmp_path / "out.parquet").exists()
 
 
 def test_the_cli_refuses_a_relabelled_chip_in_one_line_and_stores_nothing(store, make_measurement, tmp_path):

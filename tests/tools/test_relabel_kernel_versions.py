@@ -44,7 +44,7 @@ def lookup(rev):
 def add_device(store: Store, make_measurement, device: str, backend: str) -> str:
     """One device with softmax and matmul rows at the old versions; returns the run id."""
     store.upsert_device({"device_id": device, "name": "NVIDIA H100 SXM5 80GB" if device == GPU else device.upper(),
-                         "vendor": "nvidia" if backend == "cuda" else "test", "backend": backend,
+                         "vendor": "nvidia" if backend == "cuda" else "apple", "backend": backend,
                          "in_catalog": True, "reported": {"device_name": device}})
     run = store.start_run(device, host="h", backend=backend, mlx_version="0.29.1", pipeline_version="0.1.0",
                           settings={})

@@ -2,8 +2,12 @@
 
 The SQL lives in store.py; these are the entry points the CLI calls. Before a shard goes in, every row is
 checked here for what the store's own checks cannot see (names, dtypes, shape and config values, a built-in
-kernel's dims, parameters and constraints, the spread of its timings and its repeats): a shard with one bad
-row is refused, naming the file, the row and why, and nothing of any shard is ingested.
+kernel's dims, parameters and constraints, the spread of its timings and its repeats, its device's figures, kind
+and core limit): a shard with one bad row is refused, naming the file, the row and why, and nothing of any shard is
+ingested.
+
+Why one long module: every row check is one entry of one table (_CHECKS, _ROW_CHECKS) that ingest, export and the
+store's reads of devices and measurements all run, so the checks and that table stay together.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from zmlx_pipeline.core.constraints import limit_values
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 from zmlx_pipeline.core.keys import canonical_json
-from zmlx_pipeline.data.catalog import CORE_UNIT_WORDS, UnknownDevice, get_device
+from zmlx_pipeline.data.catalog import BACKENDS, CORE_UNIT_WORDS, CORE_UNITS, VENDORS, UnknownDevice, get_device
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
 from zmlx_pipeline.data.paths import UnreadableFolder, files_below, not_regular
 from zmlx_pipeline.data.records import (
@@ -396,6 +400,30 @@ def _catalog(device_id: Any, gpu_cores: Any, core_limited_from: Any, name: Any, 
     return None
 
 
+#: the device columns of a kind of chip, and the catalog's values of each: the runtime reads no other
+_KIND_COLUMNS = (("vendor", VENDORS), ("backend", BACKENDS), ("core_unit", CORE_UNITS))
+
+
+def _kind(device_id: Any, core_limited_from: Any, *values: Any) -> str | None:
+    """Why a row's vendor, backend or core unit (each, when given, one of the catalog's) or core_limited_from cannot
+    be stored, for any device, in the catalog or not: a core limit (`<id>@<N>sm`) names the device it is limited
+    from, and a device that is no core limit names none. Bundle loading refuses a profile of other values."""
+    for (column, choices), value in zip(_KIND_COLUMNS, values):
+        if value is not None and value not in choices:
+            return (f"device_{column} is {shortened(value) if isinstance(value, str) else repr(value)}, none of the "
+                    f"catalog's ({', '.join(choices)})")
+    limited = _CORE_LIMIT.fullmatch(device_id)
+    base = limited.group(1) if limited else None
+    if core_limited_from == base:
+        return None
+    shown = shortened(core_limited_from) if isinstance(core_limited_from, str) else repr(core_limited_from)
+    if base is None:
+        return (f"device_core_limited_from is {shown}, but {device_id} is no core limit (<id>@<N>sm); only a "
+                "core-limited device names the device it is limited from")
+    return (f"device_core_limited_from is {shown}, but {device_id} is limited from {base}; a core-limited device "
+            "names the device it is limited from")
+
+
 # (columns, check): each check takes a row's values of its columns and gives the reason it is refused, or None;
 # in this order, so that a later check sees only values the earlier ones passed.
 _CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
@@ -414,6 +442,7 @@ _CHECKS: tuple[tuple[tuple[str, ...], Callable[..., str | None]], ...] = (
     (("device_id", "device_gpu_cores", "device_core_limited_from", "device_name", "device_reported_name",
       *(f"device_{c}" for c in _CATALOG_COLUMNS)),
      _catalog),
+    (("device_id", "device_core_limited_from", *(f"device_{c}" for c, _ in _KIND_COLUMNS)), _kind),
 )
 # (columns, rows, reason): checks of every row at once, after those above; `rows` marks the bad rows of the table,
 # `reason` takes a bad row's values of the columns.

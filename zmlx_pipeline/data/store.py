@@ -1071,17 +1071,18 @@ class Store:
             out.append(spec)
         return tuple(out)
 
-    def _check_devices(self, rows: Iterable[dict]) -> None:
+    def _check_devices(self, rows: Iterable[dict], what: str = "read") -> None:
         """CorruptStore (one line, naming the row and the column) for a devices row (unparsed) whose figures a shard's
         row may not give (_device_problem: a figure that is not a finite number above 0, `reported` that is not a JSON
-        object, a catalog chip's figure that is not the catalog's): only a change outside zmlx-pipeline puts one there,
+        object, a catalog chip's figure that is not the catalog's, a vendor, backend or core unit none of the catalog's,
+        a core_limited_from its id does not name): only a change outside zmlx-pipeline puts one there,
         and every feature and prediction of that device would be computed from it."""
         for row in rows:
             problem = _device_problem(row)
             if problem is not None:
                 raise CorruptStore(
                     f"store {self.path} holds a device row no ingest would take (devices table, "
-                    f"{printable(str(row['device_id']))}: {problem}), so nothing was read: it was changed outside "
+                    f"{printable(str(row['device_id']))}: {problem}), so nothing was {what}: it was changed outside "
                     "zmlx-pipeline; restore it from a copy, or delete that row and ingest its shards again")
 
     # -- runs --------------------------------------------------------------------------------
@@ -1545,7 +1546,8 @@ class Store:
     # -- shards ------------------------------------------------------------------------------
 
     def export_shard(self, path: str | os.PathLike, device: str | None = None) -> int:
-        """Write measurements (of one device, or all) as one zstd Parquet shard, atomically; returns rows."""
+        """Write measurements (of one device, or all) as one zstd Parquet shard, atomically; returns rows. A stored
+        row ingest would refuse (a measurement, or its device's row: _check_devices) is a CorruptStore, one line."""
         target = Path(path)
         _check_shard_target(target, self.path)
         make_parent(target, "shard")
@@ -1577,6 +1579,10 @@ class Store:
             f"TO {_sql_literal(str(tmp))} (FORMAT parquet, COMPRESSION zstd, {metadata})"
         )
         self._check_stored({"device": device}, "exported")
+        named, named_params = _where({"device": device})  # the devices rows the shard's device columns come from
+        self._check_devices(_dicts(self._conn.execute(
+            f"SELECT {', '.join(DEVICE_COLUMNS)} FROM devices WHERE device_id IN (SELECT device_id FROM "
+            f"measurements{named}) ORDER BY device_id", named_params), parse_json=False), "exported")
         try:
             (rows,) = self._conn.execute(sql, params).fetchone()
             self._check_exported(tmp)
@@ -2013,7 +2019,8 @@ def device_row_problem(row: dict) -> str | None:
 
 def _device_problem(row: dict) -> str | None:
     """Why a devices row (its columns, `reported` as stored text) could not come from a shard ingest takes: the
-    device checks of shards.py (figures, JSON, the catalog's figures of a catalog chip); None when it passes."""
+    device checks of shards.py (figures, JSON, the catalog's figures of a catalog chip, the catalog's vendors, backends
+    and core units, a core limit's core_limited_from); None when it passes."""
     from zmlx_pipeline.data import shards  # shards imports this module
 
     values = {"device_id": row.get("device_id"), **{f"device_{c}": row.get(c) for c in DEVICE_COLUMNS}}
