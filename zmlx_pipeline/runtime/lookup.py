@@ -39,7 +39,13 @@ import unicodedata
 from collections.abc import Set
 from typing import Any, Iterable, Mapping, Sequence
 
-from zmlx_pipeline.core.constraints import ConstraintSet, UnsafeConstraint, compile_constraint, limit_values
+from zmlx_pipeline.core.constraints import (
+    ConstraintSet,
+    UnsafeConstraint,
+    compile_constraint,
+    expression_names,
+    limit_values,
+)
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.errors import shown
 from zmlx_pipeline.runtime.bundle import (
@@ -193,6 +199,23 @@ class _Table:
                       key=lambda key: sum(c * (a - b) * (a - b) for a, b, c in zip(key, logs, w)))[:n]
 
 
+def _thread_rule(meta: Mapping[str, Any]) -> list[str]:
+    """`<threadgroup param> <= max_threads` for a kernel whose published constraints never read the device's thread
+    limit (imported measurements: the configs measured, on other devices), so no device is offered a threadgroup past
+    its own limit (a device registered with 256 threads); [] where the constraints read it or no parameter is the
+    threadgroup."""
+    tg = meta.get("threadgroup_param")
+    if not isinstance(tg, str) or tg not in (meta.get("params") or ()):
+        return []
+    for text in meta.get("constraints") or ():
+        try:
+            if "max_threads" in expression_names(str(text)):
+                return []
+        except SyntaxError:
+            continue
+    return [f"{tg} <= max_threads"]
+
+
 class _Kernel:
     """A kernel's metadata from kernels.json, with its configs as item tuples and constraints compiled."""
 
@@ -216,7 +239,7 @@ class _Kernel:
         self.dtypes: tuple[str, ...] | None = tuple(meta["dtypes"]) if meta.get("dtypes") else None
         weights = meta.get("dim_weights") or {}
         self.dim_weights = tuple(float(weights.get(d, 1.0)) for d in self.dims) if weights else None
-        self._constraints_text = list(meta.get("constraints") or ())
+        self._constraints_text = list(meta.get("constraints") or ()) + _thread_rule(meta)
         self.constraints: ConstraintSet | None = None
         self.transfer: dict[str, dict] = meta.get("transfer") or {}
         self.work: dict[str, dict] | None = meta.get("work")

@@ -120,7 +120,9 @@ _MEASURERS: dict[tuple[int, int], "Measure"] = {}
 
 def _device_and_mlx(device: str | None) -> tuple[str, str, dict]:
     """(chip id, MLX version, metadata for the cache section), worked out once per device per process; a registered
-    device named by its name or an alias is its id (lookup.named_as)."""
+    device named by its name or an alias is its id (lookup.named_as). A device the catalog lacks that the active
+    bundle's store registered (`devices add`; named, or this process's GPU as lookups find it) is that device, with
+    the limits and metadata of the bundle's profile of it, as a catalog chip has the catalog's."""
     if device is not None:
         from zmlx_pipeline.runtime.lookup import named_as
 
@@ -128,7 +130,35 @@ def _device_and_mlx(device: str | None) -> tuple[str, str, dict]:
     if device not in _DEVICES:
         _DEVICES[device] = _detect_device_and_mlx(device)
     chip, version, meta = _DEVICES[device]
+    if not meta["limits_row"]:  # no catalog row: read anew for the bundle active now
+        found = _registered_profile(chip, detected=device is None)
+        if found is not None:
+            return found[0], version, _device_meta(found[0], found[1], version)
     return chip, version, dict(meta)
+
+
+def _registered_profile(chip: str, *, detected: bool) -> tuple[str, dict] | None:
+    """(id, profile as a catalog row) of the device the active bundle registered that `chip` is: `chip` itself, or,
+    for this process's GPU (`detected`), the registered device lookups answer it as; None for any other."""
+    from zmlx_pipeline.runtime.device import current_device, is_registered, registered_for_detected
+
+    try:
+        from zmlx_pipeline.runtime.bundle import active_bundle
+
+        bundle = active_bundle()
+    except Exception:  # noqa: BLE001 - no bundle to read: the default limits, as before
+        return None
+    if bundle is None:
+        return None
+    if detected:
+        current_device()  # detection of a GPU the catalog lacks, which registered_for_detected reads
+        chip = registered_for_detected(bundle.profiles) or ""
+    prof = bundle.profiles.get(chip)
+    if not is_registered(prof):
+        return None
+    # the catalog's default threadgroup, as a catalog row holds it (the profile's own is the learned one)
+    catalog_tg = prof.get("catalog_default_threadgroup") or prof.get("default_threadgroup")
+    return chip, {**prof, "default_threadgroup": catalog_tg}
 
 
 def _detect_device_and_mlx(device: str | None) -> tuple[str, str, dict]:
@@ -152,13 +182,19 @@ def _detect_device_and_mlx(device: str | None) -> tuple[str, str, dict]:
         from zmlx_pipeline.runtime.device import catalog_row
 
         row = catalog_row(device) or {}
+    return device, mlx_version, _device_meta(device, row, mlx_version)
+
+
+def _device_meta(device: str, row: Mapping[str, Any], mlx_version: str) -> dict:
+    """The cache section's metadata of a device from its catalog row (or registered profile), with the row itself
+    under `limits_row` (what legality reads)."""
     from zmlx_pipeline.runtime.profiles import _seed_case
 
     family, variant = _seed_case(str(row.get("family") or ""), str(row.get("variant") or ""), row.get("vendor"))
     meta = {"device_id": device, "family": family, "variant": variant, "gpu_cores": row.get("gpu_cores"),
             "memory_bandwidth_gbps": row.get("memory_bandwidth_gbps"),
             "default_threadgroup": row.get("default_threadgroup"), "mlx_version": mlx_version}
-    return device, mlx_version, {**meta, "limits_row": row}
+    return {**meta, "limits_row": dict(row)}
 
 
 def harness_measure(warmup: int, iters: int, rotate_bytes: int = 0, timer: str = "chain") -> Measure:
@@ -1007,8 +1043,10 @@ class AutotunedKernel:
 
         profile = get_current_device_profile()
         cands = list(get_threadgroup_candidates_for_shape(profile, dim, "general")) if self.device_aware else []
-        ranked = cands + [int(profile.default_threadgroup)] + list(profile.threadgroup_candidates)
-        device = self.device or current_device_id()[0] or "unknown"
+        limit = int(profile.max_threads_per_threadgroup or 1024)
+        ranked = [t for t in cands + [int(profile.default_threadgroup)] + list(profile.threadgroup_candidates)
+                  if int(t) <= limit] or [limit]  # never a threadgroup past the chip's thread limit
+        device = self.device or current_device_id()[0]  # None: this process's GPU, as detection (and its bundle) tell it
         as_arg = (lambda c: (int(c["TG"]), 1, 1)) if name == "threadgroup" else None
         kernel = f"{self.fn.__module__}.{self.fn.__qualname__}"
         return kernel, device, {"TG": int(ranked[0])}, lambda: ({"TG": int(t)} for t in ranked[1:]), as_arg
