@@ -312,8 +312,8 @@ def test_publish_takes_a_device_name_and_a_store_device_the_catalog_lacks(tmp_pa
 
 @pytest.mark.parametrize("kind", ["notes", "link"])
 def test_publish_never_replaces_a_latest_it_did_not_write(tmp_path, kind):
-    """A user's file named `latest` (or a link of that name) in --to is refused in one line before any work, and
-    left as it was."""
+    """A user's file named `latest` (or a link of that name that leads to no bundle) in --to is refused in one line
+    before any work, and left as it was."""
     db = tmp_path / "s.duckdb"
     with Store(db) as store:
         fill_toy(store)
@@ -324,11 +324,13 @@ def test_publish_never_replaces_a_latest_it_did_not_write(tmp_path, kind):
         (to / "latest").write_text("my notes\n")
     else:
         (to / "latest").symlink_to(tmp_path / "notes.txt")
-    why = ("does not name a bundle version in the directory, so it is not an earlier publish's pointer"
-           if kind == "notes" else "is a symlink, not the pointer file to the newest bundle")
+    why = ("does not name a bundle version in the directory, so it is not an earlier publish's pointer; remove it"
+           if kind == "notes" else f"is a symbolic link to {str(tmp_path / 'notes.txt')!r}, which leads to no bundle; "
+           "remove the link (publish then writes latest as the pointer file to the new bundle; what the link names "
+           "is kept)")
     before = _tree(tmp_path / "pub")
     result = CliRunner().invoke(cli, ["publish", "--db", str(db), "--to", str(to), "--device", "nvidia-h200"])
     assert (result.exit_code, result.stdout) == (1, "")
-    assert result.output == f"Error: cannot publish to {to}: its latest {why}; remove it or choose another --to\n"
+    assert result.output == f"Error: cannot publish to {to}: its latest {why} or choose another --to\n"
     assert _tree(tmp_path / "pub") == before
     assert (tmp_path / "notes.txt").read_text() == "my notes\n"

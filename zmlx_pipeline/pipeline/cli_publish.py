@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from zmlx_pipeline.core.errors import shown, shown_number
+from zmlx_pipeline.core.files import printable
 from zmlx_pipeline.pipeline.cli_common import (
     GivenPath,
     OneValueCommand,
@@ -141,6 +142,9 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
         return
     emit({k: result[k] for k in ("bundle_id", "path", "latest", "model_id", "model_source", "data_fingerprint",
                                  "kernels", "devices_with_tables", "profiles", "entries", "files", "bytes")}, False)
+    if result.get("latest_replaced_link") is not None:
+        click.echo(printable(f"{result['latest']} was a symbolic link to {result['latest_replaced_link']!r}; it is now "
+                             f"the pointer file naming {result['bundle_id']} (what the link named is unchanged)"))
 
 
 def _device_option(ctx, param, value):

@@ -29,8 +29,9 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
 
     `devices` limits the lookup tables to these devices (plus every measured one; profiles always
     cover the whole catalog); `kernels` limits the kernels. Records the bundle in the store's
-    `bundles` table when `record` and the store is writable. Returns what was published. `jobs`: worker
-    processes that build the kernels' tables (None: one per CPU; 1: none; the bundle does not depend on it);
+    `bundles` table when `record` and the store is writable. Returns what was published (`latest_replaced_link`: what
+    a `latest` that was a symbolic link named, now replaced by the pointer file; its target is left as it was). `jobs`:
+    worker processes that build the kernels' tables (None: one per CPU; 1: none; the bundle does not depend on it);
     `progress` gets a line per kernel loaded and built, with the time elapsed and an estimate of the time left.
     """
     from threadpoolctl import threadpool_limits
@@ -62,7 +63,9 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
     }
     # read back with the runtime's own checks before `latest` moves: a bundle the runtime would refuse is never
     # published (a config value it cannot use, a registry row altered by hand)
-    manifest, path = write_bundle(to_dir, files, fields, created=created, versioned=versioned, verify=True)
+    replaced: list[str] = []  # what a `latest` that was a symbolic link named: the pointer file replaces it
+    manifest, path = write_bundle(to_dir, files, fields, created=created, versioned=versioned, verify=True,
+                                  replaced=replaced)
     recorded = False
     if record and not getattr(store, "read_only", True) and hasattr(store, "record_bundle"):
         store.record_bundle(manifest["bundle_id"], models.model_id, str(Path(path).resolve()), manifest)
@@ -71,6 +74,7 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
         "bundle_id": manifest["bundle_id"],
         "path": str(path),
         "latest": str(Path(to_dir) / "latest") if versioned else None,
+        "latest_replaced_link": replaced[0] if replaced else None,
         "model_id": models.model_id,
         "model_source": models.source,
         "data_fingerprint": models.data_fingerprint,

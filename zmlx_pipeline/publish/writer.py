@@ -161,7 +161,8 @@ _MAX_LATEST_BYTES = 256
 
 def _latest_problem(root: Path) -> str | None:
     """Why an existing `latest` in `root` is not an earlier publish's pointer (None: it is, or there is none): it
-    must be a regular file (not a link) holding the name of a version directory there, as swap_latest writes it."""
+    must be a regular file holding the name of a version directory there, as swap_latest writes it, or a symbolic
+    link the runtime follows to a bundle (which the new pointer file replaces)."""
     latest = root / LATEST
     try:
         st = os.lstat(latest)
@@ -170,7 +171,7 @@ def _latest_problem(root: Path) -> str | None:
     except OSError as exc:
         return f"cannot be read ({exc.strerror or exc})"
     if stat.S_ISLNK(st.st_mode):
-        return "is a symlink, not the pointer file to the newest bundle"
+        return _link_problem(latest)
     if not stat.S_ISREG(st.st_mode):
         return "is not a file (the pointer to the newest bundle)"
     if st.st_size > _MAX_LATEST_BYTES:
@@ -187,6 +188,38 @@ def _latest_problem(root: Path) -> str | None:
             or not _is_version(root, name)):
         return "does not name a bundle version in the directory, so it is not an earlier publish's pointer"
     return None
+
+
+def _link_problem(latest: Path) -> str | None:
+    """Why a `latest` that is a symbolic link cannot be replaced by a publish's pointer file (None: it leads to a
+    bundle, as the runtime follows it, so the new pointer loses nothing): it leads nowhere or to no bundle."""
+    from zmlx_pipeline.runtime.bundle import BundleError, linked_latest
+
+    try:
+        linked_latest(latest)
+        return None
+    except BundleError:
+        pass
+    link = _latest_link(latest.parent)
+    if link is None:
+        return "is a symbolic link that changed while it was read"
+    try:
+        os.stat(latest)
+        why = "which leads to no bundle"
+    except FileNotFoundError:
+        why = "which does not exist"
+    except OSError:
+        why = "which cannot be followed"
+    return f"is a symbolic link to {link!r}, {why}"
+
+
+def _latest_link(directory: str | os.PathLike) -> str | None:
+    """What a publish directory's `latest` links to when it is a symbolic link (publish replaces it with the pointer
+    file, leaving what it leads to as it was); None when it is no link."""
+    try:
+        return os.readlink(Path(directory) / LATEST)
+    except OSError:
+        return None
 
 
 def check_publish_dir(directory: str | os.PathLike, contents: bool = True) -> None:
@@ -221,6 +254,10 @@ def check_publish_dir(directory: str | os.PathLike, contents: bool = True) -> No
         latest = root / LATEST
         problem = ("is not a file (the pointer to the newest bundle)"
                    if latest.exists() and not latest.is_file() else None)
+    if problem is not None and problem.startswith("is a symbolic link"):
+        raise PublishError(f"cannot publish to {root}: its {LATEST} {problem}; remove the link (publish then writes "
+                           f"{LATEST} as the pointer file to the new bundle; what the link names is kept) or choose "
+                           "another --to")
     if problem is not None:
         raise PublishError(f"cannot publish to {root}: its {LATEST} {problem}; remove it or choose another --to")
     foreign = _foreign_entry(root) if contents else None
@@ -238,24 +275,30 @@ def check_publish_dir(directory: str | os.PathLike, contents: bool = True) -> No
                            "choose another --to") from None
 
 
-def swap_latest(to_dir: Path, name: str) -> None:
+def swap_latest(to_dir: Path, name: str) -> str | None:
     """Point `latest` at a version: the pointer file replaced atomically, readable by the bundle's readers. This is
-    the publish's commit point: once done, the bundle is published (a stop then no longer hides it)."""
+    the publish's commit point: once done, the bundle is published (a stop then no longer hides it). A `latest` that
+    is a symbolic link is replaced by the pointer file (renamed over the link, never written through it); returns
+    what the link named, else None."""
+    link = _latest_link(to_dir)
     with commit_point():
         write_text_atomic(to_dir / LATEST, name + "\n", mode=0o666 & ~current_umask())
     fsync_dir(to_dir)
+    return link
 
 
 def write_bundle(to_dir: str | os.PathLike, files: Mapping[str, Any], fields: Mapping[str, Any],
                  created: datetime | None = None, versioned: bool = True, compact: bool = False,
-                 verify: bool = False) -> tuple[dict, Path]:
+                 verify: bool = False, replaced: list[str] | None = None) -> tuple[dict, Path]:
     """Publish JSON files as a new version under `to_dir` (atomic, then `latest`); returns (manifest, path).
 
     `versioned=False` replaces `to_dir` itself with the bundle (for the package's default bundle);
-    `compact=True` stores every file gzip-compressed (schema 5); `verify`: see verify_written.
+    `compact=True` stores every file gzip-compressed (schema 5); `verify`: see verify_written; `replaced` gets what
+    a `latest` that was a symbolic link named, when the pointer file replaced it.
     """
     blobs = {name: encode(obj) for name, obj in files.items()}
-    return write_blobs(to_dir, blobs, fields, created=created, versioned=versioned, compact=compact, verify=verify)
+    return write_blobs(to_dir, blobs, fields, created=created, versioned=versioned, compact=compact, verify=verify,
+                       replaced=replaced)
 
 
 def verify_written(directory: Path, to_dir: Path, own_builtins: bool = False) -> None:
@@ -300,12 +343,20 @@ def _remove_empty(made: list[Path]) -> None:
             return
 
 
+def _said(replaced: list[str] | None, link: str | None) -> None:
+    """Keep what a replaced `latest` link named, for the caller that asked (write_bundle's `replaced`)."""
+    if replaced is not None and link is not None:
+        replaced.append(link)
+
+
 def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: Mapping[str, Any],
                 created: datetime | None = None, versioned: bool = True, compact: bool = False,
-                content_schema: int = BUNDLE_SCHEMA_VERSION, verify: bool = False) -> tuple[dict, Path]:
+                content_schema: int = BUNDLE_SCHEMA_VERSION, verify: bool = False,
+                replaced: list[str] | None = None) -> tuple[dict, Path]:
     """write_bundle for files already encoded: `blobs` maps each file's name to its JSON bytes, in the layout of
     plain schema `content_schema` (an older bundle rewritten keeps its own). `verify`: the files written are read
-    back with the runtime's checks (verify_written) before anything is replaced or `latest` moves."""
+    back with the runtime's checks (verify_written) before anything is replaced or `latest` moves. `replaced`: see
+    write_bundle."""
     created = created or datetime.now(timezone.utc).replace(microsecond=0)
     unpacked = {name + COMPRESSED_SUFFIX: len(blob) for name, blob in blobs.items()} if compact else None
     blobs = stored_blobs(blobs, compact)
@@ -342,7 +393,7 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
         if final.exists():
             if (final / MANIFEST).is_file() and json.loads((final / MANIFEST).read_text())["files"] == manifest["files"]:
                 shutil.rmtree(tmp, ignore_errors=True)
-                swap_latest(root, name)
+                _said(replaced, swap_latest(root, name))
                 manifest = json.loads((final / MANIFEST).read_text())
                 return manifest, final
             n = 2
@@ -352,7 +403,7 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
         os.rename(tmp, final)
         try:
             fsync_dir(root)
-            swap_latest(root, final.name)
+            _said(replaced, swap_latest(root, final.name))
         except OSError:  # `latest` still names the previous version: the new one would be an orphan
             shutil.rmtree(final, ignore_errors=True)
             raise

@@ -469,12 +469,19 @@ def linked_latest(pointer: Path) -> Path:
 def published_place(path: str | os.PathLike) -> str | None:
     """Why other files must not be written at `path` (a directory, or the folder of a file to write): it is a published
     bundle or lies inside one (the bundle would no longer be what its manifest hashed), or it is a publish directory
-    whose `latest` names a bundle there (every later publish would refuse the directory); None where neither holds."""
+    whose `latest` names a bundle there, or is a symbolic link the runtime follows to a bundle (every later publish
+    would refuse the directory); None where neither holds."""
     root = Path(path)
     inside = next((p for p in (root, *root.parents) if holds_bundle(p)), None)
     if inside is not None:
         return f"{inside} is a published bundle" if inside == root else f"it is inside the published bundle {inside}"
     latest = root / LATEST
+    if latest.is_symlink():
+        try:
+            linked_latest(latest)
+        except (BundleError, OSError):
+            return None
+        return f"{root} is a publish directory (its {LATEST} links to the newest bundle)"
     try:
         name = latest.read_bytes()[:MAX_POINTER_BYTES].decode("utf-8").strip() if latest.is_file() \
             and not latest.is_symlink() else ""
