@@ -79,16 +79,17 @@ def test_an_unknown_name_is_still_refused(publish_dir):
 
 
 def test_a_name_of_two_registered_devices_is_refused_naming_both(publish_dir, tmp_path):
-    def twin(profiles):
-        profiles["devices"]["acme-x1b"] = {**profiles["devices"]["acme-x1"], "device_id": "acme-x1b",
-                                           "name": "Acme X1B Accelerator"}
+    def twin(profiles):  # a binned variant: the same names, fewer cores (a bundle may hold no other name twice)
+        profiles["devices"]["acme-x1b"] = {**profiles["devices"]["acme-x1"], "device_id": "acme-x1b", "gpu_cores": 16}
 
     load_bundle(rehashed(publish_dir, tmp_path / "twins", {"profiles.json": twin}), strict=True)
-    for call in (lambda: _predict("Acme X1"), lambda: lookup("toy_scale", SHAPE, "float16", device="Acme X1"),
-                 lambda: get_device_profile("Acme X1")):
-        with pytest.raises(UnknownDeviceError, match=r"'Acme X1' does not name one chip; it may be acme-x1, acme-x1b$"):
-            call()
-    assert _predict("Acme X1 Accelerator").device == "acme-x1"  # the name only one of them has
+    for name in ("Acme X1", "Acme X1 Accelerator"):
+        for call in (lambda: _predict(name), lambda: lookup("toy_scale", SHAPE, "float16", device=name),
+                     lambda: get_device_profile(name)):
+            with pytest.raises(UnknownDeviceError, match=rf"'{name}' does not name one chip; it may be acme-x1, "
+                                                         r"acme-x1b$"):
+                call()
+    assert _predict("acme-x1b").device == "acme-x1b"  # each still answers by its id
 
 
 LIMITED = "limits acme-x1, a device registered in the store; a core limit (@<N>sm) is only of a catalog chip (give acme-x1)"
