@@ -171,6 +171,20 @@ def test_a_derived_name_passes_over_a_name_another_kernel_holds(store, tmp_path)
     assert row["kernel"] == "conv_3"
 
 
+def test_a_derived_name_passes_over_the_names_later_files_of_the_import_give(store, tmp_path):
+    # CONV_2 comes later in the same call: conv_2 would be its twin; deconv_2 would take a later file's own name
+    files = [write(tmp_path / "a" / "1.json", cache(TWO)), write(tmp_path / "a" / "2.json", cache(THREE)),
+             write(tmp_path / "a" / "3.json", cache(OTHER, kernel_name="CONV_2")),
+             write(tmp_path / "b" / "1.json", cache(TWO, kernel_name="deconv")),
+             write(tmp_path / "b" / "2.json", cache(THREE, kernel_name="deconv")),
+             write(tmp_path / "b" / "3.json", cache(OTHER, kernel_name="deconv_2"))]
+    rows = import_files(store, files)
+    assert [(r["kernel"], r.get("renamed_from")) for r in rows] == [
+        ("conv", None), ("conv_3", "conv"), ("CONV_2", None), ("deconv", None), ("deconv_3", "deconv"),
+        ("deconv_2", None)]
+    assert sorted(spaces(store)) == ["CONV_2", "conv", "conv_3", "deconv", "deconv_2", "deconv_3"]
+
+
 def test_a_built_in_kernel_name_keeps_its_own_rule(store, tmp_path):
     path = write(tmp_path / "a" / "rms.json", cache(TWO, kernel_name="rmsnorm"))
     with pytest.raises(ImportFileError, match="rmsnorm.* is built in"):

@@ -8,9 +8,10 @@ model of that kernel would read them as one space. Refusing them would keep publ
 whose kernel name (from the file, a search-space description or its folder) is stored, or given by an earlier
 file of the same import, with another parameter set or other dims is stored as `<kernel>_2`, `<kernel>_3`, ...:
 the first of those stored (or given) with the file's own parameters and dims, so a re-import and a second
-file of that space land where the first did, else the first free one. A file of unknown size (no dims) fits
-any dims. A kernel named with `--kernel` is never renamed: a file whose parameters or dims differ from the
-stored ones is refused. A built-in kernel's name keeps its own rule (kernel_tuner._check_rows).
+file of that space land where the first did, else the first free one (no rows, no built-in kernel's, none a file
+of the import gives, no twin of any of them). A file of unknown size (no dims) fits any dims. A kernel named
+with `--kernel` is never renamed: a file whose parameters or dims differ from the stored ones is refused. A
+built-in kernel's name keeps its own rule (kernel_tuner._check_rows).
 """
 
 from __future__ import annotations
@@ -76,8 +77,10 @@ def _difference(kernel: str, spaces: Sequence[_Space], params: frozenset[str],
 class KernelSpaces:
     """The parameter sets and dims of kernel names, as stored and as given by the files placed so far."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, given: Sequence[str] = ()) -> None:
         self._store = store
+        #: the kernel names the files of the import give: a derived name is none of them, nor a twin of one
+        self._given = frozenset(given)
         self._known: dict[str, list[_Space]] = {}
         self._read: set[str] = set()
         self._stored_names: list[str] | None = None
@@ -99,8 +102,8 @@ class KernelSpaces:
 
     def _derived(self, kernel: str, params: frozenset[str], dims: frozenset[str]) -> tuple[str | None, str]:
         """The name a file of `kernel` with a space of its own goes under: the first `<kernel>_N` (N >= 2) holding
-        that space, else the first free one (no rows, no built-in kernel's, no twin of another name's); (None, why)
-        when that name could not name a kernel (longer than a name may be)."""
+        that space, else the first free one (no rows, no built-in kernel's, none a file gives, no twin of another
+        name's); (None, why) when that name could not name a kernel (longer than a name may be)."""
         pattern = re.compile(re.escape(kernel) + r"_([1-9][0-9]*)")
         taken = sorted((int(m.group(1)), name) for name, spaces in self._known.items()
                        if spaces and (m := pattern.fullmatch(name)) is not None)
@@ -109,7 +112,7 @@ class KernelSpaces:
                 return name, ""
         if self._stored_names is None:
             self._stored_names = self._store.kernel_names()
-        others = [*self._stored_names, *BUILTIN_KERNELS, *self._known]
+        others = [*self._stored_names, *BUILTIN_KERNELS, *self._known, *sorted(self._given)]
         number = 2
         while True:
             name = f"{kernel}_{number}"
@@ -117,7 +120,7 @@ class KernelSpaces:
             if problem is not None:
                 return None, problem
             if not self._known.get(name) and name not in BUILTIN_KERNELS and name not in self._stored_names \
-                    and twin_problem("kernel", name, others) is None:
+                    and name not in self._given and twin_problem("kernel", name, others) is None:
                 return name, ""
             number += 1
 
@@ -151,5 +154,5 @@ class KernelSpaces:
 def keep_spaces_apart(store: Store, parsed: list[ParsedFile], named: bool) -> list[ParsedFile]:
     """The files, in their order, each under the kernel name of its config space (see the module's docstring);
     `named`: the kernel was given with --kernel, so a file of another space is refused, never renamed."""
-    spaces = KernelSpaces(store)
+    spaces = KernelSpaces(store, [item.kernel for item in parsed])
     return [spaces.place(item, named) for item in parsed]
