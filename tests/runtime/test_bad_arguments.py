@@ -142,6 +142,13 @@ CASES = [  # (what, call, the runtime's error class)
     ("tune iters 0", lambda: _tune(iters=0), rt.BadArgument),
     ("tune iters str", lambda: _tune(iters="x"), rt.BadArgumentType),
     ("tune warmup negative", lambda: _tune(warmup=-1), rt.BadArgument),
+    # past the digits Python writes out: the message says how long, never ValueError from str()
+    ("tune warmup of 5000 digits", lambda: _tune(warmup=-10**5000), rt.BadArgument),
+    ("autotune iters of 5000 digits", lambda: _autotuned(iters=-10**5000), rt.BadArgument),
+    ("tune threadgroup of 5000 digits", lambda: _tune(threadgroups=[-10**5000]), rt.BadArgument),
+    ("lookup dim name with a newline", lambda: rt.predicted_config("rmsnorm", {"rows\n": 8, "cols": 8}), rt.BadLookup),
+    ("tune dim name with an escape", lambda: rt.tune("rmsnorm", {"rows\x1b[2J": 8, "cols": 8}, "float16"),
+     rt.BadLookup),
     ("tune timer unknown", lambda: _tune(timer="wall"), rt.BadArgument),
     ("tune threadgroups str item", lambda: _tune(threadgroups=["abc"]), rt.BadArgumentType),
     ("tune threadgroups int", lambda: _tune(threadgroups=5), rt.BadArgumentType),
@@ -519,3 +526,15 @@ def test_tune_with_no_legal_config_names_the_rule_as_the_lookup_does():
     assert rt.predicted_config("rmsnorm", shape, "float16", device="nvidia-h200").note.endswith(rule)
     with pytest.raises(rt.AutotuneError, match=r"no legal config for .* \(of threadgroup 48\)$"):
         _tune(threadgroups=[48], measure=lambda spec, config, shape, dtype: ("ok", 1.0), use_cache=False)
+
+
+def test_a_dim_name_or_count_a_caller_gives_is_written_plainly():
+    with pytest.raises(rt.BadLookup) as info:
+        rt.predicted_config("rmsnorm", {"rows\n": 8, "cols": 8}, "float16", device="nvidia-h200")
+    assert str(info.value) == "kernel 'rmsnorm' has dims rows, cols; got rows\\n, cols"
+    with pytest.raises(rt.BadLookup) as info:
+        rt.predicted_config("rmsnorm", {"rows\n": -1, "cols": 8}, "float16", device="nvidia-h200")
+    assert str(info.value) == "shape dimension rows\\n=-1 must be a positive integer"
+    with pytest.raises(rt.BadArgument) as info:
+        _tune(iters=-10**5000)
+    assert str(info.value) == "iters must be >= 1 (got a negative integer of about 5000 digits)"

@@ -459,14 +459,15 @@ def _dim_value(name: str, v: Any) -> int:
     try:
         iv = dim_int(v)
     except TypeError:
-        raise BadArgumentType(f"shape dimension {name}={value_text(v)} must be a positive integer, "
+        raise BadArgumentType(f"shape dimension {plain(name)}={value_text(v)} must be a positive integer, "
                               f"not {type(v).__name__}") from None
     except ValueError:
-        raise BadLookup(f"shape dimension {name}={value_text(v)} must be a positive integer") from None
+        raise BadLookup(f"shape dimension {plain(name)}={value_text(v)} must be a positive integer") from None
     if iv < 1:
-        raise BadLookup(f"shape dimension {name}={value_text(v)} must be a positive integer")
+        raise BadLookup(f"shape dimension {plain(name)}={value_text(v)} must be a positive integer")
     if iv > MAX_DIM:
-        raise BadLookup(f"shape dimension {name}={value_text(v)} is larger than an array dimension can be ({MAX_DIM})")
+        raise BadLookup(f"shape dimension {plain(name)}={value_text(v)} is larger than an array dimension can be "
+                        f"({MAX_DIM})")
     return iv
 
 
@@ -532,7 +533,8 @@ def _shape_dict(kernel: _Kernel | None, shape: Any) -> dict[str, int]:
         missing = [d for d in kernel.dims if d not in out]
         extra = [d for d in out if d not in kernel.dims]
         if missing or extra:
-            raise BadLookup(f"kernel {kernel.name!r} has dims {', '.join(kernel.dims)}; got {', '.join(out) or 'none'}")
+            raise BadLookup(f"kernel {kernel.name!r} has dims {', '.join(kernel.dims)}; got "
+                            f"{', '.join(map(plain, out)) or 'none'}")
         out = {d: out[d] for d in kernel.dims}  # the answer echoes the shape in the kernel's order, as its bucket
     return out
 

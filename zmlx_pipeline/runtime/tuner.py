@@ -58,6 +58,7 @@ from zmlx_pipeline.runtime.errors import (
     expect_str,
     home_expanded,
     plain,
+    value_text,
 )
 from zmlx_pipeline.runtime.lookup import MLX_DTYPE_PREFIX, check_k, predicted_or_default, whole_number
 
@@ -313,7 +314,7 @@ def _count(name: str, value: Any, least: int) -> int:
     if n is None:
         raise BadArgumentType(f"{name} must be a whole number >= {least}, not {type(value).__name__} ({value!r:.60})")
     if n < least:
-        raise BadArgument(f"{name} must be >= {least} (got {n})")
+        raise BadArgument(f"{name} must be >= {least} (got {value_text(n)})")
     return n
 
 
@@ -412,7 +413,8 @@ def _checked_shape(spec, shape: Any) -> dict[str, int]:
         raise BadArgumentType(f"shape must be a mapping of dims such as {{'rows': 4096, 'cols': 4096}}, "
                               f"not {type(shape).__name__} ({shape!r:.60})")
     if set(map(str, shape)) != set(spec.shape_grid.dims):
-        raise BadLookup(f"kernel {spec.name!r} has dims {', '.join(spec.shape_grid.dims)}; got {', '.join(map(str, shape)) or 'none'}")
+        raise BadLookup(f"kernel {spec.name!r} has dims {', '.join(spec.shape_grid.dims)}; got "
+                        f"{', '.join(plain(str(d)) for d in shape) or 'none'}")
     return {d: _dim_value(d, shape[d]) for d in spec.shape_grid.dims}
 
 
