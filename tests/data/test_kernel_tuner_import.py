@@ -1013,6 +1013,22 @@ def test_a_t4_results_file_takes_its_device_from_the_metadata_file_beside_it(sto
         import_files(store, [metadata])
 
 
+def test_a_t4_file_named_as_kernel_tuners_readme_example_names_it_takes_its_device_from_the_metadata_beside_it(
+        store, tmp_path):
+    # KernelTuner/kernel_tuner examples/cuda/vector_add.py (d845b33, "the minimal example from the README"):
+    # store_output_file("vector_add.json", ...) and store_metadata_file("vector_add-metadata.json"), the results
+    # file written by kernel_tuner/file_utils.py store_output_file (no device in it)
+    folder = tmp_path / "vector_add"
+    write(folder / "vector_add.json", t4([t4_result(128, "correct", [1.0], 1.0, "ms")]))
+    smi = {"nvidia-smi": {"nvidia_smi_log": {"attached_gpus": "1", "gpu": {"@id": "00000000:01:00.0",
+                                                                           "product_name": "NVIDIA RTX A4000"}}}}
+    write(folder / "vector_add-metadata.json", {"metadata": {"operating_system": "Linux", "environment": {
+        "device_query": smi, "requirements": []}}, "schema_version": "1.0.0"})
+    rows = import_files(store, [folder], problem_size=[10000000])
+    assert [(Path(r["file"]).name, r["device"], r["rows"]) for r in rows] == [
+        ("vector_add.json", "nvidia-rtx-a4000", 1), ("vector_add-metadata.json", None, 0)]
+
+
 # ------------------------------------------------------------------------------------------
 # files as published (tests/data/fixtures/kernel_tuner_wild/SOURCE.md names the public file each is modelled on)
 

@@ -20,7 +20,7 @@ T4 files name neither the kernel, the device nor the problem size: those come
 from a T1 search-space description beside the data (`<folder>/../search-spaces/<folder>.json`,
 as the FAIR benchmark hub lays it out), the file's folder and its file name (`A100_T4.json.gz`
 -> A100), a T4 metadata file beside it (`X-metadata.json.gz`, nvidia-smi or rocm-smi output, for
-`X-results.json.gz`), or the import's options.
+`X-results.json.gz` or `X.json.gz`), or the import's options.
 
 Why one long module: every layout goes through the same failure markers, time units, problem-size
 and device-name rules defined here (ktt.py and results_file.py reuse them); kept together, no two
@@ -1315,14 +1315,16 @@ def _cache_device_name(path: Path, data: dict) -> str:
 
 
 def _companion_metadata(path: Path) -> Path | None:
-    """The T4 metadata file written beside a results file (`W7800-results.json.gz` -> `W7800-metadata.json.gz`)."""
-    match = re.match(r"^(.*?)([-_])results$", _file_stem(path), re.IGNORECASE)
-    if not match:
-        return None
-    for suffix in (".json.gz", ".json"):
-        candidate = path.with_name(f"{match.group(1)}{match.group(2)}metadata{suffix}")
-        if candidate.is_file():
-            return candidate
+    """The T4 metadata file written beside a results file: `W7800-metadata.json.gz` for `W7800-results.json.gz`
+    (the benchmark hub), `vector_add-metadata.json` for `vector_add.json` (Kernel Tuner's README example)."""
+    stem = _file_stem(path)
+    match = re.match(r"^(.*?)([-_])results$", stem, re.IGNORECASE)
+    stems = ([f"{match.group(1)}{match.group(2)}metadata"] if match else []) + [f"{stem}-metadata"]
+    for name in stems:
+        for suffix in (".json.gz", ".json"):
+            candidate = path.with_name(f"{name}{suffix}")
+            if candidate.is_file():
+                return candidate
     return None
 
 
