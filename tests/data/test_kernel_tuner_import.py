@@ -1639,6 +1639,32 @@ def test_parameter_values_written_as_text_are_read_as_their_key_reads_them(store
     assert [m.config["vector"] for m in parse_file(path).measurements] == ["float", "half"]
 
 
+def test_line_ids_of_kernel_tuners_cache_module_name_text_booleans_and_null_as_json(seeded, tmp_path):
+    # kernel_tuner/cache/cache.py (KernelTuner/kernel_tuner 4be4a04, Cache.Lines.__get_line_id, written by
+    # `ktcache merge`): a line id is json.dumps(values, separators=(",", ":"))[1:-1], so text is quoted and
+    # booleans and None are true and null, where util.py's keys write str(value); the file is write_cache's indent=0
+    keys = ("block_size_x", "vector", "use_shmem", "max_regs")
+    lines = {}
+    for i, values in enumerate([(128, "float", True, None), (256, "float4", False, 64)]):
+        line_id = json.dumps(list(values), separators=(",", ":"))[1:-1]
+        lines[line_id] = {"time": 1.0 + i, "compile_time": 100.0, "verification_time": 0, "benchmark_time": 1.0,
+                          "strategy_time": 0, "framework_time": 0.5, "timestamp": "2024-06-01 12:00:00.123456",
+                          "times": [1.0 + i], **dict(zip(keys, values))}
+    doc = {"schema_version": "1.1.0", **kt_cache(lines, keys=keys, tune_params={
+        "block_size_x": [128, 256], "vector": ["float", "float4"], "use_shmem": [True, False], "max_regs": [None, 64]})}
+    path = tmp_path / "k" / "A4000.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(doc, indent=0))
+    assert '"128,\\"float\\",true,null": {' in path.read_text()
+    assert [(m.config, m.median_us) for m in parse_file(path).measurements] == [
+        ({"block_size_x": 128, "vector": "float", "use_shmem": True, "max_regs": None}, 1000.0),
+        ({"block_size_x": 256, "vector": "float4", "use_shmem": False, "max_regs": 64}, 2000.0)]
+    # a key that names another value in either form is still refused
+    lines['128,"float",true,null']["vector"] = "half"
+    path.write_text(json.dumps(doc, indent=0))
+    assert "its key gives vector=\"float\" but the entry holds vector='half'" in refused(seeded, path)
+
+
 def test_a_parameter_holding_values_of_two_sorts_is_refused_naming_it_and_the_entry(seeded, tmp_path):
     doc = kt_cache({"16,1": entry(16, 1, 1.0), "wide,1": entry("wide", 1, 2.0)}, tune_params={"block_size_y": [1]})
     path = write(tmp_path / "k" / "A4000.json", doc)

@@ -1169,6 +1169,17 @@ def _check_param_kinds(path: Path, configs: Iterable[dict], labels: Iterable[str
                                   f"{first[1]!r} ({first[0]}); a parameter's values must all be of one sort")
 
 
+def _key_names(text: str, value: Any) -> bool:
+    """Whether one value of a cache key names an entry's value: as util.py builds keys (str(value): float, True,
+    None), or as the cache module (kernel_tuner/cache/cache.py) builds line ids (compact JSON: "float", true, null)."""
+    if str(value) == text:
+        return True
+    try:
+        return json.dumps(value, separators=(",", ":")) == text
+    except (TypeError, ValueError):
+        return False
+
+
 def _cache_config(path: Path, key: str, entry: dict, names: list[str], source: str,
                   tune: dict) -> tuple[dict, str]:
     """An entry's config and the layout it was read from ("entries": its own fields, "keys": its key)."""
@@ -1179,7 +1190,7 @@ def _cache_config(path: Path, key: str, entry: dict, names: list[str], source: s
         config = {k: entry[k] for k in names}
         if len(parts) == len(names):
             for name, part in zip(names, parts):
-                if str(config[name]) != part.strip():
+                if not _key_names(part.strip(), config[name]):
                     raise _fail(path, f"{where}: its key gives {name}={part.strip()} but the entry holds "
                                       f"{name}={config[name]!r}")
         return {k: _entry_value(v, tune.get(k)) for k, v in config.items()}, "entries"
