@@ -383,3 +383,24 @@ def test_kernel_names_every_file_and_a_blank_one_is_a_usage_error(db, tmp_path):
     result = invoke("import", "--db", db, "--kernel", " ", path)
     assert result.exit_code == 2 and "Invalid value for --kernel: ' ' names no kernel" in result.output
     assert contents(db) == before
+
+
+def test_kernel_tuners_readme_example_output_imports_with_the_gpu_its_metadata_file_names(tmp_path):
+    # KernelTuner/kernel_tuner examples/cuda/vector_add.py (d845b33): store_output_file("vector_add.json") writes T4
+    # results naming no GPU, store_metadata_file("vector_add-metadata.json") the nvidia-smi output beside them
+    result = {"timestamp": "2024-03-05 14:02:11.120442+00:00", "configuration": {"block_size_x": 128},
+              "times": {"compilation": 412.7, "benchmark": 3.1, "framework": 1.2, "search_algorithm": 0,
+                        "validation": 0, "runtimes": [1.0, 1.1]}, "invalidity": "correct", "correctness": 1,
+              "measurements": [{"name": "time", "value": 1.05, "unit": "ms"}], "objectives": ["time"]}
+    write(tmp_path / "vector_add" / "vector_add.json", {"results": [result], "schema_version": "1.0.0"})
+    gpu = {"@id": "00000000:01:00.0", "product_name": "NVIDIA RTX A4000"}
+    environment = {"device_query": {"nvidia-smi": {"nvidia_smi_log": {"attached_gpus": "1", "gpu": gpu}}},
+                   "requirements": []}
+    write(tmp_path / "vector_add" / "vector_add-metadata.json",
+          {"metadata": {"operating_system": "Linux", "environment": environment}, "schema_version": "1.0.0"})
+    out = invoke("import", "--db", tmp_path / "s.duckdb", "--json", "--problem-size", "10000000",
+                 tmp_path / "vector_add")
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.output)
+    assert [(Path(r["file"]).name, r["device"], r["rows"]) for r in rows] == [
+        ("vector_add.json", "nvidia-rtx-a4000", 1), ("vector_add-metadata.json", None, 0)]
