@@ -304,8 +304,13 @@ def _check_manifest(manifest: Any, source: str) -> dict[str, dict]:
 
 
 def _safe_name(name: Any) -> bool:
-    """A relative path inside the bundle: no absolute path, no '..', no backslash."""
-    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name:
+    """A relative path inside the bundle: no absolute path, no '..', no backslash, no NUL byte or lone surrogate (no
+    file can be opened by such a name)."""
+    if not isinstance(name, str) or not name or name.startswith("/") or "\\" in name or "\0" in name:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
         return False
     return all(part not in ("", ".", "..") for part in name.split("/"))
 
