@@ -125,9 +125,13 @@ def _device_and_mlx(device: str | None) -> tuple[str, str, dict]:
     bundle's store registered (`devices add`; named, or this process's GPU as lookups find it) is that device, with
     the limits and metadata of the bundle's profile of it, as a catalog chip has the catalog's."""
     if device is not None:
+        from zmlx_pipeline.runtime.device import catalog_row
         from zmlx_pipeline.runtime.lookup import named_as
 
         device = named_as(device)
+        row = catalog_row(device) if "@" not in device else None
+        if row is not None:  # a name of one catalog chip (`NVIDIA-H200`) is its id, as lookups answer it
+            device = row["id"]
     if device not in _DEVICES:
         _DEVICES[device] = _detect_device_and_mlx(device)
     chip, version, meta = _DEVICES[device]
