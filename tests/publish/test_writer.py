@@ -86,15 +86,15 @@ def test_a_bundle_the_process_cannot_read_is_refused_with_one_warning(toy_bundle
 
 def test_an_unreadable_latest_pointer_is_a_bundle_error_not_a_traceback(tmp_path, monkeypatch):
     write_bundle(tmp_path / "pub", {"kernels.json": {"a": 1}}, {"schema": "x"})
-    real_read = Path.read_text
+    real_read = bundle_mod.read_regular
 
-    def unreadable(self, *args, **kwargs):
-        if self.name == "latest":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read(self, *args, **kwargs)
+    def unreadable(path, limit):
+        if Path(path).name == "latest":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read(path, limit)
 
-    monkeypatch.setattr(Path, "read_text", unreadable)
-    with pytest.raises(bundle_mod.BundleError, match=r"cannot read the bundle \(Permission denied\)"):
+    monkeypatch.setattr(bundle_mod, "read_regular", unreadable)
+    with pytest.raises(bundle_mod.BundleError, match=r"latest: cannot read the latest pointer \(Permission denied\)$"):
         bundle_mod.read_dir(tmp_path / "pub")
 
 

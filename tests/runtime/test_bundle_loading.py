@@ -106,6 +106,24 @@ def test_the_latest_pointer_names_the_newest_version(toy_bundle, tmp_path):
     assert not [p for p in os.listdir(out) if p.startswith(".")]  # no temp dir or pointer left behind
 
 
+def test_a_latest_pointer_longer_than_a_pointer_is_refused_without_reading_it_whole(toy_bundle, tmp_path):
+    import shutil
+
+    from zmlx_pipeline.runtime.bundle import MAX_POINTER_BYTES, published_place
+
+    out = tmp_path / "pub"
+    shutil.copytree(toy_bundle[1], out)
+    name = (out / "latest").read_text().strip()
+    with open(out / "latest", "r+b") as fh:  # the name, then 16 GiB of nothing (sparse): read whole, it would not fit
+        fh.truncate(1 << 34)
+    message = f"{out / 'latest'} is over {MAX_POINTER_BYTES} bytes, longer than a latest pointer (one version "
+    with pytest.raises(BundleError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
+        load_bundle(out, strict=True)
+    assert published_place(out) is None  # no pointer: not read as naming a bundle
+    (out / "latest").write_text(name + "\n")
+    assert load_bundle(out, strict=True).root == out / name
+
+
 def test_the_default_bundle_verifies():
     bundle = default_bundle()
     assert set(bundle.logical_names()) >= {"kernels.json", "profiles.json", "tables.json", "autotune_v3.json"}

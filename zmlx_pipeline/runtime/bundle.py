@@ -424,8 +424,21 @@ def resolve_dir(path: Path) -> Path:
     if pointer.is_symlink():
         return linked_latest(pointer)
     if pointer.is_file():
-        return _pointed_at(pointer, pointer.read_text(encoding="utf-8", errors="replace"), path)
+        return _pointed_at(pointer, _pointer_text(pointer), path)
     raise BundleError(f"{plain(path)}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
+
+
+def _pointer_text(pointer: Path) -> str:
+    """A `latest` pointer file's text, read no further than a pointer may be long (a version's name is short, so a
+    longer file is no pointer, refused in one line without reading it whole)."""
+    try:
+        blob = read_regular(pointer, MAX_POINTER_BYTES)
+    except OSError as exc:
+        raise BundleError(f"{plain(pointer)}: cannot read the latest pointer ({exc.strerror or exc})") from None
+    if len(blob) > MAX_POINTER_BYTES:
+        raise BundleError(f"{plain(pointer)} is over {MAX_POINTER_BYTES} bytes, longer than a latest pointer (one "
+                          "version directory's name) is: publish again, or point it at a bundle version")
+    return blob.decode("utf-8", errors="replace")
 
 
 def _pointed_at(pointer: Path, text: str, folder: Path) -> Path:
@@ -488,9 +501,8 @@ def published_place(path: str | os.PathLike) -> str | None:
             return None
         return f"{root} is a publish directory (its {LATEST} links to the newest bundle)"
     try:
-        name = latest.read_bytes()[:MAX_POINTER_BYTES].decode("utf-8").strip() if latest.is_file() \
-            and not latest.is_symlink() else ""
-    except (OSError, UnicodeDecodeError):
+        name = _pointer_text(latest).strip() if latest.is_file() and not latest.is_symlink() else ""
+    except (OSError, BundleError):
         name = ""
     if name and "/" not in name and name not in (".", "..") and holds_bundle(root / name):
         return f"{root} is a publish directory (its {LATEST} names the newest bundle there)"
