@@ -1,7 +1,9 @@
 """A device registered in the store (`devices add`) with fewer threads per threadgroup than the default (256 here) is
 held to its own limits: tune reads them, and its cache metadata, from the bundle's profile of it (the catalog has no
 row), so no config of 512 or 1024 threads is offered, timed or launched; lookups' legal configs respect them too,
-for a kernel whose published constraints never read the thread limit (imported measurements) as well.
+for a kernel whose published constraints never read the thread limit (imported measurements) as well, and publish
+holds the device's tables to the same rule (no entry names a config past 256; none at all where no config fits),
+leaving a catalog chip's as they were.
 
 Nothing is timed on a GPU: the measurer and the launched function are test doubles."""
 
@@ -16,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "pipeline"))
 
-from bundle_fixtures import build_registered  # noqa: E402
+from bundle_fixtures import build_registered, latest_dir  # noqa: E402
 from device_records import record  # noqa: E402
 from zmlx_pipeline.kernels.registry import get_kernel  # noqa: E402
 from zmlx_pipeline.kernels.spec import Limits  # noqa: E402
@@ -160,3 +162,52 @@ def test_lookups_offer_no_config_past_the_registered_limit(bundle, device):
 def test_a_catalog_chip_is_still_offered_its_wider_configs(bundle):
     answer = predicted_config("toy_scale", TOY, "float16", device="nvidia-h200")
     assert 512 in _tgs(answer.candidates)
+
+
+def _entries(publish_dir: Path, device: str) -> tuple[list[dict], list[tuple[str, str, dict]]]:
+    """The toy kernel's configs and every (kind, shape key, entry) of its float16 table for `device` in the bundle."""
+    latest = latest_dir(publish_dir)
+    configs = json.loads((latest / "kernels.json").read_text())["kernels"]["toy_scale"]["configs"]
+    table = json.loads((latest / json.loads((latest / "tables.json").read_text())["devices"][device]).read_text())
+    return configs, [(kind, key, entry) for kind, entries in table["kernels"]["toy_scale"]["float16"].items()
+                     for key, entry in entries.items()]
+
+
+def test_published_entries_name_no_config_past_the_registered_limit(publish_dir):
+    configs, entries = _entries(publish_dir, "acme-x1")
+    fitting = sum(c["TG"] <= 256 for c in configs)
+    assert len(entries) == 6 and fitting == 9
+    for _, _, entry in entries:
+        assert configs[entry["best"]]["TG"] <= 256 and entry["best"] == entry["ranked"][0]
+        assert max(configs[i]["TG"] for i in entry["ranked"]) <= 256
+        assert entry["n_legal"] == len(entry["ranked"]) == fitting
+
+
+#: the H200's float16 entries of this bundle (kind, shape key) -> best (TG, VEC), as published before publish held
+#: each device to the runtime's thread rule: a catalog chip of 1024 threads keeps every one, 512-thread configs too
+H200_BESTS = {
+    ("buckets", "10,0"): (64, 2), ("buckets", "10,6"): (64, 2), ("buckets", "10,12"): (256, 2),
+    ("buckets", "12,0"): (64, 2), ("buckets", "12,6"): (256, 2), ("buckets", "12,12"): (256, 2),
+    ("measured", "1024,1"): (64, 2), ("measured", "1024,64"): (64, 2), ("measured", "1024,4096"): (256, 2),
+    ("measured", "4096,1"): (64, 2), ("measured", "4096,64"): (256, 2), ("measured", "4096,4096"): (256, 2),
+}
+
+
+def test_a_catalog_chips_entries_are_unchanged_by_the_rule(publish_dir):
+    configs, entries = _entries(publish_dir, "nvidia-h200")
+    got = {(kind, key): (configs[e["best"]]["TG"], configs[e["best"]]["VEC"]) for kind, key, e in entries}
+    assert got == H200_BESTS
+    assert all(e["n_legal"] == len(e["ranked"]) == 12 and 512 in {configs[i]["TG"] for i in e["ranked"]}
+               for _, _, e in entries)
+
+
+def test_a_device_no_config_fits_gets_no_entry_and_lookups_say_so(tmp_path_factory):
+    root = tmp_path_factory.mktemp("registered-32")
+    publish_dir = build_registered(root, record(root / "acme.json", max_threads_per_threadgroup=32,
+                                                default_threadgroup=32))[1]
+    latest = latest_dir(publish_dir)
+    assert "acme-x1" not in json.loads((latest / "tables.json").read_text())["devices"]
+    load_bundle(publish_dir, strict=True)
+    answer = predicted_config("toy_scale", TOY, "float16", device="Acme X1")
+    assert (answer.config, answer.evidence, answer.candidates) == (None, "none", [])
+    assert "TG <= max_threads" in answer.note

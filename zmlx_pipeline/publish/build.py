@@ -13,7 +13,10 @@ so an autotuner between grid shapes also times what the model ranks at its own p
 kernels (and any kernel whose registered spec matches the measured parameters) rank only the
 configs legal on that device and shape; imported kernels rank the configs that were measured, less
 those that failed on that device (or, for one never measured, on the measured chips of its family)
-and never ran there (failed_configs).
+and never ran there (failed_configs). Every entry, measured ones too, also keeps to the rule a lookup
+adds to the constraints (runtime/lookup.py thread_rule: the threadgroup within the device's
+max_threads where no constraint reads it), so none names a config the runtime would not launch there;
+where no config is legal there is no entry, and the lookup answers evidence `none`.
 
 A device never measured answers from the measured chip nearest it (publish/transfer.py): its entries
 say `predicted` when that chip is of its own architecture family, `extrapolated` otherwise, carry the
@@ -58,7 +61,7 @@ from zmlx_pipeline.publish.predict import (
     score_rows,
     top_per_case,
 )
-from zmlx_pipeline.core.constraints import limit_values
+from zmlx_pipeline.core.constraints import ConstraintSet, limit_values
 from zmlx_pipeline.publish.profiles import build_autotune_v3, build_profiles, seed_table
 from zmlx_pipeline.publish.transfer import (
     EVIDENCE_OTHER_FAMILY,
@@ -70,7 +73,7 @@ from zmlx_pipeline.publish.transfer import (
     work_of,
 )
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
-from zmlx_pipeline.runtime.lookup import bucket_of
+from zmlx_pipeline.runtime.lookup import bucket_of, thread_rule
 from zmlx_pipeline.runtime.roofline import bound_s
 
 #: ranked configs kept per entry (at least the pruning k), and the most the lookup-path replay
@@ -232,19 +235,44 @@ def table_entry(ranked: list[int], time_us: float | None, regret: float | None, 
             "n_legal": n_legal}
 
 
-def _measured(km: KernelModel, tables: KernelTables, store_k: int) -> set[str]:
-    """Measured rankings of every (device, dtype, shape) of the training data; returns the measured devices."""
+def _measured(km: KernelModel, tables: KernelTables, store_k: int,
+              allowed: Callable[[str, str, str | dict], bool] | None = None) -> set[str]:
+    """Measured rankings of every (device, dtype, shape) of the training data, less the configs `allowed(device,
+    config_key, config_json)` refuses (the runtime's thread rule); returns the measured devices."""
     import json
 
     frame = km.features.frame.sort(["device_id", "dtype", "shape_key", "median_us", "config_key"])
     cases = frame.group_by(["device_id", "dtype", "shape_key"], maintain_order=True).agg(
         pl.col("shape").first(), pl.col("config_key"), pl.col("config"), pl.col("median_us"))
     for row in cases.iter_rows(named=True):
-        idx = [tables.index(k, c) for k, c in zip(row["config_key"][:store_k], row["config"][:store_k])]
+        ranked = list(zip(row["config_key"], row["config"], row["median_us"]))
+        if allowed is not None:
+            ranked = [r for r in ranked if allowed(row["device_id"], r[0], r[1])]
+            if not ranked:  # no measured config may launch there: the lookup answers from the buckets
+                continue
+        idx = [tables.index(k, c) for k, c, _ in ranked[:store_k]]
         shape = json.loads(row["shape"])
         tables.entries[row["device_id"]][row["dtype"]]["measured"][tables.key(shape)] = table_entry(
-            idx, _round(row["median_us"][0]), 1.0, "measured", len(row["config_key"]))
+            idx, _round(ranked[0][2]), 1.0, "measured", len(ranked))
     return set(frame["device_id"].unique().to_list())
+
+
+def _thread_check(rule: Sequence[str],
+                  devices: Mapping[str, Mapping[str, Any]]) -> Callable[[str, str, str | dict], bool]:
+    """`allowed(device, config_key, config_json)`: whether the runtime's thread rule (runtime/lookup.py thread_rule)
+    lets the config launch on the device, judged as a lookup judges it (core ConstraintSet, the device's limits)."""
+    check = ConstraintSet(rule)
+    seen: dict[tuple, bool] = {}
+
+    def allowed(device: str, key: str, config: str | dict) -> bool:
+        limits = _limits_key(devices.get(device) or {})
+        verdict = seen.get((limits, key))
+        if verdict is None:
+            verdict = seen[limits, key] = check.legal(
+                json.loads(config) if isinstance(config, str) else config, {}, dict(limits))
+        return verdict
+
+    return allowed
 
 
 def failed_configs(store, models: ModelSet) -> dict[str, dict[str, frozenset[str]]]:
@@ -294,9 +322,16 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     f = km.features
     spec = matching_spec(f)
     dims = list(spec.shape_grid.dims) if spec is not None else list(f.shape_dims)
+    tg_param = spec.threadgroup_param if spec is not None else f.threadgroup_param
+    params = list(spec.params) if spec is not None else list(f.params)
+    constraints = list(spec.constraints) if spec is not None else []
+    # the constraint a lookup adds to these (the threadgroup within the device's limit where none reads it): no
+    # entry of any device names a config the runtime would refuse to launch there
+    rule = thread_rule({"threadgroup_param": tg_param, "params": params, "constraints": constraints})
+    allowed = _thread_check(rule, devices) if rule else None
     tables = KernelTables(f.kernel, dims)
     store_k = max(STORE_K, int(km.prune_k))
-    measured_devices = _measured(km, tables, store_k)
+    measured_devices = _measured(km, tables, store_k, allowed)
     measured_shapes = [json.loads(s) for s in f.frame.unique("shape_key", maintain_order=True)["shape"].to_list()]
     grid_shapes: list[dict] = []
     if spec is not None:
@@ -318,14 +353,15 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     if spec is not None:
         targets = [d for d in targets if mlx_runs_on(devices[d]) or d in measured_devices]
     legal_cache: dict[tuple, list[dict]] = {}
-    legal_configs = LegalConfigs(spec) if spec is not None else None
+    legal_configs = LegalConfigs(spec, rule) if spec is not None else None
 
     def configs_for(device: str, dtype: str, shape: dict) -> list[dict]:
         if spec is None:
             if device not in runnable:
                 never = _never_ran(device, devices, failed or {}, ran)
-                runnable[device] = ([c for k, c in measured_configs if k not in never]
-                                    or [c for _, c in measured_configs])  # all failed somewhere: rank them all
+                legal = [(k, c) for k, c in measured_configs if allowed is None or allowed(device, k, c)]
+                runnable[device] = ([c for k, c in legal if k not in never]
+                                    or [c for _, c in legal])  # all failed somewhere: rank them all
             return runnable[device]
         from zmlx_pipeline.kernels.spec import Limits
 
@@ -419,11 +455,11 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
         "version": f.kernel_version,
         "class": spec.kernel_class if spec is not None else f.kernel,
         "dims": dims,
-        "params": list(spec.params) if spec is not None else list(f.params),
-        "threadgroup_param": spec.threadgroup_param if spec is not None else f.threadgroup_param,
+        "params": params,
+        "threadgroup_param": tg_param,
         "row_dim": row_dim,
         "configs": tables.configs,
-        "constraints": list(spec.constraints) if spec is not None else [],
+        "constraints": constraints,
         "order": order,
         "prune_k": int(km.prune_k),
         "stored_k": store_k,

@@ -12,7 +12,7 @@ does (a ZeroDivisionError is a violation), so the lists are the same, in the sam
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -55,12 +55,14 @@ class _Constraint:
 
 
 class LegalConfigs:
-    """KernelSpec.legal_configs of one kernel, each constraint evaluated once per distinct input it reads."""
+    """KernelSpec.legal_configs of one kernel, each constraint evaluated once per distinct input it reads; `extra`:
+    constraints the runtime adds to the spec's (runtime/lookup.py thread_rule)."""
 
-    def __init__(self, spec) -> None:
+    def __init__(self, spec, extra: Sequence[str] = ()) -> None:
         self.configs = spec.configs()
         params = list(spec.params)
-        self._constraints = [_Constraint(text, spec.name, self.configs, params) for text in spec.constraints]
+        self._constraints = [_Constraint(text, spec.name, self.configs, params)
+                             for text in [*spec.constraints, *extra]]
 
     def __call__(self, shape: Mapping[str, int], dtype: str, limits) -> list[dict[str, int]]:
         """The configs that pass every constraint on this shape, dtype and device, in config-space order."""

@@ -199,11 +199,11 @@ class _Table:
                       key=lambda key: sum(c * (a - b) * (a - b) for a, b, c in zip(key, logs, w)))[:n]
 
 
-def _thread_rule(meta: Mapping[str, Any]) -> list[str]:
+def thread_rule(meta: Mapping[str, Any]) -> list[str]:
     """`<threadgroup param> <= max_threads` for a kernel whose published constraints never read the device's thread
     limit (imported measurements: the configs measured, on other devices), so no device is offered a threadgroup past
     its own limit (a device registered with 256 threads); [] where the constraints read it or no parameter is the
-    threadgroup."""
+    threadgroup. Publish holds its tables to the same rule (publish/build.py)."""
     tg = meta.get("threadgroup_param")
     if not isinstance(tg, str) or tg not in (meta.get("params") or ()):
         return []
@@ -239,7 +239,7 @@ class _Kernel:
         self.dtypes: tuple[str, ...] | None = tuple(meta["dtypes"]) if meta.get("dtypes") else None
         weights = meta.get("dim_weights") or {}
         self.dim_weights = tuple(float(weights.get(d, 1.0)) for d in self.dims) if weights else None
-        self._constraints_text = list(meta.get("constraints") or ()) + _thread_rule(meta)
+        self._constraints_text = list(meta.get("constraints") or ()) + thread_rule(meta)
         self.constraints: ConstraintSet | None = None
         self.transfer: dict[str, dict] = meta.get("transfer") or {}
         self.work: dict[str, dict] | None = meta.get("work")
