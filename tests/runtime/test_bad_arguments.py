@@ -146,6 +146,12 @@ CASES = [  # (what, call, the runtime's error class)
     ("tune warmup of 5000 digits", lambda: _tune(warmup=-10**5000), rt.BadArgument),
     ("autotune iters of 5000 digits", lambda: _autotuned(iters=-10**5000), rt.BadArgument),
     ("tune threadgroup of 5000 digits", lambda: _tune(threadgroups=[-10**5000]), rt.BadArgument),
+    # a count no GPU would finish: past the bound (10,000 each), however long it is
+    ("tune iters past the bound", lambda: _tune(iters=10_001), rt.BadArgument),
+    ("tune iters of 5000 digits past the bound", lambda: _tune(iters=10**5000), rt.BadArgument),
+    ("tune warmup past the bound", lambda: _tune(warmup=10_001), rt.BadArgument),
+    ("autotune iters of 5000 digits past the bound", lambda: _autotuned(iters=10**5000), rt.BadArgument),
+    ("autotune warmup past the bound", lambda: _autotuned(warmup=10_001), rt.BadArgument),
     ("lookup dim name with a newline", lambda: rt.predicted_config("rmsnorm", {"rows\n": 8, "cols": 8}), rt.BadLookup),
     ("tune dim name with an escape", lambda: rt.tune("rmsnorm", {"rows\x1b[2J": 8, "cols": 8}, "float16"),
      rt.BadLookup),
@@ -538,3 +544,23 @@ def test_a_dim_name_or_count_a_caller_gives_is_written_plainly():
     with pytest.raises(rt.BadArgument) as info:
         _tune(iters=-10**5000)
     assert str(info.value) == "iters must be >= 1 (got a negative integer of about 5000 digits)"
+
+
+def test_a_count_past_its_bound_is_refused_saying_the_bound_and_the_bound_itself_is_taken():
+    calls = []
+
+    def measure(spec, config, shape, dtype):
+        calls.append(config)
+        return "ok", float(config["TG"])
+
+    for name in ("warmup", "iters"):
+        with pytest.raises(rt.BadArgument) as info:
+            _tune(**{name: 10**5000}, measure=measure, use_cache=False)
+        assert str(info.value) == (f"{name} must be at most 10000 (got an integer of about 5000 digits): "
+                                   "more would keep the GPU busy for no better pick")
+        with pytest.raises(rt.BadArgument, match=rf"^{name} must be at most 10000 \(got 10001\)"):
+            rt.autotune("rmsnorm", **{name: 10_001})
+    assert calls == []
+    result = _tune(warmup=10_000, iters=10_000, k=2, measure=measure, use_cache=False)
+    assert result.source == "timed" and len(calls) == 2
+    assert rt.autotune("rmsnorm", warmup=10_000, iters=10_000)(lambda x, config=None: x) is not None

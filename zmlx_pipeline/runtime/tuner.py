@@ -64,6 +64,10 @@ from zmlx_pipeline.runtime.lookup import MLX_DTYPE_PREFIX, check_k, predicted_or
 
 #: the pruned autotuner never times more than this share of a case's legal configs
 MAX_FRACTION = 0.2
+#: the most warm-up launches and timed samples per candidate that tune and autotune take: far past real use (the
+#: defaults are 3 and 10, collect takes at most 100 and 1,000), short of a count that would never finish
+MAX_WARMUP = 10_000
+MAX_ITERS = 10_000
 #: the harness's timers (kernels/timing.py's TIMERS, which the runtime does not import)
 TIMERS = ("auto", "gpu", "chain")
 #: the statuses a measurer returns (data/records.py's STATUSES, which the runtime does not import)
@@ -312,13 +316,17 @@ def _spec_at(path: str):
     return obj
 
 
-def _count(name: str, value: Any, least: int) -> int:
-    """`value` as an int >= least (numpy's integers taken as the ints they hold); the runtime's errors otherwise."""
+def _count(name: str, value: Any, least: int, most: int | None = None) -> int:
+    """`value` as an int from `least` to `most` (None: no bound; numpy's integers taken as the ints they hold); the
+    runtime's errors otherwise."""
     n = whole_number(value)
     if n is None:
         raise BadArgumentType(f"{name} must be a whole number >= {least}, not {type(value).__name__} ({value!r:.60})")
     if n < least:
         raise BadArgument(f"{name} must be >= {least} (got {value_text(n)})")
+    if most is not None and n > most:
+        raise BadArgument(f"{name} must be at most {most} (got {value_text(n)}): more would keep the GPU busy for "
+                          "no better pick")
     return n
 
 
@@ -350,8 +358,8 @@ def _check_options(*, warmup: Any = 3, iters: Any = 10, k: Any = None, configs: 
                    timer: Any = "chain", shape: Any = None, dtype: Any = None, config_arg: Any = None,
                    use_cache: Any = True, device_aware: Any = True) -> None:
     """The runtime's errors for a tuning option that cannot be used (what tune and autotune take alike)."""
-    _count("warmup", warmup, 0)
-    _count("iters", iters, 1)
+    _count("warmup", warmup, 0, MAX_WARMUP)
+    _count("iters", iters, 1, MAX_ITERS)
     for name, value in (("use_cache", use_cache), ("device_aware", device_aware)):
         if not isinstance(value, bool):
             raise BadArgumentType(f"{name} must be True or False, not {type(value).__name__} ({value!r:.60})")
@@ -468,6 +476,8 @@ def tune(kernel: Any, shape: Mapping[str, int], dtype: str, *, k: int | None = N
 
     `kernel` is a registered name, a KernelSpec, or a `module:attr` path to a KernelSpec object (nothing
     found there is called). Every option is checked first: the runtime's errors for one it cannot use.
+    `warmup` (0 to MAX_WARMUP, 10,000) and `iters` (1 to MAX_ITERS, 10,000): launches before timing and timed samples
+    per candidate.
     `threadgroups` keeps only legal configs with one of these threadgroup sizes (ZMLX's candidate list).
     Configs refused at launch on this device before are left out; with `use_cache`, a candidate the
     pipeline refuses for its thread limit while timed is remembered as refused too. A cached entry that is no
@@ -1072,7 +1082,7 @@ def autotune(kernel: Any = None, *, warmup: int = 3, iters: int = 10, device_awa
 
     `kernel`: a registered kernel name, a `module:attr` path or a KernelSpec (its configs, reference
     and launch are what is timed). `warmup`/`iters`: launches before timing and timed samples per
-    candidate. `device_aware`: time the bundle's pruned candidates for this chip (True) or every
+    candidate (at most 10,000 each, as tune). `device_aware`: time the bundle's pruned candidates for this chip (True) or every
     legal config (False). `k`: candidates to time (default: the kernel's pruning k). `shape`/`dtype`:
     functions of the call's arguments giving the kernel's shape dict and dtype (default: the first
     array argument, rows x cols). `configs`: an explicit candidate list; `threadgroups`: only
