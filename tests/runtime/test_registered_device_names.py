@@ -126,3 +126,22 @@ def test_a_core_limit_of_a_registered_device_the_bundle_holds_is_answered(publis
 def test_the_bundle_holds_the_registered_device(publish_dir):
     profile = json.loads((latest_dir(publish_dir) / "profiles.json").read_text())["devices"]["acme-x1"]
     assert profile["in_catalog"] is False and profile["aliases"] == ["Acme X1"]
+
+
+def test_a_gpu_measured_without_a_registration_is_no_registered_device(publish_dir, tmp_path, monkeypatch):
+    """A GPU the catalog lacks, measured but never registered, is published listing no aliases: it shares the
+    registered device's name unchecked, so neither detection nor a name nor a core limit takes it for one."""
+    from zmlx_pipeline.runtime import device
+
+    def measured(profiles):
+        whole = profiles["devices"]["acme-x1"]
+        profiles["devices"]["unknown-acme"] = {k: v for k, v in whole.items() if k != "aliases"} | {
+            "device_id": "unknown-acme"}
+
+    bundle = load_bundle(rehashed(publish_dir, tmp_path / "measured", {"profiles.json": measured}), strict=True)
+    assert not device.is_registered(bundle.profiles["unknown-acme"]) and device.is_registered(
+        bundle.profiles["acme-x1"])
+    monkeypatch.setattr(device, "_DETECTED", [("NVIDIA Acme X1 Accelerator", "cuda", 20)])
+    assert device.registered_for_detected(bundle.profiles) == "acme-x1"
+    assert _predict("Acme X1 Accelerator").device == "acme-x1"
+    assert get_device_profile("unknown-acme@10sm").gpu_cores == 10  # a limit of it is not refused as a registered one's

@@ -28,6 +28,8 @@ from operator import is_not
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from zmlx_pipeline.runtime.device import is_registered
+
 FIELDS_FILE = Path(__file__).with_name("bundle_fields.json")
 INF = float("inf")
 #: the largest array dimension MLX takes (its shapes are 32-bit signed integers): every dim a bundle names
@@ -240,14 +242,6 @@ def index_problem(kernels: Mapping[str, Any], profiles: Mapping[str, Any],
     return _first("@profile", profiles, 0, "profiles.json: devices") or registered_problem(profiles)
 
 
-def _registered(profile: Any) -> bool:
-    """A profile of a device registered in the store (`devices add`): of no catalog chip, listing its aliases (publish
-    lists them, maybe none, for a registered device only; a GPU measured without a registration lists none), and of
-    a whole chip, as detection takes it (runtime/device.py registered_for_detected)."""
-    return type(profile) is dict and profile.get("in_catalog") is False and type(profile.get("aliases")) is list \
-        and not profile.get("core_limited_from")
-
-
 @functools.lru_cache(maxsize=1)
 def _catalog_labels() -> dict[str, str]:
     """Every catalog chip's name and alias as detection compares names (normalize_name) -> the chip's id."""
@@ -261,7 +255,7 @@ def _catalog_labels() -> dict[str, str]:
 
 
 def registered_problem(profiles: Mapping[str, Any]) -> str | None:
-    """The first name or alias of a registered device (_registered) that detection cannot tell it by, as
+    """The first name or alias of a registered device (device.is_registered) that detection cannot tell it by, as
     `profiles.json: devices[id].field what`; None if none. Names are compared as detection compares a GPU's reported
     name (normalize_name): one a catalog chip has is that chip's (the catalog is matched first), and one two
     registered devices share finds neither, unless they are binned variants of one chip (the same name, other core
@@ -275,7 +269,7 @@ def registered_problem(profiles: Mapping[str, Any]) -> str | None:
         return None
     owners: dict[str, dict[str, Mapping[str, Any]]] = {}
     for device_id, profile in profiles.items():
-        if not _registered(profile):
+        if not is_registered(profile):
             continue
         named = [(".name", profile.get("name")), *((f".aliases[{i}]", a) for i, a in enumerate(profile["aliases"]))]
         for where, label in named:

@@ -58,9 +58,9 @@ _DETECTED: list[tuple[str, str, int | None]] = []
 
 
 def registered_for_detected(profiles: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """The id of the device a bundle holds as registered in its store (`devices add`: a profile of no catalog chip)
-    under the name this process's GPU reports, by the device's name or an alias as the catalog compares names, of the
-    GPU's backend and core count: the device whose tables a lookup then answers from. None when the GPU was not
+    """The id of the device a bundle holds as registered in its store (`devices add`: is_registered) under the name
+    this process's GPU reports, by the device's name or an alias as the catalog compares names, of the GPU's backend
+    and core count: the device whose tables a lookup then answers from. None when the GPU was not
     detected as one the catalog lacks, or no one such device fits."""
     if not _DETECTED:
         return None
@@ -72,9 +72,12 @@ def registered_for_detected(profiles: Mapping[str, Mapping[str, Any]]) -> str | 
 
 
 def is_registered(profile: Any) -> bool:
-    """Whether a bundle's profile is of a device registered in its store (`devices add`): no catalog chip, and not a
-    core limit (a limit is of a catalog chip)."""
-    return isinstance(profile, Mapping) and profile.get("in_catalog") is False and not profile.get("core_limited_from")
+    """Whether a bundle's profile is of a device registered in its store (`devices add`): of no catalog chip, listing
+    its aliases (publish lists them, maybe none, for a registered device only; a GPU measured without a registration
+    lists none), and no core limit (a limit is of a catalog chip). The one rule for lookups, detection, tune and the
+    bundle's name checks (contents.registered_problem)."""
+    return isinstance(profile, Mapping) and profile.get("in_catalog") is False \
+        and isinstance(profile.get("aliases"), list) and not profile.get("core_limited_from")
 
 
 def registered_named(profiles: Mapping[str, Mapping[str, Any]], name: str) -> tuple[str, ...]:
