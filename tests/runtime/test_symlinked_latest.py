@@ -117,3 +117,20 @@ def test_a_latest_symlink_to_a_place_this_process_cannot_read_is_refused_in_one_
     finally:
         (locked / "pointer").chmod(0o600)
     assert "\n" not in str(info.value)
+
+
+def test_a_pointer_file_a_latest_symlink_reaches_is_held_to_a_pointers_length(publish_copy):
+    """The file a link reaches is read as a `latest` pointer file is: past MAX_POINTER_BYTES it is refused, never
+    cut short to the name it begins with."""
+    from zmlx_pipeline.runtime.bundle import MAX_POINTER_BYTES
+
+    root, version = publish_copy
+    (root / "pointer").write_text(version.name + " " * MAX_POINTER_BYTES + "\n")
+    _linked(root, "pointer")
+    with pytest.raises(BundleError) as info:
+        load_bundle(root, strict=True)
+    assert str(info.value) == (f"{root / 'latest'} links to {root / 'pointer'}, which is over {MAX_POINTER_BYTES} "
+                               "bytes, longer than a latest pointer (one version directory's name) is: publish "
+                               "again, or point it at a bundle version")
+    (root / "pointer").write_text(version.name + "\n")
+    assert load_bundle(root, strict=True).root == version

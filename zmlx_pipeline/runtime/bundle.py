@@ -428,16 +428,19 @@ def resolve_dir(path: Path) -> Path:
     raise BundleError(f"{plain(path)}: no manifest.json and no latest pointer (not a bundle or a publish directory)")
 
 
-def _pointer_text(pointer: Path) -> str:
-    """A `latest` pointer file's text, read no further than a pointer may be long (a version's name is short, so a
-    longer file is no pointer, refused in one line without reading it whole)."""
+def _pointer_text(pointer: Path, target: Path | None = None) -> str:
+    """The text of a `latest` pointer file (`target`: the file a `latest` that is a symbolic link reaches), read no
+    further than a pointer may be long (a version's name is short, so a longer file is no pointer, refused in one
+    line naming `pointer` without reading it whole)."""
     try:
-        blob = read_regular(pointer, MAX_POINTER_BYTES)
+        blob = read_regular(pointer if target is None else target, MAX_POINTER_BYTES)
     except OSError as exc:
-        raise BundleError(f"{plain(pointer)}: cannot read the latest pointer ({exc.strerror or exc})") from None
+        whose = "the latest pointer" if target is None else f"{plain(target)}, the file it links to"
+        raise BundleError(f"{plain(pointer)}: cannot read {whose} ({exc.strerror or exc})") from None
     if len(blob) > MAX_POINTER_BYTES:
-        raise BundleError(f"{plain(pointer)} is over {MAX_POINTER_BYTES} bytes, longer than a latest pointer (one "
-                          "version directory's name) is: publish again, or point it at a bundle version")
+        linked = "" if target is None else f" links to {plain(target)}, which"
+        raise BundleError(f"{plain(pointer)}{linked} is over {MAX_POINTER_BYTES} bytes, longer than a latest pointer "
+                          "(one version directory's name) is: publish again, or point it at a bundle version")
     return blob.decode("utf-8", errors="replace")
 
 
@@ -475,12 +478,7 @@ def linked_latest(pointer: Path) -> Path:
     if stat.S_ISREG(mode):
         if target.name == MANIFEST:
             return target.parent
-        try:
-            text = read_regular(target, MAX_POINTER_BYTES)[:MAX_POINTER_BYTES].decode("utf-8", errors="replace")
-        except OSError as exc:
-            raise BundleError(f"{plain(pointer)}: cannot read {plain(target)}, the file it links to "
-                              f"({exc.strerror or exc})") from None
-        return _pointed_at(pointer, text, target.parent)
+        return _pointed_at(pointer, _pointer_text(pointer, target), target.parent)
     raise BundleError(f"{plain(pointer)} links to {plain(target)}, which is neither a bundle directory nor a file")
 
 
