@@ -130,3 +130,12 @@ def test_the_known_backends_and_core_units_are_the_catalogs():
 
     assert specs()["choices"]["backend"] == list(BACKENDS)
     assert specs()["choices"]["core_unit"] == list(CORE_UNITS)
+
+
+def test_a_chip_id_is_a_device_id_as_records_writes_one_without_its_core_limit():
+    """contents.py keeps its own copy of the rule (its kind checks run without data/, as the light runtime may):
+    the two stay one."""
+    from zmlx_pipeline.data.records import DEVICE_ID_PATTERN, MAX_NAME_LENGTH
+    from zmlx_pipeline.runtime.contents import CHIP_ID, MAX_ID_CHARS
+
+    assert DEVICE_ID_PATTERN == CHIP_ID.pattern + r"(@[1-9][0-9]*sm)?" and MAX_ID_CHARS == MAX_NAME_LENGTH
