@@ -444,11 +444,18 @@ def _pointer_text(pointer: Path, target: Path | None = None) -> str:
     return blob.decode("utf-8", errors="replace")
 
 
+def _version_name(text: str) -> str | None:
+    """The version directory a `latest` pointer's text names, one safe name (_safe_name) with no '/'; None for any
+    other text (bytes that are no text, read as U+FFFD, are no safe name). Every reader of a pointer holds to it."""
+    name = text.strip()
+    return name if _safe_name(name) and "/" not in name else None
+
+
 def _pointed_at(pointer: Path, text: str, folder: Path) -> Path:
     """The version directory in `folder` a pointer's text names; BundleError for an unsafe name or no bundle there."""
-    name = text.strip()  # bytes that are no text (read as U+FFFD): no safe name
-    if not _safe_name(name) or "/" in name:
-        raise BundleError(f"{plain(pointer)}: the latest pointer holds an unsafe name {name!r}")
+    name = _version_name(text)
+    if name is None:
+        raise BundleError(f"{plain(pointer)}: the latest pointer holds an unsafe name {text.strip()!r}")
     target = folder / name
     if (target / MANIFEST).is_file():
         return target
@@ -499,10 +506,10 @@ def published_place(path: str | os.PathLike) -> str | None:
             return None
         return f"{root} is a publish directory (its {LATEST} links to the newest bundle)"
     try:
-        name = _pointer_text(latest).strip() if latest.is_file() and not latest.is_symlink() else ""
+        name = _version_name(_pointer_text(latest)) if latest.is_file() else None
     except (OSError, BundleError):
-        name = ""
-    if name and "/" not in name and name not in (".", "..") and holds_bundle(root / name):
+        name = None
+    if name is not None and holds_bundle(root / name):
         return f"{root} is a publish directory (its {LATEST} names the newest bundle there)"
     return None
 
@@ -725,11 +732,12 @@ def _remote_base(url: str, until: float) -> tuple[str, bytes]:
         return base, _fetch(base + "/" + MANIFEST, MAX_MANIFEST_BYTES, until)
     except BundleError as first:
         try:
-            name = _fetch(base + "/" + LATEST, MAX_POINTER_BYTES, until).decode("utf-8", "replace").strip()
+            text = _fetch(base + "/" + LATEST, MAX_POINTER_BYTES, until).decode("utf-8", "replace")
         except BundleError:
             raise first from None
-        if not _safe_name(name) or "/" in name:
-            raise BundleError(f"{plain(base)}/{LATEST} holds an unsafe name {name!r}") from None
+        name = _version_name(text)
+        if name is None:
+            raise BundleError(f"{plain(base)}/{LATEST} holds an unsafe name {text.strip()!r}") from None
         return base + "/" + name, _fetch(base + "/" + name + "/" + MANIFEST, MAX_MANIFEST_BYTES, until)
 
 
