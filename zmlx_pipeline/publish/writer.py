@@ -343,7 +343,7 @@ def _remove_empty(made: list[Path]) -> None:
             return
 
 
-def _said(replaced: list[str] | None, link: str | None) -> None:
+def _keep_replaced_link(replaced: list[str] | None, link: str | None) -> None:
     """Keep what a replaced `latest` link named, for the caller that asked (write_bundle's `replaced`)."""
     if replaced is not None and link is not None:
         replaced.append(link)
@@ -393,7 +393,7 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
         if final.exists():
             if (final / MANIFEST).is_file() and json.loads((final / MANIFEST).read_text())["files"] == manifest["files"]:
                 shutil.rmtree(tmp, ignore_errors=True)
-                _said(replaced, swap_latest(root, name))
+                _keep_replaced_link(replaced, swap_latest(root, name))
                 manifest = json.loads((final / MANIFEST).read_text())
                 return manifest, final
             n = 2
@@ -403,7 +403,7 @@ def write_blobs(to_dir: str | os.PathLike, blobs: Mapping[str, bytes], fields: M
         os.rename(tmp, final)
         try:
             fsync_dir(root)
-            _said(replaced, swap_latest(root, final.name))
+            _keep_replaced_link(replaced, swap_latest(root, final.name))
         except OSError:  # `latest` still names the previous version: the new one would be an orphan
             shutil.rmtree(final, ignore_errors=True)
             raise

@@ -96,6 +96,7 @@ class KernelSpaces:
                 self._known[name].append(space)
 
     def _add(self, name: str, params: frozenset[str], dims: frozenset[str], origin: str) -> None:
+        """Mark `name` as holding this space (given by `origin`), so later files of it are placed beside it."""
         spaces = self._known.setdefault(name, [])
         if not any(s.params == params and s.dims == dims for s in spaces):
             spaces.append(_Space(params, dims, origin))
