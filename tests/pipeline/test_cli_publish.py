@@ -46,6 +46,7 @@ def test_publish_writes_a_version_and_latest(tmp_path):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # progress goes to stderr, so stdout stays JSON
     assert data["kernels"] == ["toy_scale"] and data["profiles"] >= 87 and data["recorded"] is True
+    assert data["no_entries"] == {}  # every device asked for (and measured) has entries
     progress = result.stderr.splitlines()
     assert all(line.startswith("... publish: ") for line in progress), progress
     assert any(re.fullmatch(r"\.\.\. publish: toy_scale: model fitted-toy_scale-\S+ \(fitted here\) \(1/1\), "
@@ -55,6 +56,7 @@ def test_publish_writes_a_version_and_latest(tmp_path):
     assert (tmp_path / "out" / "latest").read_text().strip() == Path(data["path"]).name
     table = run("publish", "--db", str(db), "--to", str(tmp_path / "out"), "--device", "nvidia-h200")
     assert table.exit_code == 0 and "bundle_id" in table.output and "data_fingerprint" in table.output
+    assert "no legal config" not in table.output
 
 
 def test_publish_errors_are_one_line(tmp_path):

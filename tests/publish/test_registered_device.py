@@ -26,6 +26,7 @@ def test_a_registered_device_gets_its_profile_and_table_from_its_record(tmp_path
         out = publish(store, tmp_path / "bundles", devices=["Acme X1"], record=False, jobs=1)
     assert records["acme-x1"]["fp32_tflops"] == ACME["fp32_tflops"] and records["acme-x1"]["in_catalog"] is False
     assert out["devices_with_tables"] == 3 and out["measured_devices"] == ["nvidia-h100-sxm", "nvidia-h200"]
+    assert out["no_entries"] == {}  # a config of the toy kernel fits every device
     root = latest_dir(tmp_path / "bundles")
     profile = json.loads((root / "profiles.json").read_text())["devices"]["acme-x1"]
     assert {k: profile[k] for k in ("name", "gpu_cores", "memory_bandwidth_gbps", "fp32_tflops", "in_catalog")} == {

@@ -142,9 +142,26 @@ def publish_cmd(db, to_dir, model_ids, kernel_names, device_ids, as_json) -> Non
         return
     emit({k: result[k] for k in ("bundle_id", "path", "latest", "model_id", "model_source", "data_fingerprint",
                                  "kernels", "devices_with_tables", "profiles", "entries", "files", "bytes")}, False)
+    for line in no_entry_lines(result["no_entries"]):
+        click.echo(printable(line))
     if result.get("latest_replaced_link") is not None:
         click.echo(printable(f"{result['latest']} was a symbolic link to {result['latest_replaced_link']!r}; it is now "
                              f"the pointer file naming {result['bundle_id']} (what the link named is unchanged)"))
+
+
+def no_entry_lines(no_entries: dict[str, dict[str, str]]) -> list[str]:
+    """One line per device of publish's `no_entries`: `acme-x32: no legal config of toy_scale (every config breaks:
+    TG <= max_threads)`, kernels of one reason named together."""
+    lines = []
+    for device, kernels in no_entries.items():
+        if not kernels:
+            continue
+        by_reason: dict[str, list[str]] = {}
+        for kernel, why in kernels.items():
+            by_reason.setdefault(why, []).append(kernel)
+        lines.append(f"{device}: " + "; ".join(f"no legal config of {', '.join(names)} ({why})"
+                                               for why, names in by_reason.items()))
+    return lines
 
 
 def _device_option(ctx, param, value):

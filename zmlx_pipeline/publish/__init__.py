@@ -30,7 +30,8 @@ def publish(store, to_dir: str | os.PathLike, model_id: str | Sequence[str] | No
     `devices` limits the lookup tables to these devices (plus every measured one; profiles always
     cover the whole catalog); `kernels` limits the kernels. Records the bundle in the store's
     `bundles` table when `record` and the store is writable. Returns what was published (`latest_replaced_link`: what
-    a `latest` that was a symbolic link named, now replaced by the pointer file; its target is left as it was). `jobs`:
+    a `latest` that was a symbolic link named, now replaced by the pointer file; its target is left as it was;
+    `no_entries`: device -> kernel -> why it has no entry there, no config being legal). `jobs`:
     worker processes that build the kernels' tables (None: one per CPU; 1: none; the bundle does not depend on it);
     `progress` gets a line per kernel loaded and built, with the time elapsed and an estimate of the time left.
     """

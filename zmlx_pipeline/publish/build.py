@@ -16,7 +16,8 @@ those that failed on that device (or, for one never measured, on the measured ch
 and never ran there (failed_configs). Every entry, measured ones too, also keeps to the rule a lookup
 adds to the constraints (runtime/lookup.py thread_rule: the threadgroup within the device's
 max_threads where no constraint reads it), so none names a config the runtime would not launch there;
-where no config is legal there is no entry, and the lookup answers evidence `none`.
+where no config is legal there is no entry, and the lookup answers evidence `none`; a device left with no
+entry of a kernel is named in the summary's `no_entries`, with why (runtime/lookup.py no_legal_reason).
 
 A device never measured answers from the measured chip nearest it (publish/transfer.py): its entries
 say `predicted` when that chip is of its own architecture family, `extrapolated` otherwise, carry the
@@ -73,7 +74,7 @@ from zmlx_pipeline.publish.transfer import (
     work_of,
 )
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
-from zmlx_pipeline.runtime.lookup import bucket_of, thread_rule
+from zmlx_pipeline.runtime.lookup import bucket_of, no_legal_reason, thread_rule
 from zmlx_pipeline.runtime.roofline import bound_s
 
 #: ranked configs kept per entry (at least the pruning k), and the most the lookup-path replay
@@ -205,6 +206,8 @@ class KernelTables:
         self.entries: dict[str, dict[str, dict[str, dict]]] = defaultdict(lambda: defaultdict(
             lambda: {"buckets": {}, "measured": {}}))
         self.bucket_shapes: dict[str, dict] = {}
+        #: device -> why it has no entry of this kernel (no config is legal there), for publish to say; not written
+        self.unserved: dict[str, str] = {}
 
     def plain(self) -> "KernelTables":
         """The same tables with plain dicts for entries (the nested defaults cannot be pickled), for a worker
@@ -449,6 +452,8 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
                 flush(pending, kind)
                 pending, n_rows = [], 0
     _move_times(tables, transfer, devices, work)
+    tables.unserved = _unserved(tables, targets, devices, dtypes, list(buckets.values()), [*constraints, *rule],
+                                spec.configs() if spec is not None else [c for _, c in measured_configs])
     order = sorted(range(len(tables.configs)), key=lambda i: (-tables.weight.get(i, 0.0), i))
     row_dim = next((d for d in ROW_DIMS if d in dims), dims[-1] if dims else None)
     meta = {
@@ -479,6 +484,21 @@ def build_kernel(km: KernelModel, devices: dict[str, dict], device_frame: pl.Dat
     }
     meta.update(_runtime_prune_k(km, tables, meta, devices, configs_for, store_k, progress))
     return tables, meta
+
+
+def _unserved(tables: KernelTables, targets: Sequence[str], devices: Mapping[str, Mapping[str, Any]],
+              dtypes: Sequence[str], shapes: Sequence[dict], constraints: Sequence[str],
+              configs: Sequence[dict]) -> dict[str, str]:
+    """Per device of `targets` the tables hold no entry for: why, as a lookup there words it (runtime/lookup.py
+    no_legal_reason over the kernel's configs at every bucket shape and dtype, the thread rule included)."""
+    out: dict[str, str] = {}
+    for device in targets:
+        if any(kind for per in tables.entries.get(device, {}).values() for kind in per.values()):
+            continue
+        limits = limit_values(devices[device])
+        out[device] = no_legal_reason(constraints, configs, [
+            (shape, {**limits, "dtype_bytes": DTYPE_BYTES.get(dt, 4)}) for dt in dtypes for shape in shapes])
+    return out
 
 
 def _flop_rates(frame: pl.DataFrame, work: Mapping[str, dict] | None) -> dict[tuple[str, str], float]:
@@ -759,8 +779,11 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
     kernel_tables = build_kernels(models, records, frame, devices, progress, jobs, started,
                                   failed_configs(store, models))
     measured_devices = set()
-    for tables, meta in kernel_tables.values():
+    no_entries: dict[str, dict[str, str]] = defaultdict(dict)
+    for kernel, (tables, meta) in kernel_tables.items():
         measured_devices.update(meta["trained_devices"])
+        for device, why in tables.unserved.items():
+            no_entries[device][kernel] = why
     profiles = build_profiles(records, kernel_tables)
     files: dict[str, Any] = {}
     device_files: dict[str, str] = {}
@@ -787,5 +810,7 @@ def build_contents(store, models: ModelSet, devices: Sequence[str] | None = None
         "measured_devices": sorted(measured_devices),
         "entries": sum(len(kind) for tb, _ in kernel_tables.values()  # measured, buckets and between
                        for per in tb.entries.values() for t in per.values() for kind in t.values()),
+        # per device a table was built or asked for, the kernels it has no entry for and why (no legal config)
+        "no_entries": {d: dict(sorted(no_entries[d].items())) for d in sorted(no_entries)},
     }
     return files, summary

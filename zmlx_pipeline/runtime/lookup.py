@@ -564,12 +564,9 @@ def _default_tg(bundle: Bundle | None, device: str | None) -> tuple[int, str]:
 
 def _no_legal(bundle: Bundle | None, kernel: str, k: _Kernel, device: str | None, dtype: str,
               shape: dict) -> Prediction:
-    """The answer for a shape no config of the kernel is legal for: no config, and the constraints that rule (those
-    every config breaks, where some do: matmul's `cuda_arch >= 80` on a T4; else all of them)."""
-    limits = _limits(bundle, device, dtype)
-    every = [text for text in k._constraints_text if _broken_by_all(text, k, shape, limits)]
-    rules = ("every config breaks: " + "; ".join(every) if every
-             else "constraints: " + ("; ".join(k._constraints_text) or "none published"))
+    """The answer for a shape no config of the kernel is legal for: no config, and the constraints that rule
+    (no_legal_reason)."""
+    rules = no_legal_reason(k._constraints_text, k.configs, [(shape, _limits(bundle, device, dtype))])
     where = f" on {device}" if device else ""
     return Prediction(kernel, device, dtype, shape, None, (), None, None, "none",
                       _noted(bundle, f"no config of {kernel!r} is legal for {_shape_text(shape)} {dtype}{where} "
@@ -577,21 +574,40 @@ def _no_legal(bundle: Bundle | None, kernel: str, k: _Kernel, device: str | None
                       None, k.prune_k, bundle.bundle_id if bundle else None, k.version)
 
 
-def _broken_by_all(text: str, k: "_Kernel", shape: Mapping[str, int], limits: Mapping[str, int]) -> bool:
-    """Whether no config of the kernel passes this one constraint here (False where it cannot be judged)."""
+def no_legal_reason(constraints: Sequence[str], configs: Sequence[Any],
+                    cases: Iterable[tuple[Mapping[str, int], Mapping[str, int]]]) -> str:
+    """Why no config (a dict or item tuple each) is legal at any of these (shape, limits) cases, as a lookup words it:
+    `every config breaks: A; B` (the constraints no config passes at any case: matmul's `cuda_arch >= 80` on a T4),
+    else `constraints: ...` (all of them). Publish words a device left without entries the same way."""
+    cases = [{**limits, **shape} for shape, limits in cases]
+    every = [text for text in constraints if _broken_by_all(text, configs, cases)]
+    return ("every config breaks: " + "; ".join(every) if every
+            else "constraints: " + ("; ".join(constraints) or "none published"))
+
+
+def _broken_by_all(text: str, configs: Sequence[Any], cases: Sequence[Mapping[str, int]]) -> bool:
+    """Whether no config passes this one constraint at any case (False where it cannot be judged); each distinct
+    value of what the constraint reads is judged once."""
     try:
         check = compile_constraint(text)
-    except UnsafeConstraint:
+        names = expression_names(text)
+    except (UnsafeConstraint, SyntaxError):
         return False
-    for items in k.configs:
-        try:
-            if check({**limits, **shape, **dict(items)}):
-                return False
-        except ZeroDivisionError:
+    seen: set[tuple] = set()
+    for case in cases:
+        key = tuple(sorted((n, v) for n, v in case.items() if n in names))
+        if key in seen:
             continue
-        except (KeyError, TypeError, ValueError, OverflowError):
-            return False
-    return True
+        seen.add(key)
+        for items in configs:
+            try:
+                if check({**case, **dict(items)}):
+                    return False
+            except ZeroDivisionError:
+                continue
+            except (KeyError, TypeError, ValueError, OverflowError):
+                return False
+    return bool(seen)
 
 
 def _shape_text(shape: Mapping[str, int]) -> str:
