@@ -1053,10 +1053,16 @@ def wild_map(tmp_path) -> Path:
         ("vector_add_unversioned.json", "nvidia-rtx-a4000", 3, 0, 0, 25.152, None),
         ("open_cache_looks_like_closed.json", "nvidia-rtx-a4000", 2, 0, 0, 3871.744, None),
         ("killed_mid_entry.json", "nvidia-rtx-a4000", 2, 0, 0, 3871.744, None),
+        # a cache left open with no comma after its last entry
+        ("open_cache_no_comma.json", "nvidia-rtx-a4000", 2, 0, 0, 3871.744, None),
+        # an objective ("TEST") that no entry holds: the entries' time is read, under the GPU the file names
+        ("valid_example.json", "nvidia-a100-pcie-40gb", 2, 0, 0, 3871.744, None),
         ("convolution_MI50.json", "amd-mi50", 2, 0, 0, 10823.668, None),
         ("t4_cache_invalids.json", "nvidia-a100-pcie-40gb", 1, 1, 0, None, None),
         ("t4_target.json", "nvidia-a100-pcie-40gb", 1, 0, 0, 12257.820, None),
         ("vector_add_gflops_T4.json", "nvidia-rtx-a4000", 3, 1, 1, 38.9, [100000]),
+        # Kernel Tuner's README example output: the GPU from vector_add-metadata.json beside it
+        ("vector_add.json", "nvidia-rtx-3090", 3, 0, 0, 130.1, None),
         # energy, power and clock fields beside the time, a clock among the parameters, one integer problem size
         ("vector_add_time_energy.json", "nvidia-rtx-4000-ada", 2, 0, 0, 3164.672, None),
     ],
@@ -1108,6 +1114,17 @@ def test_a_run_killed_mid_entry_imports_its_complete_entries(store, tmp_path):
     rows = import_files(store, [WILD / "small_cache_1.0.0.json", WILD / "small_cache_1.1.0.json"],
                         device="nvidia-rtx-a4000")
     assert [r["added"] for r in rows] == [0, 1]
+
+
+def test_published_files_that_name_their_gpu_import_with_no_device_option(store):
+    # valid_example.json names it in device_name; Kernel Tuner's README example writes it to vector_add-metadata.json
+    rows = import_files(store, [WILD / name for name in ("valid_example.json", "vector_add.json",
+                                                         "vector_add-metadata.json")])
+    assert [(r["device"], r["kernel"], r["rows"], r["failed"]) for r in rows] == [
+        ("nvidia-a100-pcie-40gb", "convolution_kernel", 2, 0), ("nvidia-rtx-3090", "kernel_tuner_wild", 3, 0),
+        (None, None, 0, 0)]
+    sources = {r["settings"]["file"]: r["settings"]["device_from"] for r in store.runs()}
+    assert sources == {"valid_example.json": "reported", "vector_add.json": "reported"}
 
 
 def test_published_files_that_name_no_gpu_say_what_to_pass(store, tmp_path):

@@ -213,7 +213,8 @@ WILD = Path(__file__).parents[1] / "data" / "fixtures" / "kernel_tuner_wild"
 
 
 # the GPUs of the published files that name none, or none the catalog tells (KTT's tutorial laptop GPU, the RTX 500
-# Ada Generation Laptop GPU, is a catalog chip: its files need no entry)
+# Ada Generation Laptop GPU, is a catalog chip: its files need no entry; nor do valid_example.json, which names its
+# A100, and Kernel Tuner's README example vector_add.json, whose GPU is in vector_add-metadata.json beside it)
 WILD_MAP = {"AMD Instinct MI50/MI60": "amd-mi50", "Testing": "nvidia-rtx-a4000", "t4_*": "nvidia-a100-pcie-40gb",
             "vector_add_gflops_T4.json": "nvidia-rtx-a4000", "coulomb_2080_*": "nvidia-rtx-2080"}
 
@@ -239,11 +240,15 @@ def test_published_files_import_unchanged_with_a_device_map_for_those_that_name_
         ("convolution_MI50.json", "amd-mi50", "convolution_kernel", 2, 0),
         ("killed_mid_entry.json", "nvidia-rtx-a4000", "convolution_kernel_2", 2, 0),
         ("open_cache_looks_like_closed.json", "nvidia-rtx-a4000", "convolution_kernel_3", 2, 0),
+        ("open_cache_no_comma.json", "nvidia-rtx-a4000", "convolution_kernel_2", 2, 0),
+        ("valid_example.json", "nvidia-a100-pcie-40gb", "convolution_kernel_2", 2, 0),
         ("small_cache_1.0.0.json", "nvidia-rtx-a4000", "convolution_kernel_2", 2, 0),
         ("small_cache_1.1.0.json", "nvidia-rtx-a4000", "convolution_kernel_2", 3, 0),
         ("t4_cache_invalids.json", "nvidia-a100-pcie-40gb", "convolution_kernel_4", 1, 1),
         ("t4_target.json", "nvidia-a100-pcie-40gb", "kernel_tuner_wild_2", 1, 0),
         ("vector_add_gflops_T4.json", "nvidia-rtx-a4000", "kernel_tuner_wild_4", 3, 1),
+        ("vector_add.json", "nvidia-rtx-3090", "kernel_tuner_wild_4", 3, 0),
+        ("vector_add-metadata.json", None, None, 0, 0),
         ("vector_add_unversioned.json", "nvidia-rtx-a4000", "vector_add_2", 3, 0),
         ("coulomb_2080_full_search_space_converted.json", "nvidia-rtx-2080", "kernel_tuner_wild", 3, 0),
         ("gemm_precision_A4000.json", "nvidia-rtx-a4000", "Xgemm", 4, 0),
@@ -253,11 +258,14 @@ def test_published_files_import_unchanged_with_a_device_map_for_those_that_name_
         ("vector_add_results.json", "nvidia-a100-pcie-40gb", "vector_add_2", 1, 0),
         ("vector_add_results.json", "nvidia-rtx-3090", "vector_add_2", 1, 0),
         ("vector_add_time_energy.json", "nvidia-rtx-4000-ada", "vector_add_3", 2, 0)])
-    assert len(contents(db)[0]) == len(before[0]) + 38 - 4  # the killed run's and 1.0.0's rows are 1.1.0's
+    # the killed run's, 1.0.0's and the open cache's rows are 1.1.0's
+    assert len(contents(db)[0]) == len(before[0]) + 45 - 6
     renamed = {Path(r["file"]).name: r["renamed_from"] for r in json.loads(result.output) if "renamed_from" in r}
     assert renamed == {"killed_mid_entry.json": "convolution_kernel", "small_cache_1.0.0.json": "convolution_kernel",
                        "small_cache_1.1.0.json": "convolution_kernel", "t4_cache_invalids.json": "convolution_kernel",
                        "open_cache_looks_like_closed.json": "convolution_kernel",
+                       "open_cache_no_comma.json": "convolution_kernel", "valid_example.json": "convolution_kernel",
+                       "vector_add.json": "kernel_tuner_wild",
                        "t4_target.json": "kernel_tuner_wild", "vectorAdd_rtx500ada.t4.json": "kernel_tuner_wild",
                        "vector_add_gflops_T4.json": "kernel_tuner_wild", "vector_add_time_energy.json": "vector_add",
                        "vector_add_results.json": "vector_add", "vector_add_unversioned.json": "vector_add"}
@@ -310,19 +318,19 @@ def test_a_kernel_named_with_an_option_is_never_renamed(db, tmp_path):
 
 
 def test_published_files_import_with_nothing_but_a_device_map(db, tmp_path):
-    # six of them name no problem size: each is one case of unknown size
+    # seven of them name no problem size: each is one case of unknown size
     device_map = tmp_path / "devices.json"
     device_map.write_text(json.dumps(WILD_MAP))
     result = invoke("import", "--db", db, "--json", "--device-map", device_map, WILD)
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
-    assert len(rows) == 17 and sum(r["rows"] for r in rows) == 38
+    assert len(rows) == 21 and sum(r["rows"] for r in rows) == 45
     with Store(db, read_only=True) as store:
         sizes = {r["settings"]["file"]: r["settings"]["problem_size_from"] for r in store.runs()
                  if r["settings"].get("format")}
     assert {f for f, source in sizes.items() if source == "none"} == {
         "vector_add_unversioned.json", "t4_target.json", "vector_add_gflops_T4.json", "vectorAdd_rtx500ada.ktt.json",
-        "vectorAdd_rtx500ada.t4.json", "coulomb_2080_full_search_space_converted.json"}
+        "vectorAdd_rtx500ada.t4.json", "coulomb_2080_full_search_space_converted.json", "vector_add.json"}
 
 
 def test_files_of_other_kernels_named_after_their_gpu_import_with_no_device_option(db, tmp_path):
