@@ -37,7 +37,10 @@ def _log(msg: str) -> None:
 
 
 def checkout(rev: str, into: Path) -> Path:
-    """The tree of commit `rev` of this repository, extracted into `into` (git archive: no .git, no worktree)."""
+    """The tree of commit `rev` of this repository, extracted into `into` (git archive: no .git, no worktree); a tree
+    an earlier run left there (--work kept) is replaced."""
+    if into.exists():
+        shutil.rmtree(into)
     into.mkdir(parents=True)
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", rev], check=True,
                              capture_output=True).stdout
