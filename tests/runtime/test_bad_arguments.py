@@ -564,3 +564,14 @@ def test_a_count_past_its_bound_is_refused_saying_the_bound_and_the_bound_itself
     result = _tune(warmup=10_000, iters=10_000, k=2, measure=measure, use_cache=False)
     assert result.source == "timed" and len(calls) == 2
     assert rt.autotune("rmsnorm", warmup=10_000, iters=10_000)(lambda x, config=None: x) is not None
+
+
+@pytest.mark.parametrize("name", ["warmup", "iters"])
+def test_a_count_too_long_to_show_whole_is_named_by_its_size_never_cut_to_another_number(name, tmp_path):
+    path = tmp_path / "autotune_v3.json"
+    with pytest.raises(rt.BadArgument) as info:
+        rt.tune("rmsnorm", {"rows": 64, "cols": 4096}, "float16", device="nvidia-h200", cache_path=str(path),
+             measure=lambda spec, config, shape, dtype: ("ok", 1.0), **{name: 10 ** 400})
+    assert str(info.value) == (f"{name} must be at most 10000 (got an integer of about 400 digits): more would keep "
+                               "the GPU busy for no better pick")
+    assert not path.exists()

@@ -448,7 +448,7 @@ def _version_name(text: str) -> str | None:
     """The version directory a `latest` pointer's text names, one safe name (_safe_name) with no '/'; None for any
     other text (bytes that are no text, read as U+FFFD, are no safe name). Every reader of a pointer holds to it."""
     name = text.strip()
-    return name if _safe_name(name) and "/" not in name else None
+    return name if _safe_name(name) and "/" not in name and "\ufffd" not in name else None
 
 
 def _pointed_at(pointer: Path, text: str, folder: Path) -> Path:

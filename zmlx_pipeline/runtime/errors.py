@@ -60,11 +60,14 @@ def plain(value: Any) -> str:
 
 def value_text(value: Any, width: int = 60) -> str:
     """A caller's value as a message shows it: its repr, cut to `width` characters (core.errors.unwritable for one
-    Python will not write out)."""
+    Python will not write out, or an integer longer than `width`: cut, it would read as another number)."""
     try:
-        return repr(value)[:width]
+        text = repr(value)
     except ValueError:
         return unwritable(value)
+    if isinstance(value, int) and not isinstance(value, bool) and len(text) > width:
+        return unwritable(value)
+    return text[:width]
 
 
 def known(names: Iterable[Any]) -> str:
