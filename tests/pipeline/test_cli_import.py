@@ -412,3 +412,24 @@ def test_kernel_tuners_readme_example_output_imports_with_the_gpu_its_metadata_f
     rows = json.loads(out.output)
     assert [(Path(r["file"]).name, r["device"], r["rows"]) for r in rows] == [
         ("vector_add.json", "nvidia-rtx-a4000", 1), ("vector_add-metadata.json", None, 0)]
+
+
+def test_a_t4_file_given_its_gpu_passes_over_an_unreadable_metadata_file_beside_it(db, tmp_path):
+    """vector_add.json with a vector_add-metadata.json that is no JSON: --device names the GPU, so the metadata file
+    is not needed; without --device it is the GPU's one source, and the import is refused naming it."""
+    folder = tmp_path / "va"
+    folder.mkdir()
+    (folder / "vector_add.json").write_bytes((WILD / "vector_add.json").read_bytes())
+    (folder / "vector_add-metadata.json").write_text("{not json")
+    before = contents(db)
+    result = invoke("import", "--db", db, folder / "vector_add.json", "--problem-size", "10000000")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"Error: cannot import {folder / 'vector_add-metadata.json'}: not valid JSON: Expecting property name enclosed "
+        "in double quotes at offset 1 (line 1, column 2); nothing of it was stored"]
+    assert contents(db) == before
+    result = invoke("import", "--db", db, "--json", folder / "vector_add.json", "--problem-size", "10000000",
+                    "--device", "nvidia-h200")
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert (row["device"], row["rows"], row["failed"]) == ("nvidia-h200", 3, 0)

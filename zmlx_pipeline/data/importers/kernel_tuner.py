@@ -1421,8 +1421,9 @@ def _t4_scale(path: Path, metadata: dict, results: list, result: Any = None) -> 
     return scale
 
 
-def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
-    """Configs and (status, timing, error) per result of a T4 file."""
+def _entries_t4(path: Path, data: dict, t1: dict | None, named: bool = False) -> _Entries:
+    """Configs and (status, timing, error) per result of a T4 file. `named`: the import names the GPU (--device), so
+    a metadata file beside it that cannot be read is passed over, not refused."""
     results = data["results"]
     if not isinstance(results, list):
         raise _fail(path, "'results' is not a list")
@@ -1478,8 +1479,11 @@ def _entries_t4(path: Path, data: dict, t1: dict | None) -> _Entries:
     device = str(metadata.get("device_name") or metadata.get("device") or _device_in_metadata(data) or "")
     companion = _companion_metadata(path) if not device else None
     if companion is not None:
-        companion_data, _, _ = _read_json(companion)
-        device = _device_in_metadata(companion_data)
+        try:
+            device = _device_in_metadata(_read_json(companion)[0])
+        except ImportFileError:
+            if not named:
+                raise
     blank = "" if kernel else blank_name("its metadata's kernel_name", metadata.get("kernel_name"))
     file_stamp = (metadata[_STAMP_FIELD], f"its metadata's {_STAMP_FIELD}") if _STAMP_FIELD in metadata else None
     named_unit = metadata.get("timeunit") is not None or any(_time_unit(r) for r in results if isinstance(r, dict))
@@ -1548,7 +1552,7 @@ def _problem_size(path: Path, from_file: Any, t1: dict | None, option: Any,
     return shape, source
 
 
-def _sections_of(path: Path, data: Any, t1: dict | None) -> tuple[str, list[_Entries]]:
+def _sections_of(path: Path, data: Any, t1: dict | None, named: bool = False) -> tuple[str, list[_Entries]]:
     """The format of a document and its sections (one for every format but Kernel Tuner's results file), told by
     content; a layout that cannot be read completely is refused saying what to import instead."""
     if isinstance(data, list):
@@ -1568,7 +1572,7 @@ def _sections_of(path: Path, data: Any, t1: dict | None) -> tuple[str, list[_Ent
         return FORMAT_CACHE, [_entries_cache(path, data)]
     if "results" in data:
         _check_schema(path, data, "T4")
-        return FORMAT_T4, [_entries_t4(path, data, t1)]
+        return FORMAT_T4, [_entries_t4(path, data, t1, named)]
     if "Results" in data and isinstance(data.get("Metadata"), dict):
         from zmlx_pipeline.data.importers.ktt import entries_ktt
 
@@ -1607,7 +1611,7 @@ def parse_sections(path: str | os.PathLike, device: str | DeviceSpec | None = No
         device = device_from_option(device, registered)
     data, sha, was_open = _read_json(path)
     t1 = _t1_description(path)
-    fmt, sections = _sections_of(path, data, t1)
+    fmt, sections = _sections_of(path, data, t1, named=device is not None)
     if not sections:
         raise NothingToImport(str(_fail(path, "no measurements in it")))
     parsed = [_parse_section(path, sha, fmt, entries, t1, device, kernel, problem_size, device_map, registered)
