@@ -39,6 +39,7 @@ from zmlx_pipeline.runtime.bundle import (
     COMPRESSED_SUFFIX,
     LATEST,
     MANIFEST,
+    MAX_POINTER_BYTES,
     holds_bundle,
 )
 
@@ -155,8 +156,8 @@ def _foreign_entry(root: Path) -> str | None:
     return None
 
 
-#: the most a `latest` pointer written by swap_latest holds (a version's name and a newline)
-_MAX_LATEST_BYTES = 256
+#: the most a `latest` pointer may hold, as the runtime reads one (swap_latest writes a version's name and a newline)
+_MAX_LATEST_BYTES = MAX_POINTER_BYTES
 
 
 def _latest_problem(root: Path) -> str | None:
