@@ -732,9 +732,14 @@ def _remote_base(url: str, until: float) -> tuple[str, bytes]:
         return base, _fetch(base + "/" + MANIFEST, MAX_MANIFEST_BYTES, until)
     except BundleError as first:
         try:
-            text = _fetch(base + "/" + LATEST, MAX_POINTER_BYTES, until).decode("utf-8", "replace")
-        except BundleError:
+            blob = _fetch(base + "/" + LATEST, MAX_POINTER_BYTES, until)
+        except FetchError:  # no pointer there either: the manifest's error says what is missing
             raise first from None
+        if len(blob) > MAX_POINTER_BYTES:  # served without a length: refused as a local pointer of that size is
+            raise BundleError(f"{plain(base)}/{LATEST} is over {MAX_POINTER_BYTES} bytes, longer than a latest "
+                              "pointer (one version directory's name) is: publish again, or point it at a bundle "
+                              "version") from None
+        text = blob.decode("utf-8", "replace")
         name = _version_name(text)
         if name is None:
             raise BundleError(f"{plain(base)}/{LATEST} holds an unsafe name {text.strip()!r}") from None
