@@ -199,13 +199,19 @@ class _Table:
                       key=lambda key: sum(c * (a - b) * (a - b) for a, b, c in zip(key, logs, w)))[:n]
 
 
+#: Kernel Tuner's thread block dimensions: a kernel with no threadgroup parameter launches their product of threads
+BLOCK_DIMS = ("block_size_x", "block_size_y", "block_size_z")
+
+
 def thread_rule(meta: Mapping[str, Any]) -> list[str]:
-    """`<threadgroup param> <= max_threads` for a kernel whose published constraints never read the device's thread
-    limit (imported measurements: the configs measured, on other devices), so no device is offered a threadgroup past
-    its own limit (a device registered with 256 threads); [] where the constraints read it or no parameter is the
-    threadgroup. Publish holds its tables to the same rule (publish/build.py)."""
-    tg = meta.get("threadgroup_param")
-    if not isinstance(tg, str) or tg not in (meta.get("params") or ()):
+    """`<threadgroup param> <= max_threads` (else, for Kernel Tuner's block dimensions, `block_size_x * block_size_y
+    <= max_threads`) for a kernel whose published constraints never read the device's thread limit (imported
+    measurements: the configs measured, on other devices), so no device is offered a threadgroup past its own limit
+    (a device registered with 256 threads); [] where the constraints read it or no parameter is the threadgroup.
+    Publish holds its tables to the same rule (publish/build.py)."""
+    tg, params = meta.get("threadgroup_param"), meta.get("params") or ()
+    threads = [tg] if isinstance(tg, str) and tg in params else [d for d in BLOCK_DIMS if d in params]
+    if not threads:
         return []
     for text in meta.get("constraints") or ():
         try:
@@ -213,7 +219,7 @@ def thread_rule(meta: Mapping[str, Any]) -> list[str]:
                 return []
         except SyntaxError:
             continue
-    return [f"{tg} <= max_threads"]
+    return [" * ".join(threads) + " <= max_threads"]
 
 
 class _Kernel:
