@@ -148,6 +148,12 @@ REFUSED = [
     ("threadgroup above the limit", {"default_threadgroup": 4096},
      "device 'acme-x1': default_threadgroup 4096 is above max_threads_per_threadgroup 1024; give a default threadgroup "
      "the chip can launch (256)"),
+    ("threadgroup above a narrow limit", {"default_threadgroup": 256, "max_threads_per_threadgroup": 128},
+     "device 'acme-x1': default_threadgroup 256 is above max_threads_per_threadgroup 128; give a default threadgroup "
+     "the chip can launch (128)"),
+    ("threadgroup of part of a SIMD group, narrow limit", {"default_threadgroup": 100, "max_threads_per_threadgroup": 160},
+     "device 'acme-x1': default_threadgroup 100 is not a multiple of simd_width 32; give a whole number of SIMD groups "
+     "(160)"),
     ("threadgroup of part of a SIMD group", {"default_threadgroup": 100},
      "device 'acme-x1': default_threadgroup 100 is not a multiple of simd_width 32; give a whole number of SIMD groups "
      "(256)"),

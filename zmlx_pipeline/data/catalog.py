@@ -711,15 +711,16 @@ def _limit_problems(spec: DeviceSpec) -> list[Problem]:
     simd, most, default = spec.simd_width, spec.max_threads_per_threadgroup, spec.default_threadgroup
     whole = [v for v in (simd, most, default) if isinstance(v, int) and not isinstance(v, bool) and v > 0]
     if len(whole) == 3:
+        fits = min(256, most - most % simd) or most  # a default to suggest: one the chip can launch
         if simd & (simd - 1):
             problems.append(Problem(f"{where}: simd_width {simd} is not a power of two",
                                     "give the chip's SIMD width (32 on NVIDIA and Apple chips, 32 or 64 on AMD's)"))
         if default > most:
             problems.append(Problem(f"{where}: default_threadgroup {default} is above max_threads_per_threadgroup "
-                                    f"{most}", "give a default threadgroup the chip can launch (256)"))
+                                    f"{most}", f"give a default threadgroup the chip can launch ({fits})"))
         elif default % simd:
             problems.append(Problem(f"{where}: default_threadgroup {default} is not a multiple of simd_width {simd}",
-                                    "give a whole number of SIMD groups (256)"))
+                                    f"give a whole number of SIMD groups ({fits})"))
     pattern, form = ARCHITECTURES.get(spec.backend, (None, ""))
     found = pattern.fullmatch(spec.architecture) if pattern is not None else None
     if pattern is not None and (found is None or (spec.backend == "cuda" and int(found.group(1)) < 30)):
