@@ -4,8 +4,6 @@ refused in one line, the directory left as it was."""
 
 from __future__ import annotations
 
-import hashlib
-import os
 import sys
 from pathlib import Path
 
@@ -14,7 +12,7 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 
-from bundle_fixtures import fill_toy, reset_runtime  # noqa: E402
+from bundle_fixtures import fill_toy, reset_runtime, tree_digest  # noqa: E402
 from zmlx_pipeline.data.store import Store  # noqa: E402
 from zmlx_pipeline.pipeline.cli import cli  # noqa: E402
 from zmlx_pipeline.runtime.bundle import MAX_POINTER_BYTES, read_dir  # noqa: E402
@@ -39,14 +37,6 @@ def fresh_runtime():
     reset_runtime()
 
 
-def _digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        h.update(str(p.relative_to(root)).encode())
-        h.update(os.readlink(p).encode() if p.is_symlink() else p.read_bytes() if p.is_file() else b"")
-    return h.hexdigest()
-
-
 def _publish(db: Path, out: Path):
     return CliRunner().invoke(cli, ["publish", "--db", str(db), "--to", str(out), "--device", "nvidia-h200"],
                               catch_exceptions=False)
@@ -68,10 +58,10 @@ def test_a_pointer_past_the_limit_is_refused_and_nothing_changes(published):
     db, out = published
     name = (out / "latest").read_text().strip()
     (out / "latest").write_text(name + "\n" + " " * (MAX_POINTER_BYTES - len(name)))
-    before = _digest(out), db.read_bytes()
+    before = tree_digest(out), db.read_bytes()
     result = _publish(db, out)
     assert result.exit_code == 1
     assert result.output.splitlines() == [
         f"Error: cannot publish to {out}: its latest is not a publish's pointer to the newest bundle (it is too long "
         "to name a bundle version); remove it or choose another --to"]
-    assert (_digest(out), db.read_bytes()) == before
+    assert (tree_digest(out), db.read_bytes()) == before

@@ -134,3 +134,15 @@ def fresh_runtime():
     reset_runtime()
     yield
     reset_runtime()
+
+
+def tree_digest(root: Path) -> str:
+    """One hash of every path below `root`, each file's bytes and each link's target: equal when nothing changed."""
+    import hashlib
+    import os
+
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        h.update(str(p.relative_to(root)).encode())
+        h.update(os.readlink(p).encode() if p.is_symlink() else p.read_bytes() if p.is_file() else b"")
+    return h.hexdigest()

@@ -1,24 +1,15 @@
 """A `latest` pointer holding bytes that are no UTF-8 text is refused as an unsafe name (read as U+FFFD it names no
 version), plain or reached through a symbolic link, and the publish directory is left as it was."""
 
-import hashlib
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from bundle_fixtures import latest_dir
+from bundle_fixtures import latest_dir, tree_digest
 from zmlx_pipeline.runtime import BundleError
 from zmlx_pipeline.runtime.bundle import read_dir
-
-
-def _digest(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        h.update(str(p.relative_to(root)).encode())
-        h.update(os.readlink(p).encode() if p.is_symlink() else p.read_bytes() if p.is_file() else b"")
-    return h.hexdigest()
 
 
 @pytest.mark.parametrize("linked", [False, True])
@@ -30,8 +21,8 @@ def test_a_pointer_of_bytes_that_are_no_text_is_an_unsafe_name(toy_bundle, tmp_p
     (root / ("current" if linked else "latest")).write_bytes(b"\xff\xfe")
     if linked:
         os.symlink("current", root / "latest")
-    before = _digest(root)
+    before = tree_digest(root)
     with pytest.raises(BundleError) as info:
         read_dir(root)
     assert str(info.value) == f"{root / 'latest'}: the latest pointer holds an unsafe name '\ufffd\ufffd'"
-    assert _digest(root) == before
+    assert tree_digest(root) == before
