@@ -151,7 +151,7 @@ def test_a_model_file_the_disk_refuses_is_named_in_the_one_line(filled, tmp_path
     last = result.output.splitlines()[-1]
     assert last.startswith(f"Error: cannot save the model file {folder}/rms-") and last.endswith(
         ".zmodel: No space left on device; free space there or choose another --models-dir"), last
-    assert [p for p in folder.iterdir() if p.suffix == ".zmodel" or ".tmp-" in p.name] == []
+    assert not folder.exists()  # no part file, and the folder this train made went with it
     assert invoke("models").output.startswith("Error: no trained model in store ")
 
 
@@ -168,6 +168,24 @@ def test_errors_are_one_line(filled, args, message):
     assert result.exit_code == 1, result.output
     assert result.output.startswith(message) and result.output.count("\n") == 1
 
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--kernel", "nope"), "no ok measurements of kernel(s) nope; the store has rms"),
+    (("--kernel", "RMS"), "no ok measurements of kernel(s) RMS; the store has rms"),
+    (("--kernel", "rms,nope"), "no ok measurements of kernel(s) nope; the store has rms"),
+    (("--device", "nope"), "no measurements of device(s) nope in {db}; it has nvidia-rtx-a4000, nvidia-rtx-a6000"),
+    (("--kernel", "nope", "--models-dir", "{tmp}/a/b/models"), "no ok measurements of kernel(s) nope; the store has rms"),
+])
+def test_a_refused_train_changes_nothing_and_leaves_no_models_folder(filled, tmp_path, args, message):
+    """The default models/ (or a new --models-dir and its new parents) made before the selection is read goes
+    again with the refusal; the store is byte for byte as it was."""
+    before = filled.read_bytes()
+    result = invoke("train", *(a.format(tmp=tmp_path) for a in args))
+    assert result.exit_code == 1, result.output
+    assert result.output == f"Error: {message.format(db=filled)}\n"
+    assert filled.read_bytes() == before
+    assert not (tmp_path / "models").exists() and not (tmp_path / "a").exists()
 
 @pytest.mark.parametrize("args, message", [
     (("--split", "random"), "Invalid value for '--split': 'random' is not one of 'shapes', 'devices', 'lodo'."),

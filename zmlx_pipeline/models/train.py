@@ -255,7 +255,21 @@ def train_models(store, kernels: Sequence[str] | str | None = None, devices: Seq
         raise StoreError(f"cannot register models: store {store.path} is open read-only; open it writable")
     jobs = check_jobs(jobs)
     folder = Path(models_dir) if models_dir is not None else default_models_dir(store)
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # what check_models_dir creates
     check_models_dir(folder)  # before minutes of fitting, not after
+    try:
+        return _train_into(store, kernels, devices, model, folder, heldout, on_kernel, jobs, features, pool)
+    except BaseException:  # a refusal or a stop before anything was saved leaves no new, empty folder
+        for p in made:
+            try:
+                p.rmdir()
+            except OSError:
+                break
+        raise
+
+
+def _train_into(store, kernels, devices, model, folder, heldout, on_kernel, jobs, features, pool) -> list[dict]:
+    """train_models once its --models-dir is checked."""
     sweep_orphans(folder, {model_path(store, row).name for row in store.models()}, store.path)  # a killed train's
     versions = package_versions()
     rows = []
