@@ -116,3 +116,15 @@ def test_cli_contribute_without_a_gpu_backend_is_one_line_and_exit_1(tmp_path, m
 def test_cli_contribute_rejects_a_bad_budget(tmp_path):
     result = CliRunner().invoke(cli, ["contribute", "--budget", "soon", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "cannot read duration 'soon'" in result.output
+
+
+def test_cli_contribute_refuses_an_out_under_a_file_before_measuring(tmp_path, monkeypatch):
+    monkeypatch.setattr(detect, "detect_device", lambda: _m5_max())
+    monkeypatch.setattr(stage, "GpuMeasurer", lambda backend, settings: pytest.fail("measured"))
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("x")
+    result = CliRunner().invoke(cli, ["contribute", "--budget", "1s", "--out", str(blocker / "shards")])
+    assert result.exit_code == 1, result.output
+    assert result.output == (f"Error: cannot write the shard into {blocker / 'shards'}: {blocker} is a file, not a "
+                             "directory; choose another --out\n")
+    assert blocker.read_text() == "x" and not (tmp_path / "store.duckdb").exists()

@@ -65,3 +65,27 @@ def test_other_folders_and_a_bundles_parent_are_not_published_places(toy_bundle,
     assert published_place(tmp_path) is None
     (tmp_path / "manifest.json").write_text('{"name": "a web app"}')  # another tool's manifest
     assert published_place(tmp_path) is None
+
+
+@pytest.mark.parametrize("name, says", [("bundle", "is a published bundle"),
+                                        ("inside", "it is inside the published bundle"),
+                                        ("publish dir", "is a publish directory (its latest names the newest bundle")])
+def test_contribute_refuses_an_out_in_a_bundle_or_publish_dir_before_measuring(toy_bundle, tmp_path, monkeypatch,
+                                                                              name, says):
+    from zmlx_pipeline.data import detect
+    from zmlx_pipeline.pipeline import collect as stage
+
+    db, publish_dir = toy_bundle
+    store = tmp_path / "store.duckdb"
+    store.write_bytes(db.read_bytes())
+    before, stored = digest(publish_dir), store.read_bytes()
+    metal = detect.detect_device({"device_name": "Apple M3 Max", "architecture": "applegpu_g15s"}, backend="metal",
+                                 ioreg="")
+    monkeypatch.setattr(detect, "detect_device", lambda: metal)
+    monkeypatch.setattr(stage, "GpuMeasurer", lambda backend, settings: pytest.fail("measured"))
+    out = where(publish_dir, name)
+    result = CliRunner().invoke(cli, ["contribute", "--db", str(store), "--budget", "1s", "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: cannot write the shard into {out}: ") and says in result.output
+    assert result.output.endswith(", which holds what publish writes alone; choose another --out\n")
+    assert len(result.output.splitlines()) == 1 and digest(publish_dir) == before and store.read_bytes() == stored

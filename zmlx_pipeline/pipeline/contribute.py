@@ -41,6 +41,21 @@ def shard_name(device_id: str, day: dt.date) -> str:
     return f"{slug(device_id)}-{day.isoformat()}.parquet"
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """CollectError (one line) when the shard cannot go into `out_dir`: a file on its path, or a published bundle
+    or publish directory (which holds what publish writes alone)."""
+    from zmlx_pipeline.runtime.bundle import published_place
+
+    blocker = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise CollectError(f"cannot write the shard into {out_dir}: {blocker} is a file, not a directory; "
+                           "choose another --out")
+    published = published_place(out_dir)
+    if published is not None:
+        raise CollectError(f"cannot write the shard into {out_dir}: {published}, which holds what publish writes "
+                           "alone; choose another --out")
+
+
 def contribute(
     store: Store,
     device: Any,  # a DetectedDevice
@@ -60,6 +75,7 @@ def contribute(
 ) -> Contribution:
     """Collect what is missing for `device` (`preset` grid, every dtype) within `budget_s`, then export all
     of the device's measurements in the store (earlier runs' too) as one zstd Parquet shard in `out_dir`."""
+    check_out_dir(Path(out_dir))  # before the budget is spent, not after
     result = collect(store, device, specs, dtypes=dtypes, preset=preset, budget_s=budget_s, jobs=jobs,
                      kernel_refs=kernel_refs, configs_limit=configs_limit, measurer=measurer, on_plan=on_plan,
                      clock=clock)
