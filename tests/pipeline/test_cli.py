@@ -229,6 +229,37 @@ def test_repeat_without_a_gpu_is_a_one_line_error():
     assert result.output.startswith("Error: no Metal or CUDA backend") and result.output.count("\n") == 1
 
 
+
+@pytest.mark.parametrize("cores, kernel, says", [
+    (132, "rmsnorm", "of nvidia-h200 to repeat in {db} (it has nvidia-h200@32sm): run `zmlx-pipeline collect` on "
+                     "this GPU first"),
+    (32, "softmax", "of softmax on nvidia-h200@32sm to repeat in {db} (it has rmsnorm): collect those kernels first"),
+])
+def test_repeat_with_nothing_of_this_gpu_or_kernel_is_one_line_and_changes_nothing(store, monkeypatch, cores,
+                                                                                   kernel, says):
+    """Not "0 of 0 repeated" and exit 0: a store of other GPUs' (or other kernels') data has nothing to repeat."""
+    from fake_collect import fake_measurer  # the collect tests' GPU double
+
+    from zmlx_pipeline.data import detect
+    from zmlx_pipeline.kernels.registry import get_kernel
+    from zmlx_pipeline.pipeline import collect as stage
+
+    def h200(sms):
+        return detect.detect_device({"device_name": "NVIDIA H200", "architecture": "sm_90"}, backend="cuda",
+                                    gpu_cores=sms)
+
+    stage.collect(store, h200(32), [get_kernel("rmsnorm")], dtypes=["float16"], preset="smoke",
+                  measurer=fake_measurer(0.0), configs_limit=2)
+    store.close()
+    before = store.path.read_bytes()
+    this_gpu = h200(cores)
+    monkeypatch.setattr(detect, "detect_device", lambda: this_gpu)
+    monkeypatch.setattr(stage, "GpuMeasurer", lambda backend, settings: fake_measurer(0.0))
+    result = invoke("repeat", "-k", kernel, "--fraction", "1")
+    assert result.exit_code == 1, result.output
+    assert result.output == f"Error: no ok measurements {says.format(db=store.path)}\n"
+    assert store.path.read_bytes() == before
+
 def test_ingest_of_a_directory_with_one_bad_shard_is_one_line_and_changes_nothing(filled, tmp_path):
     import duckdb
 

@@ -291,7 +291,17 @@ def repeat(
         measurer = GpuMeasurer(device.backend, settings)
     tasks = plan_repeats(store, device.device_id, specs, fraction, timing=TIMER_LABELS.get(settings.timer))
     result = CollectResult(run_id=None, device_id=device.device_id, planned=len(tasks), already=0)
-    if not tasks:
+    if not tasks:  # a store with nothing of this GPU (or of these kernels) says so; a sample that missed is 0 of 0
+        names = {s.name for s in specs}
+        rows = store.summary()
+        mine = sorted({r["kernel"] for r in rows if r["device"] == device.device_id and r["by_status"].get("ok")})
+        if not mine:
+            stored = sorted({r["device"] for r in rows})
+            raise CollectError(f"no ok measurements of {device.device_id} to repeat in {store.path} (it has "
+                               f"{', '.join(stored) or 'none'}): run `zmlx-pipeline collect` on this GPU first")
+        if not names & set(mine):
+            raise CollectError(f"no ok measurements of {', '.join(sorted(names))} on {device.device_id} to repeat in "
+                               f"{store.path} (it has {', '.join(mine)}): collect those kernels first")
         return result
     run_id = result.run_id = store.start_run(
         device.device_id, host=platform.node(), backend=device.backend, mlx_version=_mlx_version(),
