@@ -489,3 +489,29 @@ def test_a_publish_stopped_before_latest_is_aborted_and_publishes_nothing(toy, t
                        env, script=script)
     assert (done.returncode, done.stdout) == (1, "") and done.stderr.splitlines()[-1] == "Aborted!"
     assert not to.exists() or not list(to.iterdir())  # no bundle, no `latest`, no temp directory
+
+
+def test_an_error_raised_while_a_stop_unwinds_is_aborted_not_a_traceback(tmp_path, monkeypatch):
+    """Native code (scikit-learn's fit) can turn Ctrl-C's KeyboardInterrupt into an error of its own: "Aborted!",
+    exit 1, the store as it was; the same error without a stop stays a bug and propagates."""
+    from zmlx_pipeline.core import commits
+    from zmlx_pipeline.data.store import Store
+    from zmlx_pipeline.models import train as train_module
+
+    db = tmp_path / "s.duckdb"
+    Store(db).close()
+    before = db.read_bytes()
+    stop = {"now": True}
+
+    def fit_met_by_a_stop(*args, **kwargs):
+        if stop["now"]:
+            assert not commits.stop_waits(signal.SIGINT)  # what the Ctrl-C handler asks, before KeyboardInterrupt
+        raise ValueError("'T{=d:sum_gradients:d:sum_hessians:@I:count:}' is not a valid PEP 3118 buffer format string")
+
+    monkeypatch.setattr(train_module, "train_models", fit_met_by_a_stop)
+    result = CliRunner().invoke(cli, ["train", "--db", str(db), "-j", "1"])
+    assert (result.exit_code, result.output) == (1, "Aborted!\n")
+    assert db.read_bytes() == before
+    stop["now"] = False
+    result = CliRunner().invoke(cli, ["train", "--db", str(db), "-j", "1"])
+    assert isinstance(result.exception, ValueError)

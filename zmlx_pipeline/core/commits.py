@@ -19,11 +19,12 @@ class _State:
     holding = False  # inside an armed commit point: a stop waits for the step's outcome
     done = False  # the command's work is final: a stop no longer stops it
     waited: list[int] = []  # the stops that waited (signal numbers)
+    stopped = False  # a stop raised KeyboardInterrupt: the command is unwinding
 
 
 def reset() -> None:
     """A new command: nothing armed, nothing done, no stop waited."""
-    _State.armed, _State.holding, _State.done, _State.waited = 0, False, False, []
+    _State.armed, _State.holding, _State.done, _State.waited, _State.stopped = 0, False, False, [], False
 
 
 @contextmanager
@@ -65,7 +66,13 @@ def stop_waits(signum: int) -> bool:
     if _State.holding or _State.done:
         _State.waited.append(signum)
         return True
+    _State.stopped = True
     return False
+
+
+def stopping() -> bool:
+    """Whether a stop that did not wait arrived during the running command (it is unwinding as from Ctrl-C)."""
+    return _State.stopped
 
 
 def waited_stops() -> list[int]:

@@ -272,9 +272,11 @@ def _store_damage(ctx: click.Context, exc: BaseException | None) -> Exception | 
 
 
 def _interrupted(exc: BaseException) -> bool:
-    """Whether an error is DuckDB's report of a query stopped by Ctrl-C or SIGTERM."""
+    """Whether an error is DuckDB's report of a query stopped by Ctrl-C or SIGTERM, or any error raised while a stop
+    unwinds (native code, scikit-learn's, can turn the KeyboardInterrupt into an error of its own)."""
     interrupt = getattr(sys.modules.get("duckdb"), "InterruptException", None)
-    return (interrupt is not None and isinstance(exc, interrupt)) or str(exc).strip() == "Query interrupted"
+    return (interrupt is not None and isinstance(exc, interrupt)) or str(exc).strip() == "Query interrupted" \
+        or commits.stopping()
 
 
 def db_option(fn: Callable) -> Callable:
