@@ -89,3 +89,18 @@ def test_contribute_refuses_an_out_in_a_bundle_or_publish_dir_before_measuring(t
     assert result.output.startswith(f"Error: cannot write the shard into {out}: ") and says in result.output
     assert result.output.endswith(", which holds what publish writes alone; choose another --out\n")
     assert len(result.output.splitlines()) == 1 and digest(publish_dir) == before and store.read_bytes() == stored
+
+
+@pytest.mark.parametrize("name, says", [("bundle", "is a published bundle"),
+                                        ("inside", "it is inside the published bundle"),
+                                        ("publish dir", "is a publish directory (its latest names the newest bundle")])
+def test_report_refuses_an_out_in_a_bundle_or_publish_dir_before_any_work(toy_bundle, name, says):
+    db, publish_dir = toy_bundle
+    before, stored = digest(publish_dir), db.read_bytes()
+    out = where(publish_dir, name)
+    result = CliRunner().invoke(cli, ["report", "--db", str(db), "--out", str(out), "--heatmaps", "0"])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: cannot write the report to {out}: ") and says in result.output
+    assert result.output.endswith(", which holds what publish writes alone; pass --out a directory outside it\n")
+    assert len(result.output.splitlines()) == 1 and digest(publish_dir) == before and db.read_bytes() == stored
+    assert not (latest_dir(publish_dir) / "sub").exists()
