@@ -264,16 +264,11 @@ def _alive(pid: int) -> bool:
 def check_models_dir(folder: Path) -> None:
     """Make the folder model files go into, and prove it takes a file, before any fit: ModelFileError (one line)
     when it cannot (a file on its path, no permission, a read-only or special file system)."""
-    from zmlx_pipeline.runtime.bundle import published_place
+    from zmlx_pipeline.runtime.bundle import folder_problem
 
-    blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        raise ModelFileError(f"cannot save models in {folder}: {blocker} is a file, not a directory; "
-                             "choose another --models-dir")
-    published = published_place(folder)
-    if published is not None:
-        raise ModelFileError(f"cannot save models in {folder}: {published}, which holds what publish writes alone; "
-                             "choose another --models-dir")
+    problem = folder_problem(folder)
+    if problem is not None:
+        raise ModelFileError(f"cannot save models in {folder}: {problem}; choose another --models-dir")
     probe = folder / f".write-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -44,16 +44,11 @@ def shard_name(device_id: str, day: dt.date) -> str:
 def check_out_dir(out_dir: Path) -> None:
     """CollectError (one line) when the shard cannot go into `out_dir`: a file on its path, or a published bundle
     or publish directory (which holds what publish writes alone)."""
-    from zmlx_pipeline.runtime.bundle import published_place
+    from zmlx_pipeline.runtime.bundle import folder_problem
 
-    blocker = next((p for p in (out_dir, *out_dir.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        raise CollectError(f"cannot write the shard into {out_dir}: {blocker} is a file, not a directory; "
-                           "choose another --out")
-    published = published_place(out_dir)
-    if published is not None:
-        raise CollectError(f"cannot write the shard into {out_dir}: {published}, which holds what publish writes "
-                           "alone; choose another --out")
+    problem = folder_problem(out_dir)
+    if problem is not None:
+        raise CollectError(f"cannot write the shard into {out_dir}: {problem}; choose another --out")
 
 
 def contribute(

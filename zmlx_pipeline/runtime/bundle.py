@@ -489,6 +489,17 @@ def linked_latest(pointer: Path) -> Path:
     raise BundleError(f"{plain(pointer)} links to {plain(target)}, which is neither a bundle directory nor a file")
 
 
+def folder_problem(folder: Path) -> str | None:
+    """Why other files cannot be written into `folder`, in a refusal's words: a file on its path ("x is a file, not a
+    directory") or a published place (published_place, "which holds what publish writes alone"); None where neither
+    holds. Models, shards and reports check their folder with it before any work."""
+    blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return f"{blocker} is a file, not a directory"
+    published = published_place(folder)
+    return None if published is None else f"{published}, which holds what publish writes alone"
+
+
 def published_place(path: str | os.PathLike) -> str | None:
     """Why other files must not be written at `path` (a directory, or the folder of a file to write): it is a published
     bundle or lies inside one (the bundle would no longer be what its manifest hashed), or it is a publish directory
