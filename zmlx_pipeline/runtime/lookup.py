@@ -204,8 +204,8 @@ BLOCK_DIMS = ("block_size_x", "block_size_y", "block_size_z")
 
 
 def thread_rule(meta: Mapping[str, Any]) -> list[str]:
-    """`<threadgroup param> <= max_threads` (else, for Kernel Tuner's block dimensions, `block_size_x * block_size_y
-    <= max_threads`) for a kernel whose published constraints never read the device's thread limit (imported
+    """`<threadgroup param> <= max_threads` (else the product of the Kernel Tuner block dimensions it has, `block_size_x
+    * block_size_y * block_size_z <= max_threads`) for a kernel whose published constraints never read the device's thread limit (imported
     measurements: the configs measured, on other devices), so no device is offered a threadgroup past its own limit
     (a device registered with 256 threads); [] where the constraints read it or no parameter is the threadgroup.
     Publish holds its tables to the same rule (publish/build.py)."""
