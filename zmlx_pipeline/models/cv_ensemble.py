@@ -58,6 +58,7 @@ class _FoldRegret:
         self._position = position + 1.0
         self._best = np.minimum.reduceat(self._median, self._starts) if case.size else np.zeros(0)
         self.cases = int(self._starts.size)
+        self.case_device = frame["device_id"].to_numpy()[self._by_config][self._starts] if case.size else np.zeros(0, object)
 
     def _order(self, scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Indices into `rows` ordering them by case, then score (NaN last), ties as `rows` has them."""
@@ -70,15 +71,19 @@ class _FoldRegret:
         out[self._by_row[self._order(scores, self._by_row)]] = self._position
         return out
 
-    def mean(self, scores: np.ndarray, ks: Sequence[int] | None = None) -> float:
-        """Mean over cases of the mean over `ks` (default: the fold's) of log regret@k."""
+    def per_case(self, scores: np.ndarray, ks: Sequence[int] | None = None) -> np.ndarray:
+        """Per case (in `case_device`'s order), the mean over `ks` (default: the fold's) of log regret@k."""
         ks = self.ks if ks is None else list(ks)
         median = self._median[self._order(scores, self._by_config)]
         total = np.zeros(self._starts.size)
         for k in ks:
             top = self._top[k] if k in self._top else self._position <= k
             total += np.log(np.minimum.reduceat(np.where(top, median, np.inf), self._starts) / self._best)
-        return float((total / len(ks)).mean())
+        return total / len(ks)
+
+    def mean(self, scores: np.ndarray, ks: Sequence[int] | None = None) -> float:
+        """Mean over cases of the mean over `ks` (default: the fold's) of log regret@k."""
+        return float(self.per_case(scores, ks).mean())
 
 
 def _first_min(values: np.ndarray) -> int:
@@ -101,6 +106,20 @@ INNER_TEST_ROWS = 30_000
 # a guard baseline leads a robust ranker only when its nested inner log regret@1 is this much lower (1%)
 GUARD_MARGIN = math.log(1.01)
 GUARD_MIN_CASES = 30  # ... and only when its inner folds held this many cases in all
+# With `sparse_share` set, a training device measured at fewer distinct shapes than this share of the kernel's
+# best-covered device is sparse, and its seen rows take weights chosen on the sparse devices' inner cases alone
+# (when those hold GUARD_MIN_CASES cases): a new shape of a device with few shapes has no near neighbour of its
+# own, and the members that borrow from other devices' shapes serve it better (notes/learning.md)
+SPARSE_SHARE = 0.5
+
+
+def sparse_devices(train: pl.DataFrame, share: float) -> list[str]:
+    """The devices of `train` measured at fewer distinct shapes than `share` of the best-covered one's."""
+    counts = train.group_by("device_id").agg(pl.col("shape_key").n_unique().alias("shapes"))
+    if counts.is_empty():
+        return []
+    top = counts["shapes"].max()
+    return sorted(counts.filter(pl.col("shapes") < share * top)["device_id"].to_list())
 
 
 def sample_cases(frame: pl.DataFrame, cases: int, seed: int = 0) -> pl.DataFrame:
@@ -158,13 +177,17 @@ class CVEnsembleRanker(Ranker):
     guard_rankers: dict = {}
     inner_fits: dict = {}
     inner_seed: int = 0  # the seed of the inner fits' row sample (fit_sample)
+    sparse_share: float | None = None  # None: one seen setting for every seen device
+    sparse_devices: list = []
+    weights_sparse: list | None = None  # the sparse devices' seen weights (None: weights_seen)
+    hedge_sparse: bool = False
 
     def __init__(self, features: KernelFeatures, members: Sequence[str], hedges: Sequence[str] = (),
                  step: float = 0.25, inner_rows: int = 6_000, inner_cases: int = 120,
                  inner_test_rows: int = INNER_TEST_ROWS, max_device_folds: int = 3,
                  shape_folds: int = 2, ks: Sequence[int] = (1, 5), guards_seen: Sequence[str] = (),
                  guards_unseen: Sequence[str] = (), inner_fits: dict[str, dict[str, str]] | None = None,
-                 name: str = "ensemble") -> None:
+                 sparse_share: float | None = None, name: str = "ensemble") -> None:
         super().__init__(features)
         if not members:
             raise ModelError("an ensemble needs members")
@@ -199,6 +222,10 @@ class CVEnsembleRanker(Ranker):
         equal = [1.0 / len(self.member_names)] * len(self.member_names)
         self.weights_seen, self.weights_unseen = list(equal), list(equal)
         self.hedge_seen = self.hedge_unseen = False
+        self.sparse_share = sparse_share
+        self.sparse_devices: list[str] = []
+        self.weights_sparse: list[float] | None = None
+        self.hedge_sparse = False
         self.train_devices: list[str] = []
         self.inner_scores: dict = {}
         self.fixed: dict | None = None  # selection() of another fit: skip the inner cross-validation
@@ -297,10 +324,13 @@ class CVEnsembleRanker(Ranker):
         combined = self._combined
         candidates = [(list(w), hedge) for hedge in ([False, True] if self.hedge_names else [False])
                       for w in weight_grid(len(self.member_names), self.step)]
-        loss = np.array([[regret.mean(combined(t, s, w, hedge, regret, hedged)) for t, s, regret, hedged, _ in per_fold]
-                         for w, hedge in candidates])  # candidates x folds
+        per_case = [[regret.per_case(combined(t, s, w, hedge, regret, hedged)) for t, s, regret, hedged, _ in per_fold]
+                    for w, hedge in candidates]
+        loss = np.array([[p.mean() for p in row] for row in per_case])  # candidates x folds
         best = _first_min(loss.mean(axis=1))
         weights, hedge = candidates[best]
+        if split == "shapes":
+            self._select_sparse(per_fold, per_case, candidates, best)
         if not guards:
             return weights, hedge, float(loss[best].mean()), keep
         # Nested: each inner fold is scored by the candidate the OTHER inner folds choose, so the model's
@@ -318,6 +348,22 @@ class CVEnsembleRanker(Ranker):
                     base_k.setdefault(b, {first: [], last: []})[k].append(regret.mean(r, [k]))
         policy = self._guard_policy(per_fold, ranks, model_k, base_k, first, last)
         return weights, hedge, float(loss[best].mean()), policy
+
+    def _select_sparse(self, per_fold, per_case, candidates, best: int) -> None:
+        """The sparse devices' seen setting: the candidate of lowest mean inner loss over their cases alone, when
+        they hold GUARD_MIN_CASES inner cases and other devices' cases too (else, or on a tie with the setting
+        chosen for all, that setting: weights_sparse None)."""
+        self.weights_sparse, self.hedge_sparse = None, False
+        if not self.sparse_devices:
+            return
+        masks = [np.isin(regret.case_device, self.sparse_devices) for _, _, regret, _, _ in per_fold]
+        cases = sum(int(m.sum()) for m in masks)
+        if cases < GUARD_MIN_CASES or all(m.all() for m in masks):
+            return
+        loss = np.array([sum(float(p[m].sum()) for p, m in zip(row, masks)) / cases for row in per_case])
+        pick = _first_min(loss)
+        if loss[best] > loss[pick] + 1e-12:
+            self.weights_sparse, self.hedge_sparse = list(candidates[pick][0]), bool(candidates[pick][1])
 
     def _guard_policy(self, per_fold, ranks, model_k, base_k, first, last) -> dict:
         """Which ranking leads and which baselines the top k interleaves, from nested inner regrets.
@@ -370,13 +416,20 @@ class CVEnsembleRanker(Ranker):
         inner cross-validation (train.py's held-out scoring refits one per fold at the cost of its members)."""
         return {"weights_seen": list(self.weights_seen), "hedge_seen": bool(self.hedge_seen),
                 "weights_unseen": list(self.weights_unseen), "hedge_unseen": bool(self.hedge_unseen),
-                "policy_seen": dict(self.policy_seen), "policy_unseen": dict(self.policy_unseen)}
+                "policy_seen": dict(self.policy_seen), "policy_unseen": dict(self.policy_unseen),
+                "weights_sparse": None if self.weights_sparse is None else list(self.weights_sparse),
+                "hedge_sparse": bool(self.hedge_sparse)}
 
     def fit(self, train: pl.DataFrame) -> "CVEnsembleRanker":
         if train.is_empty():
             raise ModelError(f"{self.features.kernel}: no training rows")
         fixed = self.fixed
+        self.sparse_devices = (sparse_devices(train, self.sparse_share)
+                               if self.sparse_share and self.only != "unseen" else [])
+        self.weights_sparse, self.hedge_sparse = None, False
         if fixed:
+            if self.sparse_share and fixed.get("weights_sparse") is not None:
+                self.weights_sparse, self.hedge_sparse = list(fixed["weights_sparse"]), bool(fixed.get("hedge_sparse"))
             self.weights_seen, self.hedge_seen = list(fixed["weights_seen"]), fixed["hedge_seen"]
             self.weights_unseen, self.hedge_unseen = list(fixed["weights_unseen"]), fixed["hedge_unseen"]
             self.policy_seen = dict(fixed.get("policy_seen") or {"mode": "model", "baseline": None})
@@ -415,10 +468,24 @@ class CVEnsembleRanker(Ranker):
         changes no score (`_total` skips zero weights)."""
         used: set[str] = set()
         if self.only != "unseen":
-            used |= self._used(self.weights_seen, self.hedge_seen)
+            used |= self._seen_used()
         if self.only != "seen":
             used |= self._used(self.weights_unseen, self.hedge_unseen)
         return [m for m in self._names() if m in used]
+
+    def _seen_used(self) -> set[str]:
+        """The members the seen settings read (the sparse devices' too)."""
+        used = self._used(self.weights_seen, self.hedge_seen)
+        if self.weights_sparse is not None:
+            used |= self._used(self.weights_sparse, self.hedge_sparse)
+        return used
+
+    def seen_settings(self, test: pl.DataFrame, seen: np.ndarray) -> list[tuple[np.ndarray, list, bool]]:
+        """(rows, weights, hedging) of the seen settings: the sparse devices' rows apart when they have their own."""
+        if self.weights_sparse is None:
+            return [(seen, self.weights_seen, self.hedge_seen)]
+        sparse = seen & test["device_id"].is_in(list(self.sparse_devices)).to_numpy()
+        return [(seen & ~sparse, self.weights_seen, self.hedge_seen), (sparse, self.weights_sparse, self.hedge_sparse)]
 
     def score(self, test: pl.DataFrame) -> np.ndarray:
         seen = test["device_id"].is_in(self.train_devices).to_numpy()
@@ -426,16 +493,16 @@ class CVEnsembleRanker(Ranker):
         if (only == "seen" and not seen.all()) or (only == "unseen" and seen.any()):
             raise ModelError(f"{self.features.kernel}: this ensemble chose its weights for "
                              f"{only} devices only; refit it without `only` to score other devices")
-        for mask, weights, hedge, kind in ((seen, self.weights_seen, self.hedge_seen, "seen"),
-                                           (~seen, self.weights_unseen, self.hedge_unseen, "unseen")):
+        settings = [(m, w, h, self.policy_seen, "seen") for m, w, h in self.seen_settings(test, seen)]
+        settings.append((~seen, self.weights_unseen, self.hedge_unseen, self.policy_unseen, "unseen"))
+        for mask, weights, hedge, _, kind in settings:
             missing = sorted(self._used(weights, hedge) - set(self.rankers)) if mask.any() else []
             if missing:  # fitted with `only` (and `fixed`) for the other kind of device
                 raise ModelError(f"{self.features.kernel}: this ensemble did not fit {', '.join(missing)}, "
                                  f"which its {kind}-device setting needs; refit it without `only`")
         scores = {m: relative_to_case(test, r.score(test)) for m, r in self.rankers.items()}
         out = np.zeros(test.height)
-        for mask, weights, hedge, policy in ((seen, self.weights_seen, self.hedge_seen, self.policy_seen),
-                                             (~seen, self.weights_unseen, self.hedge_unseen, self.policy_unseen)):
+        for mask, weights, hedge, policy, _ in settings:
             if mask.any():
                 part = test.filter(pl.Series(mask))
                 total = self._combine(part, {m: v[mask] for m, v in scores.items()}, weights, hedge)

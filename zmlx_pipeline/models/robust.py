@@ -209,7 +209,7 @@ class TransferRankRanker(CVEnsembleRanker):
     def needed(self) -> list[str]:
         used: set[str] = set()
         if self.only != "unseen":
-            used |= self._used(self.weights_seen, self.hedge_seen)
+            used |= self._seen_used()
         if self.only != "seen":
             design = self._design()
             if design != "rank":
@@ -239,10 +239,11 @@ class TransferRankRanker(CVEnsembleRanker):
             raise ModelError(f"{self.features.kernel}: this ranker did not fit {', '.join(missing)}; refit it")
         scores = {m: relative_to_case(test, r.score(test)) for m, r in self.rankers.items()}
         out = np.zeros(test.height)
-        if seen.any():
-            part = test.filter(pl.Series(seen))
-            total = self._combine(part, {m: v[seen] for m, v in scores.items()}, self.weights_seen, self.hedge_seen)
-            out[seen] = self._apply_policy(part, total, self.policy_seen)
+        for mask, weights, hedge in self.seen_settings(test, seen):
+            if mask.any():
+                part = test.filter(pl.Series(mask))
+                total = self._combine(part, {m: v[mask] for m, v in scores.items()}, weights, hedge)
+                out[mask] = self._apply_policy(part, total, self.policy_seen)
         if (~seen).any():
             part = test.filter(pl.Series(~seen))
             lead = self._lead(part, {m: v[~seen] for m, v in scores.items()})
@@ -279,6 +280,8 @@ VARIANTS = {
     "robust": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_unanimous", name="robust"),
     # the default with the lighter new-device selection: train about 1.4x faster on the committed data
     "robust_fast": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_unanimous_fast", name="robust_fast"),
+    # the default whose seen devices measured at few shapes take seen weights of their own (ensemble_sparse)
+    "robust_sparse": lambda f: SeenUnseenRanker(f, ("ensemble_sparse",), "unseen_unanimous", name="robust_sparse"),
     # the default choosing nothing on thin new-device evidence: compared, not adopted (notes/ranker-selection.md)
     "robust_settled": lambda f: SeenUnseenRanker(f, ("ensemble",), "unseen_settled", name="robust_settled"),
 }

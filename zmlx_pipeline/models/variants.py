@@ -39,6 +39,8 @@
   a quarter of the boosting trees inside its inner folds (INNER_FITS; the final members are full), 1.4x faster
   to train, opt-in (notes/learning.md, "Lighter inner fits"); `robust_settled`: `robust` that chooses nothing where
   the new-device folds hold under 30 cases (equal ensemble weights, no inner fit), opt-in (notes/ranker-selection.md);
+  `robust_sparse`: `robust` whose seen devices measured at few shapes take seen weights of their own (`ensemble_sparse`),
+  compared and not adopted (notes/learning.md, "Weights of their own for the sparse devices");
 - `ensemble_guarded`: `ensemble` whose nested inner selection may also let a baseline lead (only when the
   inner folds hold enough cases and the baseline wins every one) and interleaves the best baselines
   into its top k where the inner folds say so (CVEnsembleRanker's guards; notes/ranker-selection.md);
@@ -58,7 +60,7 @@ from typing import Callable
 
 from zmlx_pipeline.models import baselines as _baselines
 from zmlx_pipeline.models import robust as _robust
-from zmlx_pipeline.models.cv_ensemble import CVEnsembleRanker
+from zmlx_pipeline.models.cv_ensemble import SPARSE_SHARE, CVEnsembleRanker
 from zmlx_pipeline.models.features import KernelFeatures
 from zmlx_pipeline.models.rankers.alignment import AlignmentRanker
 from zmlx_pipeline.models.rankers.base import CLIP_LOG_REL, ModelError, Ranker
@@ -89,6 +91,9 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     "prior_rank_uniform": lambda f: PriorRanker(f, uniform=True, vendor_penalty=0.0, target="rank_pct",
                                                 name="prior_rank_uniform"),
     "ensemble": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, name="ensemble"),
+    # the ensemble whose seen devices measured at few shapes take weights of their own (cv_ensemble.SPARSE_SHARE)
+    "ensemble_sparse": lambda f: CVEnsembleRanker(f, ENSEMBLE_MEMBERS, ENSEMBLE_HEDGES, sparse_share=SPARSE_SHARE,
+                                                  name="ensemble_sparse"),
     # the ensemble with a quarter / a third of the boosting trees (the cost of its fits; notes/learning.md)
     "gbr_shared_light": lambda f: PipelineRanker(shared_features(f), boosting_regressor(max_iter=50, learning_rate=0.3),
                                                  target="log_rel", clip=CLIP_LOG_REL, name="gbr_shared_light"),
@@ -132,7 +137,8 @@ MODEL_VARIANTS: dict[str, Callable[[KernelFeatures], Ranker]] = {
     # default, is one of them (notes/ranker-selection.md)
     **{n: (lambda n: lambda f: _robust.VARIANTS[n](f))(n) for n in (
         "unseen_select", "unseen_blend", "unseen_hedged", "unseen_unanimous", "unseen_unanimous_fast", "unseen_settled",
-        "robust_select", "robust_blend", "robust_hedged", "robust", "robust_fast", "robust_settled")},
+        "robust_select", "robust_blend", "robust_hedged", "robust", "robust_fast", "robust_settled",
+        "robust_sparse")},
 }
 ENSEMBLE_MEMBERS = ("prior", "transfer", "gbr_shared", "simd_aligned")  # weighted by inner CV
 ENSEMBLE_HEDGES = ("prior", "transfer", "prior_uniform")     # rankings its top k may interleave
