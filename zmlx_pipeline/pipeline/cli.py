@@ -338,14 +338,22 @@ def collect(db, kernel_names, dtype_names, preset, budget, jobs, samples, warmup
     data = result.as_dict()
     if as_json:
         emit(data, True)
-        return
-    rows = [{"kernel": k, **v} for k, v in result.by_kernel.items()]
-    emit(rows, False, ["kernel", "ok", "wrong_result", "launch_error", "compile_error", "timeout"])
-    click.echo(f"\n{result.done} measured ({' '.join(f'{k}={v}' for k, v in result.by_status.items()) or 'none'}), "
-               f"{result.already} already stored, {result.remaining} left; stopped: {result.stopped}; "
-               f"{result.elapsed_s:.1f} s")
-    if result.remaining:
-        click.echo("run the same command again to resume")
+    else:
+        rows = [{"kernel": k, **v} for k, v in result.by_kernel.items()]
+        emit(rows, False, ["kernel", "ok", "wrong_result", "launch_error", "compile_error", "timeout"])
+        click.echo(f"\n{result.done} measured ({' '.join(f'{k}={v}' for k, v in result.by_status.items()) or 'none'}), "
+                   f"{result.already} already stored, {result.remaining} left; stopped: {result.stopped}; "
+                   f"{result.elapsed_s:.1f} s")
+        if result.remaining:
+            click.echo("run the same command again to resume")
+    _abort_if_interrupted(result.stopped)
+
+
+def _abort_if_interrupted(stopped: str) -> None:
+    """A measuring command stopped by Ctrl-C or SIGTERM ends as every other interrupted command does ("Aborted!",
+    exit 1), after saying what it saved: a script must not read a stopped run as a finished one."""
+    if stopped == "interrupted":
+        raise click.Abort()
 
 
 @cli.command()
@@ -375,9 +383,10 @@ def repeat(db, kernel_names, fraction, budget, jobs, timer, as_json) -> None:
                           settings=stage.TimingSettings(timer=timer), jobs=jobs, kernel_refs=refs)
     if as_json:
         emit(result.as_dict(), True)
-        return
-    click.echo(f"{device.device_id}: {result.done} of {result.planned} repeated ({result.by_status}); "
-               f"stopped: {result.stopped}; {result.elapsed_s:.1f} s")
+    else:
+        click.echo(f"{device.device_id}: {result.done} of {result.planned} repeated ({result.by_status}); "
+                   f"stopped: {result.stopped}; {result.elapsed_s:.1f} s")
+    _abort_if_interrupted(result.stopped)
 
 
 @cli.command()
@@ -543,9 +552,15 @@ def _collect_first(budget: str):
         raise click.ClickException(f"--collect needs a Metal or CUDA GPU (MLX runs on the {device.backend} here); "
                                    "run without --collect to learn from the committed data only")
     specs = builtin_kernels()
-    return lambda store: lambda: stage.collect(store, device, specs, preset="full", budget_s=budget_s,
-                                               jobs=os.cpu_count() or 1,
-                                               kernel_refs={s.name: s.name for s in specs}).as_dict()
+
+    def measure(store) -> dict:
+        result = stage.collect(store, device, specs, preset="full", budget_s=budget_s, jobs=os.cpu_count() or 1,
+                               kernel_refs={s.name: s.name for s in specs})
+        if result.stopped == "interrupted":  # Ctrl-C stops the main job here, not only its collect step
+            raise KeyboardInterrupt
+        return result.as_dict()
+
+    return lambda store: lambda: measure(store)
 
 
 @cli.command()

@@ -74,6 +74,8 @@ def contribute(
     result = collect(store, device, specs, dtypes=dtypes, preset=preset, budget_s=budget_s, jobs=jobs,
                      kernel_refs=kernel_refs, configs_limit=configs_limit, measurer=measurer, on_plan=on_plan,
                      clock=clock)
+    if result.stopped == "interrupted":  # what it measured is stored, and the next contribute resumes from it
+        raise KeyboardInterrupt
     if result.done + result.already == 0:
         raise CollectError(f"nothing of {device.device_id} was measured, so there is no shard to write; "
                            "give a longer --budget")
