@@ -31,7 +31,7 @@ from zmlx_pipeline.models import evaluate as ev
 from zmlx_pipeline.models.baselines import baseline_names, baseline_scores
 from zmlx_pipeline.models.variants import DEFAULT_MODEL, make_ranker
 from zmlx_pipeline.models.features import CASE, KernelFeatures
-from zmlx_pipeline.models.folds import SPLITS, EvaluationError, fold_plan, fold_rows, folds
+from zmlx_pipeline.models.folds import SPLIT_ALIASES, EvaluationError, canonical_split, fold_plan, fold_rows, folds
 from zmlx_pipeline.models.heldout import PROTOCOL, recorded_models
 from zmlx_pipeline.models.metrics import case_regrets, noise_bands, regret_rows, tied_regrets
 from zmlx_pipeline.models.pool import KernelPool, check_jobs, fit_threads
@@ -53,12 +53,12 @@ class ReportError(ZmlxPipelineError, ValueError):
 
 
 def evaluation_split(split: str) -> str:
-    """The evaluate.py name of a report split ("devices" is "lodo" where evaluate still calls it so)."""
-    if split not in SPLIT_NAMES and split not in SPLITS:
-        raise ReportError(f"unknown split {split!r}; expected one of {', '.join(SPLIT_NAMES)}")
-    if split in SPLITS:
-        return split
-    return next(s for s in ("devices", "lodo") if s in SPLITS)
+    """The split's name (evaluate's alias `lodo` is `devices`); ReportError for an unknown one."""
+    try:
+        return canonical_split(split)
+    except EvaluationError:
+        raise ReportError(f"unknown split {split!r}; expected one of {', '.join(SPLIT_NAMES)} "
+                          f"(or {', '.join(SPLIT_ALIASES)})") from None
 
 
 def result_rows(result: Mapping) -> list[dict]:
@@ -323,7 +323,7 @@ def report_data(store, split: str = "shapes", kernels=None, model: str = DEFAULT
     from zmlx_pipeline.models.variants import MODEL_VARIANTS
 
     split_eval = evaluation_split(split)
-    public_split = "devices" if split_eval in ("devices", "lodo") else split_eval
+    public_split = split_eval
     if model not in MODEL_VARIANTS:
         raise ReportError(f"unknown model {model!r}; expected one of {', '.join(MODEL_VARIANTS)}")
     jobs = check_jobs(jobs)

@@ -20,6 +20,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     split_names,
     store_path,
 )
+from zmlx_pipeline.pipeline.cli_models import EVALUATION_SPLITS
 
 
 @click.command(cls=OneValueCommand)
@@ -27,8 +28,8 @@ from zmlx_pipeline.pipeline.cli_common import (
 @click.option("--out", "out", required=True, type=GivenPath(file_okay=False, path_type=Path),
               help="Directory for index.html, the PNG figures and scores.json: a new one (created), an empty one, or "
                    "one an earlier report wrote; one holding other files is refused.")
-@click.option("--split", type=click.Choice(["shapes", "devices"]), default="shapes", show_default=True,
-              help="Held-out shapes on seen devices, or leave one device out.")
+@click.option("--split", type=click.Choice(EVALUATION_SPLITS), default="shapes", show_default=True,
+              help="Held-out shapes on seen devices, or leave one device out (devices, alias lodo).")
 @click.option("--kernel", "-k", "kernel_names", multiple=True,
               help="Only these kernels (default: every kernel in the store).")
 @click.option("--model", default=None, help="Model variant to report (default: the default model).")
