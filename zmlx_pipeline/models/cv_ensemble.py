@@ -1,4 +1,8 @@
-"""The cross-validated ensemble: member rankers weighted, hedged and guarded by inner folds of the training rows."""
+"""The cross-validated ensemble: member rankers weighted, hedged and guarded by inner folds of the training rows.
+
+Why one long module: every choice it makes (weights, hedging, the guard's lead and hedges, the sparse devices'
+setting) is read off the same inner folds' per-case losses (_FoldRegret), and scoring applies exactly those choices.
+"""
 
 from __future__ import annotations
 
