@@ -26,7 +26,7 @@ import stat
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from zmlx_pipeline import __version__
 from zmlx_pipeline.core.commits import commit_point
@@ -160,7 +160,15 @@ def _foreign_entry(root: Path) -> str | None:
 _MAX_LATEST_BYTES = MAX_POINTER_BYTES
 
 
-def _latest_problem(root: Path) -> str | None:
+class _LatestProblem(NamedTuple):
+    """Why an existing `latest` is not an earlier publish's pointer: `why`, in a refusal's words after "its latest";
+    `link`: it is a symbolic link (removing it keeps what it names)."""
+
+    why: str
+    link: bool = False
+
+
+def _latest_problem(root: Path) -> _LatestProblem | None:
     """Why an existing `latest` in `root` is not an earlier publish's pointer (None: it is, or there is none): it
     must be a regular file holding the name of a version directory there, as swap_latest writes it, or a symbolic
     link the runtime follows to a bundle (which the new pointer file replaces)."""
@@ -170,48 +178,48 @@ def _latest_problem(root: Path) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
+        return _LatestProblem(f"cannot be read ({exc.strerror or exc})")
     if stat.S_ISLNK(st.st_mode):
         return _link_problem(latest)
     if not stat.S_ISREG(st.st_mode):
-        return "is not a file (the pointer to the newest bundle)"
+        return _LatestProblem("is not a file (the pointer to the newest bundle)")
     if st.st_size > _MAX_LATEST_BYTES:
-        return "is not a publish's pointer to the newest bundle (it is too long to name a bundle version)"
+        return _LatestProblem("is not a publish's pointer to the newest bundle (it is too long to name a bundle "
+                              "version)")
     try:
         with open(latest, "rb") as fh:
             text = fh.read(_MAX_LATEST_BYTES + 1).decode("utf-8")
     except UnicodeDecodeError:
         text = None
     except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
+        return _LatestProblem(f"cannot be read ({exc.strerror or exc})")
     name = (text or "").strip()
     if (text is None or not name or "/" in name or "\\" in name or name.startswith(".")
             or not _is_version(root, name)):
-        return "does not name a bundle version in the directory, so it is not an earlier publish's pointer"
+        return _LatestProblem("does not name a bundle version in the directory, so it is not an earlier publish's "
+                              "pointer")
     return None
 
 
-def _link_problem(latest: Path) -> str | None:
+#: where a `latest` link that names no bundle leads (LatestLinkError.leads), in a refusal's words
+_LEADS = {"nowhere": "which does not exist", "unfollowable": "which cannot be followed"}
+
+
+def _link_problem(latest: Path) -> _LatestProblem | None:
     """Why a `latest` that is a symbolic link cannot be replaced by a publish's pointer file (None: it leads to a
-    bundle, as the runtime follows it, so the new pointer loses nothing): it leads nowhere or to no bundle."""
-    from zmlx_pipeline.runtime.bundle import BundleError, linked_latest
+    bundle, as the runtime follows it, so the new pointer loses nothing): it leads nowhere or to no bundle, as
+    linked_latest finds it."""
+    from zmlx_pipeline.runtime.bundle import LatestLinkError, linked_latest
 
     try:
         linked_latest(latest)
         return None
-    except BundleError:
-        pass
-    link = _latest_link(latest.parent)
+    except LatestLinkError as exc:
+        link, leads = exc.link, exc.leads
     if link is None:
-        return "is a symbolic link that changed while it was read"
-    try:
-        os.stat(latest)
-        why = "which leads to no bundle"
-    except FileNotFoundError:
-        why = "which does not exist"
-    except OSError:
-        why = "which cannot be followed"
-    return f"is a symbolic link to {link!r}, {why}"
+        return _LatestProblem("is a symbolic link that changed while it was read", link=True)
+    return _LatestProblem(f"is a symbolic link to {link!r}, {_LEADS.get(leads, 'which leads to no bundle')}",
+                          link=True)
 
 
 def _latest_link(directory: str | os.PathLike) -> str | None:
@@ -253,14 +261,14 @@ def check_publish_dir(directory: str | os.PathLike, contents: bool = True) -> No
         problem = _latest_problem(root)
     else:  # the bundle replaces root whole: its `latest` is removed with it, never written through
         latest = root / LATEST
-        problem = ("is not a file (the pointer to the newest bundle)"
+        problem = (_LatestProblem("is not a file (the pointer to the newest bundle)")
                    if latest.exists() and not latest.is_file() else None)
-    if problem is not None and problem.startswith("is a symbolic link"):
-        raise PublishError(f"cannot publish to {root}: its {LATEST} {problem}; remove the link (publish then writes "
+    if problem is not None and problem.link:
+        raise PublishError(f"cannot publish to {root}: its {LATEST} {problem.why}; remove the link (publish then writes "
                            f"{LATEST} as the pointer file to the new bundle; what the link names is kept) or choose "
                            "another --to")
     if problem is not None:
-        raise PublishError(f"cannot publish to {root}: its {LATEST} {problem}; remove it or choose another --to")
+        raise PublishError(f"cannot publish to {root}: its {LATEST} {problem.why}; remove it or choose another --to")
     foreign = _foreign_entry(root) if contents else None
     if foreign is not None:
         raise PublishError(f"cannot publish to {root}: it holds other files (e.g. {foreign}); publish into a new or "

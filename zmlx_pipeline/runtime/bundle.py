@@ -89,6 +89,17 @@ class BundleError(RuntimeAPIError):
     "A bundle is missing, unreadable, fails verification, or has a schema this runtime does not know"
 
 
+class LatestLinkError(BundleError):
+    """A `latest` that is a symbolic link names no bundle (linked_latest). `link`: what it names (None: it could not
+    be read, so it changed or went while read); `leads`: "nowhere" (what it names does not exist), "unfollowable" (a
+    loop, no permission) or "no bundle" (it is followed to anything but a bundle)."""
+
+    def __init__(self, message: str, link: str | None = None, leads: str | None = None):
+        super().__init__(message)
+        self.link = link
+        self.leads = leads
+
+
 class FetchError(BundleError):
     "A remote bundle could not be downloaded (the server is unreachable or answered with an error)"
 
@@ -465,28 +476,34 @@ def _pointed_at(pointer: Path, text: str, folder: Path) -> Path:
 def linked_latest(pointer: Path) -> Path:
     """The bundle a `latest` that is a symbolic link names, wherever the link leads: a bundle directory, its
     manifest.json, or a pointer file (its name read beside the file the link reaches). BundleError in one line for
-    a link that leads nowhere (dangling, a loop) or to anything else."""
+    a link that leads nowhere (dangling, a loop) or to anything else; a LatestLinkError, saying which."""
     try:
         link = os.readlink(pointer)
     except OSError as exc:
-        raise BundleError(f"{plain(pointer)}: cannot read the symbolic link ({exc.strerror or exc})") from None
+        raise LatestLinkError(f"{plain(pointer)}: cannot read the symbolic link ({exc.strerror or exc})") from None
     try:
         target = Path(os.path.realpath(pointer, strict=True))
         mode = os.stat(target).st_mode
     except OSError as exc:
-        why = ("which does not exist" if isinstance(exc, FileNotFoundError)
-               else f"which cannot be followed ({exc.strerror or exc})")
-        raise BundleError(f"{plain(pointer)} is a symbolic link to {plain(link)!r}, {why}: point it at a bundle "
-                          "version directory, or replace it with a pointer file naming one") from None
+        missing = isinstance(exc, FileNotFoundError)
+        why = "which does not exist" if missing else f"which cannot be followed ({exc.strerror or exc})"
+        raise LatestLinkError(f"{plain(pointer)} is a symbolic link to {plain(link)!r}, {why}: point it at a bundle "
+                              "version directory, or replace it with a pointer file naming one", link,
+                              "nowhere" if missing else "unfollowable") from None
     if stat.S_ISDIR(mode):
         if (target / MANIFEST).is_file():
             return target
-        raise BundleError(f"{plain(pointer)} links to the directory {plain(target)}, which holds no manifest.json")
+        raise LatestLinkError(f"{plain(pointer)} links to the directory {plain(target)}, which holds no manifest.json",
+                              link, "no bundle")
     if stat.S_ISREG(mode):
         if target.name == MANIFEST:
             return target.parent
-        return _pointed_at(pointer, _pointer_text(pointer, target), target.parent)
-    raise BundleError(f"{plain(pointer)} links to {plain(target)}, which is neither a bundle directory nor a file")
+        try:
+            return _pointed_at(pointer, _pointer_text(pointer, target), target.parent)
+        except BundleError as exc:
+            raise LatestLinkError(str(exc), link, "no bundle") from None
+    raise LatestLinkError(f"{plain(pointer)} links to {plain(target)}, which is neither a bundle directory nor a file",
+                          link, "no bundle")
 
 
 def folder_problem(folder: Path) -> str | None:
