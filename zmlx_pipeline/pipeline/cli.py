@@ -416,14 +416,13 @@ def noise(db, device, as_json) -> None:
 @click.argument("out", type=GivenPath(dir_okay=False, path_type=Path))
 def export(db, device, force, out) -> None:
     """Write the store's measurements as one Parquet shard (zstd), for ingest elsewhere."""
-    from zmlx_pipeline.runtime.bundle import published_place
+    from zmlx_pipeline.runtime.bundle import published_problem
 
     if not force and (out.exists() or out.is_symlink()):
         raise click.ClickException(f"{out} exists: pass --force to replace it, or choose another path")
-    published = published_place(out.parent)
+    published = published_problem(out.parent)
     if published is not None:
-        raise click.ClickException(f"cannot export to {out}: {published}, which holds what publish writes alone; "
-                                   "choose another path")
+        raise click.ClickException(f"cannot export to {out}: {published}; choose another path")
     store = open_store(db, read_only=True)
     device = check_filters(store, device=device)["device"]
     with final_step():  # once the shard is renamed into place, a stop no longer hides it

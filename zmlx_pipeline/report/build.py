@@ -176,14 +176,13 @@ def check_out(out: Path) -> None:
     shards of data/, a store, a link to /etc): the report would replace or sit among them; and one where a file
     the report writes (its marker, index.html, scores.json, a figure) is a symlink or not a regular file. A missing
     or empty directory (dot-files aside) or one an earlier report wrote is fine, unless it is or lies in a published
-    bundle or is a publish directory (published_place). Nothing is written."""
-    from zmlx_pipeline.runtime.bundle import published_place
+    bundle or is a publish directory (published_problem). Nothing is written."""
+    from zmlx_pipeline.runtime.bundle import published_problem
 
     out = Path(out)
-    published = published_place(out)
+    published = published_problem(out)
     if published is not None:
-        raise ReportError(f"cannot write the report to {out}: {published}, which holds what publish writes alone; "
-                          "pass --out a directory outside it")
+        raise ReportError(f"cannot write the report to {out}: {published}; pass --out a directory outside it")
     if not out.is_dir():
         what = not_regular_file(out) if os.path.lexists(out) else None
         if os.path.lexists(out) and what != "missing":  # missing: made later

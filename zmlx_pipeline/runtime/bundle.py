@@ -508,12 +508,18 @@ def linked_latest(pointer: Path) -> Path:
 
 def folder_problem(folder: Path) -> str | None:
     """Why other files cannot be written into `folder`, in a refusal's words: a file on its path ("x is a file, not a
-    directory") or a published place (published_place, "which holds what publish writes alone"); None where neither
+    directory") or a published place (published_problem, "which holds what publish writes alone"); None where neither
     holds. Models, shards and reports check their folder with it before any work."""
     blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
     if blocker is not None:
         return f"{blocker} is a file, not a directory"
-    published = published_place(folder)
+    return published_problem(folder)
+
+
+def published_problem(path: str | os.PathLike) -> str | None:
+    """Why other files cannot be written at `path` (a directory, or the folder of a file to write), in a refusal's
+    words: a published place (published_place), "which holds what publish writes alone"; None where it is none."""
+    published = published_place(path)
     return None if published is None else f"{published}, which holds what publish writes alone"
 
 
