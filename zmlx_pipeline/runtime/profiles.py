@@ -420,8 +420,13 @@ def get_threadgroup_candidates_for_shape(profile: DeviceTuningProfile, dim_size:
         cands = tuple(profile.threadgroup_candidates)
     if kernel_type == "simd":
         cands = tuple(c for c in cands if c % max(1, profile.simd_width) == 0) or cands
-    limit = profile.max_threads_per_threadgroup or 1024
-    return tuple(c for c in cands if c <= limit) or cands
+    return within_thread_limit(profile, cands) or cands
+
+
+def within_thread_limit(profile: DeviceTuningProfile, sizes: Iterable[int]) -> tuple[int, ...]:
+    """The threadgroup sizes of `sizes`, in their order, the chip takes (max_threads_per_threadgroup at most)."""
+    limit = int(profile.max_threads_per_threadgroup or 1024)
+    return tuple(size for size in sizes if int(size) <= limit)
 
 
 def _bundle_classes() -> set[str]:

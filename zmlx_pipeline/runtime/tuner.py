@@ -1055,13 +1055,17 @@ class AutotunedKernel:
         """(kernel, device, first config, the rest, as_arg) of a wrapper without a kernel spec: the learned
         threadgroups for the current chip and a row of `dim` elements."""
         from zmlx_pipeline.runtime.device import current_device_id
-        from zmlx_pipeline.runtime.profiles import get_current_device_profile, get_threadgroup_candidates_for_shape
+        from zmlx_pipeline.runtime.profiles import (
+            get_current_device_profile,
+            get_threadgroup_candidates_for_shape,
+            within_thread_limit,
+        )
 
         profile = get_current_device_profile()
         cands = list(get_threadgroup_candidates_for_shape(profile, dim, "general")) if self.device_aware else []
-        limit = int(profile.max_threads_per_threadgroup or 1024)
-        ranked = [t for t in cands + [int(profile.default_threadgroup)] + list(profile.threadgroup_candidates)
-                  if int(t) <= limit] or [limit]  # never a threadgroup past the chip's thread limit
+        ranked = list(within_thread_limit(profile, cands + [int(profile.default_threadgroup)]
+                                          + list(profile.threadgroup_candidates)))
+        ranked = ranked or [int(profile.max_threads_per_threadgroup or 1024)]  # never past the chip's thread limit
         device = self.device or current_device_id()[0]  # None: this process's GPU, as detection (and its bundle) tell it
         as_arg = (lambda c: (int(c["TG"]), 1, 1)) if name == "threadgroup" else None
         kernel = f"{self.fn.__module__}.{self.fn.__qualname__}"
