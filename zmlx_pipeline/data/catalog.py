@@ -19,6 +19,7 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, NamedTuple
 
+from zmlx_pipeline.core.chips import binned_variants
 from zmlx_pipeline.core.errors import ZmlxPipelineError
 
 VENDORS = ("apple", "nvidia", "amd")
@@ -669,7 +670,7 @@ def catalog_problems(devices: tuple[DeviceSpec, ...], sources: dict[str, Any]) -
             for key in {normalize_name(label), f"tokens:{spec.vendor}:{_token_key(label)}"}:
                 owner = label_owner.setdefault(key, spec)
                 # Only binned variants of one chip (same name, different core counts) may share a label.
-                if owner is not spec and (owner.name != spec.name or owner.gpu_cores == spec.gpu_cores):
+                if owner is not spec and not binned_variants(owner.name, owner.gpu_cores, spec.name, spec.gpu_cores):
                     problems.append(Problem(f"{where}: name/alias {label!r} also names {owner.id!r}",
                                             f"give the device a name of its own (if it is {owner.id}, use that id)"))
         for alias in spec.aliases:

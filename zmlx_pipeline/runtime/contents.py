@@ -28,6 +28,7 @@ from operator import is_not
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from zmlx_pipeline.core.chips import binned_variants
 from zmlx_pipeline.runtime.device import is_registered
 
 FIELDS_FILE = Path(__file__).with_name("bundle_fields.json")
@@ -290,9 +291,9 @@ def registered_problem(profiles: Mapping[str, Any]) -> str | None:
 
 
 def _binned(one: Mapping[str, Any], other: Mapping[str, Any]) -> bool:
-    """Two binned variants of one chip: the same name, other core counts (detection tells them apart by cores)."""
+    """Two registered binned variants of one chip (binned_variants), both with a core count to be told apart by."""
     cores = one.get("gpu_cores"), other.get("gpu_cores")
-    return one.get("name") == other.get("name") and None not in cores and cores[0] != cores[1]
+    return None not in cores and binned_variants(one.get("name"), cores[0], other.get("name"), cores[1])
 
 
 def _params(meta: Mapping[str, Any]) -> list[str]:
