@@ -14,7 +14,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bundle_fixtures import build_registered, reset_runtime  # noqa: E402
+from bundle_fixtures import build_registered  # noqa: E402
 from device_records import record  # noqa: E402
 from zmlx_pipeline.pipeline.cli import cli  # noqa: E402
 
@@ -25,11 +25,7 @@ def publish_dir(tmp_path_factory) -> Path:
     return build_registered(root, record(root / "acme.json"))[1]
 
 
-@pytest.fixture(autouse=True)
-def fresh_runtime():
-    reset_runtime()
-    yield
-    reset_runtime()
+pytestmark = pytest.mark.usefixtures("fresh_runtime")  # tests/pipeline/conftest.py
 
 
 def _lookup(publish_dir: Path, device: str):

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 
-from bundle_fixtures import build_real, build_toy, fill_toy, latest_dir, reset_runtime, toy_best  # noqa: E402
+from bundle_fixtures import build_real, build_toy, fill_toy, latest_dir, toy_best  # noqa: E402
 from zmlx_pipeline.data.store import Store  # noqa: E402
 from zmlx_pipeline.pipeline.cli import cli  # noqa: E402
 
@@ -27,11 +27,7 @@ def real_bundle(tmp_path_factory):
     return build_real(tmp_path_factory.mktemp("real"))
 
 
-@pytest.fixture(autouse=True)
-def fresh_runtime():
-    reset_runtime()
-    yield
-    reset_runtime()
+pytestmark = pytest.mark.usefixtures("fresh_runtime")  # tests/pipeline/conftest.py
 
 
 def run(*args):

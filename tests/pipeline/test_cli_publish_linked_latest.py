@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 
-from bundle_fixtures import fill_toy, latest_dir, reset_runtime  # noqa: E402
+from bundle_fixtures import fill_toy, latest_dir  # noqa: E402
 from zmlx_pipeline.data.store import Store  # noqa: E402
 from zmlx_pipeline.pipeline.cli import cli  # noqa: E402
 from zmlx_pipeline.runtime import load_bundle  # noqa: E402
@@ -25,11 +25,7 @@ TODO = ("remove the link (publish then writes latest as the pointer file to the 
         "kept) or choose another --to")
 
 
-@pytest.fixture(autouse=True)
-def fresh_runtime():
-    reset_runtime()
-    yield
-    reset_runtime()
+pytestmark = pytest.mark.usefixtures("fresh_runtime")  # tests/pipeline/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "pipeline"))
 
-from bundle_fixtures import add_device, reset_runtime  # noqa: E402
+from bundle_fixtures import add_device  # noqa: E402
 from device_records import record  # noqa: E402
 from zmlx_pipeline.data.records import Measurement  # noqa: E402
 from zmlx_pipeline.data.registered import register_device  # noqa: E402
@@ -46,13 +46,6 @@ def published(tmp_path_factory) -> Path:
                                       variant="acme-x256", max_threads_per_threadgroup=256))
         publish(store, root / "out", devices=["acme-x256", "nvidia-h200"], record=False, jobs=1)
     return root / "out"
-
-
-@pytest.fixture(autouse=True)
-def fresh_runtime():
-    reset_runtime()
-    yield
-    reset_runtime()
 
 
 def test_the_rule_reads_the_block_sizes_a_kernel_has():

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 sys.path.insert(0, str(Path(__file__).parents[1] / "pipeline"))
 
-from bundle_fixtures import SMOKE_SHARD, fill_toy, reset_runtime  # noqa: E402
+from bundle_fixtures import SMOKE_SHARD, fill_toy  # noqa: E402
 from device_records import record  # noqa: E402
 from zmlx_pipeline.data.registered import register_device  # noqa: E402
 from zmlx_pipeline.data.store import Store  # noqa: E402
@@ -56,13 +56,6 @@ def matmul_store(tmp_path_factory) -> Path:
     with Store(root / "s.duckdb") as store:
         ingest_shards(store, [SMOKE_SHARD])
     return root / "s.duckdb"
-
-
-@pytest.fixture(autouse=True)
-def fresh_runtime():
-    reset_runtime()
-    yield
-    reset_runtime()
 
 
 def _run(*args):

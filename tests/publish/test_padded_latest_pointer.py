@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 
-from bundle_fixtures import fill_toy, reset_runtime, tree_digest  # noqa: E402
+from bundle_fixtures import fill_toy, tree_digest  # noqa: E402
 from zmlx_pipeline.data.store import Store  # noqa: E402
 from zmlx_pipeline.pipeline.cli import cli  # noqa: E402
 from zmlx_pipeline.runtime.bundle import MAX_POINTER_BYTES, read_dir  # noqa: E402
@@ -28,13 +28,6 @@ def published(tmp_path_factory) -> tuple[Path, Path]:
                                       "--device", "nvidia-h200"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return root / "s.duckdb", root / "out"
-
-
-@pytest.fixture(autouse=True)
-def fresh_runtime():
-    reset_runtime()
-    yield
-    reset_runtime()
 
 
 def _publish(db: Path, out: Path):

@@ -128,12 +128,17 @@ def reset_runtime() -> None:
     tuner.forget_refusals()
 
 
-@pytest.fixture(autouse=True)
-def fresh_runtime():
+def _fresh_runtime():
     """Every test starts with no bundle loaded and no device detected, and leaves none behind."""
     reset_runtime()
     yield
     reset_runtime()
+
+
+#: autouse where a conftest imports it (tests/runtime, tests/publish)
+fresh_runtime = pytest.fixture(autouse=True, name="fresh_runtime")(_fresh_runtime)
+#: the same fixture for a folder where only some modules ask for it: pytestmark = pytest.mark.usefixtures(...)
+fresh_runtime_on_request = pytest.fixture(name="fresh_runtime")(_fresh_runtime)
 
 
 def tree_digest(root: Path) -> str:
