@@ -155,6 +155,7 @@ def _check_id(device_id: str, what: str = "device") -> None:
     """BadLookup for a device id lookups refuse too (a control character, a malformed core limit)."""
     from zmlx_pipeline.runtime.lookup import check_device_id
 
+    expect_str(device_id, what)
     check_device_id(active_bundle(), device_id, what)
 
 
@@ -454,6 +455,9 @@ def profile_table(devices: list[str] | None = None, bundle: str | None = None) -
     """
     from zmlx_pipeline.runtime.lookup import load_strictly
 
+    if devices is not None and (isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable)):
+        raise BadArgumentType(f"devices must be a list of device ids or None, not {type(devices).__name__} "
+                              f"({devices!r:.60})")
     load_strictly(bundle)
     records = profile_records()
     if devices is None:
