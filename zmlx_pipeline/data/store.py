@@ -620,9 +620,12 @@ def _check_whole(con: duckdb.DuckDBPyConnection, path: Path) -> None:
             _read_every_block(con)  # a block that cannot be read raises DuckDB's error, which the caller calls damage
             return
     if partial or missing:
-        raise CorruptStore(f"store {path} is damaged (cut short: its file holds {size} bytes, too few for the "
-                           f"{int(blocks) - int(free)} blocks of {block_size} bytes it uses): restore it from a copy "
-                           "or pass another --db")
+        why = (f"cut short: its file holds {size} bytes, too few for the {int(blocks) - int(free)} blocks of "
+               f"{block_size} bytes it uses" if missing else
+               f"its file of {size} bytes ends {partial} bytes into a block after its {held} whole blocks of "
+               f"{block_size} bytes, with no write-ahead log beside it: bytes were added to its end or a write "
+               "stopped midway")
+        raise CorruptStore(f"store {path} is damaged ({why}): restore it from a copy or pass another --db")
 
 
 def _checkpoint(con: duckdb.DuckDBPyConnection, path: Path) -> None:
