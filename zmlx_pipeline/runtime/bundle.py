@@ -805,7 +805,9 @@ def _store_cached(url: str, bundle: Bundle, manifest_bytes: bytes, files: dict[s
     import tempfile
 
     top = _url_dir(url)
-    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in bundle.bundle_id) or "bundle"
+    # no leading dot: an id of "." or ".." would name the cache's own folder or the one holding every URL's copies
+    # (both removed below), and ".fetch-*" a temp dir the next fetch sweeps away
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in bundle.bundle_id).lstrip(".") or "bundle"
     final = top / name
     tmp: Path | None = None
     try:
