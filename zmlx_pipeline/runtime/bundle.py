@@ -916,6 +916,26 @@ def _path_text(path_or_url: Any) -> str:
     return bundle_location(text)
 
 
+def fetchable_url(text: str) -> str:
+    """An http(s) bundle location as given; BadArgument for one whose files' URLs it cannot lead to: a query or a
+    fragment (`/manifest.json` and each file's name are appended to the location, so they would land after it),
+    or a user name or password (never sent; the message shows neither)."""
+    from urllib.parse import urlsplit
+
+    try:
+        url = urlsplit(text)
+    except ValueError:  # a malformed host ([::1): the fetch says so in its one line
+        return text
+    if "@" in url.netloc:
+        shown_url = url._replace(netloc="...@" + url.netloc.rpartition("@")[2]).geturl()
+        raise BadArgument(f"bundle location {shown_url!r:.80} carries a user name or password, which are never sent: "
+                          "give the URL without them")
+    if url.query or url.fragment or "?" in text or "#" in text:
+        raise BadArgument(f"bundle location {text!r:.80} has a query (?) or a fragment (#), which would come before "
+                          "manifest.json and each file's name in their URLs: give the URL without it")
+    return text
+
+
 def bundle_location(text: str) -> str:
     """A bundle location as read: an http(s) URL as given, a directory path with a leading `~` expanded, a file://
     URL as the local path it names; BadArgument for a path no file can have (a NUL byte), a `~user` with no known
@@ -924,7 +944,7 @@ def bundle_location(text: str) -> str:
         raise BadArgument(f"bundle location {text!r:.80} holds a NUL byte: give a directory path or an http(s) URL")
     scheme, sep, _ = text.partition("://")
     if not sep or not scheme.isalpha() or is_url(text):
-        return text if is_url(text) else home_expanded(text, "bundle location")
+        return fetchable_url(text) if is_url(text) else home_expanded(text, "bundle location")
     if scheme.lower() != "file":
         raise BadArgument(f"bundle location {text!r:.80}: {scheme}:// is not read; give a directory path, a file:// "
                           "or an http(s) URL")
