@@ -752,7 +752,11 @@ _CONFIRMED: set[tuple[str, str, str]] = set()  # launches evaluated once in this
 
 
 def config_id(config: Mapping[str, Any]) -> str:
-    """A config's identity: canonical JSON (sorted keys, tuples as lists), as it reads back from the cache file."""
+    """A config's identity: canonical JSON (sorted keys, tuples as lists), as it reads back from the cache file;
+    BadArgumentType for anything but a mapping of parameter names to values."""
+    if not isinstance(config, Mapping):
+        raise BadArgumentType(f"a config must be a mapping of parameter names to values, not {type(config).__name__} "
+                              f"({config!r:.60})")
     return json.dumps(dict(config), sort_keys=True, separators=(",", ":"), default=str)
 
 
