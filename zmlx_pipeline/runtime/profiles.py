@@ -12,6 +12,9 @@ Where ZMLX answers a name it does not know with a default (an unknown family or 
 figures, an unknown kernel_type the "general" candidates; neither is in its docstrings), this module
 refuses it in one line naming the known ones: figures of another chip would be claimed as this one's.
 A core limit never measured answers from its nearest measured limit, with its own core count.
+
+Why one long module: it stands in for ZMLX's one `device_profile` module, so every name code written against that
+module imports is here, with the profile records they all answer from.
 """
 
 from __future__ import annotations
