@@ -750,11 +750,6 @@ def registration_problems(spec: DeviceSpec, sources: dict[str, Any],
     found = [p for p in catalog_problems((*rows, spec), {**catalog_sources(), **sources}) if p not in known]
     if _text_problem(spec) is not None:
         return found
-    # a new record only: a store registered before this check keeps reading its own (registered_devices)
-    again = next((a for i, a in enumerate(spec.aliases) if a == spec.name or a in spec.aliases[:i]), None)
-    if again is not None:
-        found.append(Problem(f"device {spec.id!r}: alias {again!r} is " + (
-            "its name" if again == spec.name else "listed twice"), "list each alias once, and not the name"))
     for what, label in (("id", spec.id), *(("name", label) for label in (spec.name, *spec.aliases))):
         chips = tuple(dict.fromkeys(s.id for s in device_candidates(label)))
         if chips and not any(f"name/alias {label!r} also names" in p.text for p in found):
