@@ -813,12 +813,17 @@ def test_a_device_map_key_that_matches_nothing_refuses_a_file_it_missed_and_a_do
     with pytest.raises(ImportFileError, match="the key 'A.json ' has white space at its start or end"):
         import_files(seeded, [path], device_map=map_file)
     assert snapshot(seeded) == before
-    # the path as given (k/A.json) matches the key ./k/A.json; a key for files not imported is no matter when the
-    # map matched every file imported
+    # the path as given (k/A.json) matches the key ./k/A.json; a key for files not imported (a map written for a
+    # whole data set) is named in a warning, and the import goes on
     monkeypatch.chdir(tmp_path)
     map_file.write_text(json.dumps({"./k/A.json": "nvidia-h100-sxm", "Z*.json": "nvidia-h200"}))
-    assert [r["device"] for r in import_files(seeded, [Path("k") / "A.json"], device_map=map_file)] == [
-        "nvidia-h100-sxm"]
+    with pytest.warns(UserWarning) as caught:
+        rows = import_files(seeded, [Path("k") / "A.json"], device_map=map_file)
+    assert [r["device"] for r in rows] == ["nvidia-h100-sxm"]
+    assert [str(w.message) for w in caught] == [
+        f"--device-map {map_file}: the key 'Z*.json' matches no file of this import (k/A.json) nor the GPU name one "
+        "reports; a key is matched, case-sensitive, against each file's name, its name without suffixes and its path "
+        "as given"]
 
 
 def test_bad_device_maps_are_refused_before_anything_is_stored(seeded, tmp_path):

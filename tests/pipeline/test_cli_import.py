@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from click.testing import CliRunner
 
 from zmlx_pipeline.data.catalog import load_catalog
 from zmlx_pipeline.data.store import Store
-from zmlx_pipeline.pipeline.cli import cli
+from zmlx_pipeline.pipeline.cli import cli, one_line_warning
 
 
 def invoke(*args):
@@ -139,6 +140,24 @@ def test_an_ambiguous_device_is_refused_listing_candidates_then_a_device_map_set
     result = invoke("import", "--db", db, "--json", "--device-map", device_map, path)
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)[0]["device"] == "nvidia-h100-sxm"
+
+
+def test_a_device_map_key_that_matches_no_file_is_one_warning_line_and_the_import_goes_on(db, tmp_path):
+    path = write(tmp_path / "vec" / "a.json", key_only_cache("NVIDIA H100"))
+    device_map = tmp_path / "devices.json"
+    device_map.write_text('{"a.json": "nvidia-h100-sxm", "b100*.json": "nvidia-h200", "Tesla T9": "nvidia-a40"}')
+    text = device_map.read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = one_line_warning
+        result = invoke("import", "--db", db, "--json", "--device-map", device_map, path)
+    assert result.exit_code == 0, result.output
+    assert result.stderr == (
+        f"Warning: --device-map {device_map}: the keys 'b100*.json', 'Tesla T9' match no file of this import ({path}) "
+        "nor the GPU name one reports; a key is matched, case-sensitive, against each file's name, its name without "
+        "suffixes and its path as given\n")
+    assert [r["device"] for r in json.loads(result.stdout)] == ["nvidia-h100-sxm"]
+    assert device_map.read_bytes() == text
 
 
 def test_unknown_device_names_the_options_and_device_with_device_map_is_refused(db, tmp_path):

@@ -41,6 +41,7 @@ import os
 import posixpath
 import re
 import tomllib
+import warnings
 import zlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -772,17 +773,26 @@ class DeviceMap:
         Keys matching it (globs, or a glob and its reported name) that name different devices are refused: the map
         would be guessing.
         """
-        names = map_names(file)
-        globs = [(key, spec) for key, spec in self.entries  # ./a.json is a.json
-                 if any(fnmatch.fnmatchcase(n, key) or fnmatch.fnmatchcase(n, posixpath.normpath(key)) for n in names)]
-        wanted = set(name_tokens(reported))
-        named = [(key, spec) for key, spec in self.entries
-                 if wanted and set(name_tokens(key)) == wanted and (key, spec) not in globs]
-        hits = globs + named
+        hits = self.hits(file, reported)
         if len({spec.id for _, spec in hits}) > 1:
             listed = ", ".join(f"{key!r} -> {spec.id}" for key, spec in hits)
             raise _fail(file, f"--device-map {self.path} gives it several devices ({listed}); make one key match it")
         return (hits[0][1], hits[0][0]) if hits else None
+
+    def hits(self, file: Path, reported: str | None) -> list[tuple[str, DeviceSpec]]:
+        """Every (key, row) matching a data file: globs matching its name or path, then keys naming its device."""
+        names = map_names(file)
+        globs = [(key, spec) for key, spec in self.entries  # ./a.json is a.json
+                 if any(fnmatch.fnmatchcase(n, key) or fnmatch.fnmatchcase(n, posixpath.normpath(key)) for n in names)]
+        wanted = set(name_tokens(reported or ""))
+        return globs + [(key, spec) for key, spec in self.entries
+                        if wanted and set(name_tokens(key)) == wanted and (key, spec) not in globs]
+
+    def unmatched(self, files: Sequence[Path], reported: Sequence[str | None]) -> list[str]:
+        """The keys matching none of `files` (by name or path) nor any of the device names they report."""
+        matched = {key for f in files for key, _ in self.hits(f, None)}
+        wanted = [set(name_tokens(name)) for name in reported if name and name_tokens(name)]
+        return [key for key, _ in self.entries if key not in matched and set(name_tokens(key)) not in wanted]
 
 
 def map_names(file: Path) -> tuple[str, ...]:
@@ -795,7 +805,7 @@ def _check_map_used(mapping: DeviceMap, parsed: Sequence["ParsedFile"]) -> None:
     """Refuse an import where a file the --device-map does not match would go in under the device it reports while a
     key of the map that matches no file looks meant for it: the key matches it but for case (`a.json` for `A.json`),
     or is a path ending in its name (`runs/A.json` with the file given as `A.json`). Other keys (a map written for a
-    whole data set, imported a file at a time) are no matter."""
+    whole data set, imported a file at a time) only warn (_warn_unmatched)."""
     used = {p.source.get("matched_device_name") for p in parsed if p.source.get("device_from") == "--device-map"}
     unused = [key for key, _ in mapping.entries if key not in used]
     for p in parsed:
@@ -812,6 +822,19 @@ def _check_map_used(mapping: DeviceMap, parsed: Sequence["ParsedFile"]) -> None:
                 f"{'it reports' if p.source.get('device_from') == 'reported' else 'its file name names'}): a key is "
                 "matched, case-sensitive, against each file's name, its name without suffixes and its path as given; "
                 "fix the key, or import that file without the map"))
+
+
+def _warn_unmatched(mapping: DeviceMap, files: Sequence[Path], parsed: Sequence["ParsedFile"]) -> None:
+    """One warning naming the keys of the --device-map that match no file of the import (a typo goes unnoticed
+    else); not an error, as one map may be written for a whole data set and imported a file at a time."""
+    keys = mapping.unmatched(files, [p.source.get("device_name") for p in parsed])
+    if not keys:
+        return
+    given = ", ".join(str(f) for f in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+    warnings.warn(f"--device-map {mapping.path}: {'the key' if len(keys) == 1 else 'the keys'} "
+                  f"{', '.join(map(repr, keys))} {'matches' if len(keys) == 1 else 'match'} no file of this import "
+                  f"({given}) nor the GPU name one reports; a key is matched, case-sensitive, against each file's "
+                  "name, its name without suffixes and its path as given", stacklevel=3)
 
 
 def read_json_or_toml(path: Path) -> Any:
@@ -1964,6 +1987,7 @@ def import_files(store: Store, paths: Iterable[str | os.PathLike], device: str |
                               "or cache files")
     if mapping is not None:
         _check_map_used(mapping, parsed)
+        _warn_unmatched(mapping, files, parsed)
     _check_kernel_names_apart(store, parsed)
     from zmlx_pipeline.data.importers.kernel_spaces import keep_spaces_apart
 
