@@ -185,6 +185,31 @@ def test_a_blank_lookup_device_is_a_usage_error_as_other_commands_device_is(tmp_
     assert line.endswith("(cli lookup --help)")
 
 
+@pytest.mark.parametrize(("device", "reason"), [
+    ("", "'' names no device: give a device id such as nvidia-h200, or leave --device out for every device"),
+    (" ", "' ' names no device: give a device id such as nvidia-h200, or leave --device out for every device"),
+    ("nvidia-h100-sxm@32sm\n", "'nvidia-h100-sxm@32sm\\n' holds a control or format character (U+000A); write the "
+                              "name or id without it"),
+    ("\tnvidia-h100-sxm@32sm", "'\\tnvidia-h100-sxm@32sm' holds a control or format character (U+0009); write the "
+                              "name or id without it"),
+    ("nvidia-h100-sxm\x1b@32sm", "'nvidia-h100-sxm\\x1b@32sm' holds a control or format character (U+001B); write "
+                                "the name or id without it"),
+    ("nvidia-h100-sxm@32sm\u3000", "'nvidia-h100-sxm@32sm\\u3000' holds characters Unicode writes otherwise (as "
+                                  "'nvidia-h100-sxm@32sm '); write it in plain characters"),
+])
+@pytest.mark.parametrize("command", ["summary", "export"])
+def test_a_summary_or_export_device_that_is_empty_or_not_plain_is_a_usage_error(
+        tmp_path, monkeypatch, measured_limit_store, command, device, reason):
+    """`nvidia-h100-sxm@32sm\\n` from a script was read as the stored id, and an empty one exited 1."""
+    monkeypatch.chdir(tmp_path)
+    args = [command, "--device", device] + (["out.parquet"] if command == "export" else [])
+    line = one_error_line(tmp_path, args, code=2)
+    assert line == f"Error: Invalid value for '--device': {reason} (cli {command} --help)"
+    assert not (tmp_path / "out.parquet").exists()
+    plain = [command, "--device", " nvidia-h100-sxm@32sm ", *(["out.parquet"] if command == "export" else [])]
+    assert CliRunner().invoke(cli, plain).exit_code == 0  # ordinary spaces around it are left out, as in any option
+
+
 @pytest.fixture(scope="module")
 def smoke_store(tmp_path_factory):
     """The committed 32-SM H100 shard: built-in kernels measured on one NVIDIA device."""

@@ -29,6 +29,7 @@ from zmlx_pipeline.pipeline.cli_common import (
     OneValueGroup,
     WholeRange,
     check_filters,
+    device_filter_option,
     db_option,
     emit,
     existing_store,
@@ -391,7 +392,7 @@ def repeat(db, kernel_names, fraction, budget, jobs, timer, as_json) -> None:
 
 @cli.command()
 @db_option
-@click.option("--device", default=None, help="Only this device id.")
+@click.option("--device", default=None, callback=device_filter_option, help="Only this device id.")
 @output_options
 def noise(db, device, as_json) -> None:
     """How far repeated timings of one config differ, by kernel time (from `repeat`)."""
@@ -411,7 +412,7 @@ def noise(db, device, as_json) -> None:
 
 @cli.command()
 @db_option
-@click.option("--device", default=None, help="Only this device id.")
+@click.option("--device", default=None, callback=device_filter_option, help="Only this device id.")
 @click.option("--force", is_flag=True, help="Replace OUT when it is already a shard.")
 @click.argument("out", type=GivenPath(dir_okay=False, path_type=Path))
 def export(db, device, force, out) -> None:
@@ -450,7 +451,7 @@ def ingest(db, sources, as_json) -> None:
 
 @cli.command()
 @db_option
-@click.option("--device", default=None, help="Only this device id.")
+@click.option("--device", default=None, callback=device_filter_option, help="Only this device id.")
 @click.option("--kernel", default=None, help="Only this kernel.")
 @output_options
 def summary(db, device, kernel, as_json) -> None:

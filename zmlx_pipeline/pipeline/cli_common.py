@@ -397,6 +397,23 @@ def _holds_measurements(store) -> bool:
         return True
 
 
+def device_filter_option(ctx, param, value: str | None) -> str | None:
+    """A --device filter as typed: an empty one, or one holding a control or format character (`nvidia-h200\\n` from
+    a script, a tab) or other white space than ordinary spaces, is a usage error naming the option, never read as
+    the id it holds; ordinary spaces around it are left out, as around every option's value."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise click.BadParameter(f"{shown(value)} names no device: give a device id such as nvidia-h200, or leave "
+                                 "--device out for every device")
+    from zmlx_pipeline.data.catalog import hidden_character_problem
+
+    problem = hidden_character_problem(value)
+    if problem is not None:
+        raise click.BadParameter(problem)
+    return value
+
+
 def check_filters(store, **filters: str | None) -> dict[str, str | None]:
     """The filters as stored names: a --device written as people write it (`NVIDIA-H200@32sm`, `NVIDIA H200`) is the
     stored id it names, as lookup reads it; one that matches nothing stored is a mistake (a typo), said in one line,
