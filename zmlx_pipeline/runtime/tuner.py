@@ -767,7 +767,11 @@ def _path_key(cache_path: str | None) -> str:
 
 
 def refused_configs(kernel: str, dkey: str, cache_path: str | None = None) -> set[str]:
-    """The config ids of `kernel` refused on this device: from the cache file (read once per process) and since."""
+    """The config ids of `kernel` refused on this device: from the cache file (read once per process) and since;
+    BadArgumentType for a kernel, device key or cache path that is not text (a path)."""
+    expect_str(kernel, "kernel")
+    expect_str(dkey, "dkey")
+    _optional("cache_path", cache_path, (str, os.PathLike), "a file path")
     where = (_path_key(cache_path), dkey)
     if where not in _REFUSED:
         _REFUSED[where] = {f"{r.get('kernel')} {config_id(r['config'])}" for r in cache_file.load_refusals(dkey, cache_path)
@@ -778,9 +782,12 @@ def refused_configs(kernel: str, dkey: str, cache_path: str | None = None) -> se
 
 def remember_refusal(kernel: str, dkey: str, config: Mapping[str, Any], error: str,
                      cache_path: str | None = None) -> str:
-    """Keep a refusal in-process and in the cache file; returns "" or why the file could not keep it."""
+    """Keep a refusal in-process and in the cache file; returns "" or why the file could not keep it.
+    BadArgumentType, keeping nothing, for an argument of another type (an `error` that is not text)."""
+    ident = config_id(config)
+    expect_str(error, "error")
     refused_configs(kernel, dkey, cache_path)
-    _REFUSED[(_path_key(cache_path), dkey)].add(f"{kernel} {config_id(config)}")
+    _REFUSED[(_path_key(cache_path), dkey)].add(f"{kernel} {ident}")
     try:
         cache_file.save_refusal(dkey, kernel, config, error, cache_path)
     except (OSError, BadArgument) as exc:
