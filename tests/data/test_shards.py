@@ -342,6 +342,12 @@ BAD_ROWS = {
     "repeat at no time": ("""'[{"run_id":"r","median_us":1.5,"measured_at":"yesterday"}]' AS repeats""", "TRUE",
                           "a repeat's measured_at is not a timestamp: 'yesterday'"),
     "key of another config": ("'sha256:0000000000000000' AS config_key", "TRUE", "is not the key of config"),
+    "config naming a key twice": ("""'{"TG":64,"TG":128}' AS config""", "_n = 1",
+                                  """config names the key 'TG' twice: '{"TG":64,"TG":128}'; write each key once"""),
+    "config naming a key twice alike": ("""'{"TG":64,"TG":64}' AS config""", "_n = 1",
+                                        "config names the key 'TG' twice"),
+    "shape naming a key twice": ("""'{"cols":1024,"rows":1,"rows":2}' AS shape""", "_n = 1",
+                                 """shape names the key 'rows' twice: '{"cols":1024,"rows":1,"rows":2}'"""),
     "config missing a parameter": (f"""'{{"VEC":1}}' AS config, '{mapping_key({"VEC": 1})}' AS config_key""",
                                    "_n = 2", "config names parameters"),
     # what the store's own checks let through

@@ -195,18 +195,38 @@ def _dtype(dtype: Any) -> str | None:
     return None
 
 
+def _repeated_key(name: str, text: str) -> str | None:
+    """Why a JSON object column's text cannot be read as written: an object in it naming a key twice, of which a
+    JSON reader keeps the last and drops the rest unsaid (export never writes one)."""
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen and not repeated:
+                repeated.append(key)
+            seen.add(key)
+        return dict(items)
+
+    json.loads(text, object_pairs_hook=pairs)  # text _json has parsed
+    if repeated:
+        return (f"{name} names the key {shortened(repeated[0])} twice: {text!r:.200}; write each key once, as export "
+                "does")
+    return None
+
+
 def _shape(text: Any) -> str | None:
     shape = _json(text)
     if not isinstance(shape, dict):
         return f"shape is not a JSON object: {text!r:.200}"
-    return shape_problem(shape)
+    return _repeated_key("shape", text) or shape_problem(shape)
 
 
 def _config(text: Any) -> str | None:
     config = _json(text)
     if not isinstance(config, dict):
         return f"config is not a JSON object: {text!r:.200}"
-    return config_problem(config)
+    return _repeated_key("config", text) or config_problem(config)
 
 
 def _unsampled(table: pa.Table) -> pa.Array:
