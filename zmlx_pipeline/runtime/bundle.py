@@ -442,7 +442,8 @@ def resolve_dir(path: Path) -> Path:
 def _pointer_text(pointer: Path, target: Path | None = None) -> str:
     """The text of a `latest` pointer file (`target`: the file a `latest` that is a symbolic link reaches), read no
     further than a pointer may be long (a version's name is short, so a longer file is no pointer, refused in one
-    line naming `pointer` without reading it whole)."""
+    line naming `pointer` without reading it whole); bytes that are no UTF-8 text are kept as surrogate escapes, which
+    name no version and which messages show as \\xNN (plain)."""
     try:
         blob = read_regular(pointer if target is None else target, MAX_POINTER_BYTES)
     except OSError as exc:
@@ -452,12 +453,13 @@ def _pointer_text(pointer: Path, target: Path | None = None) -> str:
         linked = "" if target is None else f" links to {plain(target)}, which"
         raise BundleError(f"{plain(pointer)}{linked} is over {MAX_POINTER_BYTES} bytes, longer than a latest pointer "
                           "(one version directory's name) is: publish again, or point it at a bundle version")
-    return blob.decode("utf-8", errors="replace")
+    return blob.decode("utf-8", errors="surrogateescape")
 
 
 def _version_name(text: str) -> str | None:
     """The version directory a `latest` pointer's text names, one safe name (_safe_name) with no '/'; None for any
-    other text (bytes that are no text, read as U+FFFD, are no safe name). Every reader of a pointer holds to it."""
+    other text (bytes that are no text, kept as surrogate escapes, are no safe name). Every reader of a pointer holds
+    to it."""
     name = text.strip()
     return name if _safe_name(name) and "/" not in name and "\ufffd" not in name else None
 
@@ -466,7 +468,7 @@ def _pointed_at(pointer: Path, text: str, folder: Path) -> Path:
     """The version directory in `folder` a pointer's text names; BundleError for an unsafe name or no bundle there."""
     name = _version_name(text)
     if name is None:
-        raise BundleError(f"{plain(pointer)}: the latest pointer holds an unsafe name {text.strip()!r}")
+        raise BundleError(f"{plain(pointer)}: the latest pointer holds an unsafe name '{plain(text.strip())}'")
     target = folder / name
     if (target / MANIFEST).is_file():
         return target
@@ -773,10 +775,10 @@ def _remote_base(url: str, until: float) -> tuple[str, bytes]:
             raise BundleError(f"{plain(base)}/{LATEST} is over {MAX_POINTER_BYTES} bytes, longer than a latest "
                               "pointer (one version directory's name) is: publish again, or point it at a bundle "
                               "version") from None
-        text = blob.decode("utf-8", "replace")
+        text = blob.decode("utf-8", "surrogateescape")
         name = _version_name(text)
         if name is None:
-            raise BundleError(f"{plain(base)}/{LATEST} holds an unsafe name {text.strip()!r}") from None
+            raise BundleError(f"{plain(base)}/{LATEST} holds an unsafe name '{plain(text.strip())}'") from None
         return base + "/" + name, _fetch(base + "/" + name + "/" + MANIFEST, MAX_MANIFEST_BYTES, until)
 
 
