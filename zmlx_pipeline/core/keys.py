@@ -4,9 +4,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
+
+from zmlx_pipeline.core.errors import ZmlxPipelineError
 
 HASH_PREFIX = "sha256:"
+
+
+class RepeatedJSONKey(ZmlxPipelineError):
+    "A JSON object names a key twice (json would keep the last value, silently); args[0] is the first such key"
+
+
+def unique_keys(pairs: list, dict: type = dict, len: Callable = len) -> dict:
+    """json's object_pairs_hook: the object's pairs as a dict, RepeatedJSONKey naming the first key named twice.
+    Bundle files and shards' JSON columns are read through it (neither writer repeats a key)."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set = set()
+        raise RepeatedJSONKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return obj
 
 
 def canonical_json(obj: Any) -> str:

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from zmlx_pipeline.core.constraints import limit_values
 from zmlx_pipeline.core.dtypes import DTYPE_BYTES
 from zmlx_pipeline.core.errors import ZmlxPipelineError
-from zmlx_pipeline.core.keys import canonical_json
+from zmlx_pipeline.core.keys import RepeatedJSONKey, canonical_json, unique_keys
 from zmlx_pipeline.data.catalog import BACKENDS, CORE_UNIT_WORDS, CORE_UNITS, VENDORS, UnknownDevice, get_device
 from zmlx_pipeline.data.importers.builtin_kernels import BUILTIN_KERNELS
 from zmlx_pipeline.data.paths import UnreadableFolder, files_below, not_regular
@@ -198,19 +198,10 @@ def _dtype(dtype: Any) -> str | None:
 def _repeated_key(name: str, text: str) -> str | None:
     """Why a JSON object column's text cannot be read as written: an object in it naming a key twice, of which a
     JSON reader keeps the last and drops the rest unsaid (export never writes one)."""
-    repeated: list[str] = []
-
-    def pairs(items: list[tuple[str, Any]]) -> dict:
-        seen: set[str] = set()
-        for key, _ in items:
-            if key in seen and not repeated:
-                repeated.append(key)
-            seen.add(key)
-        return dict(items)
-
-    json.loads(text, object_pairs_hook=pairs)  # text _json has parsed
-    if repeated:
-        return (f"{name} names the key {shortened(repeated[0])} twice: {text!r:.200}; write each key once, as export "
+    try:
+        json.loads(text, object_pairs_hook=unique_keys)  # text _json has parsed
+    except RepeatedJSONKey as exc:
+        return (f"{name} names the key {shortened(exc.args[0])} twice: {text!r:.200}; write each key once, as export "
                 "does")
     return None
 

@@ -29,8 +29,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable
 
-from zmlx_pipeline.core.errors import ZmlxPipelineError, shown
+from zmlx_pipeline.core.errors import shown
 from zmlx_pipeline.core.files import url_problem, write_text_atomic
+from zmlx_pipeline.core.keys import RepeatedJSONKey, unique_keys
 from zmlx_pipeline.runtime.errors import (
     BadArgument,
     BadArgumentType,
@@ -192,19 +193,6 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{plain(name)} is not a JSON number")
 
 
-class _RepeatedKey(ZmlxPipelineError):
-    "An object of a bundle file names a key twice (caught here and reported as the file's BundleError)"
-
-
-def _unique_keys(pairs: list, dict: type = dict, len: Callable = len) -> dict:
-    """An object's pairs as a dict, refusing a key named twice (json's own dict would keep the last, silently)."""
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set = set()
-        raise _RepeatedKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
-    return obj
-
-
 def parse_json(raw: bytes, name: str, where: str) -> Any:
     """A bundle file's bytes parsed; BundleError (naming `where` and `name`) for anything that is no JSON the runtime
     reads: a syntax error, NaN or Infinity, a number of thousands of digits, nesting deep enough to exhaust the stack,
@@ -212,8 +200,8 @@ def parse_json(raw: bytes, name: str, where: str) -> Any:
     import json
 
     try:
-        return json.loads(raw, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
-    except _RepeatedKey as exc:
+        return json.loads(raw, parse_constant=_no_constant, object_pairs_hook=unique_keys)
+    except RepeatedJSONKey as exc:
         raise BundleError(f"{plain(where)}: {plain(name)} names the key {str(exc.args[0])!r:.60} twice in one "
                           "object") from None
     except ValueError as exc:
